@@ -1,0 +1,21 @@
+const UNIT_MS = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+
+/** Parses a duration like `90s`, `10m`, `1h30m`, `500ms`; returns milliseconds, or null when malformed. */
+export function parseDuration(text: string): number | null {
+  const trimmed = text.trim();
+  if (!/^(\d+(ms|s|m|h|d))+$/.test(trimmed)) return null;
+  let total = 0;
+  for (const match of trimmed.matchAll(/(\d+)(ms|s|m|h|d)/g)) {
+    total += Number(match[1]) * UNIT_MS[match[2] as keyof typeof UNIT_MS];
+  }
+  return total > 0 ? total : null;
+}
+
+/** Formats milliseconds as a short human duration (`1.2s`, `3m04s`). */
+export function formatDuration(ms: number): string {
+  if (ms < 1_000) return `${Math.round(ms)}ms`;
+  if (ms < 60_000) return `${(ms / 1_000).toFixed(1)}s`;
+  const minutes = Math.floor(ms / 60_000);
+  const seconds = Math.floor((ms % 60_000) / 1_000);
+  return `${minutes}m${String(seconds).padStart(2, "0")}s`;
+}

@@ -1,0 +1,49 @@
+import { canonicalJson } from "../canonical-json.js";
+import { sha256Hex } from "../hash.js";
+import type { EventDraft, LoopEvent } from "./events.js";
+
+/** The head of an event log: the last event's place and hash. */
+export interface ChainHead {
+  seq: number;
+  hash: string;
+}
+
+/** `hex(sha256(utf8(JCS(event without "hash"))))`, DESIGN §9. */
+export function hashEvent(event: Record<string, unknown>): string {
+  const { hash: _ignored, ...body } = event;
+  return sha256Hex(canonicalJson(body));
+}
+
+/** Seals a draft as the event after `previous` (null for the first event). */
+export function sealEvent(draft: EventDraft, previous: ChainHead | null): LoopEvent {
+  const body = { ...draft, seq: previous ? previous.seq + 1 : 1, prev: previous ? previous.hash : "" };
+  return { ...body, hash: hashEvent(body) } as LoopEvent;
+}
+
+/** Result of checking a chain: its head, or the first event that breaks it. */
+export type ChainCheck = { ok: true; head: ChainHead | null } | { ok: false; seq: number; message: string };
+
+/**
+ * Checks the hash chain of raw (unparsed) events in order. Raw, because hashing a re-parsed copy
+ * could hide a change a parser normalises away.
+ */
+export function verifyChain(events: readonly Record<string, unknown>[]): ChainCheck {
+  let previous: ChainHead | null = null;
+  for (const [index, event] of events.entries()) {
+    const expectedSeq: number = previous ? previous.seq + 1 : 1;
+    const seq = typeof event.seq === "number" ? event.seq : expectedSeq;
+    if (event.seq !== expectedSeq) {
+      return { ok: false, seq, message: `event #${index + 1} has seq ${String(event.seq)}, expected ${expectedSeq}` };
+    }
+    const expectedPrev = previous ? previous.hash : "";
+    if (event.prev !== expectedPrev) {
+      return { ok: false, seq, message: `event ${seq} does not link to the previous event's hash` };
+    }
+    const hash = hashEvent(event);
+    if (event.hash !== hash) {
+      return { ok: false, seq, message: `event ${seq} does not match its hash` };
+    }
+    previous = { seq, hash };
+  }
+  return { ok: true, head: previous };
+}

@@ -1,0 +1,228 @@
+import type { Contract } from "../wire/contract.js";
+import type { Observation } from "../wire/observation.js";
+import { decide, decideUnevaluated, haltAfter } from "./decide.js";
+import type { AgentRun, Baseline, EventDraft, Verdict } from "./events.js";
+import { applyEvent, type CandidateState, type LeaseState, type LoopState } from "./state.js";
+
+// The commands the LoopObject runs. Each is pure: it reads a state and its inputs (time and ids come
+// in as arguments) and answers with the events to append, or with an expected failure as a value.
+
+/** An expected refusal, with a stable code the HTTP layer maps to a status. */
+export interface EngineError {
+  code:
+    | "mode_unsupported"
+    | "loop_halted"
+    | "idempotency_conflict"
+    | "lease_not_found"
+    | "stale_lease"
+    | "lease_expired"
+    | "already_reported";
+  message: string;
+}
+
+/** A command's result: events to append and a value, or a refusal that changes nothing. */
+export type Outcome<T> = { ok: true; events: EventDraft[]; value: T } | { ok: false; error: EngineError };
+
+function refuse(code: EngineError["code"], message: string): { ok: false; error: EngineError } {
+  return { ok: false, error: { code, message } };
+}
+
+function addMs(iso: string, ms: number): string {
+  return new Date(Date.parse(iso) + ms).toISOString();
+}
+
+/** Creates a loop from its contract and baseline; a baseline that already passes halts at once. */
+export function createLoop(input: {
+  loop_id: string;
+  contract: Contract;
+  contract_hash: string;
+  t0: Baseline;
+  at: string;
+}): Outcome<null> {
+  if (input.contract.mode !== "check_fixpoint") {
+    return refuse(
+      "mode_unsupported",
+      `mode "${input.contract.mode}" is not available yet; this version runs check_fixpoint loops (see the README roadmap)`,
+    );
+  }
+  const created: EventDraft = {
+    type: "loop_created",
+    at: input.at,
+    data: { loop_id: input.loop_id, contract: input.contract, contract_hash: input.contract_hash, t0: input.t0 },
+  };
+  const events: EventDraft[] = [created];
+  const initialHalt = haltAfter(applyEvent(null, created));
+  if (initialHalt) events.push({ type: "halted", at: input.at, data: initialHalt });
+  return { ok: true, events, value: null };
+}
+
+/** A candidate proposal as the runner sends it. */
+export interface Proposal {
+  idempotency_key: string;
+  commit: string;
+  diff_sha256: string;
+  empty: boolean;
+  proposer: { kind: "command"; command: string };
+  agent: AgentRun;
+}
+
+/** Registers a candidate. A failed agent run or an empty change is rejected at once, without a job. */
+export function proposeCandidate(
+  state: LoopState,
+  proposal: Proposal,
+  context: { request_hash: string; at: string },
+): Outcome<{ candidate_id: string; replayed: boolean }> {
+  const existing = state.idempotency[proposal.idempotency_key];
+  if (existing !== undefined) {
+    if (state.candidates[existing]?.request_hash !== context.request_hash) {
+      return refuse("idempotency_conflict", "this idempotency key was used with a different candidate");
+    }
+    return { ok: true, events: [], value: { candidate_id: existing, replayed: true } };
+  }
+  if (state.halt) return refuse("loop_halted", `the loop has halted (${state.halt.halt_reason})`);
+
+  const candidateId = `c${state.candidate_order.length + 1}`;
+  const proposed: EventDraft = {
+    type: "candidate_proposed",
+    at: context.at,
+    data: {
+      candidate_id: candidateId,
+      parent: state.best.candidate_id,
+      commit: proposal.commit,
+      diff_sha256: proposal.diff_sha256,
+      empty: proposal.empty,
+      proposer: proposal.proposer,
+      agent: proposal.agent,
+      idempotency_key: proposal.idempotency_key,
+      request_hash: context.request_hash,
+    },
+  };
+  const events: EventDraft[] = [proposed];
+  const after = applyEvent(state, proposed);
+  const { agent } = proposal;
+  if (agent.timed_out || agent.exit_code !== 0) {
+    const how = agent.timed_out ? "timed out" : `exited with ${agent.exit_code === null ? "a signal" : agent.exit_code}`;
+    events.push(...decideUnevaluated(after, candidateId, "agent_failed", `the agent command ${how}`, context.at).events);
+  } else if (proposal.empty) {
+    events.push(...decideUnevaluated(after, candidateId, "no_change", "the agent changed nothing", context.at).events);
+  }
+  return { ok: true, events, value: { candidate_id: candidateId, replayed: false } };
+}
+
+/** A granted lease, with the candidate it is for. */
+export interface GrantedLease extends LeaseState {
+  candidate: CandidateState;
+}
+
+/**
+ * Leases the oldest queued candidate to a runner. A runner that asks again while holding a live lease
+ * gets the same lease back, so a lost response never strands a job.
+ */
+export function grantLease(
+  state: LoopState,
+  input: { runner_id: string; at: string; ttl_ms: number },
+): Outcome<GrantedLease | null> {
+  if (state.halt) return { ok: true, events: [], value: null };
+  const now = Date.parse(input.at);
+  for (const id of state.candidate_order) {
+    const candidate = state.candidates[id];
+    if (candidate?.status === "leased" && candidate.lease?.runner_id === input.runner_id && Date.parse(candidate.lease.expires_at) > now) {
+      return { ok: true, events: [], value: { ...candidate.lease, candidate } };
+    }
+  }
+  const next = state.candidate_order.map((id) => state.candidates[id]).find((c) => c?.status === "queued");
+  if (!next) return { ok: true, events: [], value: null };
+  const lease: LeaseState = {
+    lease_id: `${state.loop_id}-L${state.fencing_counter + 1}`,
+    runner_id: input.runner_id,
+    fencing_token: state.fencing_counter + 1,
+    expires_at: addMs(input.at, input.ttl_ms),
+  };
+  const event: EventDraft = { type: "lease_granted", at: input.at, data: { ...lease, candidate_id: next.candidate_id } };
+  return { ok: true, events: [event], value: { ...lease, candidate: { ...next, status: "leased", lease } } };
+}
+
+function findLease(state: LoopState, leaseId: string): CandidateState | undefined {
+  return Object.values(state.candidates).find((c) => c.lease?.lease_id === leaseId || c.report?.lease_id === leaseId);
+}
+
+/** Extends a live lease (heartbeat). A reclaimed or superseded lease answers `stale_lease`: stop work. */
+export function renewLease(
+  state: LoopState,
+  input: { lease_id: string; fencing_token: number; at: string; ttl_ms: number },
+): Outcome<GrantedLease> {
+  const candidate = findLease(state, input.lease_id);
+  if (!candidate) return refuse("lease_not_found", `no lease ${input.lease_id}`);
+  const lease = candidate.lease;
+  if (candidate.status !== "leased" || !lease || lease.lease_id !== input.lease_id || lease.fencing_token !== input.fencing_token) {
+    return refuse("stale_lease", "the lease was reclaimed or superseded; stop this job");
+  }
+  if (Date.parse(lease.expires_at) <= Date.parse(input.at)) {
+    return refuse("lease_expired", "the lease expired before this heartbeat; stop this job");
+  }
+  const expires_at = addMs(input.at, input.ttl_ms);
+  const event: EventDraft = {
+    type: "lease_renewed",
+    at: input.at,
+    data: { lease_id: lease.lease_id, candidate_id: candidate.candidate_id, expires_at },
+  };
+  return { ok: true, events: [event], value: { ...lease, expires_at, candidate } };
+}
+
+/** Reclaims every lease that expired by `at`; its candidate goes back to the queue. */
+export function expireLeases(state: LoopState, at: string): EventDraft[] {
+  const now = Date.parse(at);
+  return state.candidate_order
+    .map((id) => state.candidates[id])
+    .filter((c): c is CandidateState => c?.status === "leased" && c.lease !== null && Date.parse(c.lease.expires_at) <= now)
+    .map((c) => ({ type: "lease_expired", at, data: { lease_id: c.lease?.lease_id ?? "", candidate_id: c.candidate_id } }));
+}
+
+/** The earliest lease deadline, for the alarm; null when no lease is out. */
+export function nextLeaseDeadline(state: LoopState): string | null {
+  let earliest: string | null = null;
+  for (const candidate of Object.values(state.candidates)) {
+    const expires = candidate.status === "leased" ? candidate.lease?.expires_at : undefined;
+    if (expires && (earliest === null || Date.parse(expires) < Date.parse(earliest))) earliest = expires;
+  }
+  return earliest;
+}
+
+/**
+ * Records a runner's observation and decides the candidate. A retry of the same report returns the
+ * recorded verdict; a report under a reclaimed lease or an old fencing token is refused.
+ */
+export function reportObservation(
+  state: LoopState,
+  input: { lease_id: string; fencing_token: number; observation: Observation; request_hash: string; at: string },
+): Outcome<Verdict> {
+  const candidate = findLease(state, input.lease_id);
+  if (!candidate) return refuse("lease_not_found", `no lease ${input.lease_id}`);
+  if (candidate.report) {
+    const same =
+      candidate.report.lease_id === input.lease_id &&
+      candidate.report.fencing_token === input.fencing_token &&
+      candidate.report.request_hash === input.request_hash;
+    if (same && candidate.verdict) return { ok: true, events: [], value: candidate.verdict };
+    return refuse("already_reported", "this candidate already has a reported observation");
+  }
+  const lease = candidate.lease;
+  if (candidate.status !== "leased" || !lease || lease.lease_id !== input.lease_id || lease.fencing_token !== input.fencing_token) {
+    return refuse("stale_lease", "the lease was reclaimed or superseded; the observation was not recorded");
+  }
+  if (state.halt) return refuse("loop_halted", `the loop has halted (${state.halt.halt_reason})`);
+  const reported: EventDraft = {
+    type: "observation_reported",
+    at: input.at,
+    data: {
+      candidate_id: candidate.candidate_id,
+      lease_id: input.lease_id,
+      fencing_token: input.fencing_token,
+      observation: input.observation,
+      request_hash: input.request_hash,
+    },
+  };
+  const after = applyEvent(state, reported);
+  const decision = decide(after, after.contract, candidate.candidate_id, input.observation, input.at);
+  return { ok: true, events: [reported, ...decision.events], value: decision.verdict };
+}

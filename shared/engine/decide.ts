@@ -1,0 +1,103 @@
+import type { Contract } from "../wire/contract.js";
+import type { Observation } from "../wire/observation.js";
+import type { EventDraft, Halt, Verdict } from "./events.js";
+import { exitCodeFor, type HaltReason } from "./halt-reasons.js";
+import { applyEvent, testSetsOf, type LoopState } from "./state.js";
+
+function halt(reason: HaltReason, detail: string, extra: { still_improving?: boolean } = {}): Halt {
+  return { halt_reason: reason, exit_class: exitCodeFor(reason), detail, ...extra };
+}
+
+/**
+ * The check_fixpoint ratchet (DESIGN §6.1): promote only when every test that passed in the best-so-far
+ * still passes and the failing set strictly shrinks.
+ */
+function decideCheckFixpoint(state: LoopState, candidateId: string, observation: Observation): Verdict {
+  const { passing, failing } = testSetsOf(observation);
+  const nowPassing = new Set(passing);
+  const regressed = state.best.passing.filter((id) => !nowPassing.has(id));
+  const before = state.best.failing.length;
+  const base = { candidate_id: candidateId, failing_before: before, failing_after: failing.length, regressed };
+  if (regressed.length > 0) {
+    const shown = regressed.slice(0, 5).join(", ") + (regressed.length > 5 ? ` and ${regressed.length - 5} more` : "");
+    return { ...base, decision: "rejected", reason: "regressed", detail: `broke ${regressed.length} passing test(s): ${shown}` };
+  }
+  if (failing.length < before) {
+    return { ...base, decision: "promoted", reason: "fewer_failures", detail: `failing tests ${before} → ${failing.length}` };
+  }
+  return { ...base, decision: "rejected", reason: "no_improvement", detail: `failing tests ${before} → ${failing.length}, not fewer` };
+}
+
+/**
+ * `decide(state, contract, observation) → { verdict, events }` (DESIGN §6): the verdict on one evaluated
+ * candidate, and the events that record it (the verdict, then a halt when one follows).
+ */
+export function decide(
+  state: LoopState,
+  contract: Contract,
+  candidateId: string,
+  observation: Observation,
+  at: string,
+): { verdict: Verdict; events: EventDraft[] } {
+  if (contract.mode !== "check_fixpoint") {
+    // createLoop refuses other modes, so reaching this is a corrupt or foreign log.
+    throw new Error(`mode ${contract.mode} is not implemented by this engine`);
+  }
+  const verdict = decideCheckFixpoint(state, candidateId, observation);
+  return { verdict, events: withHalt(state, { type: "verdict", at, data: verdict }) };
+}
+
+/** The verdict on a candidate that was decided without an evaluation (agent failure, empty change). */
+export function decideUnevaluated(
+  state: LoopState,
+  candidateId: string,
+  reason: "agent_failed" | "no_change",
+  detail: string,
+  at: string,
+): { verdict: Verdict; events: EventDraft[] } {
+  const verdict: Verdict = {
+    candidate_id: candidateId,
+    decision: "rejected",
+    reason,
+    detail,
+    failing_before: state.best.failing.length,
+    failing_after: null,
+    regressed: [],
+  };
+  return { verdict, events: withHalt(state, { type: "verdict", at, data: verdict }) };
+}
+
+/** Consecutive agent failures that halt the loop with `execution_failure`. */
+export const MAX_CONSECUTIVE_AGENT_FAILURES = 3;
+
+/** The halt, if any, that follows a state (DESIGN §6.2, §7). Success is checked after the guards. */
+export function haltAfter(state: LoopState): Halt | null {
+  const { contract } = state;
+  if (state.best.failing.length === 0) {
+    return halt("success_condition_met", state.iterations === 0 ? "the baseline already passes every gate" : "every gate passes");
+  }
+  if (state.consecutive_agent_failures >= MAX_CONSECUTIVE_AGENT_FAILURES) {
+    return halt("execution_failure", `the agent command failed ${state.consecutive_agent_failures} times in a row`);
+  }
+  const sincePromotion = state.iterations - state.last_promotion_iteration;
+  if (sincePromotion >= contract.stop.no_progress) {
+    return halt("no_progress_detected", `${sincePromotion} iterations without a promotion`);
+  }
+  if (state.iterations >= contract.stop.max_iterations) {
+    const stillImproving = state.last_promotion_iteration > 0 && sincePromotion < contract.stop.no_progress;
+    return halt(
+      "max_iterations_reached",
+      stillImproving
+        ? `reached ${contract.stop.max_iterations} iterations while still improving: raise the limit`
+        : `reached ${contract.stop.max_iterations} iterations without improving: do not retry as is`,
+      { still_improving: stillImproving },
+    );
+  }
+  return null;
+}
+
+function withHalt(state: LoopState, verdictEvent: EventDraft): EventDraft[] {
+  const after = applyEvent(state, verdictEvent);
+  const computed = haltAfter(after);
+  return computed ? [verdictEvent, { type: "halted", at: verdictEvent.at, data: computed }] : [verdictEvent];
+}

@@ -1,0 +1,132 @@
+import { z } from "zod";
+import { Contract } from "../wire/contract.js";
+import { GitCommit, Observation, Sha256 } from "../wire/observation.js";
+import { HALT_REASONS } from "./halt-reasons.js";
+
+// One zod schema per event type; `data` is the part the engine reads. Adding a type later is adding a
+// member to the union and a case to `applyEvent`, never changing an existing one: old logs must fold.
+
+/** The immutable baseline (t0) as recorded at creation (DESIGN §2). */
+export const Baseline = z.strictObject({ commit: GitCommit, observation: Observation });
+export type Baseline = z.infer<typeof Baseline>;
+
+/** Who proposed a candidate and how that run went. */
+export const Proposer = z.strictObject({
+  kind: z.literal("command"),
+  command: z.string().max(4_000),
+});
+
+/** How the agent run that produced a candidate ended (observed by the runner). */
+export const AgentRun = z.strictObject({
+  exit_code: z.number().int().nullable(),
+  timed_out: z.boolean(),
+  duration_ms: z.number().min(0),
+});
+export type AgentRun = z.infer<typeof AgentRun>;
+
+/** A verdict on one candidate (DESIGN §2). */
+export const Verdict = z.strictObject({
+  candidate_id: z.string(),
+  decision: z.enum(["promoted", "rejected"]),
+  reason: z.enum(["fewer_failures", "no_improvement", "regressed", "agent_failed", "no_change"]),
+  detail: z.string(),
+  failing_before: z.number().int().min(0),
+  failing_after: z.number().int().min(0).nullable(),
+  regressed: z.array(z.string()),
+});
+export type Verdict = z.infer<typeof Verdict>;
+
+/** A computed halt (DESIGN §7). */
+export const Halt = z.strictObject({
+  halt_reason: z.enum(HALT_REASONS),
+  exit_class: z.number().int(),
+  detail: z.string(),
+  still_improving: z.boolean().optional(),
+});
+export type Halt = z.infer<typeof Halt>;
+
+const at = z.iso.datetime();
+
+const LoopCreated = z.strictObject({
+  type: z.literal("loop_created"),
+  at,
+  data: z.strictObject({ loop_id: z.string(), contract: Contract, contract_hash: Sha256, t0: Baseline }),
+});
+const CandidateProposed = z.strictObject({
+  type: z.literal("candidate_proposed"),
+  at,
+  data: z.strictObject({
+    candidate_id: z.string(),
+    parent: z.string(),
+    commit: GitCommit,
+    diff_sha256: Sha256,
+    empty: z.boolean(),
+    proposer: Proposer,
+    agent: AgentRun,
+    idempotency_key: z.string(),
+    request_hash: Sha256,
+  }),
+});
+const LeaseGranted = z.strictObject({
+  type: z.literal("lease_granted"),
+  at,
+  data: z.strictObject({
+    lease_id: z.string(),
+    candidate_id: z.string(),
+    runner_id: z.string(),
+    fencing_token: z.number().int().min(1),
+    expires_at: at,
+  }),
+});
+const LeaseRenewed = z.strictObject({
+  type: z.literal("lease_renewed"),
+  at,
+  data: z.strictObject({ lease_id: z.string(), candidate_id: z.string(), expires_at: at }),
+});
+const LeaseExpired = z.strictObject({
+  type: z.literal("lease_expired"),
+  at,
+  data: z.strictObject({ lease_id: z.string(), candidate_id: z.string() }),
+});
+const ObservationReported = z.strictObject({
+  type: z.literal("observation_reported"),
+  at,
+  data: z.strictObject({
+    candidate_id: z.string(),
+    lease_id: z.string(),
+    fencing_token: z.number().int().min(1),
+    observation: Observation,
+    request_hash: Sha256,
+  }),
+});
+const VerdictIssued = z.strictObject({ type: z.literal("verdict"), at, data: Verdict });
+const Halted = z.strictObject({ type: z.literal("halted"), at, data: Halt });
+
+/** The body of an event before it is sealed into the chain. */
+export const EventDraft = z.discriminatedUnion("type", [
+  LoopCreated,
+  CandidateProposed,
+  LeaseGranted,
+  LeaseRenewed,
+  LeaseExpired,
+  ObservationReported,
+  VerdictIssued,
+  Halted,
+]);
+export type EventDraft = z.infer<typeof EventDraft>;
+export type EventType = EventDraft["type"];
+
+const sealed = { seq: z.number().int().min(1), prev: z.union([Sha256, z.literal("")]), hash: Sha256 };
+
+/** A sealed event: a draft with its place in the hash chain (DESIGN §9). */
+export const LoopEvent = z.discriminatedUnion("type", [
+  LoopCreated.extend(sealed),
+  CandidateProposed.extend(sealed),
+  LeaseGranted.extend(sealed),
+  LeaseRenewed.extend(sealed),
+  LeaseExpired.extend(sealed),
+  ObservationReported.extend(sealed),
+  VerdictIssued.extend(sealed),
+  Halted.extend(sealed),
+]);
+export type LoopEvent = z.infer<typeof LoopEvent>;

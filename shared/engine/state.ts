@@ -1,0 +1,204 @@
+import type { Contract } from "../wire/contract.js";
+import type { Observation } from "../wire/observation.js";
+import type { AgentRun, EventDraft, Halt, Verdict } from "./events.js";
+
+/** Where a candidate is in its life: waiting for a runner, being evaluated, or decided. */
+export type CandidateStatus = "queued" | "leased" | "promoted" | "rejected";
+
+/** A runner's current claim on a candidate's evaluation. */
+export interface LeaseState {
+  lease_id: string;
+  runner_id: string;
+  fencing_token: number;
+  expires_at: string;
+}
+
+/** Everything the engine knows about one candidate. */
+export interface CandidateState {
+  candidate_id: string;
+  parent: string;
+  commit: string;
+  empty: boolean;
+  agent: AgentRun;
+  idempotency_key: string;
+  request_hash: string;
+  proposed_at: string;
+  status: CandidateStatus;
+  lease: LeaseState | null;
+  report: {
+    lease_id: string;
+    fencing_token: number;
+    request_hash: string;
+    tests: TestSets;
+    /** sha256 digests of the gate logs stored in R2. */
+    logs: string[];
+  } | null;
+  verdict: Verdict | null;
+}
+
+/** Passing and failing test ids, each sorted and unique. */
+export interface TestSets {
+  passing: string[];
+  failing: string[];
+}
+
+/** The best-so-far: t0 until the first promotion. */
+export interface BestState extends TestSets {
+  candidate_id: string;
+  commit: string;
+}
+
+/** A loop's state: always `foldEvents(events)`, never edited directly. */
+export interface LoopState {
+  loop_id: string;
+  contract: Contract;
+  contract_hash: string;
+  created_at: string;
+  t0: BestState;
+  best: BestState;
+  candidates: Record<string, CandidateState>;
+  candidate_order: string[];
+  idempotency: Record<string, string>;
+  /** Candidates with a final verdict: one iteration is one agent run and the verdict on its candidate. */
+  iterations: number;
+  /** The iteration of the last promotion; 0 when nothing was promoted. */
+  last_promotion_iteration: number;
+  consecutive_agent_failures: number;
+  fencing_counter: number;
+  halt: Halt | null;
+  halted_at: string | null;
+}
+
+/** Sorted, de-duplicated copies of an observation's test sets. */
+export function testSetsOf(observation: Observation): TestSets {
+  return {
+    passing: [...new Set(observation.tests.passing)].sort(),
+    failing: [...new Set(observation.tests.failing)].sort(),
+  };
+}
+
+/** The id the baseline carries wherever a candidate id is expected (e.g. as a parent). */
+export const BASELINE_ID = "t0";
+
+function updateCandidate(state: LoopState, id: string, change: Partial<CandidateState>): LoopState {
+  const candidate = state.candidates[id];
+  if (!candidate) throw new Error(`event refers to unknown candidate ${id}`);
+  return { ...state, candidates: { ...state.candidates, [id]: { ...candidate, ...change } } };
+}
+
+/**
+ * Applies one event to a state. Total over well-formed logs; throws only on a log that breaks the
+ * engine's own invariants (an event before `loop_created`, an unknown candidate), which is corruption.
+ */
+export function applyEvent(state: LoopState | null, event: EventDraft): LoopState {
+  if (event.type === "loop_created") {
+    if (state) throw new Error("loop_created may only be the first event");
+    const { data } = event;
+    const t0 = { candidate_id: BASELINE_ID, commit: data.t0.commit, ...testSetsOf(data.t0.observation) };
+    return {
+      loop_id: data.loop_id,
+      contract: data.contract,
+      contract_hash: data.contract_hash,
+      created_at: event.at,
+      t0,
+      best: t0,
+      candidates: {},
+      candidate_order: [],
+      idempotency: {},
+      iterations: 0,
+      last_promotion_iteration: 0,
+      consecutive_agent_failures: 0,
+      fencing_counter: 0,
+      halt: null,
+      halted_at: null,
+    };
+  }
+  if (!state) throw new Error(`${event.type} before loop_created`);
+
+  switch (event.type) {
+    case "candidate_proposed": {
+      const { data } = event;
+      const candidate: CandidateState = {
+        candidate_id: data.candidate_id,
+        parent: data.parent,
+        commit: data.commit,
+        empty: data.empty,
+        agent: data.agent,
+        idempotency_key: data.idempotency_key,
+        request_hash: data.request_hash,
+        proposed_at: event.at,
+        status: "queued",
+        lease: null,
+        report: null,
+        verdict: null,
+      };
+      return {
+        ...state,
+        candidates: { ...state.candidates, [data.candidate_id]: candidate },
+        candidate_order: [...state.candidate_order, data.candidate_id],
+        idempotency: { ...state.idempotency, [data.idempotency_key]: data.candidate_id },
+      };
+    }
+    case "lease_granted": {
+      const { data } = event;
+      const lease = {
+        lease_id: data.lease_id,
+        runner_id: data.runner_id,
+        fencing_token: data.fencing_token,
+        expires_at: data.expires_at,
+      };
+      return {
+        ...updateCandidate(state, data.candidate_id, { status: "leased", lease }),
+        fencing_counter: Math.max(state.fencing_counter, data.fencing_token),
+      };
+    }
+    case "lease_renewed": {
+      const candidate = state.candidates[event.data.candidate_id];
+      if (!candidate?.lease) throw new Error(`lease_renewed for a candidate without a lease`);
+      return updateCandidate(state, candidate.candidate_id, {
+        lease: { ...candidate.lease, expires_at: event.data.expires_at },
+      });
+    }
+    case "lease_expired":
+      return updateCandidate(state, event.data.candidate_id, { status: "queued", lease: null });
+    case "observation_reported": {
+      const { data } = event;
+      return updateCandidate(state, data.candidate_id, {
+        report: {
+          lease_id: data.lease_id,
+          fencing_token: data.fencing_token,
+          request_hash: data.request_hash,
+          tests: testSetsOf(data.observation),
+          logs: data.observation.gates.flatMap((gate) => (gate.log ? [gate.log.sha256] : [])),
+        },
+      });
+    }
+    case "verdict": {
+      const verdict = event.data;
+      const candidate = state.candidates[verdict.candidate_id];
+      if (!candidate) throw new Error(`verdict for unknown candidate ${verdict.candidate_id}`);
+      const iterations = state.iterations + 1;
+      const next = updateCandidate(
+        { ...state, iterations },
+        verdict.candidate_id,
+        { status: verdict.decision, verdict, lease: null },
+      );
+      next.consecutive_agent_failures = verdict.reason === "agent_failed" ? state.consecutive_agent_failures + 1 : 0;
+      if (verdict.decision === "promoted") {
+        const tests = candidate.report?.tests ?? { passing: [], failing: [] };
+        next.best = { candidate_id: candidate.candidate_id, commit: candidate.commit, ...tests };
+        next.last_promotion_iteration = iterations;
+      }
+      return next;
+    }
+    case "halted":
+      return { ...state, halt: event.data, halted_at: event.at };
+  }
+}
+
+/** `fold(events) → state` (DESIGN §6). Null for an empty log. */
+export function foldEvents(events: readonly EventDraft[]): LoopState | null {
+  let state: LoopState | null = null;
+  for (const event of events) state = applyEvent(state, event);
+  return state;
+}

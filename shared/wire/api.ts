@@ -1,0 +1,154 @@
+import { z } from "zod";
+import { AgentRun, Baseline, Halt, Proposer, Verdict } from "../engine/events.js";
+import { Contract } from "./contract.js";
+import { GitCommit, Observation, Sha256 } from "./observation.js";
+
+// One schema per message of DESIGN §8. The worker validates requests with these; the runner parses
+// every response with them.
+
+/** The JSON error envelope of every 4xx/5xx answer. */
+export const ErrorBody = z.object({
+  error: z.object({
+    code: z.string(),
+    message: z.string(),
+    issues: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+  }),
+});
+export type ErrorBody = z.infer<typeof ErrorBody>;
+
+/** Loop ids: `lp_` and 24 hex digits. */
+export const LoopId = z.string().regex(/^lp_[0-9a-f]{24}$/, "is not a loop id");
+
+/** Idempotency keys chosen by clients. */
+export const IdempotencyKey = z.string().regex(/^[A-Za-z0-9_.:-]{8,200}$/, "use 8-200 letters, digits or _.:-");
+
+/** `POST /v1/loops`. */
+export const CreateLoopRequest = z.strictObject({
+  idempotency_key: IdempotencyKey,
+  contract: Contract,
+  t0: Baseline,
+});
+export type CreateLoopRequest = z.infer<typeof CreateLoopRequest>;
+
+/** A loop's state summary, as `GET /v1/loops/:id` answers it. */
+export const LoopSummary = z.object({
+  loop_id: LoopId,
+  name: z.string(),
+  mode: z.string(),
+  status: z.enum(["running", "halted"]),
+  contract_hash: Sha256,
+  created_at: z.string(),
+  iteration: z.number().int(),
+  max_iterations: z.number().int(),
+  t0: z.object({ commit: GitCommit, failing: z.number().int() }),
+  best: z.object({ candidate_id: z.string(), commit: GitCommit, failing: z.number().int() }),
+  halt: Halt.nullable(),
+  head: z.object({ seq: z.number().int(), hash: Sha256 }),
+});
+export type LoopSummary = z.infer<typeof LoopSummary>;
+
+/** `POST /v1/loops` answer: the loop, and whether this request created it (false on an idempotent retry). */
+export const CreateLoopResponse = z.object({ loop: LoopSummary, created: z.boolean() });
+export type CreateLoopResponse = z.infer<typeof CreateLoopResponse>;
+
+/** `GET /v1/loops` answer, newest first. */
+export const LoopList = z.object({
+  loops: z.array(
+    z.object({
+      loop_id: LoopId,
+      name: z.string(),
+      mode: z.string(),
+      status: z.string(),
+      iteration: z.number().int(),
+      halt_reason: z.string().nullable(),
+      created_at: z.string(),
+      updated_at: z.string(),
+    }),
+  ),
+  next_cursor: z.string().nullable(),
+});
+export type LoopList = z.infer<typeof LoopList>;
+
+/** `POST /v1/loops/:id/candidates`. */
+export const ProposeCandidateRequest = z.strictObject({
+  idempotency_key: IdempotencyKey,
+  commit: GitCommit,
+  diff_sha256: Sha256,
+  empty: z.boolean(),
+  proposer: Proposer,
+  agent: AgentRun,
+});
+export type ProposeCandidateRequest = z.infer<typeof ProposeCandidateRequest>;
+
+/** A candidate as the API shows it. */
+export const CandidateView = z.object({
+  candidate_id: z.string(),
+  parent: z.string(),
+  commit: GitCommit,
+  status: z.enum(["queued", "leased", "promoted", "rejected"]),
+  verdict: Verdict.nullable(),
+});
+export type CandidateView = z.infer<typeof CandidateView>;
+
+/** `POST /v1/loops/:id/candidates` answer; `verdict` is set when it was decided without evaluation. */
+export const ProposeCandidateResponse = z.object({
+  candidate: CandidateView,
+  replayed: z.boolean(),
+  loop: LoopSummary,
+});
+export type ProposeCandidateResponse = z.infer<typeof ProposeCandidateResponse>;
+
+/** `POST /v1/loops/:id/leases`. */
+export const LeaseRequest = z.strictObject({
+  runner_id: z.string().regex(/^[A-Za-z0-9_.:-]{1,100}$/, "use 1-100 letters, digits or _.:-"),
+});
+export type LeaseRequest = z.infer<typeof LeaseRequest>;
+
+/** A lease on one job (DESIGN §2). The job names a candidate and the contract hash, never a command (invariant 4). */
+export const Lease = z.object({
+  lease_id: z.string(),
+  loop_id: LoopId,
+  fencing_token: z.number().int().min(1),
+  expires_at: z.string(),
+  ttl_ms: z.number().int(),
+  job: z.object({
+    kind: z.literal("evaluate"),
+    candidate_id: z.string(),
+    commit: GitCommit,
+    contract_hash: Sha256,
+  }),
+});
+export type Lease = z.infer<typeof Lease>;
+
+/** `POST /v1/leases/:leaseId/heartbeat`. */
+export const HeartbeatRequest = z.strictObject({ fencing_token: z.number().int().min(1) });
+export type HeartbeatRequest = z.infer<typeof HeartbeatRequest>;
+
+/** `POST /v1/leases/:leaseId/report`. */
+export const ReportRequest = z.strictObject({
+  fencing_token: z.number().int().min(1),
+  observation: Observation,
+});
+export type ReportRequest = z.infer<typeof ReportRequest>;
+
+/** `POST /v1/leases/:leaseId/report` answer. */
+export const ReportResponse = z.object({ verdict: Verdict, loop: LoopSummary });
+export type ReportResponse = z.infer<typeof ReportResponse>;
+
+/** `POST /v1/loops/:id/artifacts`: the intent to upload one content-addressed file. */
+export const ArtifactIntent = z.strictObject({
+  sha256: Sha256,
+  size: z.number().int().min(0),
+  content_type: z.string().min(1).max(100),
+});
+export type ArtifactIntent = z.infer<typeof ArtifactIntent>;
+
+/** The answer to an upload intent: already stored, or where to PUT the bytes. */
+export const ArtifactIntentResponse = z.discriminatedUnion("status", [
+  z.object({ status: z.literal("exists") }),
+  z.object({ status: z.literal("upload"), method: z.literal("PUT"), url: z.string() }),
+]);
+export type ArtifactIntentResponse = z.infer<typeof ArtifactIntentResponse>;
+
+/** `GET /healthz`. */
+export const Health = z.object({ ok: z.literal(true), version: z.string() });

@@ -1,0 +1,52 @@
+import { z } from "zod";
+
+/** A lower-case hex SHA-256 digest. */
+export const Sha256 = z.string().regex(/^[0-9a-f]{64}$/, "must be a lower-case hex sha256");
+
+/** A full git commit id (SHA-1 or SHA-256 object format). */
+export const GitCommit = z.string().regex(/^([0-9a-f]{40}|[0-9a-f]{64})$/, "must be a full git commit id");
+
+/** A content-addressed artifact in R2 (DESIGN §10), as referenced from observations. */
+export const ArtifactRef = z.strictObject({
+  sha256: Sha256,
+  size: z.number().int().min(0),
+  name: z.string().min(1).max(200),
+  content_type: z.string().min(1).max(100),
+});
+export type ArtifactRef = z.infer<typeof ArtifactRef>;
+
+/** What one gate did: exit code (null when killed by a signal), timing and its captured log. */
+export const GateResult = z.strictObject({
+  name: z.string().min(1).max(64),
+  exit_code: z.number().int().nullable(),
+  signal: z.string().max(16).nullable(),
+  timed_out: z.boolean(),
+  duration_ms: z.number().min(0),
+  log: ArtifactRef.nullable(),
+});
+export type GateResult = z.infer<typeof GateResult>;
+
+/** A test identifier (JUnit classname + name, or `gate:<name>` when a gate is its own one test). */
+export const TestId = z.string().min(1).max(1_000);
+
+/**
+ * An observation: what a runner measured on one commit (DESIGN §2). Never a decision (invariant 1).
+ */
+export const Observation = z
+  .strictObject({
+    gates: z.array(GateResult).min(1).max(32),
+    tests: z.strictObject({
+      passing: z.array(TestId).max(100_000),
+      failing: z.array(TestId).max(100_000),
+    }),
+  })
+  .superRefine((observation, ctx) => {
+    const passing = new Set(observation.tests.passing);
+    for (const id of observation.tests.failing) {
+      if (passing.has(id)) {
+        ctx.addIssue({ code: "custom", path: ["tests", "failing"], message: `test "${id}" is both passing and failing` });
+        return;
+      }
+    }
+  });
+export type Observation = z.infer<typeof Observation>;

@@ -1,0 +1,103 @@
+import { sql } from "drizzle-orm";
+import { drizzle } from "drizzle-orm/d1";
+import type { BatchItem } from "drizzle-orm/batch";
+import type { LoopEvent, LoopState } from "../../../shared/engine/index.js";
+import { candidates, eventsIndex, loops, type CandidateRow, type EventIndexRow, type LoopRow } from "./schema.js";
+
+/** One row for the D1 projection, queued in the LoopObject's outbox in the decision's transaction. */
+export type OutboxItem =
+  | { kind: "loop"; row: LoopRow }
+  | { kind: "candidate"; row: CandidateRow }
+  | { kind: "event"; row: EventIndexRow };
+
+function candidateIdOf(event: LoopEvent): string | null {
+  return "candidate_id" in event.data ? event.data.candidate_id : null;
+}
+
+/** The projection rows that a batch of newly appended events changes, read from the state after them. */
+export function outboxItemsFor(state: LoopState, events: readonly LoopEvent[]): OutboxItem[] {
+  const last = events.at(-1);
+  if (!last) return [];
+  const items: OutboxItem[] = events.map((event) => ({
+    kind: "event",
+    row: { loopId: state.loop_id, seq: event.seq, type: event.type, at: event.at, hash: event.hash, candidateId: candidateIdOf(event) },
+  }));
+  const touched = new Set(events.map(candidateIdOf).filter((id): id is string => id !== null));
+  for (const id of touched) {
+    const candidate = state.candidates[id];
+    if (!candidate) continue;
+    items.push({
+      kind: "candidate",
+      row: {
+        loopId: state.loop_id,
+        id,
+        parent: candidate.parent,
+        commit: candidate.commit,
+        status: candidate.status,
+        reason: candidate.verdict?.reason ?? null,
+        detail: candidate.verdict?.detail ?? null,
+        logDigests: JSON.stringify(candidate.report?.logs ?? []),
+        proposedAt: candidate.proposed_at,
+        updatedSeq: last.seq,
+      },
+    });
+  }
+  items.push({
+    kind: "loop",
+    row: {
+      id: state.loop_id,
+      name: state.contract.name,
+      mode: state.contract.mode,
+      status: state.halt ? "halted" : "running",
+      contractHash: state.contract_hash,
+      iteration: state.iterations,
+      bestCandidateId: state.best.candidate_id,
+      bestCommit: state.best.commit,
+      haltReason: state.halt?.halt_reason ?? null,
+      exitClass: state.halt?.exit_class ?? null,
+      headSeq: last.seq,
+      headHash: last.hash,
+      createdAt: state.created_at,
+      updatedAt: last.at,
+      updatedSeq: last.seq,
+    },
+  });
+  return items;
+}
+
+/**
+ * Writes outbox items to D1 in one batch. Upserts keyed by primary key, and a row only replaces one
+ * from an older event sequence, so delivering the same items twice (an alarm retried after D1 took the
+ * batch but before the outbox was cleared) changes nothing.
+ */
+export async function writeProjection(database: D1Database, items: readonly OutboxItem[]): Promise<void> {
+  if (items.length === 0) return;
+  const db = drizzle(database);
+  const statements: BatchItem<"sqlite">[] = items.map((item) => {
+    switch (item.kind) {
+      case "event":
+        return db.insert(eventsIndex).values(item.row).onConflictDoNothing();
+      case "candidate": {
+        const { loopId: _loopId, id: _id, ...changes } = item.row;
+        return db
+          .insert(candidates)
+          .values(item.row)
+          .onConflictDoUpdate({
+            target: [candidates.loopId, candidates.id],
+            set: changes,
+            setWhere: sql`excluded.updated_seq >= ${candidates.updatedSeq}`,
+          });
+      }
+      case "loop": {
+        const { id: _id, ...changes } = item.row;
+        return db
+          .insert(loops)
+          .values(item.row)
+          .onConflictDoUpdate({ target: loops.id, set: changes, setWhere: sql`excluded.updated_seq >= ${loops.updatedSeq}` });
+      }
+    }
+  });
+  const [first, ...rest] = statements;
+  if (!first) return;
+  await db.batch([first, ...rest]);
+}

@@ -1,0 +1,64 @@
+import { index, integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
+
+// The D1 projection: a queryable copy of what the LoopObjects decided, written only by their alarms
+// from the outbox. It is never read to make a decision. Every row carries `updated_seq`, the event
+// sequence it reflects, so a re-delivered older row can never overwrite a newer one.
+
+/** One row per loop. */
+export const loops = sqliteTable(
+  "loops",
+  {
+    id: text("id").primaryKey(),
+    name: text("name").notNull(),
+    mode: text("mode").notNull(),
+    status: text("status").notNull(),
+    contractHash: text("contract_hash").notNull(),
+    iteration: integer("iteration").notNull(),
+    bestCandidateId: text("best_candidate_id").notNull(),
+    bestCommit: text("best_commit").notNull(),
+    haltReason: text("halt_reason"),
+    exitClass: integer("exit_class"),
+    headSeq: integer("head_seq").notNull(),
+    headHash: text("head_hash").notNull(),
+    createdAt: text("created_at").notNull(),
+    updatedAt: text("updated_at").notNull(),
+    updatedSeq: integer("updated_seq").notNull(),
+  },
+  (table) => [index("loops_created_at").on(table.createdAt, table.id)],
+);
+
+/** One row per candidate. */
+export const candidates = sqliteTable(
+  "candidates",
+  {
+    loopId: text("loop_id").notNull(),
+    id: text("id").notNull(),
+    parent: text("parent").notNull(),
+    commit: text("commit_sha").notNull(),
+    status: text("status").notNull(),
+    reason: text("reason"),
+    detail: text("detail"),
+    logDigests: text("log_digests").notNull(),
+    proposedAt: text("proposed_at").notNull(),
+    updatedSeq: integer("updated_seq").notNull(),
+  },
+  (table) => [primaryKey({ columns: [table.loopId, table.id] })],
+);
+
+/** An index of every event: type, time and hash, for queries across loops (the log itself lives in the LoopObject). */
+export const eventsIndex = sqliteTable(
+  "events_index",
+  {
+    loopId: text("loop_id").notNull(),
+    seq: integer("seq").notNull(),
+    type: text("type").notNull(),
+    at: text("at").notNull(),
+    hash: text("hash").notNull(),
+    candidateId: text("candidate_id"),
+  },
+  (table) => [primaryKey({ columns: [table.loopId, table.seq] }), index("events_by_type").on(table.type, table.at)],
+);
+
+export type LoopRow = typeof loops.$inferInsert;
+export type CandidateRow = typeof candidates.$inferInsert;
+export type EventIndexRow = typeof eventsIndex.$inferInsert;

@@ -1,0 +1,57 @@
+import type { Context } from "hono";
+import { HTTPException } from "hono/http-exception";
+import type { ContentfulStatusCode } from "hono/utils/http-status";
+import type { ZodError } from "zod";
+import type { ErrorBody } from "../../shared/wire/api.js";
+
+/** A 4xx with a stable machine-readable code, answered as the JSON error envelope (DESIGN §8). */
+export class ApiError extends HTTPException {
+  constructor(
+    status: ContentfulStatusCode,
+    readonly code: string,
+    message: string,
+    readonly issues?: ErrorBody["error"]["issues"],
+  ) {
+    super(status, { message });
+  }
+}
+
+/** Turns zod issues into `{ path, message }` pairs with dotted paths (`gates.1.timeout`). */
+export function issuesOf(error: ZodError): NonNullable<ErrorBody["error"]["issues"]> {
+  return error.issues.map((issue) => ({
+    path: issue.path.map(String).join(".") || "(body)",
+    message: issue.message,
+  }));
+}
+
+/** HTTP status of each expected refusal the LoopObject returns. */
+const REFUSAL_STATUS: Record<string, ContentfulStatusCode> = {
+  not_found: 404,
+  lease_not_found: 404,
+  mode_unsupported: 422,
+  idempotency_conflict: 422,
+  loop_halted: 409,
+  stale_lease: 409,
+  lease_expired: 409,
+  already_reported: 409,
+};
+
+/** The ApiError for a refusal returned by the LoopObject. */
+export function refusalError(refusal: { code: string; message: string }): ApiError {
+  return new ApiError(REFUSAL_STATUS[refusal.code] ?? 409, refusal.code, refusal.message);
+}
+
+function envelope(code: string, message: string, issues?: ErrorBody["error"]["issues"]): ErrorBody {
+  return { error: issues ? { code, message, issues } : { code, message } };
+}
+
+/** `app.onError`: domain errors become the envelope; anything else is logged and answered as a generic 500. */
+export function handleError(error: Error, c: Context): Response {
+  if (error instanceof ApiError) return c.json(envelope(error.code, error.message, error.issues), error.status);
+  if (error instanceof HTTPException) {
+    const code = error.status === 413 ? "body_too_large" : "http_error";
+    return c.json(envelope(code, error.message || "request refused"), error.status);
+  }
+  console.error("loopwarden: unhandled error", error);
+  return c.json(envelope("internal_error", "internal error"), 500);
+}

@@ -1,0 +1,19 @@
+// Versioned schema migrations of the LoopObject's own SQLite, applied in order and recorded in
+// `_schema`. Append new versions; never edit a released one.
+export const LOOP_OBJECT_MIGRATIONS: readonly string[] = [
+  `CREATE TABLE events (
+     seq INTEGER PRIMARY KEY,
+     type TEXT NOT NULL,
+     at TEXT NOT NULL,
+     body TEXT NOT NULL,
+     hash TEXT NOT NULL
+   );
+   CREATE TABLE snapshot (
+     id INTEGER PRIMARY KEY CHECK (id = 1),
+     state TEXT NOT NULL,
+     head_seq INTEGER NOT NULL,
+     head_hash TEXT NOT NULL
+   );
+   CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+   CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, item TEXT NOT NULL);`,
+];

@@ -1,0 +1,277 @@
+import { DurableObject } from "cloudflare:workers";
+import {
+  applyEvent,
+  createLoop,
+  expireLeases,
+  grantLease,
+  nextLeaseDeadline,
+  proposeCandidate,
+  renewLease,
+  reportObservation,
+  sealEvent,
+  type Baseline,
+  type ChainHead,
+  type EngineError,
+  type EventDraft,
+  type LoopEvent,
+  type LoopState,
+  type Proposal,
+  type Verdict,
+} from "../../shared/engine/index.js";
+import type { Contract } from "../../shared/wire/contract.js";
+import type { CandidateView, Lease, LoopSummary } from "../../shared/wire/api.js";
+import type { Observation } from "../../shared/wire/observation.js";
+import { outboxItemsFor, writeProjection, type OutboxItem } from "./db/projection.js";
+import { LOOP_OBJECT_MIGRATIONS } from "./loop-object-schema.js";
+import { summarizeLoop, viewCandidate } from "./loop-view.js";
+
+/** How long a lease lives without a heartbeat. Runners heartbeat at a quarter of it. */
+export const LEASE_TTL_MS = 120_000;
+/** Outbox rows written to D1 per batch. */
+const DRAIN_BATCH = 50;
+/** Delay before the alarm retries a failed drain by re-arming itself (the runtime also retries thrown alarms). */
+const DRAIN_RETRY_MS = 5_000;
+
+/** An expected failure, returned across RPC as a value (custom error classes do not survive RPC). */
+export type Refusal = { ok: false; code: EngineError["code"] | "not_found"; message: string };
+type Answer<T> = ({ ok: true } & T) | Refusal;
+
+const NOT_FOUND: Refusal = { ok: false, code: "not_found", message: "no such loop" };
+
+/**
+ * One loop: its hash-chained event log, its state (a fold over the log) and its outbox to D1. This
+ * class only moves data; every decision is a pure function from shared/engine (DESIGN §3).
+ */
+export class LoopObject extends DurableObject<Env> {
+  private readonly sql: SqlStorage;
+  private state: LoopState | null = null;
+  private head: ChainHead | null = null;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    // Migrations run here only for an object that already has a schema: an object that was merely
+    // addressed (an unknown loop id) must stay empty, so creation applies them instead.
+    void ctx.blockConcurrencyWhile(async () => {
+      if (this.hasSchema()) this.migrate();
+      this.loadSnapshot();
+    });
+  }
+
+  private hasSchema(): boolean {
+    return this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_schema'").toArray().length > 0;
+  }
+
+  private migrate(): void {
+    this.ctx.storage.transactionSync(() => {
+      this.sql.exec("CREATE TABLE IF NOT EXISTS _schema (version INTEGER NOT NULL)");
+      const row = this.sql.exec<{ version: number }>("SELECT MAX(version) AS version FROM _schema").one();
+      for (let version = (row.version ?? 0) + 1; version <= LOOP_OBJECT_MIGRATIONS.length; version++) {
+        this.sql.exec(LOOP_OBJECT_MIGRATIONS[version - 1] ?? "");
+        this.sql.exec("INSERT INTO _schema (version) VALUES (?)", version);
+      }
+    });
+  }
+
+  private loadSnapshot(): void {
+    if (!this.hasSchema()) return;
+    const rows = this.sql
+      .exec<{ state: string; head_seq: number; head_hash: string }>("SELECT state, head_seq, head_hash FROM snapshot WHERE id = 1")
+      .toArray();
+    const row = rows[0];
+    if (!row) return;
+    this.state = JSON.parse(row.state) as LoopState;
+    this.head = { seq: row.head_seq, hash: row.head_hash };
+  }
+
+  /**
+   * Appends events, the new state and the outbox rows in one synchronous transaction (DESIGN §4.5):
+   * either all of them are stored or none is. Memory is updated only after the commit.
+   */
+  private append(drafts: readonly EventDraft[], alsoInTransaction?: () => void): LoopEvent[] {
+    if (drafts.length === 0) return [];
+    let state = this.state;
+    let head = this.head;
+    const sealed: LoopEvent[] = [];
+    this.ctx.storage.transactionSync(() => {
+      alsoInTransaction?.();
+      for (const draft of drafts) {
+        const event = sealEvent(draft, head);
+        state = applyEvent(state, draft);
+        this.sql.exec(
+          "INSERT INTO events (seq, type, at, body, hash) VALUES (?, ?, ?, ?, ?)",
+          event.seq,
+          event.type,
+          event.at,
+          JSON.stringify(event),
+          event.hash,
+        );
+        head = { seq: event.seq, hash: event.hash };
+        sealed.push(event);
+      }
+      if (!state || !head) throw new Error("append produced no state");
+      this.sql.exec(
+        "INSERT INTO snapshot (id, state, head_seq, head_hash) VALUES (1, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET state = excluded.state, head_seq = excluded.head_seq, head_hash = excluded.head_hash",
+        JSON.stringify(state),
+        head.seq,
+        head.hash,
+      );
+      for (const item of outboxItemsFor(state, sealed)) {
+        this.sql.exec("INSERT INTO outbox (item) VALUES (?)", JSON.stringify(item));
+      }
+    });
+    this.state = state;
+    this.head = head;
+    return sealed;
+  }
+
+  /** Sets the alarm to the next thing it must do: drain the outbox now, or reclaim the next lease. */
+  private async scheduleAlarm(retryDrainInMs = 0): Promise<void> {
+    const pending = this.hasSchema() && this.sql.exec("SELECT 1 FROM outbox LIMIT 1").toArray().length > 0;
+    const deadline = this.state ? nextLeaseDeadline(this.state) : null;
+    const candidates = [pending ? Date.now() + retryDrainInMs : null, deadline ? Date.parse(deadline) : null].filter(
+      (time): time is number => time !== null,
+    );
+    if (candidates.length === 0) {
+      await this.ctx.storage.deleteAlarm();
+      return;
+    }
+    await this.ctx.storage.setAlarm(Math.min(...candidates));
+  }
+
+  private summary(): LoopSummary {
+    if (!this.state || !this.head) throw new Error("summary of a loop that does not exist");
+    return summarizeLoop(this.state, this.head);
+  }
+
+  /** Creates the loop, or returns it unchanged when the same creation request is retried. */
+  async create(input: {
+    loop_id: string;
+    request_hash: string;
+    contract: Contract;
+    contract_hash: string;
+    t0: Baseline;
+  }): Promise<Answer<{ created: boolean; loop: LoopSummary }>> {
+    if (this.state) {
+      const stored = this.sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = 'create_request'").toArray()[0];
+      if (stored?.value !== input.request_hash) {
+        return { ok: false, code: "idempotency_conflict", message: "this idempotency key created a loop from a different request" };
+      }
+      return { ok: true, created: false, loop: this.summary() };
+    }
+    const outcome = createLoop({ ...input, at: new Date().toISOString() });
+    if (!outcome.ok) return { ok: false, ...outcome.error };
+    this.migrate();
+    this.append(outcome.events, () => {
+      this.sql.exec("INSERT INTO meta (key, value) VALUES ('create_request', ?)", input.request_hash);
+    });
+    await this.scheduleAlarm();
+    return { ok: true, created: true, loop: this.summary() };
+  }
+
+  /** The loop's summary. */
+  async get(): Promise<Answer<{ loop: LoopSummary }>> {
+    if (!this.state) return NOT_FOUND;
+    return { ok: true, loop: this.summary() };
+  }
+
+  /** Registers a candidate (idempotent by key). */
+  async propose(input: { proposal: Proposal; request_hash: string }): Promise<
+    Answer<{ candidate: CandidateView; replayed: boolean; loop: LoopSummary }>
+  > {
+    const state = this.state;
+    if (!state) return NOT_FOUND;
+    const outcome = proposeCandidate(state, input.proposal, { request_hash: input.request_hash, at: new Date().toISOString() });
+    if (!outcome.ok) return { ok: false, ...outcome.error };
+    this.append(outcome.events);
+    await this.scheduleAlarm();
+    const current = this.state ?? state;
+    return { ok: true, candidate: viewCandidate(current, outcome.value.candidate_id), replayed: outcome.value.replayed, loop: this.summary() };
+  }
+
+  /** Leases the next evaluation job to a runner; `lease: null` when there is none. */
+  async lease(input: { runner_id: string }): Promise<Answer<{ lease: Lease | null }>> {
+    if (!this.state) return NOT_FOUND;
+    const outcome = grantLease(this.state, { runner_id: input.runner_id, at: new Date().toISOString(), ttl_ms: LEASE_TTL_MS });
+    if (!outcome.ok) return { ok: false, ...outcome.error };
+    this.append(outcome.events);
+    await this.scheduleAlarm();
+    const granted = outcome.value;
+    if (!granted) return { ok: true, lease: null };
+    return { ok: true, lease: this.leaseView(granted.lease_id, granted.fencing_token, granted.expires_at, granted.candidate.candidate_id) };
+  }
+
+  private leaseView(leaseId: string, fencingToken: number, expiresAt: string, candidateId: string): Lease {
+    const state = this.state;
+    const candidate = state?.candidates[candidateId];
+    if (!state || !candidate) throw new Error(`lease for unknown candidate ${candidateId}`);
+    return {
+      lease_id: leaseId,
+      loop_id: state.loop_id,
+      fencing_token: fencingToken,
+      expires_at: expiresAt,
+      ttl_ms: LEASE_TTL_MS,
+      job: { kind: "evaluate", candidate_id: candidateId, commit: candidate.commit, contract_hash: state.contract_hash },
+    };
+  }
+
+  /** Extends a lease; refuses a reclaimed or superseded one. */
+  async heartbeat(input: { lease_id: string; fencing_token: number }): Promise<Answer<{ lease: Lease }>> {
+    if (!this.state) return NOT_FOUND;
+    const outcome = renewLease(this.state, { ...input, at: new Date().toISOString(), ttl_ms: LEASE_TTL_MS });
+    if (!outcome.ok) return { ok: false, ...outcome.error };
+    this.append(outcome.events);
+    await this.scheduleAlarm();
+    const renewed = outcome.value;
+    return { ok: true, lease: this.leaseView(renewed.lease_id, renewed.fencing_token, renewed.expires_at, renewed.candidate.candidate_id) };
+  }
+
+  /** Records an observation under a lease and answers the coordinator's verdict. */
+  async report(input: {
+    lease_id: string;
+    fencing_token: number;
+    observation: Observation;
+    request_hash: string;
+  }): Promise<Answer<{ verdict: Verdict; loop: LoopSummary }>> {
+    if (!this.state) return NOT_FOUND;
+    const outcome = reportObservation(this.state, { ...input, at: new Date().toISOString() });
+    if (!outcome.ok) return { ok: false, ...outcome.error };
+    this.append(outcome.events);
+    await this.scheduleAlarm();
+    return { ok: true, verdict: outcome.value, loop: this.summary() };
+  }
+
+  /** Events after `after`, as stored (the exact bytes that were hashed), at most `limit`. */
+  async events(input: { after: number; limit: number }): Promise<Answer<{ events: string[] }>> {
+    if (!this.state) return NOT_FOUND;
+    const rows = this.sql
+      .exec<{ body: string }>("SELECT body FROM events WHERE seq > ? ORDER BY seq LIMIT ?", input.after, input.limit)
+      .toArray();
+    return { ok: true, events: rows.map((row) => row.body) };
+  }
+
+  /** Reclaims expired leases, drains the outbox to D1, then re-arms for whatever is next. */
+  override async alarm(): Promise<void> {
+    if (!this.state) return;
+    this.append(expireLeases(this.state, new Date().toISOString()));
+    let drained = true;
+    try {
+      await this.drainOutbox();
+    } catch (error) {
+      drained = false;
+      console.error("loopwarden: draining the outbox to D1 failed; will retry", error);
+    }
+    await this.scheduleAlarm(drained ? 0 : DRAIN_RETRY_MS);
+  }
+
+  private async drainOutbox(): Promise<void> {
+    for (;;) {
+      const rows = this.sql.exec<{ id: number; item: string }>("SELECT id, item FROM outbox ORDER BY id LIMIT ?", DRAIN_BATCH).toArray();
+      const last = rows.at(-1);
+      if (!last) return;
+      await writeProjection(this.env.DB, rows.map((row) => JSON.parse(row.item) as OutboxItem));
+      this.sql.exec("DELETE FROM outbox WHERE id <= ?", last.id);
+    }
+  }
+}
+

@@ -1,0 +1,45 @@
+import { Hono } from "hono";
+import { canonicalJson } from "../../../shared/canonical-json.js";
+import { sha256Hex } from "../../../shared/hash.js";
+import { HeartbeatRequest, ReportRequest, type ReportResponse } from "../../../shared/wire/api.js";
+import { artifactKey } from "./artifacts.js";
+import { ApiError, refusalError } from "../http-errors.js";
+import { loopIdOfLease, loopStub } from "../loops.js";
+import { readJson } from "../validate.js";
+
+/** Lease routes of DESIGN §8, mounted at `/v1/leases`. */
+export const leaseRoutes = new Hono<{ Bindings: Env }>();
+
+leaseRoutes.post("/:leaseId/heartbeat", async (c) => {
+  const leaseId = c.req.param("leaseId");
+  const stub = loopStub(c.env, loopIdOfLease(leaseId));
+  const body = await readJson(c, HeartbeatRequest);
+  const answer = await stub.heartbeat({ lease_id: leaseId, fencing_token: body.fencing_token });
+  if (!answer.ok) throw refusalError(answer);
+  return c.json(answer.lease);
+});
+
+leaseRoutes.post("/:leaseId/report", async (c) => {
+  const leaseId = c.req.param("leaseId");
+  const loopId = loopIdOfLease(leaseId);
+  const stub = loopStub(c.env, loopId);
+  const body = await readJson(c, ReportRequest);
+  // Evidence first: every log an observation cites must already be stored with its declared size.
+  // Checked here, outside the LoopObject, so R2 latency never sits inside a decision (DESIGN §4.5).
+  for (const gate of body.observation.gates) {
+    if (!gate.log) continue;
+    const head = await c.env.ARTIFACTS.head(artifactKey(loopId, gate.log.sha256));
+    if (!head || head.size !== gate.log.size) {
+      throw new ApiError(422, "artifact_missing", `the log of gate "${gate.name}" (${gate.log.sha256}) is not stored; upload it first`);
+    }
+  }
+  const answer = await stub.report({
+    lease_id: leaseId,
+    fencing_token: body.fencing_token,
+    observation: body.observation,
+    request_hash: sha256Hex(canonicalJson(body)),
+  });
+  if (!answer.ok) throw refusalError(answer);
+  const response: ReportResponse = { verdict: answer.verdict, loop: answer.loop };
+  return c.json(response);
+});

@@ -1,0 +1,113 @@
+import { desc, lt, or, and, eq } from "drizzle-orm";
+import { drizzle } from "drizzle-orm/d1";
+import { Hono } from "hono";
+import { z } from "zod";
+import { canonicalJson } from "../../../shared/canonical-json.js";
+import { sha256Hex } from "../../../shared/hash.js";
+import {
+  CreateLoopRequest,
+  LeaseRequest,
+  ProposeCandidateRequest,
+  type CreateLoopResponse,
+  type LoopList,
+  type ProposeCandidateResponse,
+} from "../../../shared/wire/api.js";
+import { loops } from "../db/schema.js";
+import { ApiError, refusalError } from "../http-errors.js";
+import { loopIdFor, loopStub } from "../loops.js";
+import { readJson, readParam } from "../validate.js";
+
+/** Loop routes of DESIGN §8, mounted at `/v1/loops`. */
+export const loopRoutes = new Hono<{ Bindings: Env }>();
+
+loopRoutes.post("/", async (c) => {
+  const body = await readJson(c, CreateLoopRequest);
+  const loopId = loopIdFor(body.idempotency_key);
+  const stub = loopStub(c.env, loopId);
+  const answer = await stub.create({
+    loop_id: loopId,
+    request_hash: sha256Hex(canonicalJson(body)),
+    contract: body.contract,
+    contract_hash: sha256Hex(canonicalJson(body.contract)),
+    t0: body.t0,
+  });
+  if (!answer.ok) throw refusalError(answer);
+  const response: CreateLoopResponse = { loop: answer.loop, created: answer.created };
+  return c.json(response, answer.created ? 201 : 200);
+});
+
+const ListQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(100).default(50),
+  cursor: z.string().max(200).optional(),
+});
+
+loopRoutes.get("/", async (c) => {
+  const query = readParam(c.req.query(), ListQuery, "query");
+  const db = drizzle(c.env.DB);
+  let after: { createdAt: string; id: string } | null = null;
+  if (query.cursor) {
+    const [createdAt, id] = query.cursor.split("|");
+    if (!createdAt || !id) throw new ApiError(400, "invalid_parameter", "cursor is malformed");
+    after = { createdAt, id };
+  }
+  const rows = await db
+    .select()
+    .from(loops)
+    .where(after ? or(lt(loops.createdAt, after.createdAt), and(eq(loops.createdAt, after.createdAt), lt(loops.id, after.id))) : undefined)
+    .orderBy(desc(loops.createdAt), desc(loops.id))
+    .limit(query.limit + 1);
+  const page = rows.slice(0, query.limit);
+  const last = page.at(-1);
+  const response: LoopList = {
+    loops: page.map((row) => ({
+      loop_id: row.id,
+      name: row.name,
+      mode: row.mode,
+      status: row.status,
+      iteration: row.iteration,
+      halt_reason: row.haltReason,
+      created_at: row.createdAt,
+      updated_at: row.updatedAt,
+    })),
+    next_cursor: rows.length > query.limit && last ? `${last.createdAt}|${last.id}` : null,
+  };
+  return c.json(response);
+});
+
+loopRoutes.get("/:id", async (c) => {
+  const answer = await loopStub(c.env, c.req.param("id")).get();
+  if (!answer.ok) throw refusalError(answer);
+  return c.json(answer.loop);
+});
+
+loopRoutes.post("/:id/candidates", async (c) => {
+  const stub = loopStub(c.env, c.req.param("id"));
+  const body = await readJson(c, ProposeCandidateRequest);
+  const answer = await stub.propose({ proposal: body, request_hash: sha256Hex(canonicalJson(body)) });
+  if (!answer.ok) throw refusalError(answer);
+  const response: ProposeCandidateResponse = { candidate: answer.candidate, replayed: answer.replayed, loop: answer.loop };
+  return c.json(response, answer.replayed ? 200 : 201);
+});
+
+loopRoutes.post("/:id/leases", async (c) => {
+  const stub = loopStub(c.env, c.req.param("id"));
+  const body = await readJson(c, LeaseRequest);
+  const answer = await stub.lease(body);
+  if (!answer.ok) throw refusalError(answer);
+  if (!answer.lease) return c.body(null, 204, { "Retry-After": "1" });
+  return c.json(answer.lease);
+});
+
+const EventsQuery = z.object({
+  after: z.coerce.number().int().min(0).default(0),
+  limit: z.coerce.number().int().min(1).max(1_000).default(1_000),
+});
+
+loopRoutes.get("/:id/events", async (c) => {
+  const stub = loopStub(c.env, c.req.param("id"));
+  const query = readParam(c.req.query(), EventsQuery, "query");
+  const answer = await stub.events(query);
+  if (!answer.ok) throw refusalError(answer);
+  const body = answer.events.map((line) => `${line}\n`).join("");
+  return c.body(body, 200, { "Content-Type": "application/x-ndjson; charset=utf-8" });
+});
