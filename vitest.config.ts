@@ -1,0 +1,29 @@
+import { defineConfig } from "vitest/config";
+
+// Three layers (STYLE "Tests"): plain Node unit tests, worker tests inside workerd, and end-to-end tests
+// that drive the runner CLI against a real `wrangler dev`.
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        test: {
+          name: "unit",
+          include: ["test/unit/**/*.test.ts"],
+          environment: "node",
+        },
+      },
+      "./test/worker/vitest.config.ts",
+      {
+        test: {
+          name: "e2e",
+          include: ["test/e2e/**/*.test.ts"],
+          environment: "node",
+          testTimeout: 180_000,
+          hookTimeout: 60_000,
+          // Each file starts its own coordinators; two at a time fit 2 cores.
+          maxWorkers: 2,
+        },
+      },
+    ],
+  },
+});
