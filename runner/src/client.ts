@@ -1,0 +1,181 @@
+import type { z } from "zod";
+import { sha256Hex } from "../../shared/hash.js";
+import {
+  ArtifactIntentResponse,
+  CreateLoopResponse,
+  ErrorBody,
+  Health,
+  Lease,
+  LoopSummary,
+  ProposeCandidateResponse,
+  ReportResponse,
+  type CreateLoopRequest,
+  type HeartbeatRequest,
+  type LeaseRequest,
+  type ProposeCandidateRequest,
+  type ReportRequest,
+} from "../../shared/wire/api.js";
+import type { ArtifactRef } from "../../shared/wire/observation.js";
+import { UserError } from "./errors.js";
+
+/** A refusal from the coordinator (a 4xx with the JSON error envelope). Not retried. */
+export class CoordinatorError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "CoordinatorError";
+  }
+}
+
+/** Statuses worth retrying: the request may not have been processed, and every mutating request is idempotent (DESIGN §4.6). */
+const RETRYABLE_STATUS = new Set([429, 500, 502, 503, 504]);
+
+export interface ClientOptions {
+  token?: string | undefined;
+  /** How long to keep retrying connection failures and retryable statuses before giving up. */
+  retryForMs?: number;
+  /** Told about each retry, e.g. to show "coordinator unreachable, retrying". */
+  onRetry?: (reason: string, attempt: number) => void;
+}
+
+/** The runner's API client: one typed function per endpoint, every response parsed with the shared schemas. */
+export class Client {
+  readonly baseUrl: string;
+  private readonly options: ClientOptions;
+
+  constructor(baseUrl: string, options: ClientOptions = {}) {
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+    this.options = options;
+  }
+
+  private async send(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}): Promise<Response> {
+    const deadline = Date.now() + (this.options.retryForMs ?? 60_000);
+    let delay = 200;
+    for (let attempt = 1; ; attempt++) {
+      let reason: string;
+      try {
+        const response = await fetch(`${this.baseUrl}${path}`, {
+          method,
+          headers: {
+            ...(this.options.token ? { Authorization: `Bearer ${this.options.token}` } : {}),
+            ...headers,
+          },
+          ...(body === undefined ? {} : { body }),
+          signal: AbortSignal.timeout(60_000),
+        });
+        if (!RETRYABLE_STATUS.has(response.status)) return response;
+        reason = `HTTP ${response.status}`;
+        await response.body?.cancel();
+      } catch (error) {
+        reason = (error as { cause?: { code?: string } }).cause?.code ?? (error as Error).message;
+      }
+      if (Date.now() + delay > deadline) {
+        throw new UserError(`cannot reach the coordinator at ${this.baseUrl} (${reason}); is it running? (loopwarden serve)`);
+      }
+      this.options.onRetry?.(reason, attempt);
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      delay = Math.min(delay * 2, 3_000);
+    }
+  }
+
+  private async json<S extends z.ZodType>(method: string, path: string, schema: S, payload?: unknown): Promise<z.infer<S>> {
+    const response = await this.send(
+      method,
+      path,
+      payload === undefined ? undefined : JSON.stringify(payload),
+      payload === undefined ? {} : { "Content-Type": "application/json" },
+    );
+    return this.parse(response, schema);
+  }
+
+  private async parse<S extends z.ZodType>(response: Response, schema: S): Promise<z.infer<S>> {
+    const text = await response.text();
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      throw new Error(`the coordinator answered HTTP ${response.status} with a non-JSON body: ${text.slice(0, 200)}`);
+    }
+    if (!response.ok) {
+      const envelope = ErrorBody.safeParse(body);
+      if (envelope.success) {
+        const { code, message, issues } = envelope.data.error;
+        const detail = issues?.length ? ` (${issues.map((issue) => `${issue.path}: ${issue.message}`).join("; ")})` : "";
+        throw new CoordinatorError(response.status, code, `${message}${detail}`);
+      }
+      throw new CoordinatorError(response.status, "http_error", `HTTP ${response.status}`);
+    }
+    const parsed = schema.safeParse(body);
+    if (!parsed.success) throw new Error(`the coordinator's answer does not match the protocol: ${parsed.error.message}`);
+    return parsed.data;
+  }
+
+  /** `GET /healthz`, without retries: is a coordinator answering here right now? */
+  async isHealthy(): Promise<boolean> {
+    try {
+      const response = await fetch(`${this.baseUrl}/healthz`, { signal: AbortSignal.timeout(2_000) });
+      return response.ok && Health.safeParse(await response.json()).success;
+    } catch {
+      return false;
+    }
+  }
+
+  createLoop(request: CreateLoopRequest) {
+    return this.json("POST", "/v1/loops", CreateLoopResponse, request);
+  }
+
+  getLoop(loopId: string) {
+    return this.json("GET", `/v1/loops/${encodeURIComponent(loopId)}`, LoopSummary);
+  }
+
+  proposeCandidate(loopId: string, request: ProposeCandidateRequest) {
+    return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/candidates`, ProposeCandidateResponse, request);
+  }
+
+  /** Leases the next job, or null when none is queued (HTTP 204). */
+  async leaseJob(loopId: string, request: LeaseRequest): Promise<Lease | null> {
+    const response = await this.send("POST", `/v1/loops/${encodeURIComponent(loopId)}/leases`, JSON.stringify(request), {
+      "Content-Type": "application/json",
+    });
+    if (response.status === 204) return null;
+    return this.parse(response, Lease);
+  }
+
+  heartbeat(leaseId: string, request: HeartbeatRequest) {
+    return this.json("POST", `/v1/leases/${encodeURIComponent(leaseId)}/heartbeat`, Lease, request);
+  }
+
+  report(leaseId: string, request: ReportRequest) {
+    return this.json("POST", `/v1/leases/${encodeURIComponent(leaseId)}/report`, ReportResponse, request);
+  }
+
+  /** Uploads a content-addressed artifact unless the coordinator already has it (DESIGN §10). */
+  async uploadArtifact(loopId: string, name: string, bytes: Uint8Array, contentType: string): Promise<ArtifactRef> {
+    const ref: ArtifactRef = { sha256: sha256Hex(bytes), size: bytes.byteLength, name, content_type: contentType };
+    const intent = await this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/artifacts`, ArtifactIntentResponse, {
+      sha256: ref.sha256,
+      size: ref.size,
+      content_type: contentType,
+    });
+    if (intent.status === "upload") {
+      // Local mode streams through the worker (a path on this coordinator); presigned R2 URLs are on the roadmap.
+      if (!intent.url.startsWith("/")) {
+        throw new Error(`the coordinator asked for an upload to ${intent.url}; this runner only uploads through the coordinator`);
+      }
+      const response = await this.send("PUT", intent.url, new Blob([bytes]), { "Content-Type": contentType });
+      if (!response.ok) await this.parse(response, ArtifactIntentResponse);
+      await response.body?.cancel();
+    }
+    return ref;
+  }
+
+  /** Raw event lines after `after` (JSONL), exactly as stored and hashed. */
+  async eventLines(loopId: string, after = 0): Promise<string[]> {
+    const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/events?after=${after}`);
+    if (!response.ok) await this.parse(response, ArtifactIntentResponse);
+    return (await response.text()).split("\n").filter((line) => line.length > 0);
+  }
+}

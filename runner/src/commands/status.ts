@@ -1,0 +1,52 @@
+import { UserError } from "../errors.js";
+import { connect, type ServerOptions } from "../connect.js";
+import { repoRoot } from "../git.js";
+import { emitResult, type OutputMode } from "../output.js";
+import { loadWorkspaceState } from "../workspace.js";
+
+/** `loopwarden status [LOOP]`: the loop's state summary. Without LOOP, the repository's current loop. */
+export async function statusCommand(loopArg: string | undefined, options: ServerOptions & OutputMode & { cwd: string }): Promise<number> {
+  let loopId = loopArg;
+  let server = options.server;
+  let state = options.state;
+  if (!loopId) {
+    const repo = await repoRoot(options.cwd);
+    const workspace = await loadWorkspaceState(repo);
+    if (!workspace) throw new UserError("no loop was started in this repository; pass a loop id (loopwarden status LOOP)", 2);
+    loopId = workspace.loop_id;
+    server ??= workspace.server ?? undefined;
+    state ??= workspace.state_dir ?? undefined;
+  }
+  const connection = await connect({ server, state, token: options.token }, options);
+  try {
+    const loop = await connection.client.getLoop(loopId);
+    const halt = loop.halt;
+    emitResult(
+      options,
+      {
+        status: loop.status,
+        loop_id: loop.loop_id,
+        iteration: loop.iteration,
+        ...(halt
+          ? {
+              halt_reason: halt.halt_reason,
+              exit_class: halt.exit_class,
+              ...(halt.still_improving === undefined ? {} : { still_improving: halt.still_improving }),
+            }
+          : {}),
+        loop,
+      },
+      [
+        `loop ${loop.loop_id} (${loop.name}, ${loop.mode}): ${loop.status}${halt ? ` — ${halt.halt_reason} (exit ${halt.exit_class})` : ""}`,
+        `  iterations: ${loop.iteration} of ${loop.max_iterations}`,
+        `  baseline:   ${loop.t0.commit.slice(0, 10)} with ${loop.t0.failing} failing`,
+        `  best:       ${loop.best.candidate_id} at ${loop.best.commit.slice(0, 10)} with ${loop.best.failing} failing`,
+        ...(halt ? [`  why:        ${halt.detail}`] : []),
+        `  event log:  ${loop.head.seq} events, head ${loop.head.hash.slice(0, 16)}…`,
+      ],
+    );
+    return 0;
+  } finally {
+    await connection.close();
+  }
+}

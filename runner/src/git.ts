@@ -1,0 +1,145 @@
+import { execFile } from "node:child_process";
+import { appendFile, mkdir, readFile } from "node:fs/promises";
+import path from "node:path";
+import { promisify } from "node:util";
+import { sha256Hex } from "../../shared/hash.js";
+import { UserError } from "./errors.js";
+
+const execFileAsync = promisify(execFile);
+
+/** A git command that failed, with what git said. */
+export class GitError extends Error {
+  constructor(
+    readonly args: string[],
+    readonly stderr: string,
+  ) {
+    super(`git ${args.join(" ")} failed: ${stderr.trim()}`);
+    this.name = "GitError";
+  }
+}
+
+// Settings for every git call the runner makes: never run the repository's hooks, never sign, never prompt.
+const SAFE_CONFIG = ["-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "advice.detachedHead=false"];
+
+/** Runs git in `cwd` and returns stdout. */
+export async function git(cwd: string, args: string[], options: { encoding?: "buffer" } = {}): Promise<string> {
+  try {
+    const { stdout } = await execFileAsync("git", [...SAFE_CONFIG, ...args], {
+      cwd,
+      maxBuffer: 512 * 1024 * 1024,
+      env: { ...process.env, GIT_TERMINAL_PROMPT: "0" },
+      encoding: options.encoding === "buffer" ? "latin1" : "utf8",
+    });
+    return stdout;
+  } catch (error) {
+    const stderr = (error as { stderr?: string }).stderr ?? String(error);
+    throw new GitError(args, stderr);
+  }
+}
+
+/** The top level of the repository containing `cwd`. */
+export async function repoRoot(cwd: string): Promise<string> {
+  try {
+    return (await git(cwd, ["rev-parse", "--show-toplevel"])).trim();
+  } catch {
+    throw new UserError(`${cwd} is not inside a git repository; run loopwarden from your project's repository (git init first)`);
+  }
+}
+
+/** The commit HEAD points at. */
+export async function headCommit(repo: string): Promise<string> {
+  try {
+    return (await git(repo, ["rev-parse", "--verify", "HEAD^{commit}"])).trim();
+  } catch {
+    throw new UserError("the repository has no commits yet; commit your project first (git add -A && git commit)");
+  }
+}
+
+/** The current branch, or null when HEAD is detached. */
+export async function currentBranch(repo: string): Promise<string | null> {
+  const name = (await git(repo, ["symbolic-ref", "--short", "-q", "HEAD"]).catch(() => "")).trim();
+  return name || null;
+}
+
+/** Paths with uncommitted changes (staged, unstaged or untracked; ignored files do not count). */
+export async function dirtyPaths(repo: string): Promise<string[]> {
+  const out = await git(repo, ["status", "--porcelain=v1", "--untracked-files=all"]);
+  return out
+    .split("\n")
+    .filter((line) => line.length > 3)
+    .map((line) => line.slice(3));
+}
+
+/** Keeps `.loopwarden/` (runner state, clones, logs) out of git without touching the user's .gitignore. */
+export async function excludeStateDir(repo: string): Promise<void> {
+  const file = path.resolve(repo, (await git(repo, ["rev-parse", "--git-path", "info/exclude"])).trim());
+  const current = await readFile(file, "utf8").catch(() => "");
+  if (current.split("\n").some((line) => line.trim() === "/.loopwarden/" || line.trim() === ".loopwarden/")) return;
+  await mkdir(path.dirname(file), { recursive: true });
+  await appendFile(file, `${current.endsWith("\n") || current === "" ? "" : "\n"}/.loopwarden/\n`);
+}
+
+async function identityArgs(repo: string): Promise<string[]> {
+  const email = (await git(repo, ["config", "user.email"]).catch(() => "")).trim();
+  return email ? [] : ["-c", "user.name=loopwarden", "-c", "user.email=loopwarden@localhost"];
+}
+
+/** The loop's branch name (DESIGN §13). */
+export function loopBranch(loopId: string): string {
+  return `loopwarden/${loopId}`;
+}
+
+/** Creates the loop's branch at HEAD and switches the working tree to it. */
+export async function switchToLoopBranch(repo: string, loopId: string, commit: string): Promise<void> {
+  const branch = loopBranch(loopId);
+  const exists = await git(repo, ["rev-parse", "--verify", "-q", `refs/heads/${branch}`]).then(
+    () => true,
+    () => false,
+  );
+  if (exists) await git(repo, ["switch", "-q", branch]);
+  else await git(repo, ["switch", "-q", "-c", branch, commit]);
+}
+
+/**
+ * Commits the whole working tree (tracked, untracked, deletions; ignored files excluded) as a candidate
+ * on the current branch and returns the commit id. An unchanged tree still yields a commit, so every
+ * agent run has a candidate to record.
+ */
+export async function snapshotCandidate(repo: string, message: string): Promise<string> {
+  await git(repo, ["add", "-A"]);
+  await git(repo, [...(await identityArgs(repo)), "commit", "-q", "--allow-empty", "--no-verify", "-m", message]);
+  return headCommit(repo);
+}
+
+/** Digest of the change from `base` to `commit`, and whether it changes nothing. */
+export async function diffOf(repo: string, base: string, commit: string): Promise<{ sha256: string; empty: boolean }> {
+  const diff = await git(repo, ["diff", "--binary", "--no-color", "--no-ext-diff", base, commit], { encoding: "buffer" });
+  return { sha256: sha256Hex(Buffer.from(diff, "latin1")), empty: diff.length === 0 };
+}
+
+/** The ref a rejected candidate is kept under (nothing is ever lost, DESIGN §13). */
+export function rejectedRef(loopId: string, candidateId: string): string {
+  return `refs/loopwarden/rejected/${loopId}/${candidateId}`;
+}
+
+/**
+ * Applies a rejection: keeps the candidate under its rejected ref, then restores the loop branch and
+ * working tree to the best commit. Only the loop branch moves; the user's branches are untouched.
+ */
+export async function revertTo(repo: string, best: string, keep: { ref: string; commit: string }): Promise<void> {
+  await git(repo, ["update-ref", keep.ref, keep.commit]);
+  await git(repo, ["reset", "-q", "--hard", best]);
+  await git(repo, ["clean", "-q", "-fd"]);
+}
+
+/**
+ * A detached clone of one commit for evaluation: never the agent's working tree (DESIGN §6.4). Hooks
+ * are disabled and no remote is left configured, so a gate cannot push or reach credentials through git.
+ */
+export async function cloneAt(repo: string, commit: string, dir: string): Promise<void> {
+  await mkdir(path.dirname(dir), { recursive: true });
+  await git(repo, ["clone", "-q", "--no-checkout", repo, dir]);
+  await git(dir, ["config", "core.hooksPath", "/dev/null"]);
+  await git(dir, ["remote", "remove", "origin"]);
+  await git(dir, ["checkout", "-q", "--detach", commit]);
+}
