@@ -1,0 +1,97 @@
+import { cpSync, existsSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LoopEvent, verifyChain } from "../../shared/engine/index.js";
+import { LoopList, LoopSummary } from "../../shared/wire/api.js";
+import { ROOT, gitIn, makeRepo, runCli, startCoordinator, tempDir, type CliResult } from "../support/cli.js";
+
+// The demo loop through the real stack: the runner starts its own local coordinator on demand, runs the
+// loop to convergence and stops it; a second coordinator on the same state then serves what was stored.
+describe("a flag-only loop converges end to end", () => {
+  const tmp = tempDir("converge");
+  const repo = path.join(tmp.dir, "repo");
+  const state = path.join(tmp.dir, "state");
+  let result: CliResult;
+
+  beforeAll(async () => {
+    cpSync(path.join(ROOT, "examples", "demo"), repo, { recursive: true });
+    makeRepo(repo, {});
+    result = await runCli(
+      ["--json", "--state", state, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"],
+      { cwd: repo },
+    );
+  });
+  afterAll(() => tmp.cleanup());
+
+  it("halts success_condition_met with exit code 10 and exactly one JSON object on stdout", () => {
+    expect(result.code, result.stderr).toBe(10);
+    const lines = result.stdout.trim().split("\n");
+    expect(lines).toHaveLength(1);
+    const output = JSON.parse(lines[0] ?? "");
+    expect(output).toMatchObject({
+      tool: "loopwarden",
+      status: "halted",
+      halt_reason: "success_condition_met",
+      exit_class: 10,
+      iteration: 3,
+      errors: [],
+    });
+  });
+
+  it("leaves the fix on the loop branch and keeps rejected candidates under refs", () => {
+    const loopId = JSON.parse(result.stdout).loop_id as string;
+    expect(gitIn(repo, "branch", "--show-current").trim()).toBe(`loopwarden/${loopId}`);
+    expect(readFileSync(path.join(repo, "src", "text.js"), "utf8")).toContain("split(/\\s+/)");
+    expect(gitIn(repo, "status", "--porcelain").trim()).toBe("");
+    const rejected = gitIn(repo, "for-each-ref", "--format=%(refname)", "refs/loopwarden/rejected/").trim().split("\n");
+    expect(rejected).toEqual([`refs/loopwarden/rejected/${loopId}/c1`, `refs/loopwarden/rejected/${loopId}/c2`]);
+    // The rejected change is recoverable from its ref.
+    expect(gitIn(repo, "show", `refs/loopwarden/rejected/${loopId}/c1`, "--", "src/text.js")).toContain('replace(/^-+|-+$/g, "")');
+    // The user's own branch was never moved.
+    expect(gitIn(repo, "log", "--format=%s", "main").trim()).toBe("initial");
+  });
+
+  it("stops the coordinator it started", () => {
+    expect(existsSync(path.join(state, "coordinator.json"))).toBe(false);
+  });
+
+  it("persists the loop: a coordinator restarted on the same state serves its summary, D1 listing, logs and a verifiable event chain", async () => {
+    const loopId = JSON.parse(result.stdout).loop_id as string;
+    const coordinator = await startCoordinator(state);
+    try {
+      const summary = LoopSummary.parse(await (await fetch(`${coordinator.url}/v1/loops/${loopId}`)).json());
+      expect(summary).toMatchObject({ status: "halted", iteration: 3, best: { candidate_id: "c3", failing: 0 } });
+
+      const raw = (await (await fetch(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
+        .trim()
+        .split("\n")
+        .map((line) => JSON.parse(line) as Record<string, unknown>);
+      const check = verifyChain(raw);
+      expect(check).toEqual({ ok: true, head: summary.head });
+      const events = raw.map((event) => LoopEvent.parse(event));
+      expect(events.map((event) => event.type)).toContain("halted");
+
+      // Every gate log an observation cites is stored in R2 under its sha256.
+      const reported = events.filter((event) => event.type === "observation_reported");
+      expect(reported).toHaveLength(2);
+      for (const event of reported) {
+        const log = event.data.observation.gates[0]?.log;
+        expect(log).toBeTruthy();
+        const body = await (await fetch(`${coordinator.url}/v1/loops/${loopId}/artifacts/${log?.sha256}`)).text();
+        expect(body).toContain("$ node --test");
+      }
+
+      // The D1 projection lists the loop (drained by the LoopObject's alarm).
+      const list = LoopList.parse(await (await fetch(`${coordinator.url}/v1/loops`)).json());
+      expect(list.loops).toContainEqual(
+        expect.objectContaining({ loop_id: loopId, status: "halted", halt_reason: "success_condition_met", iteration: 3 }),
+      );
+
+      const status = await runCli(["--json", "--server", coordinator.url, "status", loopId], { cwd: repo });
+      expect(status.code).toBe(0);
+      expect(JSON.parse(status.stdout)).toMatchObject({ status: "halted", halt_reason: "success_condition_met", exit_class: 10 });
+    } finally {
+      await coordinator.stop();
+    }
+  });
+});

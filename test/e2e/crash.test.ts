@@ -1,0 +1,80 @@
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { LoopEvent, verifyChain } from "../../shared/engine/index.js";
+import { LoopSummary } from "../../shared/wire/api.js";
+import { exitOf, makeRepo, startCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
+
+async function waitFor(condition: () => boolean, what: string, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+// The coordinator (serve → wrangler → workerd) is killed with SIGKILL while the runner holds a lease
+// and is evaluating; it restarts on the same state and port, and the loop finishes without losing or
+// duplicating a candidate.
+describe("a coordinator crash mid-loop", () => {
+  const tmp = tempDir("crash");
+  let coordinator: TestCoordinator | undefined;
+  afterAll(async () => {
+    await coordinator?.stop();
+    tmp.cleanup();
+  });
+
+  it("loses nothing: the runner retries, the loop resumes, every candidate appears once", async () => {
+    const signals = path.join(tmp.dir, "signals");
+    mkdirSync(signals);
+    // The check blocks on its second run (the first candidate's evaluation) until the test releases it.
+    const repo = makeRepo(path.join(tmp.dir, "repo"), {
+      "check.mjs": [
+        "import { existsSync, readFileSync, writeFileSync } from 'node:fs';",
+        "const dir = process.env.CRASH_SIGNALS;",
+        "const runs = existsSync(`${dir}/runs`) ? Number(readFileSync(`${dir}/runs`, 'utf8')) + 1 : 1;",
+        "writeFileSync(`${dir}/runs`, String(runs));",
+        "if (runs === 2) {",
+        "  writeFileSync(`${dir}/evaluating`, '');",
+        "  while (!existsSync(`${dir}/release`)) await new Promise((r) => setTimeout(r, 50));",
+        "}",
+        "process.exit(Number(readFileSync('level.txt', 'utf8')) >= 2 ? 0 : 1);",
+      ].join("\n"),
+      "level.txt": "0\n",
+      // Iteration 1 is not enough (rejected, reverted); iteration 2 passes.
+      "agent.mjs": "import { writeFileSync } from 'node:fs';\nwriteFileSync('level.txt', `${process.env.LOOPWARDEN_ITERATION}\\n`);\n",
+    });
+    coordinator = await startCoordinator(path.join(tmp.dir, "state"));
+    const runner = startCli(
+      ["--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs", "--max-iterations", "5"],
+      { cwd: repo, env: { CRASH_SIGNALS: signals } },
+    );
+
+    await waitFor(() => existsSync(path.join(signals, "evaluating")), "the first candidate's evaluation");
+    await coordinator.crash();
+    // The evaluation finishes while the coordinator is down: the runner must retry its upload and report.
+    writeFileSync(path.join(signals, "release"), "");
+    await waitFor(() => runner.output().includes("coordinator unreachable"), "the runner to notice the outage");
+    coordinator = await startCoordinator(coordinator.stateDir, coordinator.port);
+
+    const code = await exitOf(runner);
+    expect(code, runner.output()).toBe(10);
+    expect(runner.output()).toContain("halted: success_condition_met (exit 10) after 2 iteration(s)");
+    const { loop_id: loopId } = JSON.parse(readFileSync(path.join(repo, ".loopwarden", "state.json"), "utf8")) as { loop_id: string };
+
+    const loop = LoopSummary.parse(await (await fetch(`${coordinator.url}/v1/loops/${loopId}`)).json());
+    const raw = (await (await fetch(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(verifyChain(raw)).toEqual({ ok: true, head: loop.head });
+    const events = raw.map((event) => LoopEvent.parse(event));
+    const proposed = events.filter((event) => event.type === "candidate_proposed").map((event) => event.data.candidate_id);
+    expect(proposed).toEqual(["c1", "c2"]);
+    const verdicts = events.filter((event) => event.type === "verdict").map((event) => [event.data.candidate_id, event.data.decision]);
+    expect(verdicts).toEqual([
+      ["c1", "rejected"],
+      ["c2", "promoted"],
+    ]);
+  });
+});

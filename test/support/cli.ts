@@ -1,0 +1,135 @@
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { freePort } from "../../runner/src/free-port.js";
+
+/** The repository root. */
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+const BIN = path.join(ROOT, "runner", "bin", "loopwarden.js");
+
+/** A temporary directory, removed by `cleanup`. */
+export function tempDir(prefix: string): { dir: string; cleanup(): void } {
+  const dir = mkdtempSync(path.join(os.tmpdir(), `lw-${prefix}-`));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** Creates a git repository with `files` committed on `main`. */
+export function makeRepo(dir: string, files: Record<string, string>): string {
+  for (const [name, content] of Object.entries(files)) {
+    const file = path.join(dir, name);
+    mkdirSync(path.dirname(file), { recursive: true });
+    writeFileSync(file, content);
+  }
+  const git = (...args: string[]) => execFileSync("git", args, { cwd: dir, encoding: "utf8" });
+  git("init", "-q", "-b", "main");
+  git("config", "user.name", "test");
+  git("config", "user.email", "test@localhost");
+  git("add", "-A");
+  git("commit", "-q", "-m", "initial");
+  return dir;
+}
+
+/** Runs git in a directory and returns stdout. */
+export function gitIn(dir: string, ...args: string[]): string {
+  return execFileSync("git", args, { cwd: dir, encoding: "utf8" });
+}
+
+/** The outcome of one CLI run. */
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the loopwarden CLI to completion. */
+export function runCli(args: string[], options: { cwd: string; env?: NodeJS.ProcessEnv }): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args], {
+      cwd: options.cwd,
+      env: { ...process.env, NO_COLOR: "1", ...options.env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    child.on("error", reject);
+    child.on("close", (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** Starts the CLI without waiting, e.g. a long `run`. */
+export function startCli(args: string[], options: { cwd: string; env?: NodeJS.ProcessEnv }): ChildProcess & { output(): string } {
+  const child = spawn(process.execPath, [BIN, ...args], {
+    cwd: options.cwd,
+    env: { ...process.env, NO_COLOR: "1", ...options.env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let output = "";
+  child.stdout?.on("data", (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr?.on("data", (chunk: Buffer) => (output += chunk.toString()));
+  return Object.assign(child, { output: () => output });
+}
+
+/** Waits for a child to exit and returns its exit code. */
+export function exitOf(child: ChildProcess): Promise<number | null> {
+  if (child.exitCode !== null) return Promise.resolve(child.exitCode);
+  return new Promise((resolve) => child.once("exit", (code) => resolve(code)));
+}
+
+/**
+ * A coordinator run by `loopwarden serve` (which runs `wrangler dev --persist-to`) in a process group
+ * of its own, so a test can crash the whole stack with SIGKILL and start it again on the same state.
+ */
+export interface TestCoordinator {
+  url: string;
+  port: number;
+  stateDir: string;
+  /** Stops it gracefully (SIGTERM to the serve process, which stops wrangler by its PID). */
+  stop(): Promise<void>;
+  /** Crashes it: SIGKILL to every process of its group, wrangler and workerd included. */
+  crash(): Promise<void>;
+}
+
+export async function startCoordinator(stateDir: string, port?: number): Promise<TestCoordinator> {
+  const chosen = port ?? (await freePort());
+  const child = spawn(process.execPath, [BIN, "--json", "--state", stateDir, "serve", "--port", String(chosen)], {
+    cwd: ROOT,
+    env: { ...process.env, NO_COLOR: "1" },
+    stdio: ["ignore", "pipe", "pipe"],
+    detached: true,
+  });
+  let stderr = "";
+  child.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+  const url = await new Promise<string>((resolve, reject) => {
+    let stdout = "";
+    child.stdout?.on("data", (chunk: Buffer) => {
+      stdout += chunk.toString();
+      const line = stdout.split("\n")[0];
+      if (stdout.includes("\n") && line) resolve((JSON.parse(line) as { url: string }).url);
+    });
+    child.once("exit", (code) => reject(new Error(`serve exited with ${code}: ${stderr}`)));
+  });
+  const pid = child.pid;
+  if (pid === undefined) throw new Error("serve did not start");
+  return {
+    url,
+    port: chosen,
+    stateDir,
+    async stop() {
+      if (child.exitCode !== null) return;
+      const exited = exitOf(child);
+      child.kill("SIGTERM");
+      await exited;
+    },
+    async crash() {
+      const exited = exitOf(child);
+      process.kill(-pid, "SIGKILL");
+      await exited;
+      // Give the kernel a moment to release the port held by workerd.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+    },
+  };
+}
