@@ -3,6 +3,7 @@ import { Client } from "./client.js";
 import { findRunningCoordinator, startLocalCoordinator } from "./local-coordinator.js";
 import { progress, type OutputMode } from "./output.js";
 import { defaultStateDir } from "./paths.js";
+import { onShutdown } from "./shutdown.js";
 
 /** A connection to a coordinator; `close` stops the local one if this process started it. */
 export interface Connection {
@@ -39,10 +40,14 @@ export async function connect(options: ServerOptions, mode: OutputMode): Promise
   }
   progress(mode, `starting the local coordinator (state: ${stateDir})…`);
   const coordinator = await startLocalCoordinator({ stateDir });
+  const unregister = onShutdown(() => coordinator.stop());
   return {
     client: new Client(coordinator.url, { token, onRetry }),
     url: coordinator.url,
     local: true,
-    close: () => coordinator.stop(),
+    close: async () => {
+      unregister();
+      await coordinator.stop();
+    },
   };
 }

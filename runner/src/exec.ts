@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { onShutdown } from "./shutdown.js";
 
 /** How a command ended. `output` is stdout and stderr interleaved as written, truncated to its tail. */
 export interface CommandResult {
@@ -62,9 +63,11 @@ export function runCommand(
       killTimer = setTimeout(() => killGroup("SIGKILL"), KILL_GRACE_MS);
     }, options.timeoutMs);
 
+    const unregister = onShutdown(() => killGroup("SIGKILL"));
     child.on("error", (error) => {
       clearTimeout(timer);
       clearTimeout(killTimer);
+      unregister();
       reject(error);
     });
     // When the shell exits, anything it left running in its group (a backgrounded child holding the
@@ -73,6 +76,7 @@ export function runCommand(
     child.on("close", (code, signal) => {
       clearTimeout(timer);
       clearTimeout(killTimer);
+      unregister();
       resolve({
         exit_code: code,
         signal,

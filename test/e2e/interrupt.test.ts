@@ -1,0 +1,45 @@
+import { existsSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { exitOf, makeRepo, startCli, tempDir } from "../support/cli.js";
+
+/** Running (a zombie waiting to be reaped by a container's init does not count). */
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  const stat = existsSync(`/proc/${pid}/stat`) ? readFileSync(`/proc/${pid}/stat`, "utf8") : "";
+  return !/\) Z /.test(stat);
+}
+
+async function waitFor(condition: () => boolean, what: string, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+describe("interrupting a run", () => {
+  const tmp = tempDir("interrupt");
+  afterAll(() => tmp.cleanup());
+
+  it("SIGTERM stops the agent's process group and the coordinator the run started, then exits 143", async () => {
+    const pidFile = path.join(tmp.dir, "agent.pid");
+    const state = path.join(tmp.dir, "state");
+    const repo = makeRepo(path.join(tmp.dir, "repo"), { "README.md": "x\n" });
+    const runner = startCli(["--state", state, "run", "--check", "false", "--exec", `sleep 120 & echo $! > ${pidFile}; wait`], { cwd: repo });
+    await waitFor(() => existsSync(pidFile) && readFileSync(pidFile, "utf8").trim() !== "", "the agent to start");
+    const coordinator = JSON.parse(readFileSync(path.join(state, "coordinator.json"), "utf8")) as { pid: number };
+    const agentPid = Number(readFileSync(pidFile, "utf8"));
+    expect(isAlive(agentPid)).toBe(true);
+
+    runner.kill("SIGTERM");
+    expect(await exitOf(runner)).toBe(143);
+    expect(isAlive(agentPid)).toBe(false);
+    expect(isAlive(coordinator.pid)).toBe(false);
+    expect(existsSync(path.join(state, "coordinator.json"))).toBe(false);
+  });
+});
