@@ -171,11 +171,4 @@ export class Client {
     }
     return ref;
   }
-
-  /** Raw event lines after `after` (JSONL), exactly as stored and hashed. */
-  async eventLines(loopId: string, after = 0): Promise<string[]> {
-    const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/events?after=${after}`);
-    if (!response.ok) await this.parse(response, ArtifactIntentResponse);
-    return (await response.text()).split("\n").filter((line) => line.length > 0);
-  }
 }
