@@ -1,0 +1,103 @@
+import { describe, expect, it } from "vitest";
+import { canonicalJson } from "../../shared/canonical-json.js";
+
+// Vectors from RFC 8785 (JSON Canonicalization Scheme): §3.2.2 (serialisation), §3.2.3 (sorting) and
+// Appendix B (numbers, given as IEEE 754 bit patterns). A receipt verifies only if every implementation
+// hashes the same bytes, so these are the spec's own examples, not ours.
+
+function fromBits(hex: string): number {
+  const view = new DataView(new ArrayBuffer(8));
+  view.setBigUint64(0, BigInt(`0x${hex}`));
+  return view.getFloat64(0);
+}
+
+describe("canonicalJson (RFC 8785)", () => {
+  it("serialises the RFC's §3.2.2 example byte for byte", () => {
+    const input = JSON.parse(
+      String.raw`{
+        "numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
+        "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
+        "literals": [null, true, false]
+      }`,
+    ) as unknown;
+    expect(canonicalJson(input)).toBe(
+      String.raw`{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}`,
+    );
+  });
+
+  it("sorts keys by UTF-16 code units, not by code points (the RFC's §3.2.3 example)", () => {
+    const input = {
+      "\u20ac": "Euro Sign",
+      "\r": "Carriage Return",
+      "\ufb33": "Hebrew Letter Dalet With Dagesh",
+      "1": "One",
+      "\ud83d\ude00": "Emoji: Grinning Face",
+      "\u0080": "Control",
+      "\u00f6": "Latin Small Letter O With Diaeresis",
+    };
+    // U+1F600 (surrogates D83D DE00) sorts before U+FB33 by code units, after it by code points. (Read the
+    // order off the text: parsing it back would put "1" first, as JS orders integer-like keys first.)
+    expect(canonicalJson(input)).toBe(
+      '{"\\r":"Carriage Return","1":"One","\u0080":"Control","\u00f6":"Latin Small Letter O With Diaeresis",' +
+        '"\u20ac":"Euro Sign","\ud83d\ude00":"Emoji: Grinning Face","\ufb33":"Hebrew Letter Dalet With Dagesh"}',
+    );
+  });
+
+  it("sorts nested objects too, and keeps array order", () => {
+    expect(canonicalJson({ b: [3, 1, { z: 1, a: 2 }], a: { d: null, c: true } })).toBe('{"a":{"c":true,"d":null},"b":[3,1,{"a":2,"z":1}]}');
+  });
+
+  it.each([
+    ["0000000000000000", "0"],
+    ["8000000000000000", "0"],
+    ["0000000000000001", "5e-324"],
+    ["8000000000000001", "-5e-324"],
+    ["7fefffffffffffff", "1.7976931348623157e+308"],
+    ["ffefffffffffffff", "-1.7976931348623157e+308"],
+    ["4340000000000000", "9007199254740992"],
+    ["c340000000000000", "-9007199254740992"],
+    ["4430000000000000", "295147905179352830000"],
+    ["44b52d02c7e14af5", "9.999999999999997e+22"],
+    ["44b52d02c7e14af6", "1e+23"],
+    ["44b52d02c7e14af7", "1.0000000000000001e+23"],
+    ["444b1ae4d6e2ef4e", "999999999999999700000"],
+    ["444b1ae4d6e2ef4f", "999999999999999900000"],
+    ["444b1ae4d6e2ef50", "1e+21"],
+    ["3eb0c6f7a0b5ed8c", "9.999999999999997e-7"],
+    ["3eb0c6f7a0b5ed8d", "0.000001"],
+    ["41b3de4355555553", "333333333.3333332"],
+    ["41b3de4355555554", "333333333.33333325"],
+    ["41b3de4355555555", "333333333.3333333"],
+    ["41b3de4355555556", "333333333.3333334"],
+    ["41b3de4355555557", "333333333.33333343"],
+    ["becbf647612f3696", "-0.0000033333333333333333"],
+    ["43143ff3c1cb0959", "1424953923781206.2"],
+  ])("serialises the number with bits %s as %s", (bits, expected) => {
+    expect(canonicalJson(fromBits(bits))).toBe(expected);
+    expect(canonicalJson({ n: fromBits(bits) })).toBe(`{"n":${expected}}`);
+  });
+
+  it.each([
+    ["\u0000\u0008\u0009\u000a\u000b\u000c\u000d\u001f", String.raw`"\u0000\b\t\n\u000b\f\r\u001f"`],
+    ['quote " and backslash \\', String.raw`"quote \" and backslash \\"`],
+    ["slash / stays", '"slash / stays"'],
+    ["non-ASCII stays literal: é € 😀 \u007f", '"non-ASCII stays literal: é € 😀 \u007f"'],
+  ])("escapes only what RFC 8785 escapes: %j", (input, expected) => {
+    expect(canonicalJson(input)).toBe(expected);
+  });
+
+  it("omits undefined object members, as JSON does", () => {
+    expect(canonicalJson({ a: 1, b: undefined })).toBe('{"a":1}');
+  });
+
+  it.each([
+    ["NaN", Number.NaN],
+    ["Infinity", Number.POSITIVE_INFINITY],
+    ["-Infinity", Number.NEGATIVE_INFINITY],
+    ["NaN nested in an object", { metric: { value: Number.NaN } }],
+    ["Infinity nested in an array", [1, 2, Number.POSITIVE_INFINITY]],
+    ["undefined at the top level", undefined],
+  ])("throws on %s instead of hashing something else", (_what, value) => {
+    expect(() => canonicalJson(value)).toThrow();
+  });
+});

@@ -1,0 +1,70 @@
+import { describe, expect, it } from "vitest";
+import { Contract, type ContractInput } from "../../shared/wire/contract.js";
+
+const minimal: ContractInput = {
+  name: "parser-fixes",
+  mode: "check_fixpoint",
+  gates: [{ name: "unit", run: "npm test" }],
+  agent: { run: "claude -p 'fix one failing test'" },
+};
+
+/** The issues of a contract that must be refused, as `{ path, code, message, keys? }`. */
+function issuesOf(input: unknown) {
+  const parsed = Contract.safeParse(input);
+  expect(parsed.success, "the contract was accepted").toBe(false);
+  return parsed.error?.issues ?? [];
+}
+
+describe("Contract", () => {
+  it.each([
+    ["a top-level key this version does not know", { ...minimal, metric: { name: "parse_ms" } }, [], "metric"],
+    ["a misspelt gate key", { ...minimal, gates: [{ name: "unit", run: "npm test", timout: "2m" }] }, ["gates", 0], "timout"],
+    ["a key on the second gate", { ...minimal, gates: [{ name: "unit", run: "a" }, { name: "lint", run: "b", soft: {} }] }, ["gates", 1], "soft"],
+    ["a stop condition this version does not know", { ...minimal, stop: { max_iterations: 5, budget: { wall: "8h" } } }, ["stop"], "budget"],
+    ["an agent key", { ...minimal, agent: { run: "x", model: "big" } }, ["agent"], "model"],
+  ])("refuses %s and names where it is", (_what, input, path, key) => {
+    expect(issuesOf(input)).toEqual([
+      expect.objectContaining({ code: "unrecognized_keys", path, keys: [key], message: expect.stringContaining(key) }),
+    ]);
+  });
+
+  it.each([
+    ["gates[0].timeout", { ...minimal, gates: [{ name: "unit", run: "npm test", timeout: "2 minutes" }] }, ["gates", 0, "timeout"]],
+    ["gates[1].timeout", { ...minimal, gates: [{ name: "unit", run: "a" }, { name: "lint", run: "b", timeout: "10" }] }, ["gates", 1, "timeout"]],
+    ["agent.timeout", { ...minimal, agent: { run: "x", timeout: "0s" } }, ["agent", "timeout"]],
+  ])("refuses a bad duration at %s with its path and a hint", (_where, input, path) => {
+    expect(issuesOf(input)).toEqual([expect.objectContaining({ path, message: expect.stringContaining("e.g. 90s, 10m") })]);
+  });
+
+  it("refuses two gates with the same name, pointing at the second", () => {
+    const input = { ...minimal, gates: [{ name: "unit", run: "a" }, { name: "lint", run: "b" }, { name: "unit", run: "c" }] };
+    expect(issuesOf(input)).toEqual([
+      expect.objectContaining({ path: ["gates", 2, "name"], message: 'duplicate gate name "unit"' }),
+    ]);
+  });
+
+  it("refuses a contract without gates and one with an unknown mode", () => {
+    expect(issuesOf({ ...minimal, gates: [] })).toEqual([expect.objectContaining({ path: ["gates"] })]);
+    expect(issuesOf({ ...minimal, mode: "fixpoint" })).toEqual([expect.objectContaining({ path: ["mode"] })]);
+  });
+
+  it("applies the documented defaults: 50 iterations, no_progress 10, gate timeout 10m, agent timeout 20m", () => {
+    expect(Contract.parse(minimal)).toEqual({
+      ...minimal,
+      gates: [{ name: "unit", run: "npm test", timeout: "10m" }],
+      stop: { max_iterations: 50, no_progress: 10 },
+      agent: { run: minimal.agent.run, timeout: "20m" },
+    });
+  });
+
+  it("fills in the stop condition that was left out and keeps the one given", () => {
+    expect(Contract.parse({ ...minimal, stop: { max_iterations: 5 } }).stop).toEqual({ max_iterations: 5, no_progress: 10 });
+    expect(Contract.parse({ ...minimal, stop: { no_progress: 3 } }).stop).toEqual({ max_iterations: 50, no_progress: 3 });
+  });
+
+  it("keeps given timeouts as written", () => {
+    const parsed = Contract.parse({ ...minimal, gates: [{ name: "unit", run: "npm test", timeout: "90s" }], agent: { run: "x", timeout: "1h30m" } });
+    expect(parsed.gates[0]?.timeout).toBe("90s");
+    expect(parsed.agent.timeout).toBe("1h30m");
+  });
+});

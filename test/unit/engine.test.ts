@@ -1,0 +1,525 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import {
+  applyEvent,
+  createLoop,
+  foldEvents,
+  haltAfter,
+  type EventDraft,
+  type Halt,
+  type LoopState,
+  type Verdict,
+} from "../../shared/engine/index.js";
+import { sha256Hex } from "../../shared/hash.js";
+import { AGENT_FAILED, LoopHarness, TEST_IDS, commitOf, contractOf, observationOf } from "./engine-harness.js";
+
+const [A, B, C, D] = TEST_IDS;
+
+type Step = { evaluate: string[] } | { agent: "failed" | "timed_out" } | { empty: true };
+type StopOverride = { max_iterations?: number; no_progress?: number };
+
+interface HistoryCase {
+  name: string;
+  t0: string[];
+  stop?: StopOverride;
+  steps: Step[];
+  /** The last step's verdict (fields that matter to the case). */
+  verdict?: Partial<Verdict>;
+  /** The loop's halt after the last step; null when it must still be running. */
+  halt: Partial<Halt> | null;
+  /** The failing set of the best-so-far after the last step. */
+  bestFailing?: string[];
+}
+
+function play(history: HistoryCase): { harness: LoopHarness; verdict: Verdict | undefined } {
+  const harness = new LoopHarness(history.t0, history.stop ? { stop: history.stop } : {});
+  let verdict: Verdict | undefined;
+  history.steps.forEach((step, index) => {
+    expect(harness.state.halt, `the loop halted before step ${index + 1}`).toBeNull();
+    const label = `step-${index + 1}`;
+    if ("evaluate" in step) {
+      verdict = harness.evaluate(label, step.evaluate);
+      return;
+    }
+    const agent = "agent" in step ? (step.agent === "failed" ? AGENT_FAILED : { exit_code: null, timed_out: true, duration_ms: 5_000 }) : undefined;
+    const proposed = harness.propose(label, agent ? { agent } : { empty: true });
+    if (!proposed.ok) throw new Error(proposed.error.code);
+    verdict = harness.state.candidates[proposed.value.candidate_id]?.verdict ?? undefined;
+  });
+  return { harness, verdict };
+}
+
+const histories: HistoryCase[] = [
+  {
+    name: "a baseline that already passes halts success_condition_met at creation",
+    t0: [],
+    steps: [],
+    halt: { halt_reason: "success_condition_met", exit_class: 10, detail: "the baseline already passes every gate" },
+  },
+  {
+    name: "fewer failures and no regression is promoted",
+    t0: [A, B, C],
+    steps: [{ evaluate: [A, B] }],
+    verdict: { decision: "promoted", reason: "fewer_failures", failing_before: 3, failing_after: 2, regressed: [] },
+    halt: null,
+    bestFailing: [A, B],
+  },
+  {
+    name: "a broken passing test is rejected as regressed even though failures shrank",
+    t0: [A, B, C],
+    steps: [{ evaluate: [D] }],
+    verdict: { decision: "rejected", reason: "regressed", failing_before: 3, failing_after: 1, regressed: [D] },
+    halt: null,
+    bestFailing: [A, B, C],
+  },
+  {
+    name: "regression is judged against the best-so-far, not only t0",
+    t0: [A, B, C],
+    steps: [{ evaluate: [A, B] }, { evaluate: [C] }],
+    verdict: { decision: "rejected", reason: "regressed", failing_before: 2, failing_after: 1, regressed: [C] },
+    halt: null,
+    bestFailing: [A, B],
+  },
+  {
+    name: "the same failing set is rejected no_improvement",
+    t0: [A, B],
+    steps: [{ evaluate: [A, B] }],
+    verdict: { decision: "rejected", reason: "no_improvement", failing_before: 2, failing_after: 2 },
+    halt: null,
+    bestFailing: [A, B],
+  },
+  {
+    name: "fixing the last failure is promoted and halts success_condition_met",
+    t0: [A],
+    steps: [{ evaluate: [] }],
+    verdict: { decision: "promoted", reason: "fewer_failures", failing_after: 0 },
+    halt: { halt_reason: "success_condition_met", exit_class: 10, detail: "every gate passes" },
+    bestFailing: [],
+  },
+  {
+    name: "a failed agent run is rejected agent_failed without an evaluation",
+    t0: [A],
+    steps: [{ agent: "failed" }],
+    verdict: { decision: "rejected", reason: "agent_failed", failing_after: null, detail: "the agent command exited with 2" },
+    halt: null,
+  },
+  {
+    name: "an agent that timed out counts as a failed agent run",
+    t0: [A],
+    steps: [{ agent: "timed_out" }],
+    verdict: { decision: "rejected", reason: "agent_failed", detail: "the agent command timed out" },
+    halt: null,
+  },
+  {
+    name: "three agent failures in a row halt execution_failure",
+    t0: [A],
+    steps: [{ agent: "failed" }, { agent: "failed" }, { agent: "timed_out" }],
+    verdict: { reason: "agent_failed" },
+    halt: { halt_reason: "execution_failure", exit_class: 40 },
+  },
+  {
+    name: "a working agent run between failures resets the count",
+    t0: [A],
+    steps: [{ agent: "failed" }, { agent: "failed" }, { evaluate: [A] }, { agent: "failed" }, { agent: "failed" }],
+    verdict: { reason: "agent_failed" },
+    halt: null,
+  },
+  {
+    name: "an empty change is rejected no_change",
+    t0: [A],
+    steps: [{ empty: true }],
+    verdict: { decision: "rejected", reason: "no_change", failing_after: null },
+    halt: null,
+  },
+  {
+    name: "stop.no_progress iterations without a promotion halt no_progress_detected",
+    t0: [A, B],
+    stop: { no_progress: 3 },
+    steps: [{ evaluate: [A, B] }, { empty: true }, { evaluate: [A, B] }],
+    verdict: { reason: "no_improvement" },
+    halt: { halt_reason: "no_progress_detected", exit_class: 17 },
+  },
+  {
+    name: "one iteration short of stop.no_progress keeps running",
+    t0: [A, B],
+    stop: { no_progress: 3 },
+    steps: [{ evaluate: [A, B] }, { evaluate: [A, B] }],
+    halt: null,
+  },
+  {
+    name: "no_progress counts from the last promotion",
+    t0: [A, B],
+    stop: { no_progress: 3 },
+    steps: [{ evaluate: [A, B] }, { evaluate: [A, B] }, { evaluate: [A] }, { evaluate: [A] }, { evaluate: [A] }],
+    halt: null,
+    bestFailing: [A],
+  },
+  {
+    name: "max_iterations with a recent promotion halts still improving",
+    t0: [A, B, C],
+    stop: { max_iterations: 3, no_progress: 5 },
+    steps: [{ evaluate: [A, B] }, { evaluate: [A, B] }, { evaluate: [A, B] }],
+    halt: { halt_reason: "max_iterations_reached", exit_class: 12, still_improving: true },
+  },
+  {
+    name: "max_iterations reached by a promotion on the last iteration halts still improving",
+    t0: [A, B, C],
+    stop: { max_iterations: 2, no_progress: 5 },
+    steps: [{ evaluate: [A, B, C] }, { evaluate: [A] }],
+    verdict: { decision: "promoted" },
+    halt: { halt_reason: "max_iterations_reached", exit_class: 12, still_improving: true },
+  },
+  {
+    name: "max_iterations without any promotion halts stalled",
+    t0: [A, B],
+    stop: { max_iterations: 3, no_progress: 5 },
+    steps: [{ evaluate: [A, B] }, { agent: "failed" }, { empty: true }],
+    halt: { halt_reason: "max_iterations_reached", exit_class: 12, still_improving: false },
+  },
+];
+
+describe("engine: decisions over a loop's history", () => {
+  it.each(histories)("$name", (history) => {
+    const { harness, verdict } = play(history);
+    if (history.verdict) expect(verdict).toMatchObject(history.verdict);
+    if (history.halt === null) {
+      expect(harness.state.halt).toBeNull();
+      expect(harness.events.filter((event) => event.type === "halted")).toEqual([]);
+    } else {
+      expect(harness.state.halt).toMatchObject(history.halt);
+      // The halt is recorded as the last event, right after the verdict (or loop_created) that caused it.
+      expect(harness.events.at(-1)).toMatchObject({ type: "halted", data: history.halt });
+      if (history.halt.halt_reason !== "max_iterations_reached") expect(harness.state.halt).not.toHaveProperty("still_improving");
+    }
+    if (history.bestFailing) expect(harness.state.best.failing).toEqual(history.bestFailing);
+    expect(harness.state.iterations).toBe(history.steps.length);
+  });
+
+  it("names every regressed test in the verdict's detail, so the user sees what broke", () => {
+    const harness = new LoopHarness([A, B]);
+    const verdict = harness.evaluate("breaks-two", [C, D]);
+    expect(verdict).toMatchObject({ reason: "regressed", regressed: [C, D] });
+    expect(verdict.detail).toBe(`broke 2 passing test(s): ${C}, ${D}`);
+  });
+
+  it("haltAfter is what the engine records: it agrees with the halted event of every history", () => {
+    for (const history of histories) {
+      const { harness } = play(history);
+      const before = foldEvents(harness.events.filter((event) => event.type !== "halted"));
+      expect(before && haltAfter(before), history.name).toEqual(harness.state.halt);
+    }
+  });
+});
+
+describe("engine: createLoop", () => {
+  it.each(["optimize", "task_list"] as const)("refuses mode %s as mode_unsupported", (mode) => {
+    const outcome = createLoop({
+      loop_id: "lp_0123456789abcdef01234567",
+      contract: contractOf({ mode }),
+      contract_hash: sha256Hex("contract"),
+      t0: { commit: commitOf("t0"), observation: observationOf([A]) },
+      at: "2026-03-01T09:00:00.000Z",
+    });
+    expect(outcome).toMatchObject({ ok: false, error: { code: "mode_unsupported" } });
+  });
+
+  it("records the contract, its hash and t0 in loop_created, and starts with t0 as the best", () => {
+    const harness = new LoopHarness([A, B]);
+    expect(harness.events.map((event) => event.type)).toEqual(["loop_created"]);
+    expect(harness.state).toMatchObject({
+      contract_hash: sha256Hex("contract"),
+      best: { candidate_id: "t0", commit: commitOf("t0"), failing: [A, B] },
+      iterations: 0,
+      halt: null,
+    });
+  });
+});
+
+describe("engine: proposeCandidate", () => {
+  it("answers the same candidate and appends nothing when the same proposal is retried", () => {
+    const harness = new LoopHarness([A]);
+    const first = harness.propose("retry");
+    const count = harness.events.length;
+    const again = harness.propose("retry");
+    expect(first).toMatchObject({ ok: true, value: { candidate_id: "c1", replayed: false } });
+    expect(again).toEqual({ ok: true, events: [], value: { candidate_id: "c1", replayed: true } });
+    expect(harness.events).toHaveLength(count);
+  });
+
+  it("refuses the same idempotency key with a different request as idempotency_conflict", () => {
+    const harness = new LoopHarness([A]);
+    harness.propose("first");
+    const count = harness.events.length;
+    const conflicting = harness.propose("other", { idempotency_key: "key-first" });
+    expect(conflicting).toMatchObject({ ok: false, error: { code: "idempotency_conflict" } });
+    expect(harness.events).toHaveLength(count);
+  });
+
+  it("refuses a new candidate on a halted loop as loop_halted, but still answers a retried one", () => {
+    const harness = new LoopHarness([A]);
+    harness.evaluate("fix", []);
+    expect(harness.state.halt?.halt_reason).toBe("success_condition_met");
+    const count = harness.events.length;
+    expect(harness.propose("late")).toMatchObject({ ok: false, error: { code: "loop_halted" } });
+    expect(harness.propose("fix")).toMatchObject({ ok: true, value: { candidate_id: "c1", replayed: true } });
+    expect(harness.events).toHaveLength(count);
+  });
+
+  it("queues an evaluable candidate under the best-so-far as its parent, but never a rejected one", () => {
+    const harness = new LoopHarness([A, B]);
+    harness.evaluate("promoted", [A]);
+    const queued = harness.propose("next");
+    const failed = harness.propose("agent-broke", { agent: AGENT_FAILED });
+    if (!queued.ok || !failed.ok) throw new Error("refused");
+    expect(harness.state.candidates[queued.value.candidate_id]).toMatchObject({ status: "queued", parent: "c1" });
+    expect(harness.state.candidates[failed.value.candidate_id]).toMatchObject({ status: "rejected" });
+    // Only the evaluable candidate is ever offered to a runner.
+    expect(harness.lease("runner-1")).toMatchObject({ ok: true, value: { candidate: { candidate_id: queued.value.candidate_id } } });
+    expect(harness.lease("runner-2")).toMatchObject({ ok: true, events: [], value: null });
+  });
+});
+
+describe("engine: leases", () => {
+  it("gives a runner that asks again the lease it already holds, without a new event", () => {
+    const harness = new LoopHarness([A]);
+    harness.propose("one");
+    harness.propose("two");
+    const first = harness.lease("runner-1");
+    const count = harness.events.length;
+    const again = harness.lease("runner-1");
+    if (!first.ok || !again.ok) throw new Error("refused");
+    expect(again.events).toEqual([]);
+    expect(again.value?.lease_id).toBe(first.value?.lease_id);
+    expect(again.value?.candidate.candidate_id).toBe("c1");
+    expect(harness.events).toHaveLength(count);
+  });
+
+  it("answers no lease and no event when nothing is queued", () => {
+    const harness = new LoopHarness([A]);
+    expect(harness.lease()).toEqual({ ok: true, events: [], value: null });
+  });
+
+  it("issues strictly increasing fencing tokens, also when an expired job is leased again", () => {
+    const harness = new LoopHarness([A]);
+    harness.propose("one");
+    harness.propose("two");
+    const tokens: number[] = [];
+    const one = harness.lease("runner-1", 10_000);
+    const two = harness.lease("runner-2", 60_000);
+    harness.expire(10_000);
+    const three = harness.lease("runner-3");
+    for (const outcome of [one, two, three]) {
+      if (!outcome.ok || !outcome.value) throw new Error("no lease");
+      tokens.push(outcome.value.fencing_token);
+    }
+    expect(tokens).toEqual([1, 2, 3]);
+    if (!three.ok || !three.value) throw new Error("no lease");
+    expect(three.value.candidate.candidate_id).toBe("c1");
+  });
+
+  it("reclaims a lease only once its deadline has passed, putting the candidate back in the queue", () => {
+    const harness = new LoopHarness([A]);
+    harness.propose("one");
+    const leased = harness.lease("runner-1", 10_000);
+    if (!leased.ok || !leased.value) throw new Error("no lease");
+    // The harness clock is at the grant's time; the deadline is 10 s later and counts as expired.
+    expect(harness.expire(9_999)).toEqual([]);
+    expect(harness.state.candidates.c1?.status).toBe("leased");
+    const expired = harness.expire(1);
+    expect(expired).toEqual([
+      { type: "lease_expired", at: expect.any(String), data: { lease_id: leased.value.lease_id, candidate_id: "c1" } },
+    ]);
+    expect(harness.state.candidates.c1).toMatchObject({ status: "queued", lease: null });
+    expect(harness.expire(60_000)).toEqual([]);
+  });
+
+  it("extends a live lease on heartbeat, and refuses a heartbeat that comes after the deadline", () => {
+    const harness = new LoopHarness([A]);
+    harness.propose("one");
+    const leased = harness.lease("runner-1", 10_000);
+    if (!leased.ok || !leased.value) throw new Error("no lease");
+    const renewed = harness.renew(leased.value, 10_000);
+    expect(renewed).toMatchObject({ ok: true, events: [{ type: "lease_renewed" }] });
+    if (!renewed.ok) throw new Error("refused");
+    expect(Date.parse(renewed.value.expires_at)).toBeGreaterThan(Date.parse(leased.value.expires_at));
+    harness.now(10_000);
+    const count = harness.events.length;
+    expect(harness.renew(leased.value)).toMatchObject({ ok: false, error: { code: "lease_expired" } });
+    expect(harness.events).toHaveLength(count);
+  });
+
+  it("refuses a report under a stale fencing token and records nothing", () => {
+    const harness = new LoopHarness([A]);
+    harness.propose("one");
+    harness.lease("runner-1", 10_000);
+    harness.expire(10_000);
+    const current = harness.lease("runner-2");
+    if (!current.ok || !current.value) throw new Error("no lease");
+    const count = harness.events.length;
+    const stale = harness.report({ lease_id: current.value.lease_id, fencing_token: 1 }, observationOf([]));
+    expect(stale).toMatchObject({ ok: false, error: { code: "stale_lease" } });
+    expect(harness.events).toHaveLength(count);
+    expect(harness.state.candidates.c1?.status).toBe("leased");
+  });
+
+  it("answers a retried report with the recorded verdict and no new events; a different body is already_reported", () => {
+    const harness = new LoopHarness([A, B]);
+    harness.propose("one");
+    const leased = harness.lease();
+    if (!leased.ok || !leased.value) throw new Error("no lease");
+    const first = harness.report(leased.value, observationOf([A]));
+    const count = harness.events.length;
+    const retry = harness.report(leased.value, observationOf([A]));
+    expect(first).toMatchObject({ ok: true, value: { decision: "promoted" } });
+    if (!first.ok) throw new Error("refused");
+    expect(retry).toEqual({ ok: true, events: [], value: first.value });
+    const different = harness.report(leased.value, observationOf([]));
+    expect(different).toMatchObject({ ok: false, error: { code: "already_reported" } });
+    expect(harness.events).toHaveLength(count);
+  });
+
+  it("refuses a second runner's report once another report halted the loop", () => {
+    const harness = new LoopHarness([A]);
+    harness.propose("one");
+    harness.propose("two");
+    const one = harness.lease("runner-1");
+    const two = harness.lease("runner-2");
+    if (!one.ok || !one.value || !two.ok || !two.value) throw new Error("no lease");
+    harness.report(one.value, observationOf([]));
+    expect(harness.state.halt?.halt_reason).toBe("success_condition_met");
+    const count = harness.events.length;
+    expect(harness.report(two.value, observationOf([]))).toMatchObject({ ok: false, error: { code: "loop_halted" } });
+    expect(harness.events).toHaveLength(count);
+    expect(harness.lease("runner-3")).toEqual({ ok: true, events: [], value: null });
+  });
+
+  it("answers lease_not_found for a lease id the loop never granted", () => {
+    const harness = new LoopHarness([A]);
+    harness.propose("one");
+    const missing = { lease_id: "lp_0123456789abcdef01234567-L9", fencing_token: 9 };
+    expect(harness.report(missing, observationOf([]))).toMatchObject({ ok: false, error: { code: "lease_not_found" } });
+    expect(harness.renew(missing)).toMatchObject({ ok: false, error: { code: "lease_not_found" } });
+  });
+});
+
+// ---------------------------------------------------------------------------------------------------
+// Properties over random histories.
+
+type RandomStep = { kind: "evaluate"; failing: string[] } | { kind: "agent_failed" } | { kind: "empty" } | { kind: "expire" };
+
+const failingSubset = fc.subarray([...TEST_IDS]);
+const randomStep: fc.Arbitrary<RandomStep> = fc.oneof(
+  { weight: 10, arbitrary: failingSubset.map((failing) => ({ kind: "evaluate" as const, failing })) },
+  { weight: 1, arbitrary: fc.constant({ kind: "agent_failed" as const }) },
+  { weight: 1, arbitrary: fc.constant({ kind: "empty" as const }) },
+  { weight: 1, arbitrary: fc.constant({ kind: "expire" as const }) },
+);
+const stopConditions = fc.record({ max_iterations: fc.integer({ min: 1, max: 25 }), no_progress: fc.integer({ min: 1, max: 12 }) });
+
+interface Run {
+  harness: LoopHarness;
+  /** The state the commands saw after each step, in order. */
+  states: LoopState[];
+}
+
+/** Drives random steps; checks the ratchet at every promotion and that a halted loop accepts nothing. */
+function runRandomHistory(t0: string[], steps: RandomStep[], stop: StopOverride): Run {
+  const harness = new LoopHarness(t0, { stop });
+  const states: LoopState[] = [harness.state];
+  steps.forEach((step, index) => {
+    const label = `p${index}`;
+    if (harness.state.halt) {
+      const count = harness.events.length;
+      expect(harness.propose(label)).toMatchObject({ ok: false, error: { code: "loop_halted" } });
+      expect(harness.lease()).toEqual({ ok: true, events: [], value: null });
+      expect(harness.events).toHaveLength(count);
+      states.push(harness.state);
+      return;
+    }
+    if (step.kind === "agent_failed") harness.propose(label, { agent: AGENT_FAILED });
+    else if (step.kind === "empty") harness.propose(label, { empty: true });
+    else if (step.kind === "expire") {
+      // A runner leases a job and vanishes; the job goes back to the queue and is decided later.
+      harness.propose(label);
+      harness.lease(`ghost-${index}`, 1_000);
+      harness.expire(1_000);
+    } else {
+      const bestBefore = harness.state.best;
+      harness.propose(label);
+      const leased = harness.lease("runner");
+      if (!leased.ok || !leased.value) throw new Error("a queued candidate was not leased");
+      const reported = harness.report(leased.value, observationOf(step.failing));
+      if (!reported.ok) throw new Error(`report refused: ${reported.error.code}`);
+      if (reported.value.decision === "promoted") {
+        // (b) the ratchet: nothing that passed in the best-so-far fails now, and failures strictly shrink.
+        const passing = new Set(harness.state.best.passing);
+        for (const id of bestBefore.passing) expect(passing.has(id), `${id} regressed in a promotion`).toBe(true);
+        expect(harness.state.best.failing.length).toBeLessThan(bestBefore.failing.length);
+      }
+    }
+    states.push(harness.state);
+  });
+  return { harness, states };
+}
+
+describe("engine: properties", () => {
+  it("(a) the fold of the emitted log equals the state built step by step, from any prefix on", () => {
+    fc.assert(
+      fc.property(failingSubset, fc.array(randomStep, { maxLength: 30 }), stopConditions, (t0, steps, stop) => {
+        const { harness } = runRandomHistory(t0, steps, stop);
+        // The log as stored and served is JSON; fold what a verifier would read back.
+        const log = JSON.parse(JSON.stringify(harness.events)) as EventDraft[];
+        expect(foldEvents(log)).toEqual(harness.state);
+        // The LoopObject reloads its snapshot from JSON: it must be the same state.
+        expect(JSON.parse(JSON.stringify(harness.state))).toEqual(harness.state);
+        for (let split = 1; split <= log.length; split++) {
+          let state = foldEvents(log.slice(0, split));
+          for (const event of log.slice(split)) state = applyEvent(state, event);
+          expect(state).toEqual(harness.state);
+        }
+      }),
+      { numRuns: 150 },
+    );
+  });
+
+  it("(b) every promotion keeps the previous best's passing tests and has fewer failures", () => {
+    fc.assert(
+      fc.property(failingSubset, fc.array(randomStep, { maxLength: 40 }), stopConditions, (t0, steps, stop) => {
+        const { harness } = runRandomHistory(t0, steps, stop);
+        // The same holds when read back from the log alone: walk the promoted verdicts in order.
+        let best = harness.events[0]?.type === "loop_created" ? observationOf(t0).tests.passing : [];
+        for (const event of harness.events) {
+          if (event.type !== "verdict" || event.data.decision !== "promoted") continue;
+          const report = harness.events.find(
+            (other) => other.type === "observation_reported" && other.data.candidate_id === event.data.candidate_id,
+          );
+          if (report?.type !== "observation_reported") throw new Error("a promotion without an observation");
+          const passing = report.data.observation.tests.passing;
+          expect(best.every((id) => passing.includes(id))).toBe(true);
+          best = passing;
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it("(c) after a halt no candidate is accepted, leased or decided", () => {
+    fc.assert(
+      fc.property(failingSubset, fc.array(randomStep, { minLength: 1, maxLength: 40 }), stopConditions, (t0, steps, stop) => {
+        const { harness, states } = runRandomHistory(t0, steps, stop);
+        const haltedAt = harness.events.findIndex((event) => event.type === "halted");
+        if (haltedAt === -1) {
+          expect(harness.state.halt).toBeNull();
+          return;
+        }
+        expect(harness.events.slice(haltedAt + 1)).toEqual([]);
+        // Once halted, the state never changes again.
+        const firstHalted = states.findIndex((state) => state.halt !== null);
+        for (const state of states.slice(firstHalted)) expect(state).toBe(harness.state);
+        // And the loop never ran past its own iteration cap.
+        expect(harness.state.iterations).toBeLessThanOrEqual(stop.max_iterations);
+      }),
+      { numRuns: 300 },
+    );
+  });
+});

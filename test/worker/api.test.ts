@@ -1,0 +1,291 @@
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { verifyChain } from "../../shared/engine/index.js";
+import { sha256Hex } from "../../shared/hash.js";
+import {
+  TEST_IDS,
+  call,
+  candidateBody,
+  createLoop,
+  createLoopBody,
+  drainOutbox,
+  observationOf,
+  parseJsonl,
+  postJson,
+  proposeAndLease,
+  logOf,
+} from "./fixtures.js";
+
+const [A, B, C] = TEST_IDS;
+
+interface ErrorEnvelope {
+  error: { code: string; message: string; issues?: { path: string; message: string }[] };
+}
+
+async function errorOf(response: Response): Promise<ErrorEnvelope["error"]> {
+  expect(response.headers.get("content-type")).toContain("application/json");
+  return ((await response.json()) as ErrorEnvelope).error;
+}
+
+async function report(leaseId: string, body: unknown): Promise<Response> {
+  return postJson(`/v1/leases/${leaseId}/report`, body);
+}
+
+describe("POST /v1/loops", () => {
+  it("creates a loop (201), answers the same loop on a retry (200), refuses the key with another body (422)", async () => {
+    const body = createLoopBody("create", [A, B]);
+    const first = await postJson("/v1/loops", body);
+    expect(first.status).toBe(201);
+    const created = (await first.json()) as { created: boolean; loop: { loop_id: string; head: unknown } };
+    expect(created).toMatchObject({
+      created: true,
+      loop: {
+        loop_id: expect.stringMatching(/^lp_[0-9a-f]{24}$/),
+        name: "loop-create",
+        mode: "check_fixpoint",
+        status: "running",
+        iteration: 0,
+        max_iterations: 50,
+        t0: { failing: 2 },
+        best: { candidate_id: "t0", failing: 2 },
+        halt: null,
+        head: { seq: 1 },
+      },
+    });
+
+    const retry = await postJson("/v1/loops", body);
+    expect(retry.status).toBe(200);
+    expect(await retry.json()).toEqual({ ...created, created: false });
+
+    const conflicting = await postJson("/v1/loops", createLoopBody("create", [A]));
+    expect(conflicting.status).toBe(422);
+    expect(await errorOf(conflicting)).toMatchObject({ code: "idempotency_conflict" });
+    expect(await logOf(created.loop.loop_id)).toEqual({ events: 1, head: created.loop.head });
+  });
+
+  it("halts a loop whose baseline already passes with success_condition_met", async () => {
+    const loop = await createLoop("already-green", []);
+    expect(loop).toMatchObject({ status: "halted", halt: { halt_reason: "success_condition_met", exit_class: 10 }, head: { seq: 2 } });
+    const proposed = await postJson(`/v1/loops/${loop.loop_id}/candidates`, candidateBody("already-green"));
+    expect(proposed.status).toBe(409);
+    expect(await errorOf(proposed)).toMatchObject({ code: "loop_halted" });
+  });
+
+  it("refuses a contract in a mode this version does not run with 422 mode_unsupported", async () => {
+    const response = await postJson("/v1/loops", createLoopBody("optimize", [A], { mode: "optimize" }));
+    expect(response.status).toBe(422);
+    expect(await errorOf(response)).toMatchObject({ code: "mode_unsupported" });
+  });
+});
+
+describe("a check_fixpoint loop through HTTP", () => {
+  it("runs propose → lease → report to a promotion, a regression and a success halt, with a verifiable log", async () => {
+    const loop = await createLoop("slice", [A, B]);
+    const id = loop.loop_id;
+
+    const got = await call(`/v1/loops/${id}`);
+    expect(got.status).toBe(200);
+    expect(await got.json()).toEqual(loop);
+
+    // Propose; a retried proposal is answered from the log, not registered twice.
+    const proposed = await postJson(`/v1/loops/${id}/candidates`, candidateBody("slice-1"));
+    expect(proposed.status).toBe(201);
+    expect(await proposed.json()).toMatchObject({ replayed: false, candidate: { candidate_id: "c1", parent: "t0", status: "queued", verdict: null } });
+    const replayed = await postJson(`/v1/loops/${id}/candidates`, candidateBody("slice-1"));
+    expect(replayed.status).toBe(200);
+    expect(await replayed.json()).toMatchObject({ replayed: true, candidate: { candidate_id: "c1" } });
+
+    // Lease: the job names the candidate and the contract hash, never a command (DESIGN §4.4).
+    const leased = await postJson(`/v1/loops/${id}/leases`, { runner_id: "laptop" });
+    expect(leased.status).toBe(200);
+    const lease = (await leased.json()) as { lease_id: string; fencing_token: number; job: Record<string, unknown> };
+    expect(lease).toMatchObject({
+      loop_id: id,
+      fencing_token: 1,
+      ttl_ms: 120_000,
+      job: { kind: "evaluate", candidate_id: "c1", commit: candidateBody("slice-1").commit, contract_hash: loop.contract_hash },
+    });
+    expect(Object.keys(lease.job).sort()).toEqual(["candidate_id", "commit", "contract_hash", "kind"]);
+    const idle = await postJson(`/v1/loops/${id}/leases`, { runner_id: "ci-box" });
+    expect(idle.status).toBe(204);
+    expect(await idle.text()).toBe("");
+
+    const promoted = await report(lease.lease_id, { fencing_token: lease.fencing_token, observation: observationOf([A]) });
+    expect(promoted.status).toBe(200);
+    expect(await promoted.json()).toMatchObject({
+      verdict: { candidate_id: "c1", decision: "promoted", reason: "fewer_failures", failing_before: 2, failing_after: 1 },
+      loop: { iteration: 1, status: "running", best: { candidate_id: "c1", failing: 1 } },
+    });
+
+    // B passed in the best-so-far: breaking it is rejected even though A got fixed.
+    const second = await proposeAndLease(id, "slice-2");
+    const regressed = await report(second.lease_id, { fencing_token: second.fencing_token, observation: observationOf([B]) });
+    expect(await regressed.json()).toMatchObject({
+      verdict: { candidate_id: "c2", decision: "rejected", reason: "regressed", regressed: [B] },
+      loop: { iteration: 2, best: { candidate_id: "c1" } },
+    });
+
+    const third = await proposeAndLease(id, "slice-3");
+    const success = await report(third.lease_id, { fencing_token: third.fencing_token, observation: observationOf([]) });
+    const final = (await success.json()) as { loop: { head: { seq: number; hash: string } } };
+    expect(final).toMatchObject({
+      verdict: { candidate_id: "c3", decision: "promoted" },
+      loop: { status: "halted", iteration: 3, halt: { halt_reason: "success_condition_met", exit_class: 10 }, best: { candidate_id: "c3", failing: 0 } },
+    });
+
+    const late = await postJson(`/v1/loops/${id}/candidates`, candidateBody("slice-4"));
+    expect(late.status).toBe(409);
+    expect(await errorOf(late)).toMatchObject({ code: "loop_halted" });
+
+    // The log: JSONL whose hash chain verifies to the head the loop reports.
+    const events = await call(`/v1/loops/${id}/events`);
+    expect(events.status).toBe(200);
+    expect(events.headers.get("content-type")).toContain("application/x-ndjson");
+    const log = parseJsonl(await events.text());
+    expect(log.map((event) => event.type)).toEqual([
+      "loop_created",
+      "candidate_proposed",
+      "lease_granted",
+      "observation_reported",
+      "verdict",
+      "candidate_proposed",
+      "lease_granted",
+      "observation_reported",
+      "verdict",
+      "candidate_proposed",
+      "lease_granted",
+      "observation_reported",
+      "verdict",
+      "halted",
+    ]);
+    expect(verifyChain(log)).toEqual({ ok: true, head: final.loop.head });
+
+    // `?after=seq` serves the tail, which chains on from the event before it.
+    const tail = parseJsonl(await (await call(`/v1/loops/${id}/events?after=12`)).text());
+    expect(tail.map((event) => event.seq)).toEqual([13, 14]);
+    expect(tail[0]?.prev).toBe(log[11]?.hash);
+  });
+
+  it("answers a retried report with the same verdict and no new event; another body under that lease is 409", async () => {
+    const loop = await createLoop("retry-report", [A, B]);
+    const lease = await proposeAndLease(loop.loop_id, "retry-report");
+    const body = { fencing_token: lease.fencing_token, observation: observationOf([A]) };
+    const first = await report(lease.lease_id, body);
+    const verdict = ((await first.json()) as { verdict: unknown }).verdict;
+    const before = await logOf(loop.loop_id);
+
+    const retry = await report(lease.lease_id, body);
+    expect(retry.status).toBe(200);
+    expect(((await retry.json()) as { verdict: unknown }).verdict).toEqual(verdict);
+
+    const different = await report(lease.lease_id, { ...body, observation: observationOf([]) });
+    expect(different.status).toBe(409);
+    expect(await errorOf(different)).toMatchObject({ code: "already_reported" });
+    expect(await logOf(loop.loop_id)).toEqual(before);
+  });
+
+  it("refuses a report or heartbeat under the wrong fencing token with 409 stale_lease and records nothing", async () => {
+    const loop = await createLoop("stale-token", [A]);
+    const lease = await proposeAndLease(loop.loop_id, "stale-token");
+    const before = await logOf(loop.loop_id);
+
+    const beat = await postJson(`/v1/leases/${lease.lease_id}/heartbeat`, { fencing_token: lease.fencing_token + 1 });
+    expect(beat.status).toBe(409);
+    expect(await errorOf(beat)).toMatchObject({ code: "stale_lease" });
+    const stale = await report(lease.lease_id, { fencing_token: lease.fencing_token + 1, observation: observationOf([]) });
+    expect(stale.status).toBe(409);
+    expect(await errorOf(stale)).toMatchObject({ code: "stale_lease" });
+    expect(await logOf(loop.loop_id)).toEqual(before);
+
+    const live = await postJson(`/v1/leases/${lease.lease_id}/heartbeat`, { fencing_token: lease.fencing_token });
+    expect(live.status).toBe(200);
+    expect(await live.json()).toMatchObject({ lease_id: lease.lease_id, fencing_token: lease.fencing_token });
+  });
+
+  it("rejects a failed agent run at once without offering a job, and three in a row halt execution_failure (40)", async () => {
+    const loop = await createLoop("agent-fails", [A]);
+    for (const [index, expected] of [
+      [1, "running"],
+      [2, "running"],
+      [3, "halted"],
+    ] as const) {
+      const proposed = await postJson(`/v1/loops/${loop.loop_id}/candidates`, candidateBody(`agent-fails-${index}`, { exit_code: 1 }));
+      expect(proposed.status).toBe(201);
+      expect(await proposed.json()).toMatchObject({
+        candidate: { status: "rejected", verdict: { decision: "rejected", reason: "agent_failed" } },
+        loop: { status: expected },
+      });
+      const leased = await postJson(`/v1/loops/${loop.loop_id}/leases`, { runner_id: "laptop" });
+      expect(leased.status).toBe(204);
+    }
+    const summary = (await (await call(`/v1/loops/${loop.loop_id}`)).json()) as { halt: unknown };
+    expect(summary.halt).toMatchObject({ halt_reason: "execution_failure", exit_class: 40 });
+  });
+});
+
+describe("artifacts", () => {
+  const bytes = new TextEncoder().encode("FAIL parse.nested\nexpected 3, got 4\n");
+  const digest = sha256Hex(bytes);
+  const intent = { sha256: digest, size: bytes.length, content_type: "text/plain" };
+
+  it("takes an upload intent, stores the bytes once, and serves them back", async () => {
+    const loop = await createLoop("artifacts", [A]);
+    const base = `/v1/loops/${loop.loop_id}/artifacts`;
+
+    const first = await postJson(base, intent);
+    expect(first.status).toBe(200);
+    expect(await first.json()).toEqual({ status: "upload", method: "PUT", url: `${base}/${digest}` });
+
+    const put = await call(`${base}/${digest}`, { method: "PUT", headers: { "content-type": "text/plain" }, body: bytes });
+    expect(put.status).toBe(201);
+    expect(await put.json()).toEqual({ status: "stored", sha256: digest, size: bytes.length });
+
+    const again = await postJson(base, intent);
+    expect(await again.json()).toEqual({ status: "exists" });
+
+    const got = await call(`${base}/${digest}`);
+    expect(got.status).toBe(200);
+    expect(got.headers.get("content-type")).toBe("text/plain");
+    expect(new Uint8Array(await got.arrayBuffer())).toEqual(bytes);
+  });
+
+  it("refuses bytes that do not hash to the declared sha256 with 400 digest_mismatch, and stores nothing", async () => {
+    const loop = await createLoop("artifact-mismatch", [A]);
+    const base = `/v1/loops/${loop.loop_id}/artifacts`;
+    const tampered = new TextEncoder().encode("FAIL parse.nested\nexpected 3, got 5\n");
+
+    const put = await call(`${base}/${digest}`, { method: "PUT", body: tampered });
+    expect(put.status).toBe(400);
+    expect(await errorOf(put)).toMatchObject({ code: "digest_mismatch" });
+
+    const got = await call(`${base}/${digest}`);
+    expect(got.status).toBe(404);
+    expect(await errorOf(got)).toMatchObject({ code: "not_found" });
+    expect(await (await postJson(base, intent)).json()).toMatchObject({ status: "upload" });
+  });
+
+  it("refuses a report citing a log that was never uploaded with 422 artifact_missing, appending nothing", async () => {
+    const loop = await createLoop("evidence", [A, C]);
+    const lease = await proposeAndLease(loop.loop_id, "evidence");
+    const log = { sha256: digest, size: bytes.length, name: "unit.log", content_type: "text/plain" };
+    const body = { fencing_token: lease.fencing_token, observation: observationOf([A], log) };
+    const before = await logOf(loop.loop_id);
+
+    const refused = await report(lease.lease_id, body);
+    expect(refused.status).toBe(422);
+    const error = await errorOf(refused);
+    expect(error.code).toBe("artifact_missing");
+    expect(error.message).toContain('"unit"');
+    expect(await logOf(loop.loop_id)).toEqual(before);
+
+    // Once the evidence is stored, the same report is accepted and the candidate links to it.
+    const put = await call(`/v1/loops/${loop.loop_id}/artifacts/${digest}`, { method: "PUT", body: bytes });
+    expect(put.status).toBe(201);
+    const accepted = await report(lease.lease_id, body);
+    expect(accepted.status).toBe(200);
+    expect(await accepted.json()).toMatchObject({ verdict: { decision: "promoted" } });
+    await drainOutbox(loop.loop_id);
+    const row = await env.DB.prepare("SELECT status, log_digests FROM candidates WHERE loop_id = ?").bind(loop.loop_id).first();
+    expect(row).toEqual({ status: "promoted", log_digests: JSON.stringify([digest]) });
+  });
+});

@@ -1,0 +1,285 @@
+import { env } from "cloudflare:workers";
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it, vi } from "vitest";
+import { canonicalJson } from "../../shared/canonical-json.js";
+import {
+  applyEvent,
+  createLoop as createLoopEvents,
+  grantLease,
+  proposeCandidate,
+  reportObservation,
+  sealEvent,
+  verifyChain,
+  type ChainHead,
+  type EventDraft,
+  type LoopEvent,
+  type LoopState,
+  type Outcome,
+} from "../../shared/engine/index.js";
+import { sha256Hex } from "../../shared/hash.js";
+import { Contract } from "../../shared/wire/contract.js";
+import { outboxItemsFor, writeProjection, type OutboxItem } from "../../worker/src/db/projection.js";
+import { LEASE_TTL_MS } from "../../worker/src/loop-object.js";
+import { loopIdFor } from "../../worker/src/loops.js";
+import {
+  TEST_IDS,
+  candidateBody,
+  createLoop,
+  createLoopBody,
+  drainOutbox,
+  logOf,
+  loopObject,
+  observationOf,
+  postJson,
+  projectionRows,
+  proposeAndLease,
+} from "./fixtures.js";
+
+const [A, B] = TEST_IDS;
+
+/** The arguments the POST /v1/loops route passes to `LoopObject.create`. */
+function createInput(key: string, t0Failing: string[]) {
+  const body = createLoopBody(key, t0Failing);
+  const contract = Contract.parse(body.contract);
+  return {
+    loop_id: loopIdFor(body.idempotency_key),
+    request_hash: sha256Hex(canonicalJson(body)),
+    contract,
+    contract_hash: sha256Hex(canonicalJson(contract)),
+    t0: body.t0,
+  };
+}
+
+/** The arguments the candidates route passes to `LoopObject.propose`. */
+function proposeInput(key: string) {
+  const proposal = candidateBody(key) as Parameters<typeof proposeCandidate>[1];
+  return { proposal, request_hash: sha256Hex(canonicalJson(proposal)) };
+}
+
+/** Reads the object's own tables synchronously, as one consistent picture. */
+function storedIn(sql: SqlStorage) {
+  const events = sql.exec<{ seq: number; body: string; hash: string }>("SELECT seq, body, hash FROM events ORDER BY seq").toArray();
+  const snapshot = sql.exec<{ state: string; head_seq: number; head_hash: string }>("SELECT state, head_seq, head_hash FROM snapshot").toArray();
+  const outbox = sql.exec<{ item: string }>("SELECT item FROM outbox ORDER BY id").toArray().map((row) => JSON.parse(row.item) as OutboxItem);
+  return { events, snapshot, outbox };
+}
+
+const POSTPONED = 3_600_000;
+
+describe("LoopObject storage", () => {
+  it("writes each decision's events, snapshot and outbox rows together, and the alarm drains the outbox into D1", async () => {
+    const input = createInput("together", [A, B]);
+    const stub = loopObject(input.loop_id);
+
+    const afterCreate = await runInDurableObject(stub, async (instance, state) => {
+      const created = await instance.create(input);
+      const stored = storedIn(state.storage.sql);
+      // Keep the alarm from draining on its own while the test looks at the outbox.
+      await state.storage.setAlarm(Date.now() + POSTPONED);
+      return { created, stored };
+    });
+    expect(afterCreate.created).toMatchObject({ ok: true, created: true });
+    const { events, snapshot, outbox } = afterCreate.stored;
+    expect(events.map((event) => event.seq)).toEqual([1]);
+    expect(snapshot).toEqual([{ state: expect.any(String), head_seq: 1, head_hash: events[0]?.hash }]);
+    expect((JSON.parse(snapshot[0]?.state ?? "{}") as LoopState).loop_id).toBe(input.loop_id);
+    expect(outbox.map((item) => item.kind)).toEqual(["event", "loop"]);
+    expect(outbox[1]).toMatchObject({ kind: "loop", row: { id: input.loop_id, headSeq: 1, headHash: events[0]?.hash, status: "running" } });
+
+    const afterPropose = await runInDurableObject(stub, async (instance, state) => {
+      const proposed = await instance.propose(proposeInput("together"));
+      const stored = storedIn(state.storage.sql);
+      await state.storage.setAlarm(Date.now() + POSTPONED);
+      return { proposed, stored };
+    });
+    expect(afterPropose.proposed).toMatchObject({ ok: true, candidate: { candidate_id: "c1", status: "queued" } });
+    const second = afterPropose.stored;
+    expect(second.events.map((event) => event.seq)).toEqual([1, 2]);
+    expect(second.snapshot[0]).toMatchObject({ head_seq: 2, head_hash: second.events[1]?.hash });
+    expect(second.outbox.map((item) => item.kind)).toEqual(["event", "loop", "event", "candidate", "loop"]);
+    // The stored bodies are the exact bytes that were hashed: they chain to the snapshot's head.
+    expect(verifyChain(second.events.map((event) => JSON.parse(event.body) as Record<string, unknown>))).toEqual({
+      ok: true,
+      head: { seq: 2, hash: second.events[1]?.hash },
+    });
+
+    // Nothing reached D1 yet: the projection is written only by the alarm.
+    expect(await projectionRows(input.loop_id)).toEqual({ loops: 0, candidates: 0, events: 0 });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await projectionRows(input.loop_id)).toEqual({ loops: 1, candidates: 1, events: 2 });
+    const row = await env.DB.prepare("SELECT status, iteration, head_seq, head_hash, best_candidate_id FROM loops WHERE id = ?")
+      .bind(input.loop_id)
+      .first();
+    expect(row).toEqual({ status: "running", iteration: 0, head_seq: 2, head_hash: second.events[1]?.hash, best_candidate_id: "t0" });
+    const drained = await runInDurableObject(stub, async (_instance, state) => ({
+      outbox: storedIn(state.storage.sql).outbox.length,
+      alarm: await state.storage.getAlarm(),
+    }));
+    // Nothing left to drain and no lease out: the alarm does not re-arm.
+    expect(drained).toEqual({ outbox: 0, alarm: null });
+  });
+
+  it("stores nothing of a decision whose transaction fails part-way, and carries on from the same head", async () => {
+    const input = createInput("atomic", [A]);
+    const stub = loopObject(input.loop_id);
+    const outcome = await runInDurableObject(stub, async (instance, state) => {
+      await instance.create(input);
+      const before = storedIn(state.storage.sql);
+      // Fault injection: the outbox insert, the last write of the transaction, fails.
+      state.storage.sql.exec("DROP TABLE outbox");
+      const failure = await instance.propose(proposeInput("atomic")).then(
+        () => null,
+        (error: unknown) => String(error),
+      );
+      const events = state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM events").one().n;
+      const snapshot = state.storage.sql.exec<{ head_seq: number }>("SELECT head_seq FROM snapshot").one().head_seq;
+      const summary = await instance.get();
+      state.storage.sql.exec("CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, item TEXT NOT NULL)");
+      const retried = await instance.propose(proposeInput("atomic"));
+      const after = storedIn(state.storage.sql);
+      return { before, failure, events, snapshot, summary, retried, after };
+    });
+    expect(outcome.failure).toContain("outbox");
+    expect(outcome.events).toBe(outcome.before.events.length);
+    expect(outcome.snapshot).toBe(outcome.before.snapshot[0]?.head_seq);
+    expect(outcome.summary).toMatchObject({ ok: true, loop: { head: { seq: 1, hash: outcome.before.events[0]?.hash } } });
+    // Memory did not run ahead of storage: the retry is the first candidate, not a replay or a c2.
+    expect(outcome.retried).toMatchObject({ ok: true, replayed: false, candidate: { candidate_id: "c1" } });
+    expect(verifyChain(outcome.after.events.map((event) => JSON.parse(event.body) as Record<string, unknown>))).toMatchObject({
+      ok: true,
+      head: { seq: 2 },
+    });
+  });
+});
+
+/** Plays creation → proposal → lease → report through the engine, collecting each append's outbox items. */
+function projectionBatches(loopId: string): { batches: OutboxItem[][]; state: LoopState } {
+  let state: LoopState | null = null;
+  let head: ChainHead | null = null;
+  const batches: OutboxItem[][] = [];
+  const at = (second: number) => new Date(Date.UTC(2026, 2, 1, 9, 0, second)).toISOString();
+  const append = (outcome: Outcome<unknown>) => {
+    if (!outcome.ok) throw new Error(outcome.error.message);
+    const sealed: LoopEvent[] = [];
+    for (const draft of outcome.events as EventDraft[]) {
+      const event = sealEvent(draft, head);
+      head = { seq: event.seq, hash: event.hash };
+      state = applyEvent(state, draft);
+      sealed.push(event);
+    }
+    if (!state) throw new Error("no state");
+    batches.push(outboxItemsFor(state, sealed));
+    return state;
+  };
+  const input = createInput("projection", [A, B]);
+  let current = append(createLoopEvents({ ...input, loop_id: loopId, at: at(0) }));
+  current = append(proposeCandidate(current, proposeInput("projection").proposal, { request_hash: sha256Hex("p"), at: at(1) }));
+  const leased = grantLease(current, { runner_id: "laptop", at: at(2), ttl_ms: 60_000 });
+  current = append(leased);
+  if (!leased.ok || !leased.value) throw new Error("no lease");
+  current = append(
+    reportObservation(current, { lease_id: leased.value.lease_id, fencing_token: 1, observation: observationOf([A]), request_hash: sha256Hex("r"), at: at(3) }),
+  );
+  return { batches, state: current };
+}
+
+async function projectionOf(loopId: string) {
+  const all = async (sql: string) => (await env.DB.prepare(sql).bind(loopId).all()).results;
+  return {
+    loops: await all("SELECT * FROM loops WHERE id = ?"),
+    candidates: await all("SELECT * FROM candidates WHERE loop_id = ? ORDER BY id"),
+    events: await all("SELECT * FROM events_index WHERE loop_id = ? ORDER BY seq"),
+  };
+}
+
+describe("writeProjection (the outbox → D1 drain)", () => {
+  it("writes the rows a loop's history implies", async () => {
+    const loopId = `lp_${"1".repeat(24)}`;
+    const { batches } = projectionBatches(loopId);
+    await writeProjection(env.DB, batches.flat());
+    const rows = await projectionOf(loopId);
+    expect(rows.loops).toEqual([expect.objectContaining({ id: loopId, iteration: 1, best_candidate_id: "c1", head_seq: 5, status: "running" })]);
+    expect(rows.candidates).toEqual([expect.objectContaining({ id: "c1", status: "promoted", reason: "fewer_failures", updated_seq: 5 })]);
+    expect(rows.events.map((row) => row.type)).toEqual(["loop_created", "candidate_proposed", "lease_granted", "observation_reported", "verdict"]);
+  });
+
+  it("changes nothing when the same items are delivered again", async () => {
+    const loopId = `lp_${"2".repeat(24)}`;
+    const { batches } = projectionBatches(loopId);
+    await writeProjection(env.DB, batches.flat());
+    const once = await projectionOf(loopId);
+    await writeProjection(env.DB, batches.flat());
+    expect(await projectionOf(loopId)).toEqual(once);
+  });
+
+  it("never lets an older item overwrite a newer one, whatever the delivery order", async () => {
+    const inOrder = `lp_${"3".repeat(24)}`;
+    const { batches: ordered } = projectionBatches(inOrder);
+    await writeProjection(env.DB, ordered.flat());
+    const expected = await projectionOf(inOrder);
+
+    // A stale redelivery of the proposal batch (candidate queued, loop at seq 2) after the verdict.
+    const [, proposal] = ordered;
+    await writeProjection(env.DB, proposal ?? []);
+    expect(await projectionOf(inOrder)).toEqual(expected);
+
+    // Newest batch first, then the older ones: the rows end where in-order delivery ends.
+    const reversed = `lp_${"4".repeat(24)}`;
+    const { batches } = projectionBatches(reversed);
+    for (const batch of [...batches].reverse()) await writeProjection(env.DB, batch);
+    const rows = await projectionOf(reversed);
+    // The two loops differ only in their id, and so in every hash of their chains.
+    const normalized = (projection: typeof rows) =>
+      JSON.parse(JSON.stringify(projection).replaceAll(reversed, "LOOP").replaceAll(inOrder, "LOOP").replace(/[0-9a-f]{64}/g, "HASH")) as unknown;
+    expect(normalized(rows)).toEqual(normalized(expected));
+    expect(rows.loops).toEqual([expect.objectContaining({ head_seq: 5, iteration: 1 })]);
+  });
+});
+
+describe("LoopObject alarm: lease expiry", () => {
+  it("keeps a live lease, re-arms for its deadline, and reclaims it once the deadline has passed", async () => {
+    // Time is faked with vi's Date only: the LoopObject runs in this isolate, so `new Date()` inside
+    // it reads the faked clock. The alarm itself is run on demand with runDurableObjectAlarm.
+    const loop = await createLoop("expiry", [A, B]);
+    const stub = loopObject(loop.loop_id);
+    const lease = (await proposeAndLease(loop.loop_id, "expiry")) as Awaited<ReturnType<typeof proposeAndLease>> & { expires_at: string };
+
+    await drainOutbox(loop.loop_id);
+    const armed = await runInDurableObject(stub, (_instance, state) => state.storage.getAlarm());
+    expect(armed).toBe(Date.parse(lease.expires_at));
+    expect(Date.parse(lease.expires_at) - Date.now()).toBeLessThanOrEqual(LEASE_TTL_MS);
+    const held = await logOf(loop.loop_id);
+
+    // The alarm firing early (a retry, or a drain) reclaims nothing.
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await logOf(loop.loop_id)).toEqual(held);
+
+    vi.useFakeTimers({ toFake: ["Date"] });
+    try {
+      vi.setSystemTime(Date.parse(lease.expires_at) + 1_000);
+      expect(await runDurableObjectAlarm(stub)).toBe(true);
+    } finally {
+      vi.useRealTimers();
+    }
+
+    const log = await runInDurableObject(stub, (_instance, state) =>
+      state.storage.sql.exec<{ body: string }>("SELECT body FROM events ORDER BY seq").toArray().map((row) => JSON.parse(row.body) as LoopEvent),
+    );
+    expect(log.at(-1)).toMatchObject({ type: "lease_expired", data: { lease_id: lease.lease_id, candidate_id: "c1" } });
+    expect(verifyChain(log as unknown as Record<string, unknown>[]).ok).toBe(true);
+
+    // The job is back in the queue: another runner gets it under a higher fencing token.
+    const next = await postJson(`/v1/loops/${loop.loop_id}/leases`, { runner_id: "ci-box" });
+    expect(next.status).toBe(200);
+    const relet = (await next.json()) as { lease_id: string; fencing_token: number; job: { candidate_id: string } };
+    expect(relet).toMatchObject({ fencing_token: 2, job: { candidate_id: "c1" } });
+
+    // The first runner's late report is refused and records nothing; the new holder's is decided.
+    const before = await logOf(loop.loop_id);
+    const late = await postJson(`/v1/leases/${lease.lease_id}/report`, { fencing_token: lease.fencing_token, observation: observationOf([]) });
+    expect(late.ok).toBe(false);
+    expect(await logOf(loop.loop_id)).toEqual(before);
+    const current = await postJson(`/v1/leases/${relet.lease_id}/report`, { fencing_token: relet.fencing_token, observation: observationOf([A]) });
+    expect(await current.json()).toMatchObject({ verdict: { candidate_id: "c1", decision: "promoted" } });
+  });
+});
