@@ -13,9 +13,11 @@ export function parseDuration(text: string): number | null {
 
 /** Formats milliseconds as a short human duration (`1.2s`, `3m04s`). */
 export function formatDuration(ms: number): string {
-  if (ms < 1_000) return `${Math.round(ms)}ms`;
-  if (ms < 60_000) return `${(ms / 1_000).toFixed(1)}s`;
-  const minutes = Math.floor(ms / 60_000);
-  const seconds = Math.floor((ms % 60_000) / 1_000);
+  // Thresholds sit where rounding would spill into the next unit ("1000ms", "60.0s").
+  if (ms < 999.5) return `${Math.round(ms)}ms`;
+  if (ms < 59_950) return `${(ms / 1_000).toFixed(1)}s`;
+  const totalSeconds = Math.round(ms / 1_000);
+  const minutes = Math.floor(totalSeconds / 60);
+  const seconds = totalSeconds % 60;
   return `${minutes}m${String(seconds).padStart(2, "0")}s`;
 }

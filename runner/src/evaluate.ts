@@ -15,11 +15,6 @@ export interface Evaluation {
   logs: { ref: ArtifactRef; bytes: Buffer }[];
 }
 
-/** The test id of a gate that is its own one test (no JUnit/TAP report, DESIGN §5). */
-export function gateTestId(gate: Pick<Gate, "name">): string {
-  return `gate:${gate.name}`;
-}
-
 /** The environment gates and agents run with: the runner's own credentials are never passed on (invariant 1). */
 export function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env, ...extra };
@@ -58,15 +53,7 @@ export async function evaluateCommit(options: {
     await cloneAt(options.repo, options.commit, dir);
     const gates: GateResult[] = [];
     const logs: Evaluation["logs"] = [];
-    const passing: string[] = [];
-    const failing: string[] = [];
-    let stopped = false;
     for (const gate of options.contract.gates) {
-      if (stopped) {
-        // Not run after an earlier failure: it cannot count as passing.
-        failing.push(gateTestId(gate));
-        continue;
-      }
       const result = await runCommand(gate.run, {
         cwd: dir,
         timeoutMs: parseDuration(gate.timeout) ?? 600_000,
@@ -85,11 +72,12 @@ export async function evaluateCommit(options: {
       };
       gates.push(gateResult);
       options.onGate?.(gate, gateResult);
-      const passed = result.exit_code === 0 && !result.timed_out;
-      (passed ? passing : failing).push(gateTestId(gate));
-      if (!passed) stopped = true;
+      // The first hard failure stops the rest; the engine counts a gate that did not run as failing.
+      if (result.exit_code !== 0 || result.timed_out) break;
     }
-    return { observation: { gates, tests: { passing, failing } }, logs };
+    // Gates report no test ids of their own (JUnit/TAP parsing is on the roadmap); the engine derives
+    // one test per gate from its exit code.
+    return { observation: { gates, tests: { passing: [], failing: [] } }, logs };
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

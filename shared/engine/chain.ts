@@ -31,7 +31,8 @@ export function verifyChain(events: readonly Record<string, unknown>[]): ChainCh
   let previous: ChainHead | null = null;
   for (const [index, event] of events.entries()) {
     const expectedSeq: number = previous ? previous.seq + 1 : 1;
-    const seq = typeof event.seq === "number" ? event.seq : expectedSeq;
+    // Events are named by the place they should hold, not by a (possibly tampered) seq they claim.
+    const seq = expectedSeq;
     if (event.seq !== expectedSeq) {
       return { ok: false, seq, message: `event #${index + 1} has seq ${String(event.seq)}, expected ${expectedSeq}` };
     }

@@ -15,7 +15,6 @@ export interface EngineError {
     | "idempotency_conflict"
     | "lease_not_found"
     | "stale_lease"
-    | "lease_expired"
     | "already_reported";
   message: string;
 }
@@ -143,10 +142,14 @@ export function grantLease(
 }
 
 function findLease(state: LoopState, leaseId: string): CandidateState | undefined {
-  return Object.values(state.candidates).find((c) => c.lease?.lease_id === leaseId || c.report?.lease_id === leaseId);
+  const candidateId = state.lease_index[leaseId];
+  return candidateId === undefined ? undefined : state.candidates[candidateId];
 }
 
-/** Extends a live lease (heartbeat). A reclaimed or superseded lease answers `stale_lease`: stop work. */
+/**
+ * Extends a lease (heartbeat). A lease is valid until the coordinator reclaims it (the alarm does at
+ * its deadline) or another lease supersedes it; then it answers `stale_lease`: stop work.
+ */
 export function renewLease(
   state: LoopState,
   input: { lease_id: string; fencing_token: number; at: string; ttl_ms: number },
@@ -156,9 +159,6 @@ export function renewLease(
   const lease = candidate.lease;
   if (candidate.status !== "leased" || !lease || lease.lease_id !== input.lease_id || lease.fencing_token !== input.fencing_token) {
     return refuse("stale_lease", "the lease was reclaimed or superseded; stop this job");
-  }
-  if (Date.parse(lease.expires_at) <= Date.parse(input.at)) {
-    return refuse("lease_expired", "the lease expired before this heartbeat; stop this job");
   }
   const expires_at = addMs(input.at, input.ttl_ms);
   const event: EventDraft = {

@@ -13,7 +13,7 @@ function halt(reason: HaltReason, detail: string, extra: { still_improving?: boo
  * still passes and the failing set strictly shrinks.
  */
 function decideCheckFixpoint(state: LoopState, candidateId: string, observation: Observation): Verdict {
-  const { passing, failing } = testSetsOf(observation);
+  const { passing, failing } = testSetsOf(state.contract, observation);
   const nowPassing = new Set(passing);
   const regressed = state.best.passing.filter((id) => !nowPassing.has(id));
   const before = state.best.failing.length;

@@ -59,6 +59,8 @@ export interface LoopState {
   candidates: Record<string, CandidateState>;
   candidate_order: string[];
   idempotency: Record<string, string>;
+  /** Every lease ever granted, to its candidate: a reclaimed lease is known, and refused as stale. */
+  lease_index: Record<string, string>;
   /** Candidates with a final verdict: one iteration is one agent run and the verdict on its candidate. */
   iterations: number;
   /** The iteration of the last promotion; 0 when nothing was promoted. */
@@ -69,12 +71,28 @@ export interface LoopState {
   halted_at: string | null;
 }
 
-/** Sorted, de-duplicated copies of an observation's test sets. */
-export function testSetsOf(observation: Observation): TestSets {
-  return {
-    passing: [...new Set(observation.tests.passing)].sort(),
-    failing: [...new Set(observation.tests.failing)].sort(),
-  };
+/** The test id a gate's own outcome is recorded under: every gate is also one test (DESIGN §5). */
+export function gateTestId(gateName: string): string {
+  return `gate:${gateName}`;
+}
+
+/**
+ * The test sets a decision uses, sorted and de-duplicated: the reported test ids, plus one test per
+ * contract gate derived from its observed outcome. A gate passes only when it ran, exited 0 and did
+ * not time out; a gate missing from the observation (not run after an earlier failure) fails. The
+ * `gate:` ids are always derived here, never taken from the report, so a report cannot call a red
+ * gate green.
+ */
+export function testSetsOf(contract: Contract, observation: Observation): TestSets {
+  const isGateId = (id: string) => id.startsWith("gate:");
+  const passing = new Set(observation.tests.passing.filter((id) => !isGateId(id)));
+  const failing = new Set(observation.tests.failing.filter((id) => !isGateId(id)));
+  for (const gate of contract.gates) {
+    const result = observation.gates.find((candidate) => candidate.name === gate.name);
+    const passed = result !== undefined && result.exit_code === 0 && !result.timed_out;
+    (passed ? passing : failing).add(gateTestId(gate.name));
+  }
+  return { passing: [...passing].sort(), failing: [...failing].sort() };
 }
 
 /** The id the baseline carries wherever a candidate id is expected (e.g. as a parent). */
@@ -94,7 +112,7 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
   if (event.type === "loop_created") {
     if (state) throw new Error("loop_created may only be the first event");
     const { data } = event;
-    const t0 = { candidate_id: BASELINE_ID, commit: data.t0.commit, ...testSetsOf(data.t0.observation) };
+    const t0 = { candidate_id: BASELINE_ID, commit: data.t0.commit, ...testSetsOf(data.contract, data.t0.observation) };
     return {
       loop_id: data.loop_id,
       contract: data.contract,
@@ -105,6 +123,7 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
       candidates: {},
       candidate_order: [],
       idempotency: {},
+      lease_index: {},
       iterations: 0,
       last_promotion_iteration: 0,
       consecutive_agent_failures: 0,
@@ -149,6 +168,7 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
       };
       return {
         ...updateCandidate(state, data.candidate_id, { status: "leased", lease }),
+        lease_index: { ...state.lease_index, [data.lease_id]: data.candidate_id },
         fencing_counter: Math.max(state.fencing_counter, data.fencing_token),
       };
     }
@@ -168,7 +188,7 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
           lease_id: data.lease_id,
           fencing_token: data.fencing_token,
           request_hash: data.request_hash,
-          tests: testSetsOf(data.observation),
+          tests: testSetsOf(state.contract, data.observation),
           logs: data.observation.gates.flatMap((gate) => (gate.log ? [gate.log.sha256] : [])),
         },
       });

@@ -109,7 +109,8 @@ describe("the event hash chain", () => {
     if (!target) throw new Error("no such event");
     target.seq = seq + 1;
     const check = verifyChain(events);
-    expect(check.ok).toBe(false);
+    // Named by the place it holds, not by the seq it now claims (which is another event's).
+    expect(check).toMatchObject({ ok: false, seq });
     if (!check.ok) expect(check.message).toContain(`event #${seq} `);
   });
 

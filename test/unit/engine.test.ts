@@ -14,6 +14,9 @@ import { sha256Hex } from "../../shared/hash.js";
 import { AGENT_FAILED, LoopHarness, TEST_IDS, commitOf, contractOf, observationOf } from "./engine-harness.js";
 
 const [A, B, C, D] = TEST_IDS;
+// The fixture contract's one gate is also one test, failing whenever the gate exits non-zero, so every
+// failing set below holds it besides the suite's own failures.
+const GATE = "gate:unit";
 
 type Step = { evaluate: string[] } | { agent: "failed" | "timed_out" } | { empty: true };
 type StopOverride = { max_iterations?: number; no_progress?: number };
@@ -60,33 +63,33 @@ const histories: HistoryCase[] = [
     name: "fewer failures and no regression is promoted",
     t0: [A, B, C],
     steps: [{ evaluate: [A, B] }],
-    verdict: { decision: "promoted", reason: "fewer_failures", failing_before: 3, failing_after: 2, regressed: [] },
+    verdict: { decision: "promoted", reason: "fewer_failures", failing_before: 4, failing_after: 3, regressed: [] },
     halt: null,
-    bestFailing: [A, B],
+    bestFailing: [GATE, A, B],
   },
   {
     name: "a broken passing test is rejected as regressed even though failures shrank",
     t0: [A, B, C],
     steps: [{ evaluate: [D] }],
-    verdict: { decision: "rejected", reason: "regressed", failing_before: 3, failing_after: 1, regressed: [D] },
+    verdict: { decision: "rejected", reason: "regressed", failing_before: 4, failing_after: 2, regressed: [D] },
     halt: null,
-    bestFailing: [A, B, C],
+    bestFailing: [GATE, A, B, C],
   },
   {
     name: "regression is judged against the best-so-far, not only t0",
     t0: [A, B, C],
     steps: [{ evaluate: [A, B] }, { evaluate: [C] }],
-    verdict: { decision: "rejected", reason: "regressed", failing_before: 2, failing_after: 1, regressed: [C] },
+    verdict: { decision: "rejected", reason: "regressed", failing_before: 3, failing_after: 2, regressed: [C] },
     halt: null,
-    bestFailing: [A, B],
+    bestFailing: [GATE, A, B],
   },
   {
     name: "the same failing set is rejected no_improvement",
     t0: [A, B],
     steps: [{ evaluate: [A, B] }],
-    verdict: { decision: "rejected", reason: "no_improvement", failing_before: 2, failing_after: 2 },
+    verdict: { decision: "rejected", reason: "no_improvement", failing_before: 3, failing_after: 3 },
     halt: null,
-    bestFailing: [A, B],
+    bestFailing: [GATE, A, B],
   },
   {
     name: "fixing the last failure is promoted and halts success_condition_met",
@@ -152,7 +155,7 @@ const histories: HistoryCase[] = [
     stop: { no_progress: 3 },
     steps: [{ evaluate: [A, B] }, { evaluate: [A, B] }, { evaluate: [A] }, { evaluate: [A] }, { evaluate: [A] }],
     halt: null,
-    bestFailing: [A],
+    bestFailing: [GATE, A],
   },
   {
     name: "max_iterations with a recent promotion halts still improving",
@@ -228,7 +231,7 @@ describe("engine: createLoop", () => {
     expect(harness.events.map((event) => event.type)).toEqual(["loop_created"]);
     expect(harness.state).toMatchObject({
       contract_hash: sha256Hex("contract"),
-      best: { candidate_id: "t0", commit: commitOf("t0"), failing: [A, B] },
+      best: { candidate_id: "t0", commit: commitOf("t0"), failing: [GATE, A, B] },
       iterations: 0,
       halt: null,
     });
@@ -333,7 +336,7 @@ describe("engine: leases", () => {
     expect(harness.expire(60_000)).toEqual([]);
   });
 
-  it("extends a live lease on heartbeat, and refuses a heartbeat that comes after the deadline", () => {
+  it("extends a live lease on heartbeat, also past its deadline until the lease is reclaimed, then answers stale_lease", () => {
     const harness = new LoopHarness([A]);
     harness.propose("one");
     const leased = harness.lease("runner-1", 10_000);
@@ -342,9 +345,12 @@ describe("engine: leases", () => {
     expect(renewed).toMatchObject({ ok: true, events: [{ type: "lease_renewed" }] });
     if (!renewed.ok) throw new Error("refused");
     expect(Date.parse(renewed.value.expires_at)).toBeGreaterThan(Date.parse(leased.value.expires_at));
-    harness.now(10_000);
+    // Past the deadline but not yet reclaimed, the fencing token is still the current one.
+    harness.now(20_000);
+    expect(harness.renew(leased.value, 10_000)).toMatchObject({ ok: true, events: [{ type: "lease_renewed" }] });
+    expect(harness.expire(20_000)).toHaveLength(1);
     const count = harness.events.length;
-    expect(harness.renew(leased.value)).toMatchObject({ ok: false, error: { code: "lease_expired" } });
+    expect(harness.renew(leased.value)).toMatchObject({ ok: false, error: { code: "stale_lease" } });
     expect(harness.events).toHaveLength(count);
   });
 
@@ -461,6 +467,57 @@ function runRandomHistory(t0: string[], steps: RandomStep[], stop: StopOverride)
   });
   return { harness, states };
 }
+
+describe("engine: gates are tests the report cannot overrule", () => {
+  const gateOnly = (exitCode: number | null, timedOut = false, tests = { passing: [] as string[], failing: [] as string[] }) => ({
+    gates: [{ name: "unit", exit_code: exitCode, signal: exitCode === null ? "SIGKILL" : null, timed_out: timedOut, duration_ms: 5, log: null }],
+    tests,
+  });
+
+  it.each([
+    ["exits non-zero", gateOnly(1)],
+    ["times out", gateOnly(0, true)],
+    ["is killed by a signal", gateOnly(null)],
+    ["exits non-zero while the report calls everything passing", gateOnly(1, false, { passing: [A, GATE], failing: [] })],
+    ["did not run at all", { gates: [{ name: "other", exit_code: 0, signal: null, timed_out: false, duration_ms: 5, log: null }], tests: { passing: [], failing: [] } }],
+  ])("a candidate whose gate %s is not promoted and never halts success", (_name, observation) => {
+    const harness = new LoopHarness([A]);
+    harness.propose("red");
+    const leased = harness.lease();
+    if (!leased.ok || !leased.value) throw new Error("no lease");
+    const verdict = harness.report(leased.value, observation);
+    expect(verdict).toMatchObject({ ok: true, value: { decision: "rejected" } });
+    expect(harness.state.halt?.halt_reason).not.toBe("success_condition_met");
+  });
+
+  it("a baseline whose only gate fails without naming a test has that gate as its one failing test", () => {
+    const outcome = createLoop({
+      loop_id: "lp_0123456789abcdef01234567",
+      contract: contractOf(),
+      contract_hash: sha256Hex("contract"),
+      t0: { commit: commitOf("t0"), observation: gateOnly(1) },
+      at: "2026-03-01T09:00:00.000Z",
+    });
+    if (!outcome.ok) throw new Error(outcome.error.message);
+    expect(outcome.events.map((event) => event.type)).toEqual(["loop_created"]);
+    expect(foldEvents(outcome.events)?.t0.failing).toEqual([GATE]);
+  });
+});
+
+describe("engine: reclaimed leases", () => {
+  it("a report under a lease the alarm reclaimed is stale (409), not unknown, and records nothing", () => {
+    const harness = new LoopHarness([A]);
+    harness.propose("one");
+    const first = harness.lease("runner-1", 10_000);
+    if (!first.ok || !first.value) throw new Error("no lease");
+    harness.expire(10_000);
+    const count = harness.events.length;
+    expect(harness.report(first.value, observationOf([]))).toMatchObject({ ok: false, error: { code: "stale_lease" } });
+    harness.lease("runner-2");
+    expect(harness.report(first.value, observationOf([]))).toMatchObject({ ok: false, error: { code: "stale_lease" } });
+    expect(harness.events).toHaveLength(count + 1);
+  });
+});
 
 describe("engine: properties", () => {
   it("(a) the fold of the emitted log equals the state built step by step, from any prefix on", () => {

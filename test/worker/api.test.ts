@@ -46,8 +46,9 @@ describe("POST /v1/loops", () => {
         status: "running",
         iteration: 0,
         max_iterations: 50,
-        t0: { failing: 2 },
-        best: { candidate_id: "t0", failing: 2 },
+        // Two failing tests, plus the gate that reported them (a failed gate is a failing test too).
+        t0: { failing: 3 },
+        best: { candidate_id: "t0", failing: 3 },
         halt: null,
         head: { seq: 1 },
       },
@@ -113,8 +114,8 @@ describe("a check_fixpoint loop through HTTP", () => {
     const promoted = await report(lease.lease_id, { fencing_token: lease.fencing_token, observation: observationOf([A]) });
     expect(promoted.status).toBe(200);
     expect(await promoted.json()).toMatchObject({
-      verdict: { candidate_id: "c1", decision: "promoted", reason: "fewer_failures", failing_before: 2, failing_after: 1 },
-      loop: { iteration: 1, status: "running", best: { candidate_id: "c1", failing: 1 } },
+      verdict: { candidate_id: "c1", decision: "promoted", reason: "fewer_failures", failing_before: 3, failing_after: 2 },
+      loop: { iteration: 1, status: "running", best: { candidate_id: "c1", failing: 2 } },
     });
 
     // B passed in the best-so-far: breaking it is rejected even though A got fixed.

@@ -277,7 +277,10 @@ describe("LoopObject alarm: lease expiry", () => {
     // The first runner's late report is refused and records nothing; the new holder's is decided.
     const before = await logOf(loop.loop_id);
     const late = await postJson(`/v1/leases/${lease.lease_id}/report`, { fencing_token: lease.fencing_token, observation: observationOf([]) });
-    expect(late.ok).toBe(false);
+    expect(late.status).toBe(409);
+    expect(await late.json()).toMatchObject({ error: { code: "stale_lease" } });
+    const lateHeartbeat = await postJson(`/v1/leases/${lease.lease_id}/heartbeat`, { fencing_token: lease.fencing_token });
+    expect(lateHeartbeat.status).toBe(409);
     expect(await logOf(loop.loop_id)).toEqual(before);
     const current = await postJson(`/v1/leases/${relet.lease_id}/report`, { fencing_token: relet.fencing_token, observation: observationOf([A]) });
     expect(await current.json()).toMatchObject({ verdict: { candidate_id: "c1", decision: "promoted" } });

@@ -32,7 +32,6 @@ const REFUSAL_STATUS: Record<string, ContentfulStatusCode> = {
   idempotency_conflict: 422,
   loop_halted: 409,
   stale_lease: 409,
-  lease_expired: 409,
   already_reported: 409,
 };
 
