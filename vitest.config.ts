@@ -10,6 +10,7 @@ export default defineConfig({
           name: "unit",
           include: ["test/unit/**/*.test.ts"],
           environment: "node",
+          sequence: { groupOrder: 0 },
         },
       },
       "./test/worker/vitest.config.ts",
@@ -20,8 +21,9 @@ export default defineConfig({
           environment: "node",
           testTimeout: 180_000,
           hookTimeout: 60_000,
-          // Each file starts its own coordinators; two at a time fit 2 cores.
+          // Each file starts its own coordinators; two at a time fit 2 cores. Runs after the other layers.
           maxWorkers: 2,
+          sequence: { groupOrder: 2 },
         },
       },
     ],

@@ -18,6 +18,7 @@ export default defineConfig(async () => {
       root,
       include: ["test/worker/**/*.test.ts"],
       setupFiles: ["test/worker/apply-migrations.ts"],
+      sequence: { groupOrder: 1 },
     },
   };
 });
