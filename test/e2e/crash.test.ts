@@ -3,15 +3,7 @@ import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { LoopEvent, verifyChain } from "../../shared/engine/index.js";
 import { LoopSummary } from "../../shared/wire/api.js";
-import { exitOf, makeRepo, startCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
-
-async function waitFor(condition: () => boolean, what: string, timeoutMs = 60_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
+import { exitOf, makeRepo, startCli, startCoordinator, tempDir, waitFor, type TestCoordinator } from "../support/cli.js";
 
 // The coordinator (serve → wrangler → workerd) is killed with SIGKILL while the runner holds a lease
 // and is evaluating; it restarts on the same state and port, and the loop finishes without losing or

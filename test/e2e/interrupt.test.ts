@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { exitOf, makeRepo, startCli, tempDir } from "../support/cli.js";
+import { exitOf, makeRepo, startCli, tempDir, waitFor } from "../support/cli.js";
 
 /** Running (a zombie waiting to be reaped by a container's init does not count). */
 function isAlive(pid: number): boolean {
@@ -12,14 +12,6 @@ function isAlive(pid: number): boolean {
   }
   const stat = existsSync(`/proc/${pid}/stat`) ? readFileSync(`/proc/${pid}/stat`, "utf8") : "";
   return !/\) Z /.test(stat);
-}
-
-async function waitFor(condition: () => boolean, what: string, timeoutMs = 60_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
 }
 
 describe("interrupting a run", () => {

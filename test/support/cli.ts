@@ -73,6 +73,15 @@ export function startCli(args: string[], options: { cwd: string; env?: NodeJS.Pr
   return Object.assign(child, { output: () => output });
 }
 
+/** Polls `condition` every 100 ms until it holds; fails naming `what` after the timeout. */
+export async function waitFor(condition: () => boolean, what: string, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
 /** Waits for a child to exit and returns its exit code. */
 export function exitOf(child: ChildProcess): Promise<number | null> {
   if (child.exitCode !== null) return Promise.resolve(child.exitCode);
