@@ -2,6 +2,7 @@ import type { Contract } from "../wire/contract.js";
 import type { Observation } from "../wire/observation.js";
 import { decide, decideUnevaluated, haltAfter } from "./decide.js";
 import type { AgentRun, Baseline, EventDraft, Verdict } from "./events.js";
+import { unsupportedFeatures } from "./support.js";
 import { applyEvent, type CandidateState, type LeaseState, type LoopState } from "./state.js";
 
 // The commands the LoopObject runs. Each is pure: it reads a state and its inputs (time and ids come
@@ -11,6 +12,7 @@ import { applyEvent, type CandidateState, type LeaseState, type LoopState } from
 export interface EngineError {
   code:
     | "mode_unsupported"
+    | "contract_unsupported"
     | "loop_halted"
     | "idempotency_conflict"
     | "lease_not_found"
@@ -44,6 +46,8 @@ export function createLoop(input: {
       `mode "${input.contract.mode}" is not available yet; this version runs check_fixpoint loops (see the README roadmap)`,
     );
   }
+  const unsupported = unsupportedFeatures(input.contract);
+  if (unsupported.length > 0) return refuse("contract_unsupported", unsupported.join("; "));
   const created: EventDraft = {
     type: "loop_created",
     at: input.at,

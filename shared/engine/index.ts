@@ -4,3 +4,4 @@ export * from "./decide.js";
 export * from "./events.js";
 export * from "./halt-reasons.js";
 export * from "./state.js";
+export * from "./support.js";

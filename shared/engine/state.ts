@@ -1,5 +1,5 @@
-import type { Contract } from "../wire/contract.js";
-import type { Observation } from "../wire/observation.js";
+import type { Contract, Gate } from "../wire/contract.js";
+import type { GateResult, Observation } from "../wire/observation.js";
 import type { AgentRun, EventDraft, Halt, Verdict } from "./events.js";
 
 /** Where a candidate is in its life: waiting for a runner, being evaluated, or decided. */
@@ -76,12 +76,20 @@ export function gateTestId(gateName: string): string {
   return `gate:${gateName}`;
 }
 
+/** Whether a gate passed: a hard gate by exit code, a soft gate by its threshold (DESIGN §5). */
+export function gatePassed(gate: Gate, result: GateResult | undefined): boolean {
+  if (!result || result.timed_out || result.report_error !== undefined) return false;
+  if (!gate.soft) return result.exit_code === 0;
+  const value = result.metrics?.[gate.soft.metric];
+  if (value === undefined) return false;
+  return (gate.soft.max === undefined || value <= gate.soft.max) && (gate.soft.min === undefined || value >= gate.soft.min);
+}
+
 /**
  * The test sets a decision uses, sorted and de-duplicated: the reported test ids, plus one test per
- * contract gate derived from its observed outcome. A gate passes only when it ran, exited 0 and did
- * not time out; a gate missing from the observation (not run after an earlier failure) fails. The
- * `gate:` ids are always derived here, never taken from the report, so a report cannot call a red
- * gate green.
+ * contract gate derived from its observed outcome (`gatePassed`). A gate missing from the observation
+ * (not run after an earlier failure) fails. The `gate:` ids are always derived here, never taken from
+ * the report, so a report cannot call a red gate green.
  */
 export function testSetsOf(contract: Contract, observation: Observation): TestSets {
   const isGateId = (id: string) => id.startsWith("gate:");
@@ -89,8 +97,7 @@ export function testSetsOf(contract: Contract, observation: Observation): TestSe
   const failing = new Set(observation.tests.failing.filter((id) => !isGateId(id)));
   for (const gate of contract.gates) {
     const result = observation.gates.find((candidate) => candidate.name === gate.name);
-    const passed = result !== undefined && result.exit_code === 0 && !result.timed_out;
-    (passed ? passing : failing).add(gateTestId(gate.name));
+    (gatePassed(gate, result) ? passing : failing).add(gateTestId(gate.name));
   }
   return { passing: [...passing].sort(), failing: [...failing].sort() };
 }

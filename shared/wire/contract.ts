@@ -1,31 +1,104 @@
 import { z } from "zod";
 import { parseDuration } from "../duration.js";
 
+// The loop contract (`loop.yaml`, DESIGN §5). Every object is strict, so an unknown or misspelt key is
+// an error naming its path, never silently ignored. Messages say how to fix the value; the runner
+// prefixes them with the key path and the offending value.
+
 /** A duration string such as `90s`, `10m` or `1h30m`. */
-export const Duration = z
+export const Duration = z.string().refine((text) => parseDuration(text) !== null, {
+  message: "is not a duration; use a number with a unit, e.g. 90s, 10m, 1h30m",
+});
+
+/** A percentage such as `2%` or `0.5%`, as a string. */
+export const Percent = z.string().regex(/^\d+(\.\d+)?%$/, "is not a percentage; write it like 2% or 0.5%");
+
+/** The value of a percentage string (`"2%"` → 0.02). */
+export function percentValue(text: string): number {
+  return Number(text.slice(0, -1)) / 100;
+}
+
+const GateName = z
   .string()
-  .refine((text) => parseDuration(text) !== null, {
-    message: "is not a duration; use a number with a unit, e.g. 90s, 10m, 2h",
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/, "is not a gate name; use letters, digits, '.', '_' or '-' (at most 64)");
+
+const MetricName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_.]{0,63}$/, "is not a metric name; use letters, digits, '_' or '.'");
+
+/** A relative path inside the repository (no absolute paths, no `..`). */
+const RepoPath = z
+  .string()
+  .min(1)
+  .max(500)
+  .refine((value) => !value.startsWith("/") && !value.split("/").includes(".."), {
+    message: "must be a path inside the repository (relative, without ..)",
   });
 
-/** A gate: one command whose exit code is observed, run in a clean clone of the candidate. */
+/** Where a gate's test ids come from: a JUnit XML or a TAP file it writes, relative to the clone. */
+export const TestReportSource = z.union([z.strictObject({ junit: RepoPath }), z.strictObject({ tap: RepoPath })], {
+  error: "must be { junit: PATH } or { tap: PATH }",
+});
+export type TestReportSource = z.infer<typeof TestReportSource>;
+
+/** A soft gate: it fails past a threshold on a metric its command prints (`METRIC name=value`), never by exit code alone. */
+export const SoftThreshold = z
+  .strictObject({ metric: MetricName, max: z.number().finite().optional(), min: z.number().finite().optional() })
+  .refine((soft) => soft.max !== undefined || soft.min !== undefined, { message: "needs max or min" });
+export type SoftThreshold = z.infer<typeof SoftThreshold>;
+
+/** A gate: one command whose outcome is observed, run in a clean clone of the candidate. */
 export const Gate = z.strictObject({
-  name: z
-    .string()
-    .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/, "use letters, digits, '.', '_' or '-' (at most 64)"),
+  name: GateName,
   run: z.string().min(1).max(4_000),
   timeout: Duration.default("10m"),
+  tests: TestReportSource.optional(),
+  soft: SoftThreshold.optional(),
 });
 export type Gate = z.infer<typeof Gate>;
 
 /** The modes of DESIGN §6.1. */
-export const Mode = z.enum(["check_fixpoint", "optimize", "task_list"]);
+export const Mode = z.enum(["check_fixpoint", "optimize", "task_list"], {
+  error: "is not a mode; use check_fixpoint, optimize or task_list",
+});
 export type Mode = z.infer<typeof Mode>;
 
-/** Stop conditions (DESIGN §5); defaults from DESIGN §5's flag-only quick start. */
+const Direction = z.enum(["lower", "higher"], { error: "is not a direction; use lower or higher" });
+
+/** The primary metric of an optimize loop (DESIGN §5, §6.3). */
+export const MetricSpec = z
+  .strictObject({
+    run: z.string().min(1).max(4_000),
+    name: MetricName,
+    direction: Direction,
+    min_effect: Percent.default("1%"),
+    confidence: z.number().gt(0.5).lt(1).default(0.95),
+    samples: z
+      .strictObject({ min: z.number().int().min(2).max(1_000).default(5), max: z.number().int().min(2).max(10_000).default(40) })
+      .refine((samples) => samples.min <= samples.max, { message: "min must not exceed max" })
+      .default({ min: 5, max: 40 }),
+    target: z.number().finite().optional(),
+    timeout: Duration.default("10m"),
+  });
+
+/** A secondary metric: tracked as a guardrail, never optimised. */
+export const SecondaryMetric = z.strictObject({ name: MetricName, direction: Direction, max_regression: Percent });
+
+/** Guards, checked against t0 before any success (DESIGN §6.4). */
+export const Guards = z.strictObject({
+  protected: z.array(z.string().min(1).max(500)).max(1_000).optional(),
+  tests_never_shrink: z.boolean().default(true),
+  coverage: z
+    .strictObject({ lcov: RepoPath, floor: z.union([z.literal("t0"), Percent]).default("t0") })
+    .optional(),
+  on_violation: z.enum(["halt", "reject"], { error: "use halt or reject" }).default("halt"),
+});
+
+/** Stop conditions (DESIGN §5). */
 export const StopConditions = z.strictObject({
   max_iterations: z.number().int().min(1).max(100_000).default(50),
   no_progress: z.number().int().min(1).max(100_000).default(10),
+  budget: z
+    .strictObject({ wall: Duration.optional(), cost_usd: z.number().positive().optional() })
+    .optional(),
 });
 
 /** The agent command and its time limit. */
@@ -34,18 +107,28 @@ export const AgentSpec = z.strictObject({
   timeout: Duration.default("20m"),
 });
 
-/**
- * The loop contract (DESIGN §5), the subset this version implements. Unknown keys are errors, so a
- * contract written for a later version is refused rather than half-obeyed.
- */
+/** A task of a task_list loop: done only when its own check passes. */
+export const Task = z.strictObject({
+  id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/, "is not a task id; use letters, digits, '.', '_' or '-'"),
+  title: z.string().min(1).max(500),
+  check: z.string({ error: "every task needs its own check command (a task without one is check_inadequate)" }).min(1).max(4_000),
+});
+
+/** The loop contract (DESIGN §5). */
 export const Contract = z
   .strictObject({
     name: z.string().min(1).max(100),
     mode: Mode,
     objective: z.string().max(4_000).optional(),
-    gates: z.array(Gate).min(1).max(32),
+    gates: z.array(Gate).min(1, "needs at least one gate").max(32),
+    metric: MetricSpec.optional(),
+    secondary: z.array(SecondaryMetric).max(32).optional(),
+    guards: Guards.optional(),
     stop: StopConditions.default({ max_iterations: 50, no_progress: 10 }),
     agent: AgentSpec,
+    artifacts: z.array(z.string().min(1).max(500)).max(100).optional(),
+    exec: z.strictObject({ network: z.enum(["none", "host"], { error: "use none or host" }) }).optional(),
+    tasks: z.array(Task).min(1).max(1_000).optional(),
   })
   .superRefine((contract, ctx) => {
     const seen = new Set<string>();
@@ -55,6 +138,15 @@ export const Contract = z
       }
       seen.add(gate.name);
     });
+    if (contract.mode === "optimize" && !contract.metric) {
+      ctx.addIssue({ code: "custom", path: ["metric"], message: "is required in optimize mode" });
+    }
+    if (contract.mode === "task_list" && !contract.tasks) {
+      ctx.addIssue({ code: "custom", path: ["tasks"], message: "is required in task_list mode, each task with its own check" });
+    }
+    if (contract.mode !== "task_list" && contract.tasks) {
+      ctx.addIssue({ code: "custom", path: ["tasks"], message: "is only used in task_list mode" });
+    }
   });
 export type Contract = z.infer<typeof Contract>;
 export type ContractInput = z.input<typeof Contract>;

@@ -15,7 +15,7 @@ export const ArtifactRef = z.strictObject({
 });
 export type ArtifactRef = z.infer<typeof ArtifactRef>;
 
-/** What one gate did: exit code (null when killed by a signal), timing and its captured log. */
+/** What one gate did: exit code (null when killed by a signal), timing, its captured log, the metrics it printed. */
 export const GateResult = z.strictObject({
   name: z.string().min(1).max(64),
   exit_code: z.number().int().nullable(),
@@ -23,6 +23,10 @@ export const GateResult = z.strictObject({
   timed_out: z.boolean(),
   duration_ms: z.number().min(0),
   log: ArtifactRef.nullable(),
+  /** `METRIC name=value` lines the gate printed (a soft gate is judged on these). */
+  metrics: z.record(z.string().max(64), z.number().finite()).optional(),
+  /** Why the gate's test report (JUnit/TAP) could not be read, when it could not: the gate then counts as failed. */
+  report_error: z.string().max(2_000).optional(),
 });
 export type GateResult = z.infer<typeof GateResult>;
 

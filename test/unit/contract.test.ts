@@ -17,10 +17,10 @@ function issuesOf(input: unknown) {
 
 describe("Contract", () => {
   it.each([
-    ["a top-level key this version does not know", { ...minimal, metric: { name: "parse_ms" } }, [], "metric"],
+    ["a top-level key the contract does not have", { ...minimal, metrics: { name: "parse_ms" } }, [], "metrics"],
     ["a misspelt gate key", { ...minimal, gates: [{ name: "unit", run: "npm test", timout: "2m" }] }, ["gates", 0], "timout"],
-    ["a key on the second gate", { ...minimal, gates: [{ name: "unit", run: "a" }, { name: "lint", run: "b", soft: {} }] }, ["gates", 1], "soft"],
-    ["a stop condition this version does not know", { ...minimal, stop: { max_iterations: 5, budget: { wall: "8h" } } }, ["stop"], "budget"],
+    ["a key on the second gate", { ...minimal, gates: [{ name: "unit", run: "a" }, { name: "lint", run: "b", sof: {} }] }, ["gates", 1], "sof"],
+    ["a stop condition the contract does not have", { ...minimal, stop: { max_iterations: 5, budgets: { wall: "8h" } } }, ["stop"], "budgets"],
     ["an agent key", { ...minimal, agent: { run: "x", model: "big" } }, ["agent"], "model"],
   ])("refuses %s and names where it is", (_what, input, path, key) => {
     expect(issuesOf(input)).toEqual([
@@ -41,6 +41,33 @@ describe("Contract", () => {
     expect(issuesOf(input)).toEqual([
       expect.objectContaining({ path: ["gates", 2, "name"], message: 'duplicate gate name "unit"' }),
     ]);
+  });
+
+  it("requires a metric in optimize mode and a check on every task in task_list mode", () => {
+    expect(issuesOf({ ...minimal, mode: "optimize" })).toEqual([expect.objectContaining({ path: ["metric"] })]);
+    const tasks = [{ id: "t1", title: "parse dates" }];
+    expect(issuesOf({ ...minimal, mode: "task_list", tasks })).toEqual([
+      expect.objectContaining({ path: ["tasks", 0, "check"], message: expect.stringContaining("check_inadequate") }),
+    ]);
+  });
+
+  it("parses the full contract of DESIGN §5", () => {
+    const full = Contract.parse({
+      ...minimal,
+      mode: "optimize",
+      gates: [
+        { name: "unit", run: "npx vitest run", tests: { junit: ".loopwarden/out/junit.xml" }, timeout: "2m" },
+        { name: "lint", run: "npx eslint .", soft: { metric: "lint_errors", max: 0 } },
+      ],
+      metric: { run: "node bench/parse.js", name: "parse_ms", direction: "lower", min_effect: "2%", target: 8 },
+      secondary: [{ name: "peak_rss_mb", direction: "lower", max_regression: "10%" }],
+      guards: { protected: ["loop.yaml", "test/**"], coverage: { lcov: "coverage/lcov.info" } },
+      stop: { max_iterations: 100, no_progress: 10, budget: { wall: "8h", cost_usd: 25 } },
+      artifacts: ["profile/*.svg"],
+      exec: { network: "none" },
+    });
+    expect(full.metric).toMatchObject({ confidence: 0.95, samples: { min: 5, max: 40 }, min_effect: "2%" });
+    expect(full.guards).toMatchObject({ tests_never_shrink: true, on_violation: "halt", coverage: { floor: "t0" } });
   });
 
   it("refuses a contract without gates and one with an unknown mode", () => {

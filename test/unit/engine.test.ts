@@ -5,6 +5,7 @@ import {
   createLoop,
   foldEvents,
   haltAfter,
+  testSetsOf,
   type EventDraft,
   type Halt,
   type LoopState,
@@ -218,7 +219,11 @@ describe("engine: createLoop", () => {
   it.each(["optimize", "task_list"] as const)("refuses mode %s as mode_unsupported", (mode) => {
     const outcome = createLoop({
       loop_id: "lp_0123456789abcdef01234567",
-      contract: contractOf({ mode }),
+      contract: contractOf(
+        mode === "optimize"
+          ? { mode, metric: { run: "node bench.js", name: "ms", direction: "lower" } }
+          : { mode, tasks: [{ id: "t1", title: "one", check: "node t1.js" }] },
+      ),
       contract_hash: sha256Hex("contract"),
       t0: { commit: commitOf("t0"), observation: observationOf([A]) },
       at: "2026-03-01T09:00:00.000Z",
@@ -501,6 +506,48 @@ describe("engine: gates are tests the report cannot overrule", () => {
     if (!outcome.ok) throw new Error(outcome.error.message);
     expect(outcome.events.map((event) => event.type)).toEqual(["loop_created"]);
     expect(foldEvents(outcome.events)?.t0.failing).toEqual([GATE]);
+  });
+});
+
+describe("engine: soft gates and unsupported contract features", () => {
+  const contract = contractOf({
+    gates: [
+      { name: "unit", run: "npm test" },
+      { name: "lint", run: "npx eslint .", soft: { metric: "lint_errors", max: 0 } },
+    ],
+  });
+  const withLint = (exitCode: number, metrics?: Record<string, number>) => ({
+    gates: [
+      { name: "unit", exit_code: 0, signal: null, timed_out: false, duration_ms: 5, log: null },
+      { name: "lint", exit_code: exitCode, signal: null, timed_out: false, duration_ms: 5, log: null, ...(metrics ? { metrics } : {}) },
+    ],
+    tests: { passing: [A], failing: [] },
+  });
+
+  it.each([
+    ["within its threshold passes whatever its exit code", withLint(1, { lint_errors: 0 }), true],
+    ["past its threshold fails though it exited 0", withLint(0, { lint_errors: 3 }), false],
+    ["without its metric fails", withLint(0), false],
+  ])("a soft gate %s", (_name, observation, passes) => {
+    const sets = testSetsOf(contract, observation);
+    expect(sets.passing.includes("gate:lint")).toBe(passes);
+    expect(sets.failing.includes("gate:lint")).toBe(!passes);
+  });
+
+  it.each([
+    ["guards", { guards: { protected: ["test/**"] } }],
+    ["stop.budget", { stop: { max_iterations: 5, no_progress: 5, budget: { cost_usd: 3 } } }],
+    ["exec", { exec: { network: "none" as const } }],
+    ["artifacts", { artifacts: ["profile/*.svg"] }],
+  ])("refuses a contract asking for %s, which this engine cannot enforce yet", (path, overrides) => {
+    const outcome = createLoop({
+      loop_id: "lp_0123456789abcdef01234567",
+      contract: contractOf(overrides),
+      contract_hash: sha256Hex("contract"),
+      t0: { commit: commitOf("t0"), observation: observationOf([A]) },
+      at: "2026-03-01T09:00:00.000Z",
+    });
+    expect(outcome).toMatchObject({ ok: false, error: { code: "contract_unsupported", message: expect.stringContaining(`${path}:`) } });
   });
 });
 

@@ -73,7 +73,7 @@ describe("POST /v1/loops", () => {
   });
 
   it("refuses a contract in a mode this version does not run with 422 mode_unsupported", async () => {
-    const response = await postJson("/v1/loops", createLoopBody("optimize", [A], { mode: "optimize" }));
+    const response = await postJson("/v1/loops", createLoopBody("optimize", [A], { mode: "optimize", metric: { run: "node bench.js", name: "ms", direction: "lower" } }));
     expect(response.status).toBe(422);
     expect(await errorOf(response)).toMatchObject({ code: "mode_unsupported" });
   });

@@ -182,12 +182,12 @@ describe("bad input that names no existing loop creates nothing", () => {
       send: () => postJson("/v1/loops", createLoopBody("bad-duration", [A], { gates: [{ name: "unit", run: "npm test", timeout: "2 minutes" }] })),
     },
     {
-      name: "create with a contract key this version does not know",
+      name: "create with a contract key the contract does not have",
       status: 400,
       code: "invalid_request",
       issuePath: "contract",
       loopId: loopIdFor("loop-key-unknown-key"),
-      send: () => postJson("/v1/loops", { ...createLoopBody("unknown-key", [A]), contract: { ...createLoopBody("unknown-key", [A]).contract, metric: { name: "ms" } } }),
+      send: () => postJson("/v1/loops", { ...createLoopBody("unknown-key", [A]), contract: { ...createLoopBody("unknown-key", [A]).contract, metrics: { name: "ms" } } }),
     },
     {
       name: "create with an over-1-MiB body streamed without Content-Length",
@@ -204,7 +204,14 @@ describe("bad input that names no existing loop creates nothing", () => {
       status: 422,
       code: "mode_unsupported",
       loopId: loopIdFor("loop-key-optimize"),
-      send: () => postJson("/v1/loops", createLoopBody("optimize", [A], { mode: "optimize" })),
+      send: () => postJson("/v1/loops", createLoopBody("optimize", [A], { mode: "optimize", metric: { run: "node bench.js", name: "ms", direction: "lower" } })),
+    },
+    {
+      name: "create with guards this version cannot enforce yet",
+      status: 422,
+      code: "contract_unsupported",
+      loopId: loopIdFor("loop-key-guards"),
+      send: () => postJson("/v1/loops", createLoopBody("guards", [A], { guards: { protected: ["test/**"] } })),
     },
   ];
 

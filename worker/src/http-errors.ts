@@ -29,6 +29,7 @@ const REFUSAL_STATUS: Record<string, ContentfulStatusCode> = {
   not_found: 404,
   lease_not_found: 404,
   mode_unsupported: 422,
+  contract_unsupported: 422,
   idempotency_conflict: 422,
   loop_halted: 409,
   stale_lease: 409,

@@ -1,0 +1,19 @@
+import type { Contract } from "../wire/contract.js";
+
+/**
+ * Contract features this engine cannot enforce yet, each as `path: why`. A loop is never created from a
+ * contract that asks for more than the engine does: a guard that is not checked would be worse than
+ * no guard, because the user would trust it.
+ */
+export function unsupportedFeatures(contract: Contract): string[] {
+  const later = (path: string, what: string) => `${path}: ${what} is not enforced by this version yet (see the README roadmap); remove it to run`;
+  const found: string[] = [];
+  if (contract.metric) found.push(later("metric", "optimize mode's metric (DESIGN §6.3)"));
+  if (contract.secondary) found.push(later("secondary", "secondary guardrail metrics"));
+  if (contract.guards) found.push(later("guards", "guards (DESIGN §6.4)"));
+  if (contract.stop.budget) found.push(later("stop.budget", "the budget stop condition"));
+  if (contract.artifacts) found.push(later("artifacts", "uploading artifacts by glob"));
+  if (contract.exec) found.push(later("exec", "network isolation"));
+  if (contract.tasks) found.push(later("tasks", "task_list mode"));
+  return found;
+}
