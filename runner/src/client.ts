@@ -171,4 +171,18 @@ export class Client {
     }
     return ref;
   }
+
+  /** Raw events after `after`, exactly as stored and hashed (JSONL), following pages to the end. */
+  async eventLines(loopId: string, after = 0): Promise<string[]> {
+    const lines: string[] = [];
+    let cursor = after;
+    for (;;) {
+      const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/events?after=${cursor}&limit=1000`);
+      if (!response.ok) await this.parse(response, Health);
+      const page = (await response.text()).split("\n").filter((line) => line.length > 0);
+      lines.push(...page);
+      if (page.length < 1000) return lines;
+      cursor += page.length;
+    }
+  }
 }

@@ -143,3 +143,28 @@ export async function cloneAt(repo: string, commit: string, dir: string): Promis
   await git(dir, ["remote", "remove", "origin"]);
   await git(dir, ["checkout", "-q", "--detach", commit]);
 }
+
+/** The `Key: value` trailers of a commit's message. */
+export async function readTrailers(repo: string, commit: string): Promise<Record<string, string>> {
+  const out = await git(repo, ["log", "-1", "--format=%(trailers:unfold,only)", commit]);
+  const trailers: Record<string, string> = {};
+  for (const line of out.split("\n")) {
+    const match = /^([A-Za-z0-9-]+):\s*(.*)$/.exec(line.trim());
+    if (match?.[1] && match[2] !== undefined) trailers[match[1]] = match[2];
+  }
+  return trailers;
+}
+
+/**
+ * Saves uncommitted changes (tracked and untracked) as a commit under `ref`, then cleans the working
+ * tree back to HEAD: an interrupted agent run's edits are set aside, never thrown away.
+ */
+export async function setAsideChanges(repo: string, ref: string, message: string): Promise<void> {
+  await git(repo, ["add", "-A"]);
+  const tree = (await git(repo, ["write-tree"])).trim();
+  const identity = await identityArgs(repo);
+  const commit = (await git(repo, [...identity, "commit-tree", tree, "-p", "HEAD", "-m", message])).trim();
+  await git(repo, ["update-ref", ref, commit]);
+  await git(repo, ["reset", "-q", "--hard", "HEAD"]);
+  await git(repo, ["clean", "-q", "-fd"]);
+}

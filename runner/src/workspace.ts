@@ -10,6 +10,10 @@ export const WorkspaceState = z.object({
   state_dir: z.string().nullable(),
   branch: z.string(),
   started_from: z.string().nullable(),
+  /** The contract hash the loop was created with: a changed contract is a new loop. */
+  contract_hash: z.string(),
+  /** This checkout's runner identity, kept so a restarted runner gets its own live lease back. */
+  runner_id: z.string(),
 });
 export type WorkspaceState = z.infer<typeof WorkspaceState>;
 

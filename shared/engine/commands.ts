@@ -1,7 +1,7 @@
 import type { Contract } from "../wire/contract.js";
 import type { Observation } from "../wire/observation.js";
 import { decide, decideUnevaluated, haltAfter } from "./decide.js";
-import type { AgentRun, Baseline, EventDraft, Verdict } from "./events.js";
+import type { AgentRun, Baseline, EventDraft, Proposer, Verdict } from "./events.js";
 import { unsupportedFeatures } from "./support.js";
 import { applyEvent, type CandidateState, type LeaseState, type LoopState } from "./state.js";
 
@@ -65,8 +65,8 @@ export interface Proposal {
   commit: string;
   diff_sha256: string;
   empty: boolean;
-  proposer: { kind: "command"; command: string };
-  agent: AgentRun;
+  proposer: Proposer;
+  agent: AgentRun | null;
 }
 
 /** Registers a candidate. A failed agent run or an empty change is rejected at once, without a job. */
@@ -103,7 +103,7 @@ export function proposeCandidate(
   const events: EventDraft[] = [proposed];
   const after = applyEvent(state, proposed);
   const { agent } = proposal;
-  if (agent.timed_out || agent.exit_code !== 0) {
+  if (agent && (agent.timed_out || agent.exit_code !== 0)) {
     const how = agent.timed_out ? "timed out" : `exited with ${agent.exit_code === null ? "a signal" : agent.exit_code}`;
     events.push(...decideUnevaluated(after, candidateId, "agent_failed", `the agent command ${how}`, context.at).events);
   } else if (proposal.empty) {

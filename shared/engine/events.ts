@@ -10,11 +10,12 @@ import { HALT_REASONS } from "./halt-reasons.js";
 export const Baseline = z.strictObject({ commit: GitCommit, observation: Observation });
 export type Baseline = z.infer<typeof Baseline>;
 
-/** Who proposed a candidate and how that run went. */
-export const Proposer = z.strictObject({
-  kind: z.literal("command"),
-  command: z.string().max(4_000),
-});
+/** Who proposed a candidate: the contract's agent command run by the runner, or an agent driving `loopwarden step` itself. */
+export const Proposer = z.discriminatedUnion("kind", [
+  z.strictObject({ kind: z.literal("command"), command: z.string().max(4_000) }),
+  z.strictObject({ kind: z.literal("step") }),
+]);
+export type Proposer = z.infer<typeof Proposer>;
 
 /** How the agent run that produced a candidate ended (observed by the runner). */
 export const AgentRun = z.strictObject({
@@ -62,7 +63,8 @@ const CandidateProposed = z.strictObject({
     diff_sha256: Sha256,
     empty: z.boolean(),
     proposer: Proposer,
-    agent: AgentRun,
+    /** How the agent run ended; null when no run was observed (`step`). */
+    agent: AgentRun.nullable(),
     idempotency_key: z.string(),
     request_hash: Sha256,
   }),

@@ -19,7 +19,7 @@ export interface CandidateState {
   parent: string;
   commit: string;
   empty: boolean;
-  agent: AgentRun;
+  agent: AgentRun | null;
   idempotency_key: string;
   request_hash: string;
   proposed_at: string;

@@ -76,7 +76,7 @@ export const ProposeCandidateRequest = z.strictObject({
   diff_sha256: Sha256,
   empty: z.boolean(),
   proposer: Proposer,
-  agent: AgentRun,
+  agent: AgentRun.nullable(),
 });
 export type ProposeCandidateRequest = z.infer<typeof ProposeCandidateRequest>;
 

@@ -45,10 +45,13 @@ export const SoftThreshold = z
   .refine((soft) => soft.max !== undefined || soft.min !== undefined, { message: "needs max or min" });
 export type SoftThreshold = z.infer<typeof SoftThreshold>;
 
+/** A shell command (run with /bin/sh -c). */
+const Command = z.string().min(1, "is empty: put the command to run here").max(4_000);
+
 /** A gate: one command whose outcome is observed, run in a clean clone of the candidate. */
 export const Gate = z.strictObject({
   name: GateName,
-  run: z.string().min(1).max(4_000),
+  run: Command,
   timeout: Duration.default("10m"),
   tests: TestReportSource.optional(),
   soft: SoftThreshold.optional(),
@@ -103,7 +106,7 @@ export const StopConditions = z.strictObject({
 
 /** The agent command and its time limit. */
 export const AgentSpec = z.strictObject({
-  run: z.string().min(1).max(4_000),
+  run: Command,
   timeout: Duration.default("20m"),
 });
 

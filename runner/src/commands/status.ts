@@ -1,23 +1,11 @@
-import { UserError } from "../errors.js";
 import { connect, type ServerOptions } from "../connect.js";
-import { repoRoot } from "../git.js";
 import { emitResult, type OutputMode } from "../output.js";
-import { loadWorkspaceState } from "../workspace.js";
+import { resolveTarget } from "../target.js";
 
 /** `loopwarden status [LOOP]`: the loop's state summary. Without LOOP, the repository's current loop. */
 export async function statusCommand(loopArg: string | undefined, options: ServerOptions & OutputMode & { cwd: string }): Promise<number> {
-  let loopId = loopArg;
-  let server = options.server;
-  let state = options.state;
-  if (!loopId) {
-    const repo = await repoRoot(options.cwd);
-    const workspace = await loadWorkspaceState(repo);
-    if (!workspace) throw new UserError("no loop was started in this repository; pass a loop id (loopwarden status LOOP)", 2);
-    loopId = workspace.loop_id;
-    server ??= workspace.server ?? undefined;
-    state ??= workspace.state_dir ?? undefined;
-  }
-  const connection = await connect({ server, state, token: options.token }, options);
+  const { loopId, server } = await resolveTarget(loopArg, options);
+  const connection = await connect(server, options);
   try {
     const loop = await connection.client.getLoop(loopId);
     const halt = loop.halt;

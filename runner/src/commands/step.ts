@@ -1,0 +1,27 @@
+import type { ServerOptions } from "../connect.js";
+import { UserError } from "../errors.js";
+import { dirtyPaths } from "../git.js";
+import type { OutputMode } from "../output.js";
+import { commitCandidate, decideCandidate, enterLoopBranch, openSession, type ContractOptions } from "../session.js";
+import { reportOutcome } from "./run.js";
+
+/**
+ * `loopwarden step`: evaluates the current working tree as one candidate and applies the verdict, for
+ * agents that drive the loop themselves. Creates the loop (t0 = HEAD) on first use.
+ */
+export async function stepLoop(options: ContractOptions & ServerOptions & OutputMode & { cwd: string }): Promise<number> {
+  const session = await openSession({ ...options, purpose: "step" });
+  try {
+    if (session.loop.status !== "running") return reportOutcome(session.mode, session.loop);
+    if ((await dirtyPaths(session.repo)).length === 0) {
+      throw new UserError("the working tree has no changes to evaluate; make a change, then run loopwarden step", 2);
+    }
+    await enterLoopBranch(session);
+    const iteration = session.loop.iteration + 1;
+    const { commit, key } = await commitCandidate(session, iteration, null);
+    await decideCandidate(session, { commit, key, iteration, proposer: { kind: "step" }, agent: null });
+    return reportOutcome(session.mode, session.loop);
+  } finally {
+    await session.connection.close();
+  }
+}

@@ -1,0 +1,80 @@
+import { formatDuration } from "../../../shared/duration.js";
+import { LoopEvent } from "../../../shared/engine/index.js";
+import { connect, type ServerOptions } from "../connect.js";
+import { emitResult, paint, type OutputMode } from "../output.js";
+import { resolveTarget } from "../target.js";
+
+const POLL_MS = 1_000;
+
+/** One human line for an event of the log. */
+export function describeEvent(event: LoopEvent): string {
+  const at = event.at.slice(11, 19);
+  const prefix = `${paint(`#${event.seq}`, "dim")} ${at}`;
+  switch (event.type) {
+    case "loop_created":
+      return `${prefix} loop created: ${event.data.contract.name} (${event.data.contract.mode}), t0 ${event.data.t0.commit.slice(0, 10)}`;
+    case "candidate_proposed": {
+      const agent = event.data.agent;
+      const run = agent ? `agent ${agent.timed_out ? "timed out" : `exit ${agent.exit_code ?? "signal"}`} in ${formatDuration(agent.duration_ms)}` : "via step";
+      return `${prefix} ${event.data.candidate_id} proposed at ${event.data.commit.slice(0, 10)} (${run}${event.data.empty ? ", no change" : ""})`;
+    }
+    case "lease_granted":
+      return `${prefix} ${event.data.candidate_id} leased to ${event.data.runner_id} (token ${event.data.fencing_token})`;
+    case "lease_renewed":
+      return `${prefix} ${event.data.candidate_id} lease renewed`;
+    case "lease_expired":
+      return `${prefix} ${event.data.candidate_id} lease expired; back in the queue`;
+    case "observation_reported": {
+      const { observation } = event.data;
+      const gates = observation.gates
+        .map((gate) => `${gate.name} ${gate.timed_out ? "timed out" : `exit ${gate.exit_code ?? gate.signal}`}${gate.report_error ? " (test report unreadable)" : ""}`)
+        .join(", ");
+      const tests = observation.tests.passing.length + observation.tests.failing.length > 0
+        ? `; tests ${observation.tests.passing.length} passing, ${observation.tests.failing.length} failing`
+        : "";
+      return `${prefix} ${event.data.candidate_id} observed: ${gates}${tests}`;
+    }
+    case "verdict": {
+      const word = event.data.decision === "promoted" ? paint("promoted", "green") : paint("rejected", "red");
+      return `${prefix} ${event.data.candidate_id} ${word} (${event.data.reason}): ${event.data.detail}`;
+    }
+    case "halted":
+      return `${prefix} halted: ${event.data.halt_reason} (exit ${event.data.exit_class}): ${event.data.detail}`;
+  }
+}
+
+/** `loopwarden watch [LOOP]`: prints the event log as it grows, until the loop halts (or Ctrl-C). */
+export async function watchCommand(loopArg: string | undefined, options: ServerOptions & OutputMode & { cwd: string }): Promise<number> {
+  const { loopId, server } = await resolveTarget(loopArg, options);
+  const connection = await connect(server, options);
+  try {
+    let after = 0;
+    for (;;) {
+      const lines = await connection.client.eventLines(loopId, after);
+      for (const line of lines) {
+        const event = LoopEvent.parse(JSON.parse(line));
+        after = event.seq;
+        if (!options.json && !options.quiet) process.stdout.write(`${describeEvent(event)}\n`);
+      }
+      const loop = await connection.client.getLoop(loopId);
+      if (loop.halt && after >= loop.head.seq) {
+        emitResult(
+          options,
+          {
+            status: "halted",
+            loop_id: loop.loop_id,
+            iteration: loop.iteration,
+            halt_reason: loop.halt.halt_reason,
+            exit_class: loop.halt.exit_class,
+            ...(loop.halt.still_improving === undefined ? {} : { still_improving: loop.halt.still_improving }),
+          },
+          [],
+        );
+        return 0;
+      }
+      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    }
+  } finally {
+    await connection.close();
+  }
+}

@@ -1,0 +1,373 @@
+import { randomBytes } from "node:crypto";
+import os from "node:os";
+import path from "node:path";
+import { formatDuration } from "../../shared/duration.js";
+import { foldEvents, LoopEvent, type AgentRun, type LoopState, type Proposer, type Verdict } from "../../shared/engine/index.js";
+import type { Lease, LoopSummary } from "../../shared/wire/api.js";
+import { CoordinatorError, type Client } from "./client.js";
+import { connect, type Connection, type ServerOptions } from "./connect.js";
+import { loadContractFile, validateContract, type LoadedContract } from "./contract-file.js";
+import { UserError } from "./errors.js";
+import { evaluateCommit, uploadLogs } from "./evaluate.js";
+import {
+  currentBranch,
+  diffOf,
+  dirtyPaths,
+  excludeStateDir,
+  headCommit,
+  loopBranch,
+  readTrailers,
+  rejectedRef,
+  repoRoot,
+  revertTo,
+  setAsideChanges,
+  snapshotCandidate,
+  switchToLoopBranch,
+} from "./git.js";
+import { liveStatus, paint, progress, type OutputMode } from "./output.js";
+import { loadWorkspaceState, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
+
+// What `run` and `step` share: finding the contract, creating or resuming the loop, committing a
+// candidate, having it evaluated and applying the coordinator's verdict to the working tree.
+
+/** Where the contract comes from: `--check`/`--exec` flags, else a file (default `loop.yaml`). */
+export interface ContractOptions {
+  contract?: string | undefined;
+  check?: string | undefined;
+  exec?: string | undefined;
+  maxIterations?: number | undefined;
+  name?: string | undefined;
+  checkTimeout?: string | undefined;
+  agentTimeout?: string | undefined;
+}
+
+/** An open loop in a repository, connected to its coordinator. */
+export interface Session {
+  repo: string;
+  loaded: LoadedContract;
+  connection: Connection;
+  client: Client;
+  mode: OutputMode;
+  workspace: WorkspaceState;
+  loop: LoopSummary;
+  /** True when an existing loop was picked up rather than created. */
+  resumed: boolean;
+}
+
+const short = (commit: string) => commit.slice(0, 10);
+
+/** Trailers a candidate commit carries, so a restarted runner can propose it again exactly. */
+const TRAILER = { loop: "Loopwarden-Loop", iteration: "Loopwarden-Iteration", proposal: "Loopwarden-Proposal", agent: "Loopwarden-Agent" } as const;
+
+/** Loads the contract: from flags (flag-only mode, DESIGN §5) or from the contract file. */
+export async function resolveContract(repo: string, options: ContractOptions): Promise<LoadedContract> {
+  const flagOnly = options.check !== undefined || options.exec !== undefined;
+  if (!flagOnly) {
+    const loaded = await loadContractFile(repo, options.contract ?? "loop.yaml");
+    if (options.maxIterations !== undefined) {
+      return validateContract(
+        { ...loaded.contract, stop: { ...loaded.contract.stop, max_iterations: options.maxIterations } },
+        loaded.source,
+      );
+    }
+    return loaded;
+  }
+  if (!options.check || !options.exec) {
+    throw new UserError("flag-only mode needs both --check CMD and --exec CMD (or neither, to use loop.yaml)", 2);
+  }
+  if (options.contract !== undefined) throw new UserError("use either --contract FILE or --check/--exec, not both", 2);
+  return validateContract(
+    {
+      name: options.name ?? path.basename(repo),
+      mode: "check_fixpoint",
+      gates: [{ name: "check", run: options.check, ...(options.checkTimeout ? { timeout: options.checkTimeout } : {}) }],
+      stop: { max_iterations: options.maxIterations ?? 50, no_progress: 10 },
+      agent: { run: options.exec, ...(options.agentTimeout ? { timeout: options.agentTimeout } : {}) },
+    },
+    "flags",
+  );
+}
+
+function newRunnerId(): string {
+  return `${os.hostname().replace(/[^A-Za-z0-9_.:-]/g, "-").slice(0, 60)}-${randomBytes(4).toString("hex")}`;
+}
+
+function describeDirty(dirty: string[]): string {
+  return dirty.slice(0, 5).join(", ") + (dirty.length > 5 ? ` and ${dirty.length - 5} more` : "");
+}
+
+/**
+ * Opens the repository's loop: resumes the one recorded in `.loopwarden/state.json` when it is still
+ * running under the same contract, else creates a new one with t0 measured at HEAD. `run` refuses a
+ * dirty tree for a new loop (a revert must never touch the user's work); `step` evaluates exactly that.
+ */
+export async function openSession(
+  options: ContractOptions & ServerOptions & OutputMode & { cwd: string; purpose: "run" | "step" },
+): Promise<Session> {
+  const mode: OutputMode = options;
+  const repo = await repoRoot(options.cwd);
+  await headCommit(repo);
+  const loaded = await resolveContract(repo, options);
+  await excludeStateDir(repo);
+
+  const previous = await loadWorkspaceState(repo);
+  const sameContract = previous !== null && previous.contract_hash === loaded.hash;
+  const server: ServerOptions = {
+    server: options.server ?? (sameContract ? (previous?.server ?? undefined) : undefined),
+    state: options.state ?? (sameContract ? (previous?.state_dir ?? undefined) : undefined),
+    token: options.token,
+  };
+
+  if (previous && sameContract) {
+    const connection = await connect(server, mode);
+    try {
+      const loop = await connection.client.getLoop(previous.loop_id);
+      if (loop.status === "running") {
+        progress(mode, `resuming loop ${loop.loop_id} (iteration ${loop.iteration} of ${loop.max_iterations})`);
+        return { repo, loaded, connection, client: connection.client, mode, workspace: previous, loop, resumed: true };
+      }
+    } catch (error) {
+      if (!(error instanceof CoordinatorError && error.status === 404)) {
+        await connection.close();
+        throw error;
+      }
+    }
+    await connection.close();
+  } else if (previous && options.purpose === "run") {
+    progress(mode, `the contract changed since loop ${previous.loop_id}: a new contract is a new loop`);
+  }
+
+  if (options.purpose === "run") {
+    const dirty = await dirtyPaths(repo);
+    if (dirty.length > 0) {
+      throw new UserError(
+        `the working tree has uncommitted changes (${describeDirty(dirty)}); commit or stash them first, so a revert never loses your work`,
+      );
+    }
+  }
+  const connection = await connect(server, mode);
+  try {
+    const startedFrom = await currentBranch(repo);
+    const t0Commit = await headCommit(repo);
+    progress(mode, `capturing the baseline at ${short(t0Commit)}: running ${loaded.contract.gates.length} gate(s) in a clean clone…`);
+    liveStatus(mode, "baseline: running gates");
+    const baseline = await evaluateCommit({ repo, commit: t0Commit, contract: loaded.contract, label: "t0" });
+    const created = await connection.client.createLoop({
+      idempotency_key: `run-${randomBytes(16).toString("hex")}`,
+      contract: loaded.contract,
+      t0: { commit: t0Commit, observation: baseline.observation },
+    });
+    const loop = created.loop;
+    await uploadLogs(connection.client, loop.loop_id, baseline.logs);
+    const workspace: WorkspaceState = {
+      loop_id: loop.loop_id,
+      server: connection.local ? null : connection.url,
+      state_dir: connection.local ? (server.state ?? null) : null,
+      branch: loopBranch(loop.loop_id),
+      started_from: startedFrom,
+      contract_hash: loaded.hash,
+      runner_id: newRunnerId(),
+    };
+    await saveWorkspaceState(repo, workspace);
+    progress(mode, `loop ${loop.loop_id} (contract ${loaded.source}): the baseline has ${loop.t0.failing} failing test(s)`);
+    return { repo, loaded, connection, client: connection.client, mode, workspace, loop, resumed: false };
+  } catch (error) {
+    await connection.close();
+    throw error;
+  }
+}
+
+/** Puts the working tree on the loop's branch (carrying uncommitted changes along, for `step`). */
+export async function enterLoopBranch(session: Session): Promise<void> {
+  const branch = loopBranch(session.loop.loop_id);
+  if ((await currentBranch(session.repo)) === branch) return;
+  try {
+    await switchToLoopBranch(session.repo, session.loop.loop_id, session.loop.best.commit);
+  } catch (error) {
+    throw new UserError(`cannot switch to ${branch}: ${(error as Error).message.split("\n")[0]}; commit or stash your changes and retry`);
+  }
+  progress(session.mode, `working on branch ${branch}${session.workspace.started_from ? ` (from ${session.workspace.started_from})` : ""}`);
+}
+
+/** The loop's full state, folded by the same engine the coordinator uses from its public event log. */
+export async function foldLoop(session: Session): Promise<LoopState> {
+  const events = (await session.client.eventLines(session.loop.loop_id)).map((line) => LoopEvent.parse(JSON.parse(line)));
+  const state = foldEvents(events);
+  if (!state) throw new Error(`loop ${session.loop.loop_id} has no events`);
+  return state;
+}
+
+/** Commits the working tree as a candidate on the loop branch, with trailers that let a restart re-propose it. */
+export async function commitCandidate(session: Session, iteration: number, agent: AgentRun | null): Promise<{ commit: string; key: string }> {
+  const key = `cand-${randomBytes(12).toString("hex")}`;
+  const agentTrailer = agent ? `exit=${agent.exit_code ?? "signal"} timed_out=${agent.timed_out} duration_ms=${agent.duration_ms}` : "none";
+  const commit = await snapshotCandidate(
+    session.repo,
+    [
+      `loopwarden: candidate of iteration ${iteration}`,
+      "",
+      `${TRAILER.loop}: ${session.loop.loop_id}`,
+      `${TRAILER.iteration}: ${iteration}`,
+      `${TRAILER.proposal}: ${key}`,
+      `${TRAILER.agent}: ${agentTrailer}`,
+      "",
+    ].join("\n"),
+  );
+  return { commit, key };
+}
+
+/** Reads back a candidate commit's trailers; null when the commit is not a candidate of this loop. */
+export async function candidateTrailers(
+  session: Session,
+  commit: string,
+): Promise<{ key: string; iteration: number; agent: AgentRun | null } | null> {
+  const trailers = await readTrailers(session.repo, commit);
+  const key = trailers[TRAILER.proposal];
+  if (trailers[TRAILER.loop] !== session.loop.loop_id || !key) return null;
+  const agentMatch = /^exit=(\S+) timed_out=(true|false) duration_ms=(\d+)$/.exec(trailers[TRAILER.agent] ?? "");
+  const agent: AgentRun | null = agentMatch
+    ? {
+        exit_code: agentMatch[1] === "signal" ? null : Number(agentMatch[1]),
+        timed_out: agentMatch[2] === "true",
+        duration_ms: Number(agentMatch[3]),
+      }
+    : null;
+  return { key, iteration: Number(trailers[TRAILER.iteration] ?? "0"), agent };
+}
+
+function verdictLine(iteration: number, verdict: Verdict): string {
+  const word = verdict.decision === "promoted" ? paint("promoted", "green") : paint("rejected", "red");
+  return `[${iteration}] ${verdict.candidate_id} ${word} (${verdict.reason}): ${verdict.detail}`;
+}
+
+/** Runs one leased evaluation with heartbeats and reports it; null when the lease was lost (the job is re-queued). */
+async function evaluateLease(session: Session, lease: Lease, iteration: number): Promise<{ verdict: Verdict; loop: LoopSummary } | null> {
+  const { client, mode } = session;
+  if (lease.job.contract_hash !== session.loaded.hash) {
+    // Invariant 4: run only the contract pinned in this checkout.
+    throw new UserError(
+      `refusing the job for ${lease.job.candidate_id}: its contract hash ${lease.job.contract_hash.slice(0, 12)} differs from this checkout's ${session.loaded.hash.slice(0, 12)}`,
+    );
+  }
+  let lost = false;
+  const heartbeat = setInterval(() => {
+    client.heartbeat(lease.lease_id, { fencing_token: lease.fencing_token }).catch((error: unknown) => {
+      if (error instanceof CoordinatorError && error.status === 409) lost = true;
+      else progress(mode, `heartbeat failed (${(error as Error).message}); will retry`);
+    });
+  }, Math.max(1_000, Math.floor(lease.ttl_ms / 4)));
+  const label = `[${iteration}] ${lease.job.candidate_id}`;
+  try {
+    progress(mode, `${label} evaluating ${short(lease.job.commit)} in a clean clone…`);
+    const evaluation = await evaluateCommit({
+      repo: session.repo,
+      commit: lease.job.commit,
+      contract: session.loaded.contract,
+      label: lease.job.candidate_id,
+      onGateStart: (gate) => liveStatus(mode, `${label} gate ${gate.name}: ${gate.run}`),
+      onGate: ({ gate, result, tests, metricErrors }) => {
+        const outcome = result.timed_out ? `timed out after ${gate.timeout}` : `exit ${result.exit_code ?? result.signal}`;
+        const testCounts = tests ? `, ${tests.passing} passing / ${tests.failing} failing tests` : "";
+        const report = result.report_error ? `, report unreadable: ${result.report_error}` : "";
+        const metrics = result.metrics ? `, ${Object.entries(result.metrics).map(([name, value]) => `${name}=${value}`).join(" ")}` : "";
+        progress(mode, `${label}   gate ${gate.name}: ${outcome} (${formatDuration(result.duration_ms)})${testCounts}${metrics}${report}`);
+        for (const error of metricErrors) progress(mode, `${label}   gate ${gate.name}: malformed METRIC ${error}`);
+      },
+    });
+    if (lost) return null;
+    liveStatus(mode, `${label} reporting`);
+    await uploadLogs(client, lease.loop_id, evaluation.logs);
+    return await client.report(lease.lease_id, { fencing_token: lease.fencing_token, observation: evaluation.observation });
+  } catch (error) {
+    if (error instanceof CoordinatorError && error.status === 409 && error.code !== "loop_halted") {
+      progress(mode, `${label} lease lost (${error.code}); leasing again`);
+      return null;
+    }
+    throw error;
+  } finally {
+    clearInterval(heartbeat);
+  }
+}
+
+/** Evaluates leased jobs until `candidateId` has its verdict (a local loop has only its own job queued). */
+async function evaluateUntilDecided(session: Session, candidateId: string, iteration: number): Promise<{ verdict: Verdict; loop: LoopSummary }> {
+  for (;;) {
+    const lease = await session.client.leaseJob(session.loop.loop_id, { runner_id: session.workspace.runner_id });
+    if (!lease) {
+      const loop = await session.client.getLoop(session.loop.loop_id);
+      const candidate = (await foldLoop(session)).candidates[candidateId];
+      if (candidate?.verdict) return { verdict: candidate.verdict, loop };
+      if (loop.status === "halted") throw new UserError(`the loop halted (${loop.halt?.halt_reason}) before ${candidateId} was decided`);
+      liveStatus(session.mode, `[${iteration}] ${candidateId} waiting for its evaluation job`);
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      continue;
+    }
+    const result = await evaluateLease(session, lease, iteration);
+    if (result && lease.job.candidate_id === candidateId) return result;
+  }
+}
+
+/**
+ * Proposes a committed candidate (idempotently, by its key), has it decided, and applies the verdict:
+ * a promotion stays on the branch; a rejection is kept under its ref and the tree goes back to the best.
+ */
+export async function decideCandidate(
+  session: Session,
+  candidate: { commit: string; key: string; iteration: number; proposer: Proposer; agent: AgentRun | null },
+): Promise<Verdict> {
+  const diff = await diffOf(session.repo, session.loop.best.commit, candidate.commit);
+  const proposed = await session.client.proposeCandidate(session.loop.loop_id, {
+    idempotency_key: candidate.key,
+    commit: candidate.commit,
+    diff_sha256: diff.sha256,
+    empty: diff.empty,
+    proposer: candidate.proposer,
+    agent: candidate.agent,
+  });
+  session.loop = proposed.loop;
+  let verdict = proposed.candidate.verdict;
+  if (!verdict) {
+    const decided = await evaluateUntilDecided(session, proposed.candidate.candidate_id, candidate.iteration);
+    verdict = decided.verdict;
+    session.loop = decided.loop;
+  }
+  progress(session.mode, verdictLine(candidate.iteration, verdict));
+  if (verdict.decision === "rejected") {
+    const ref = rejectedRef(session.loop.loop_id, verdict.candidate_id);
+    await revertTo(session.repo, session.loop.best.commit, { ref, commit: candidate.commit });
+    progress(session.mode, `[${candidate.iteration}] restored the working tree to ${short(session.loop.best.commit)}; the candidate is kept at ${ref}`);
+  }
+  return verdict;
+}
+
+/**
+ * After a runner crash: sets aside an interrupted agent run's uncommitted edits, then finishes the
+ * candidate HEAD holds if it was committed but not yet decided. Proposals are idempotent by the key in
+ * the commit's trailers, so a candidate the coordinator already has is never registered twice.
+ */
+export async function settleInterruptedIteration(session: Session): Promise<void> {
+  const dirty = await dirtyPaths(session.repo);
+  if (dirty.length > 0) {
+    const ref = `refs/loopwarden/interrupted/${session.loop.loop_id}/${Date.now()}`;
+    await setAsideChanges(session.repo, ref, `loopwarden: edits of an interrupted iteration of ${session.loop.loop_id}`);
+    progress(session.mode, `set aside the uncommitted edits of an interrupted iteration (${describeDirty(dirty)}) at ${ref}`);
+  }
+  const head = await headCommit(session.repo);
+  if (head === session.loop.best.commit) return;
+  const trailers = await candidateTrailers(session, head);
+  if (!trailers) {
+    throw new UserError(
+      `HEAD (${short(head)}) on ${loopBranch(session.loop.loop_id)} is neither the loop's best commit nor one of its candidates; reset the branch to ${short(session.loop.best.commit)} or start a new loop`,
+    );
+  }
+  const state = await foldLoop(session);
+  const known = Object.values(state.candidates).find((candidate) => candidate.idempotency_key === trailers.key);
+  progress(session.mode, `[${trailers.iteration}] finishing the interrupted candidate ${known?.candidate_id ?? "(not yet registered)"} at ${short(head)}`);
+  await decideCandidate(session, {
+    commit: head,
+    key: trailers.key,
+    iteration: trailers.iteration,
+    proposer: trailers.agent === null ? { kind: "step" } : { kind: "command", command: session.loaded.contract.agent.run },
+    agent: trailers.agent,
+  });
+}

@@ -1,0 +1,23 @@
+import type { ServerOptions } from "./connect.js";
+import { UserError } from "./errors.js";
+import { repoRoot } from "./git.js";
+import { loadWorkspaceState } from "./workspace.js";
+
+/**
+ * The loop a read-only command (`status`, `watch`) is about: the LOOP argument, else the repository's
+ * current loop; and where its coordinator is, unless `--server`/`--state` say otherwise.
+ */
+export async function resolveTarget(loopArg: string | undefined, options: ServerOptions & { cwd: string }): Promise<{ loopId: string; server: ServerOptions }> {
+  if (loopArg) return { loopId: loopArg, server: options };
+  const repo = await repoRoot(options.cwd);
+  const workspace = await loadWorkspaceState(repo);
+  if (!workspace) throw new UserError("no loop was started in this repository; pass a loop id", 2);
+  return {
+    loopId: workspace.loop_id,
+    server: {
+      server: options.server ?? workspace.server ?? undefined,
+      state: options.state ?? workspace.state_dir ?? undefined,
+      token: options.token,
+    },
+  };
+}
