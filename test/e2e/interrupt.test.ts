@@ -1,18 +1,8 @@
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { isAlive } from "../support/process.js";
 import { exitOf, makeRepo, startCli, tempDir, waitFor } from "../support/cli.js";
-
-/** Running (a zombie waiting to be reaped by a container's init does not count). */
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  const stat = existsSync(`/proc/${pid}/stat`) ? readFileSync(`/proc/${pid}/stat`, "utf8") : "";
-  return !/\) Z /.test(stat);
-}
 
 describe("interrupting a run", () => {
   const tmp = tempDir("interrupt");
