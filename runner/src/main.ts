@@ -10,6 +10,7 @@ interface GlobalOptions {
   server?: string;
   token?: string;
   state?: string;
+  contract?: string;
   json: boolean;
   quiet: boolean;
 }
@@ -33,6 +34,7 @@ const program = new Command()
   .option("--server <url>", "coordinator URL (env LOOPWARDEN_SERVER); default: the local coordinator, started on demand")
   .option("--token <token>", "API token (env LOOPWARDEN_TOKEN)")
   .option("--state <dir>", "local coordinator state directory (env LOOPWARDEN_STATE; default: per-user data dir)")
+  .option("--contract <file>", "the loop contract (default loop.yaml in the repository)")
   .option("--json", "print exactly one JSON object on stdout", false)
   .option("--quiet", "no progress output on stderr", false)
   .showHelpAfterError()
@@ -53,19 +55,54 @@ program
     exitCode = await serveCommand({ ...globals(), port: options.port });
   });
 
+const contractOptions = (command: Command) =>
+  command
+    .option("--check <cmd>", "flag-only mode: the check, one command whose exit code is the one test")
+    .option("--exec <cmd>", "flag-only mode: the agent command, run in the working tree once per iteration")
+    .option("--max-iterations <n>", "stop after N iterations (overrides the contract; default 50)", positiveInt)
+    .option("--name <name>", "flag-only mode: loop name (default: the repository's directory name)")
+    .option("--check-timeout <duration>", "flag-only mode: time limit of the check, e.g. 90s, 10m (default 10m)")
+    .option("--agent-timeout <duration>", "flag-only mode: time limit of one agent run (default 20m)");
+
+interface ContractFlags {
+  check?: string;
+  exec?: string;
+  maxIterations?: number;
+  name?: string;
+  checkTimeout?: string;
+  agentTimeout?: string;
+}
+
 program
-  .command("run")
-  .description("create a loop, capture t0, then iterate agent → candidate → evaluate → verdict → keep/revert until a halt; exits with the halt's class")
-  .option("--check <cmd>", "the check: one command whose exit code is the one test (flag-only mode)")
-  .option("--exec <cmd>", "the agent command, run in the working tree once per iteration")
-  .option("--max-iterations <n>", "stop after N iterations (default 50)", positiveInt)
-  .option("--name <name>", "loop name (default: the repository's directory name)")
-  .option("--check-timeout <duration>", "time limit of the check, e.g. 90s, 10m (default 10m)")
-  .option("--agent-timeout <duration>", "time limit of one agent run (default 20m)")
-  .action(async (options: { check?: string; exec?: string; maxIterations?: number; name?: string; checkTimeout?: string; agentTimeout?: string }) => {
-    const { runCommandLoop } = await import("./commands/run.js");
-    exitCode = await runCommandLoop({ ...globals(), ...options, cwd: process.cwd() });
+  .command("init")
+  .description("write a commented starter loop.yaml (check_fixpoint) and add .loopwarden/ to .gitignore")
+  .option("--mode <mode>", "loop mode (this version: check_fixpoint)", "check_fixpoint")
+  .option("--agent <cmd>", "the agent command to put in agent.run")
+  .action(async (options: { mode: string; agent?: string }) => {
+    const { initCommand } = await import("./commands/init.js");
+    exitCode = await initCommand({ ...globals(), ...options, cwd: process.cwd() });
   });
+
+contractOptions(
+  program
+    .command("run")
+    .description(
+      "create or resume the loop, capture t0, then iterate agent → candidate → evaluate → verdict → keep/revert until a halt; exits with the halt's class",
+    )
+    .option("--once", "run one iteration, then exit (0 unless the loop halted)", false),
+).action(async (options: ContractFlags & { once: boolean }) => {
+  const { runLoop } = await import("./commands/run.js");
+  exitCode = await runLoop({ ...globals(), ...options, cwd: process.cwd() });
+});
+
+contractOptions(
+  program
+    .command("step")
+    .description("evaluate the current working tree as one candidate, apply the verdict, exit (for agents that drive the loop themselves)"),
+).action(async (options: ContractFlags) => {
+  const { stepLoop } = await import("./commands/step.js");
+  exitCode = await stepLoop({ ...globals(), ...options, cwd: process.cwd() });
+});
 
 program
   .command("status")
@@ -74,6 +111,15 @@ program
   .action(async (loop: string | undefined) => {
     const { statusCommand } = await import("./commands/status.js");
     exitCode = await statusCommand(loop, { ...globals(), cwd: process.cwd() });
+  });
+
+program
+  .command("watch")
+  .description("print the loop's event log live until it halts (default: this repository's current loop)")
+  .argument("[loop]", "loop id")
+  .action(async (loop: string | undefined) => {
+    const { watchCommand } = await import("./commands/watch.js");
+    exitCode = await watchCommand(loop, { ...globals(), cwd: process.cwd() });
   });
 
 function fail(mode: OutputMode, message: string, code: number): void {
