@@ -134,8 +134,12 @@ try {
 } catch (error) {
   const mode = { json: Boolean(globals().json), quiet: Boolean(globals().quiet) };
   if (error instanceof CommanderError) {
-    // Help and version exit 0; every other parse failure is a usage error (DESIGN §7: 2).
+    // Help and version exit 0; every other parse failure is a usage error (DESIGN §7: 2), already
+    // explained on stderr by commander, and with --json also as the one JSON object.
     process.exitCode = error.exitCode === 0 ? 0 : 2;
+    if (error.exitCode !== 0 && process.argv.includes("--json")) {
+      emitResult(mode, { status: "error", errors: [error.message.replace(/^error: /, "")] }, []);
+    }
   } else if (error instanceof UserError) {
     fail(mode, error.message, error.exitCode);
   } else if (error instanceof CoordinatorError) {

@@ -1,6 +1,7 @@
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { isAlive } from "../support/process.js";
 import { gitIn, makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
 
 // Each halt reason the slice can reach, with its exit code (DESIGN §7), against one shared coordinator.
@@ -58,10 +59,23 @@ describe("halts and refusals", () => {
     expect(existsSync(path.join(repo, ".loopwarden", "state.json"))).toBe(false);
   });
 
+  it("a gate that hangs is killed at its timeout, children included, and counts as failing", async () => {
+    const repo = failingProject();
+    const pidFile = path.join(tmp.dir, `hung-${serial}.pid`);
+    const started = Date.now();
+    const result = await run(repo, "--check", `sleep 300 & echo $! > ${pidFile}; wait`, "--check-timeout", "1s", "--exec", "true", "--max-iterations", "1");
+    expect(result.code, result.stderr).toBe(12);
+    expect(Date.now() - started).toBeLessThan(60_000);
+    expect(isAlive(Number(readFileSync(pidFile, "utf8")))).toBe(false);
+  });
+
   it("missing flags are a usage error (2)", async () => {
     const repo = failingProject();
     const result = await run(repo, "--check", "node check.mjs");
     expect(result.code).toBe(2);
+    const unknown = await run(repo, "--bogus");
+    expect(unknown.code).toBe(2);
+    expect(parse(unknown.stdout)).toMatchObject({ status: "error", errors: ["unknown option '--bogus'"] });
     expect(parse(result.stdout)).toMatchObject({ status: "error", errors: [expect.stringContaining("--exec")] });
   });
 });
