@@ -7,7 +7,7 @@ import type { ServerOptions } from "../connect.js";
 import { childEnv } from "../evaluate.js";
 import { runCommand } from "../exec.js";
 import { loopBranch } from "../git.js";
-import { emitResult, liveStatus, paint, progress, type OutputMode } from "../output.js";
+import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import {
   commitCandidate,
   decideCandidate,
@@ -72,8 +72,8 @@ export async function runLoop(options: RunOptions): Promise<number> {
     while (session.loop.status === "running" && !(options.once && ran > 0)) {
       const iteration = session.loop.iteration + 1;
       const command = session.loaded.contract.agent.run;
+      // No live line while the agent runs: its own output, streamed to stderr, is the progress.
       progress(mode, `[${iteration}] running the agent: ${command}`);
-      liveStatus(mode, `[${iteration}] agent running`);
       const agent = await runCommand(command, {
         cwd: session.repo,
         timeoutMs: agentTimeoutMs,
