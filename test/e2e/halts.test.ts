@@ -1,7 +1,7 @@
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isAlive } from "../support/process.js";
+import { isGoneWithin } from "../support/process.js";
 import { gitIn, makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
 
 // Each halt reason the slice can reach, with its exit code (DESIGN §7), against one shared coordinator.
@@ -66,7 +66,7 @@ describe("halts and refusals", () => {
     const result = await run(repo, "--check", `sleep 300 & echo $! > ${pidFile}; wait`, "--check-timeout", "1s", "--exec", "true", "--max-iterations", "1");
     expect(result.code, result.stderr).toBe(12);
     expect(Date.now() - started).toBeLessThan(60_000);
-    expect(isAlive(Number(readFileSync(pidFile, "utf8")))).toBe(false);
+    expect(await isGoneWithin(Number(readFileSync(pidFile, "utf8")))).toBe(true);
   });
 
   it("missing flags are a usage error (2)", async () => {

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { isAlive } from "../support/process.js";
+import { isAlive, isGoneWithin } from "../support/process.js";
 import { exitOf, makeRepo, startCli, tempDir, waitFor } from "../support/cli.js";
 
 describe("interrupting a run", () => {
@@ -20,8 +20,8 @@ describe("interrupting a run", () => {
 
     runner.kill("SIGTERM");
     expect(await exitOf(runner)).toBe(143);
-    expect(isAlive(agentPid)).toBe(false);
-    expect(isAlive(coordinator.pid)).toBe(false);
+    expect(await isGoneWithin(agentPid)).toBe(true);
+    expect(await isGoneWithin(coordinator.pid)).toBe(true);
     expect(existsSync(path.join(state, "coordinator.json"))).toBe(false);
   });
 });

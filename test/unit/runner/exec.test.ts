@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { isAlive } from "../../support/process.js";
+import { isGoneWithin } from "../../support/process.js";
 import { runCommand } from "../../../runner/src/exec.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "lw-exec-"));
@@ -23,7 +23,7 @@ describe("runCommand", () => {
     expect(result.timed_out).toBe(true);
     expect(result.exit_code).toBeNull();
     expect(performance.now() - started).toBeLessThan(10_000);
-    expect(isAlive(Number(readFileSync(pidFile, "utf8")))).toBe(false);
+    expect(await isGoneWithin(Number(readFileSync(pidFile, "utf8")))).toBe(true);
   });
 
   it("does not wait for a background child that keeps the output open after the shell exits", async () => {
@@ -31,7 +31,7 @@ describe("runCommand", () => {
     const result = await runCommand(`sleep 300 & echo $! > ${pidFile}; echo done`, { cwd: dir, timeoutMs: 60_000 });
     expect(result).toMatchObject({ exit_code: 0, timed_out: false });
     expect(result.output.toString()).toBe("done\n");
-    expect(isAlive(Number(readFileSync(pidFile, "utf8")))).toBe(false);
+    expect(await isGoneWithin(Number(readFileSync(pidFile, "utf8")))).toBe(true);
   });
 
   it("keeps the tail of very long output and says it was truncated", async () => {
