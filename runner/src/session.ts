@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { formatDuration } from "../../shared/duration.js";
@@ -109,6 +110,8 @@ export async function openSession(
   await headCommit(repo);
   const loaded = await resolveContract(repo, options);
   await excludeStateDir(repo);
+  // Clones an earlier runner left behind when it was killed mid-evaluation (one runner per checkout).
+  await rm(path.join(repo, ".loopwarden", "clones"), { recursive: true, force: true });
 
   const previous = await loadWorkspaceState(repo);
   const sameContract = previous !== null && previous.contract_hash === loaded.hash;

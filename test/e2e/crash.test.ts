@@ -1,9 +1,10 @@
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { LoopEvent, verifyChain } from "../../shared/engine/index.js";
 import { LoopSummary } from "../../shared/wire/api.js";
-import { exitOf, makeRepo, startCli, startCoordinator, tempDir, waitFor, type TestCoordinator } from "../support/cli.js";
+import { makeLevelProject } from "../support/level-project.js";
+import { exitOf, startCli, startCoordinator, tempDir, waitFor, type TestCoordinator } from "../support/cli.js";
 
 // The coordinator (serve → wrangler → workerd) is killed with SIGKILL while the runner holds a lease
 // and is evaluating; it restarts on the same state and port, and the loop finishes without losing or
@@ -17,32 +18,14 @@ describe("a coordinator crash mid-loop", () => {
   });
 
   it("loses nothing: the runner retries, the loop resumes, every candidate appears once", async () => {
-    const signals = path.join(tmp.dir, "signals");
-    mkdirSync(signals);
-    // The check blocks on its second run (the first candidate's evaluation) until the test releases it.
-    const repo = makeRepo(path.join(tmp.dir, "repo"), {
-      "check.mjs": [
-        "import { existsSync, readFileSync, writeFileSync } from 'node:fs';",
-        "const dir = process.env.CRASH_SIGNALS;",
-        "const runs = existsSync(`${dir}/runs`) ? Number(readFileSync(`${dir}/runs`, 'utf8')) + 1 : 1;",
-        "writeFileSync(`${dir}/runs`, String(runs));",
-        "if (runs === 2) {",
-        "  writeFileSync(`${dir}/evaluating`, '');",
-        "  while (!existsSync(`${dir}/release`)) await new Promise((r) => setTimeout(r, 50));",
-        "}",
-        "process.exit(Number(readFileSync('level.txt', 'utf8')) >= 2 ? 0 : 1);",
-      ].join("\n"),
-      "level.txt": "0\n",
-      // Iteration 1 is not enough (rejected, reverted); iteration 2 passes.
-      "agent.mjs": "import { writeFileSync } from 'node:fs';\nwriteFileSync('level.txt', `${process.env.LOOPWARDEN_ITERATION}\\n`);\n",
-    });
+    const { repo, signals } = makeLevelProject(tmp.dir);
     coordinator = await startCoordinator(path.join(tmp.dir, "state"));
     const runner = startCli(
       ["--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs", "--max-iterations", "5"],
-      { cwd: repo, env: { CRASH_SIGNALS: signals } },
+      { cwd: repo, env: { LEVEL_SIGNALS: signals } },
     );
 
-    await waitFor(() => existsSync(path.join(signals, "evaluating")), "the first candidate's evaluation");
+    await waitFor(() => existsSync(path.join(signals, "check.pid")), "the first candidate's evaluation");
     await coordinator.crash();
     // The evaluation finishes while the coordinator is down: the runner must retry its upload and report.
     writeFileSync(path.join(signals, "release"), "");

@@ -1,8 +1,9 @@
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
-import { exitOf, gitIn, makeRepo, runCli, startCli, startCoordinator, tempDir, waitFor, type TestCoordinator } from "../support/cli.js";
+import { makeLevelProject } from "../support/level-project.js";
+import { exitOf, gitIn, runCli, startCli, startCoordinator, tempDir, waitFor, type TestCoordinator } from "../support/cli.js";
 
 // The runner is killed with SIGKILL while it evaluates a candidate; `loopwarden run` again picks the
 // same loop up from the coordinator, finishes that candidate under its own lease, and goes on.
@@ -15,40 +16,26 @@ describe("a runner crash mid-evaluation", () => {
   });
 
   it("resumes the same loop without a duplicate candidate", async () => {
-    const signals = path.join(tmp.dir, "signals");
-    mkdirSync(signals);
-    // The check's second run (the first candidate's evaluation) records its pid and hangs.
-    const repo = makeRepo(path.join(tmp.dir, "repo"), {
-      "check.mjs": [
-        "import { existsSync, readFileSync, writeFileSync } from 'node:fs';",
-        "const dir = process.env.RESUME_SIGNALS;",
-        "const runs = existsSync(`${dir}/runs`) ? Number(readFileSync(`${dir}/runs`, 'utf8')) + 1 : 1;",
-        "writeFileSync(`${dir}/runs`, String(runs));",
-        "if (runs === 2) {",
-        "  writeFileSync(`${dir}/check.pid`, String(process.pid));",
-        "  await new Promise(() => setInterval(() => {}, 1000));",
-        "}",
-        "process.exit(Number(readFileSync('level.txt', 'utf8')) >= 2 ? 0 : 1);",
-      ].join("\n"),
-      "level.txt": "0\n",
-      "agent.mjs": "import { writeFileSync } from 'node:fs';\nwriteFileSync('level.txt', `${process.env.LOOPWARDEN_ITERATION}\\n`);\n",
-    });
+    const { repo, signals } = makeLevelProject(tmp.dir);
     coordinator = await startCoordinator(path.join(tmp.dir, "state"));
     const args = ["--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs", "--max-iterations", "5"];
-    const env = { RESUME_SIGNALS: signals };
+    const env = { LEVEL_SIGNALS: signals };
 
     const first = startCli(args, { cwd: repo, env });
     await waitFor(() => existsSync(path.join(signals, "check.pid")), "the first candidate's evaluation");
     first.kill("SIGKILL");
     await exitOf(first);
+    // The hung check was the runner's child in a group of its own: a real crash leaves it behind.
     process.kill(Number(readFileSync(path.join(signals, "check.pid"), "utf8")), "SIGKILL");
     const { loop_id: loopId } = JSON.parse(readFileSync(path.join(repo, ".loopwarden", "state.json"), "utf8")) as { loop_id: string };
-    // The crash left the candidate committed on the loop branch, undecided.
+    // The crash left the candidate committed on the loop branch, undecided, and its clone behind.
     expect(gitIn(repo, "log", "-1", "--format=%s")).toContain("candidate of iteration 1");
+    expect(readdirSync(path.join(repo, ".loopwarden", "clones"))).toHaveLength(1);
 
     const second = await runCli(["--json", ...args], { cwd: repo, env });
     expect(second.code, second.stderr).toBe(10);
     expect(JSON.parse(second.stdout)).toMatchObject({ loop_id: loopId, halt_reason: "success_condition_met", iteration: 2 });
+    expect(readdirSync(path.join(repo, ".loopwarden", "clones"))).toEqual([]);
 
     const events = (await (await fetch(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
       .trim()
