@@ -1,10 +1,11 @@
 import { randomBytes } from "node:crypto";
-import { rm } from "node:fs/promises";
+import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { formatDuration } from "../../shared/duration.js";
 import { foldEvents, LoopEvent, type AgentRun, type LoopState, type Proposer, type Verdict } from "../../shared/engine/index.js";
-import type { Lease, LoopSummary } from "../../shared/wire/api.js";
+import type { AgentReport } from "../../shared/wire/agent-report.js";
+import { ProposeCandidateRequest, type Lease, type LoopSummary } from "../../shared/wire/api.js";
 import { CoordinatorError, type Client } from "./client.js";
 import { connect, type Connection, type ServerOptions } from "./connect.js";
 import { loadContractFile, validateContract, type LoadedContract } from "./contract-file.js";
@@ -310,36 +311,52 @@ async function evaluateUntilDecided(session: Session, candidateId: string, itera
   }
 }
 
-/**
- * Proposes a committed candidate (idempotently, by its key), has it decided, and applies the verdict:
- * a promotion stays on the branch; a rejection is kept under its ref and the tree goes back to the best.
- */
-export async function decideCandidate(
+/** Where a proposal waits until its verdict is applied, so a restarted runner re-sends it byte for byte. */
+function pendingProposalFile(session: Session, key: string): string {
+  return path.join(session.repo, ".loopwarden", "proposals", `${key}.json`);
+}
+
+/** The proposal for a committed candidate: its diff from the best commit and how the agent run went. */
+export async function buildProposal(
   session: Session,
-  candidate: { commit: string; key: string; iteration: number; proposer: Proposer; agent: AgentRun | null },
-): Promise<Verdict> {
+  candidate: { commit: string; key: string; proposer: Proposer; agent: AgentRun | null; report?: { report: AgentReport | null; error?: string } },
+): Promise<ProposeCandidateRequest> {
   const diff = await diffOf(session.repo, session.loop.best.commit, candidate.commit);
-  const proposed = await session.client.proposeCandidate(session.loop.loop_id, {
+  return {
     idempotency_key: candidate.key,
     commit: candidate.commit,
     diff_sha256: diff.sha256,
     empty: diff.empty,
     proposer: candidate.proposer,
     agent: candidate.agent,
-  });
+    ...(candidate.report?.report ? { agent_report: candidate.report.report } : {}),
+    ...(candidate.report?.error ? { agent_report_error: candidate.report.error } : {}),
+  };
+}
+
+/**
+ * Proposes a committed candidate (idempotently, by its key), has it decided, and applies the verdict:
+ * a promotion stays on the branch; a rejection is kept under its ref and the tree goes back to the best.
+ */
+export async function decideCandidate(session: Session, proposal: ProposeCandidateRequest, iteration: number): Promise<Verdict> {
+  const pending = pendingProposalFile(session, proposal.idempotency_key);
+  await mkdir(path.dirname(pending), { recursive: true });
+  await writeFile(pending, JSON.stringify(proposal));
+  const proposed = await session.client.proposeCandidate(session.loop.loop_id, proposal);
   session.loop = proposed.loop;
   let verdict = proposed.candidate.verdict;
   if (!verdict) {
-    const decided = await evaluateUntilDecided(session, proposed.candidate.candidate_id, candidate.iteration);
+    const decided = await evaluateUntilDecided(session, proposed.candidate.candidate_id, iteration);
     verdict = decided.verdict;
     session.loop = decided.loop;
   }
-  progress(session.mode, verdictLine(candidate.iteration, verdict));
+  progress(session.mode, verdictLine(iteration, verdict));
   if (verdict.decision === "rejected") {
     const ref = rejectedRef(session.loop.loop_id, verdict.candidate_id);
-    await revertTo(session.repo, session.loop.best.commit, { ref, commit: candidate.commit });
-    progress(session.mode, `[${candidate.iteration}] restored the working tree to ${short(session.loop.best.commit)}; the candidate is kept at ${ref}`);
+    await revertTo(session.repo, session.loop.best.commit, { ref, commit: proposal.commit });
+    progress(session.mode, `[${iteration}] restored the working tree to ${short(session.loop.best.commit)}; the candidate is kept at ${ref}`);
   }
+  await rm(pending, { force: true });
   return verdict;
 }
 
@@ -366,11 +383,19 @@ export async function settleInterruptedIteration(session: Session): Promise<void
   const state = await foldLoop(session);
   const known = Object.values(state.candidates).find((candidate) => candidate.idempotency_key === trailers.key);
   progress(session.mode, `[${trailers.iteration}] finishing the interrupted candidate ${known?.candidate_id ?? "(not yet registered)"} at ${short(head)}`);
-  await decideCandidate(session, {
-    commit: head,
-    key: trailers.key,
-    iteration: trailers.iteration,
-    proposer: trailers.agent === null ? { kind: "step" } : { kind: "command", command: session.loaded.contract.agent.run },
-    agent: trailers.agent,
-  });
+  // The proposal as it was first sent, when the crash left it on disk; otherwise rebuilt from the trailers
+  // (a crash between the commit and writing the proposal: nothing was sent yet, so nothing can differ).
+  const saved = await readFile(pendingProposalFile(session, trailers.key), "utf8").then(
+    (text) => ProposeCandidateRequest.parse(JSON.parse(text)),
+    () => null,
+  );
+  const proposal =
+    saved ??
+    (await buildProposal(session, {
+      commit: head,
+      key: trailers.key,
+      proposer: trailers.agent === null ? { kind: "step" } : { kind: "command", command: session.loaded.contract.agent.run },
+      agent: trailers.agent,
+    }));
+  await decideCandidate(session, proposal, trailers.iteration);
 }

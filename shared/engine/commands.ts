@@ -1,6 +1,7 @@
 import type { Contract } from "../wire/contract.js";
 import type { Observation } from "../wire/observation.js";
 import { decide, decideUnevaluated, haltAfter } from "./decide.js";
+import type { AgentReport } from "../wire/agent-report.js";
 import type { AgentRun, Baseline, EventDraft, Proposer, Verdict } from "./events.js";
 import { unsupportedFeatures } from "./support.js";
 import { applyEvent, type CandidateState, type LeaseState, type LoopState } from "./state.js";
@@ -54,7 +55,7 @@ export function createLoop(input: {
     data: { loop_id: input.loop_id, contract: input.contract, contract_hash: input.contract_hash, t0: input.t0 },
   };
   const events: EventDraft[] = [created];
-  const initialHalt = haltAfter(applyEvent(null, created));
+  const initialHalt = haltAfter(applyEvent(null, created), input.at);
   if (initialHalt) events.push({ type: "halted", at: input.at, data: initialHalt });
   return { ok: true, events, value: null };
 }
@@ -67,6 +68,8 @@ export interface Proposal {
   empty: boolean;
   proposer: Proposer;
   agent: AgentRun | null;
+  agent_report?: AgentReport | null | undefined;
+  agent_report_error?: string | undefined;
 }
 
 /** Registers a candidate. A failed agent run or an empty change is rejected at once, without a job. */
@@ -96,6 +99,9 @@ export function proposeCandidate(
       empty: proposal.empty,
       proposer: proposal.proposer,
       agent: proposal.agent,
+      // Only present when given, so logs written before agent reports existed hash the same.
+      ...(proposal.agent_report ? { agent_report: proposal.agent_report } : {}),
+      ...(proposal.agent_report_error ? { agent_report_error: proposal.agent_report_error } : {}),
       idempotency_key: proposal.idempotency_key,
       request_hash: context.request_hash,
     },

@@ -1,3 +1,4 @@
+import { parseDuration } from "../duration.js";
 import type { Contract } from "../wire/contract.js";
 import type { Observation } from "../wire/observation.js";
 import type { EventDraft, Halt, Verdict } from "./events.js";
@@ -70,11 +71,22 @@ export function decideUnevaluated(
 /** Consecutive agent failures that halt the loop with `execution_failure`. */
 export const MAX_CONSECUTIVE_AGENT_FAILURES = 3;
 
-/** The halt, if any, that follows a state (DESIGN §6.2, §7). Success is checked after the guards. */
-export function haltAfter(state: LoopState): Halt | null {
+/**
+ * The halt, if any, that follows a state at time `at` (DESIGN §6.2, §7). Success is checked first:
+ * a change that made every gate pass is kept even when it spent the last of the budget.
+ */
+export function haltAfter(state: LoopState, at: string): Halt | null {
   const { contract } = state;
   if (state.best.failing.length === 0) {
     return halt("success_condition_met", state.iterations === 0 ? "the baseline already passes every gate" : "every gate passes");
+  }
+  const budget = contract.stop.budget;
+  if (budget?.cost_usd !== undefined && state.cost_usd >= budget.cost_usd) {
+    return halt("budget_exceeded", `the agents reported $${state.cost_usd.toFixed(2)}, the budget is $${budget.cost_usd.toFixed(2)}`);
+  }
+  const wallMs = budget?.wall === undefined ? null : parseDuration(budget.wall);
+  if (wallMs !== null && Date.parse(at) - Date.parse(state.created_at) >= wallMs) {
+    return halt("budget_exceeded", `the loop has run for ${budget?.wall ?? ""} or more, its wall-time budget`);
   }
   if (state.consecutive_agent_failures >= MAX_CONSECUTIVE_AGENT_FAILURES) {
     return halt("execution_failure", `the agent command failed ${state.consecutive_agent_failures} times in a row`);
@@ -98,6 +110,6 @@ export function haltAfter(state: LoopState): Halt | null {
 
 function withHalt(state: LoopState, verdictEvent: EventDraft): EventDraft[] {
   const after = applyEvent(state, verdictEvent);
-  const computed = haltAfter(after);
+  const computed = haltAfter(after, verdictEvent.at);
   return computed ? [verdictEvent, { type: "halted", at: verdictEvent.at, data: computed }] : [verdictEvent];
 }

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { Contract } from "../wire/contract.js";
+import { AgentReport } from "../wire/agent-report.js";
 import { GitCommit, Observation, Sha256 } from "../wire/observation.js";
 import { HALT_REASONS } from "./halt-reasons.js";
 
@@ -65,6 +66,10 @@ const CandidateProposed = z.strictObject({
     proposer: Proposer,
     /** How the agent run ended; null when no run was observed (`step`). */
     agent: AgentRun.nullable(),
+    /** What the agent reported about itself (model, cost, context), when it wrote a valid report. */
+    agent_report: AgentReport.nullable().optional(),
+    /** Why the agent's report file was not recorded, when it wrote one that was invalid. */
+    agent_report_error: z.string().max(2_000).optional(),
     idempotency_key: z.string(),
     request_hash: Sha256,
   }),

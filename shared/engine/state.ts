@@ -1,4 +1,5 @@
 import type { Contract, Gate } from "../wire/contract.js";
+import type { AgentReport } from "../wire/agent-report.js";
 import type { GateResult, Observation } from "../wire/observation.js";
 import type { AgentRun, EventDraft, Halt, Verdict } from "./events.js";
 
@@ -20,6 +21,7 @@ export interface CandidateState {
   commit: string;
   empty: boolean;
   agent: AgentRun | null;
+  agent_report: AgentReport | null;
   idempotency_key: string;
   request_hash: string;
   proposed_at: string;
@@ -66,6 +68,8 @@ export interface LoopState {
   /** The iteration of the last promotion; 0 when nothing was promoted. */
   last_promotion_iteration: number;
   consecutive_agent_failures: number;
+  /** The sum of the costs agents reported, in USD (stop.budget.cost_usd). */
+  cost_usd: number;
   fencing_counter: number;
   halt: Halt | null;
   halted_at: string | null;
@@ -134,6 +138,7 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
       iterations: 0,
       last_promotion_iteration: 0,
       consecutive_agent_failures: 0,
+      cost_usd: 0,
       fencing_counter: 0,
       halt: null,
       halted_at: null,
@@ -150,6 +155,7 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
         commit: data.commit,
         empty: data.empty,
         agent: data.agent,
+        agent_report: data.agent_report ?? null,
         idempotency_key: data.idempotency_key,
         request_hash: data.request_hash,
         proposed_at: event.at,
@@ -163,6 +169,7 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
         candidates: { ...state.candidates, [data.candidate_id]: candidate },
         candidate_order: [...state.candidate_order, data.candidate_id],
         idempotency: { ...state.idempotency, [data.idempotency_key]: data.candidate_id },
+        cost_usd: state.cost_usd + (data.agent_report?.cost?.usd ?? 0),
       };
     }
     case "lease_granted": {

@@ -11,7 +11,6 @@ export function unsupportedFeatures(contract: Contract): string[] {
   if (contract.metric) found.push(later("metric", "optimize mode's metric (DESIGN §6.3)"));
   if (contract.secondary) found.push(later("secondary", "secondary guardrail metrics"));
   if (contract.guards) found.push(later("guards", "guards (DESIGN §6.4)"));
-  if (contract.stop.budget) found.push(later("stop.budget", "the budget stop condition"));
   if (contract.artifacts) found.push(later("artifacts", "uploading artifacts by glob"));
   if (contract.exec) found.push(later("exec", "network isolation"));
   if (contract.tasks) found.push(later("tasks", "task_list mode"));

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { AgentRun, Baseline, Halt, Proposer, Verdict } from "../engine/events.js";
+import { AgentReport } from "./agent-report.js";
 import { Contract } from "./contract.js";
 import { GitCommit, Observation, Sha256 } from "./observation.js";
 
@@ -77,6 +78,8 @@ export const ProposeCandidateRequest = z.strictObject({
   empty: z.boolean(),
   proposer: Proposer,
   agent: AgentRun.nullable(),
+  agent_report: AgentReport.nullable().optional(),
+  agent_report_error: z.string().max(2_000).optional(),
 });
 export type ProposeCandidateRequest = z.infer<typeof ProposeCandidateRequest>;
 

@@ -210,7 +210,7 @@ describe("engine: decisions over a loop's history", () => {
     for (const history of histories) {
       const { harness } = play(history);
       const before = foldEvents(harness.events.filter((event) => event.type !== "halted"));
-      expect(before && haltAfter(before), history.name).toEqual(harness.state.halt);
+      expect(before && haltAfter(before, harness.state.halted_at ?? ""), history.name).toEqual(harness.state.halt);
     }
   });
 });
@@ -536,7 +536,6 @@ describe("engine: soft gates and unsupported contract features", () => {
 
   it.each([
     ["guards", { guards: { protected: ["test/**"] } }],
-    ["stop.budget", { stop: { max_iterations: 5, no_progress: 5, budget: { cost_usd: 3 } } }],
     ["exec", { exec: { network: "none" as const } }],
     ["artifacts", { artifacts: ["profile/*.svg"] }],
   ])("refuses a contract asking for %s, which this engine cannot enforce yet", (path, overrides) => {
@@ -548,6 +547,37 @@ describe("engine: soft gates and unsupported contract features", () => {
       at: "2026-03-01T09:00:00.000Z",
     });
     expect(outcome).toMatchObject({ ok: false, error: { code: "contract_unsupported", message: expect.stringContaining(`${path}:`) } });
+  });
+});
+
+describe("engine: budgets", () => {
+  const costing = (usd: number) => ({ agent_report: { cost: { usd } } });
+
+  it("halts budget_exceeded (18) at the verdict that brings the reported cost to the budget", () => {
+    const harness = new LoopHarness([A, B], { stop: { max_iterations: 50, no_progress: 10, budget: { cost_usd: 3 } } });
+    harness.propose("first", { ...costing(1.25), empty: true });
+    expect(harness.state.halt).toBeNull();
+    harness.propose("second", { ...costing(1.75), empty: true });
+    expect(harness.state.cost_usd).toBe(3);
+    expect(harness.state.halt).toMatchObject({ halt_reason: "budget_exceeded", exit_class: 18, detail: expect.stringContaining("$3.00") });
+  });
+
+  it("lets a change that makes every gate pass succeed even when it spends the rest of the budget", () => {
+    const harness = new LoopHarness([A], { stop: { max_iterations: 50, no_progress: 10, budget: { cost_usd: 1 } } });
+    harness.propose("fix", costing(5));
+    const leased = harness.lease();
+    if (!leased.ok || !leased.value) throw new Error("no lease");
+    harness.report(leased.value, observationOf([]));
+    expect(harness.state.halt?.halt_reason).toBe("success_condition_met");
+  });
+
+  it("halts budget_exceeded once the loop has run for its wall-time budget, judged by the events' own times", () => {
+    const harness = new LoopHarness([A, B], { stop: { max_iterations: 50, no_progress: 10, budget: { wall: "1h" } } });
+    harness.evaluate("early", [A, B]);
+    expect(harness.state.halt).toBeNull();
+    harness.now(3_600_000);
+    harness.evaluate("late", [A, B]);
+    expect(harness.state.halt).toMatchObject({ halt_reason: "budget_exceeded", detail: expect.stringContaining("1h") });
   });
 });
 

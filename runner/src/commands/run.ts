@@ -8,9 +8,12 @@ import { childEnv } from "../evaluate.js";
 import { runCommand } from "../exec.js";
 import { loopBranch } from "../git.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
+import { agentEnv, readAgentReport, writeAgentContext } from "../agent-context.js";
 import {
+  buildProposal,
   commitCandidate,
   decideCandidate,
+  foldLoop,
   enterLoopBranch,
   openSession,
   settleInterruptedIteration,
@@ -74,22 +77,20 @@ export async function runLoop(options: RunOptions): Promise<number> {
       const command = session.loaded.contract.agent.run;
       // No live line while the agent runs: its own output, streamed to stderr, is the progress.
       progress(mode, `[${iteration}] running the agent: ${command}`);
+      const files = await writeAgentContext(session.repo, await foldLoop(session));
       const agent = await runCommand(command, {
         cwd: session.repo,
         timeoutMs: agentTimeoutMs,
-        env: childEnv({ LOOPWARDEN_LOOP_ID: session.loop.loop_id, LOOPWARDEN_ITERATION: String(iteration) }),
+        env: childEnv(agentEnv(files, session.loop.loop_id, iteration)),
         ...(mode.quiet || mode.json ? {} : { onOutput: (chunk: Buffer) => process.stderr.write(chunk) }),
       });
       await writeFile(path.join(logDir, `agent-${iteration}.log`), agent.output);
+      const report = await readAgentReport(session.repo, files.report);
+      if (report.error) progress(mode, `[${iteration}] ${report.error}; not recorded`);
       const agentRun = { exit_code: agent.exit_code, timed_out: agent.timed_out, duration_ms: agent.duration_ms };
       const { commit, key } = await commitCandidate(session, iteration, agentRun);
-      await decideCandidate(session, {
-        commit,
-        key,
-        iteration,
-        proposer: { kind: "command", command },
-        agent: agentRun,
-      });
+      const proposal = await buildProposal(session, { commit, key, proposer: { kind: "command", command }, agent: agentRun, report });
+      await decideCandidate(session, proposal, iteration);
       ran++;
     }
     return reportOutcome(mode, session.loop);

@@ -2,7 +2,7 @@ import type { ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
 import { dirtyPaths } from "../git.js";
 import type { OutputMode } from "../output.js";
-import { commitCandidate, decideCandidate, enterLoopBranch, openSession, type ContractOptions } from "../session.js";
+import { buildProposal, commitCandidate, decideCandidate, enterLoopBranch, openSession, type ContractOptions } from "../session.js";
 import { reportOutcome } from "./run.js";
 
 /**
@@ -19,7 +19,7 @@ export async function stepLoop(options: ContractOptions & ServerOptions & Output
     await enterLoopBranch(session);
     const iteration = session.loop.iteration + 1;
     const { commit, key } = await commitCandidate(session, iteration, null);
-    await decideCandidate(session, { commit, key, iteration, proposer: { kind: "step" }, agent: null });
+    await decideCandidate(session, await buildProposal(session, { commit, key, proposer: { kind: "step" }, agent: null }), iteration);
     return reportOutcome(session.mode, session.loop);
   } finally {
     await session.connection.close();

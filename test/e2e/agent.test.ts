@@ -1,0 +1,139 @@
+import { readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LoopEvent } from "../../shared/engine/index.js";
+import { sha256Hex } from "../../shared/hash.js";
+import { gitIn, makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
+
+// What the agent is told (last verdict, history) and what it reports (model, cost, context), through
+// the real CLI and coordinator.
+describe("the agent's side of the loop", () => {
+  const tmp = tempDir("agent");
+  let coordinator: TestCoordinator;
+  let serial = 0;
+
+  // An agent with two directions to try. It reads the history and never retries a direction that was
+  // rejected before: without the history it would try "double the value" forever.
+  const agent = [
+    "import { existsSync, readFileSync, writeFileSync } from 'node:fs';",
+    "const history = readFileSync(process.env.LOOPWARDEN_HISTORY, 'utf8').split('\\n').filter(Boolean).map((l) => JSON.parse(l));",
+    "const last = JSON.parse(readFileSync(process.env.LOOPWARDEN_LAST_VERDICT, 'utf8'));",
+    "console.log(`last verdict: ${last ? last.decision + ' ' + last.reason : 'none'}`);",
+    "const directions = [['double the value', '2'], ['set the value to 7', '7']];",
+    "const rejected = new Set(history.filter((h) => h.status === 'rejected').map((h) => h.description));",
+    "for (const [name] of directions) if (rejected.has(name)) console.log(`skipping \"${name}\": rejected before`);",
+    "const [description, value] = directions.find(([name]) => !rejected.has(name)) ?? directions[0];",
+    "writeFileSync('value.txt', value + '\\n');",
+    "const cost = Number(process.env.AGENT_COST ?? '0.25');",
+    "writeFileSync(process.env.LOOPWARDEN_AGENT_REPORT, JSON.stringify({",
+    "  agent: { provider: 'scripted', model: 'direction-picker', version: '1' },",
+    "  sampling: { temperature: 0 },",
+    "  cost: { usd: cost, input_tokens: 1200, output_tokens: 80 },",
+    "  context_files: ['value.txt', 'notes/missing.md'],",
+    "  description,",
+    "}));",
+  ].join("\n");
+
+  const project = (extra: Record<string, string> = {}) =>
+    makeRepo(path.join(tmp.dir, `repo-${++serial}`), {
+      "check.mjs": "import { readFileSync } from 'node:fs';\nprocess.exit(readFileSync('value.txt', 'utf8').trim() === '7' ? 0 : 1);\n",
+      "value.txt": "1\n",
+      "agent.mjs": agent,
+      ...extra,
+    });
+  const eventsOf = async (loopId: string) =>
+    (await (await fetch(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
+      .trim()
+      .split("\n")
+      .map((line) => LoopEvent.parse(JSON.parse(line)));
+
+  beforeAll(async () => {
+    coordinator = await startCoordinator(path.join(tmp.dir, "state"));
+  });
+  afterAll(async () => {
+    await coordinator.stop();
+    tmp.cleanup();
+  });
+
+  it("the agent reads the last verdict and the history, and skips a direction that was rejected", async () => {
+    const repo = project();
+    const result = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs"], { cwd: repo });
+    expect(result.code, result.stderr).toBe(10);
+    const output = JSON.parse(result.stdout) as { loop_id: string; iteration: number };
+    expect(output.iteration).toBe(2);
+    const logs = path.join(repo, ".loopwarden", "logs", output.loop_id);
+    expect(readFileSync(path.join(logs, "agent-1.log"), "utf8")).toContain("last verdict: none");
+    const second = readFileSync(path.join(logs, "agent-2.log"), "utf8");
+    expect(second).toContain("last verdict: rejected no_improvement");
+    expect(second).toContain('skipping "double the value": rejected before');
+
+    const history = readFileSync(path.join(repo, ".loopwarden", "agent", "history.jsonl"), "utf8").trim().split("\n");
+    expect(JSON.parse(history[0] ?? "{}")).toMatchObject({
+      candidate_id: "c1",
+      parent: "t0",
+      status: "rejected",
+      reason: "no_improvement",
+      diff_summary: "value.txt +1 -1",
+      description: "double the value",
+    });
+  });
+
+  it("records the agent's report with its candidate: model, sampling, cost, and context files pinned by hash", async () => {
+    const repo = project();
+    const result = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs"], { cwd: repo });
+    expect(result.code, result.stderr).toBe(10);
+    const { loop_id: loopId } = JSON.parse(result.stdout) as { loop_id: string };
+    const proposed = (await eventsOf(loopId)).filter((event) => event.type === "candidate_proposed");
+    expect(proposed).toHaveLength(2);
+    const [, second] = proposed;
+    if (second?.type !== "candidate_proposed") throw new Error("no second proposal");
+    // The context file is pinned to its content in the candidate: value.txt holds "7\n" there.
+    const committed = gitIn(repo, "show", `${second.data.commit}:value.txt`);
+    expect(second.data.agent_report).toEqual({
+      agent: { provider: "scripted", model: "direction-picker", version: "1" },
+      sampling: { temperature: 0 },
+      cost: { usd: 0.25, input_tokens: 1200, output_tokens: 80 },
+      context_files: [
+        { path: "value.txt", sha256: sha256Hex(committed) },
+        { path: "notes/missing.md", sha256: null },
+      ],
+      description: "set the value to 7",
+    });
+  });
+
+  it("an invalid report is not recorded, and the reason is", async () => {
+    const repo = project({ "agent.mjs": "import { writeFileSync } from 'node:fs';\nwriteFileSync('value.txt', '7\\n');\nwriteFileSync(process.env.LOOPWARDEN_AGENT_REPORT, JSON.stringify({ cost: { usd: -1 } }));\n" });
+    const result = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs"], { cwd: repo });
+    expect(result.code, result.stderr).toBe(10);
+    const { loop_id: loopId } = JSON.parse(result.stdout) as { loop_id: string };
+    const proposed = (await eventsOf(loopId)).find((event) => event.type === "candidate_proposed");
+    if (proposed?.type !== "candidate_proposed") throw new Error("no proposal");
+    expect(proposed.data.agent_report).toBeUndefined();
+    expect(proposed.data.agent_report_error).toContain("cost.usd");
+  });
+
+  it("halts budget_exceeded (18) when the reported cost reaches stop.budget.cost_usd", async () => {
+    const repo = project({
+      "loop.yaml": [
+        "name: budgeted",
+        "mode: check_fixpoint",
+        "gates:",
+        "  - name: check",
+        "    run: node check.mjs",
+        "stop:",
+        "  budget: { cost_usd: 1 }",
+        "agent:",
+        "  run: node agent.mjs",
+        "",
+      ].join("\n"),
+      // Never reaches 7: each run costs 0.6, so the second run exhausts the budget.
+      "check.mjs": "process.exit(1);\n",
+    });
+    writeFileSync(path.join(repo, ".gitignore"), ".loopwarden/\n");
+    gitIn(repo, "add", "-A");
+    gitIn(repo, "commit", "-qm", "budget");
+    const result = await runCli(["--json", "--server", coordinator.url, "run"], { cwd: repo, env: { AGENT_COST: "0.6" } });
+    expect(result.code, result.stderr).toBe(18);
+    expect(JSON.parse(result.stdout)).toMatchObject({ halt_reason: "budget_exceeded", exit_class: 18, iteration: 2 });
+  });
+});
