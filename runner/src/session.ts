@@ -122,8 +122,23 @@ export async function openSession(
     token: options.token,
   };
 
-  if (previous && sameContract) {
-    const connection = await connect(server, mode);
+  const refuseDirtyTree = async () => {
+    if (options.purpose !== "run") return;
+    const dirty = await dirtyPaths(repo);
+    if (dirty.length > 0) {
+      throw new UserError(
+        `the working tree has uncommitted changes (${describeDirty(dirty)}); commit or stash them first, so a revert never loses your work`,
+      );
+    }
+  };
+  const resumable = previous !== null && sameContract;
+  if (!resumable) {
+    if (previous && options.purpose === "run") progress(mode, `the contract changed since loop ${previous.loop_id}: a new contract is a new loop`);
+    await refuseDirtyTree();
+  }
+
+  const connection = await connect(server, mode);
+  if (previous && resumable) {
     try {
       const loop = await connection.client.getLoop(previous.loop_id);
       if (loop.status === "running") {
@@ -131,26 +146,16 @@ export async function openSession(
         return { repo, loaded, connection, client: connection.client, mode, workspace: previous, loop, resumed: true };
       }
     } catch (error) {
-      if (!(error instanceof CoordinatorError && error.status === 404)) {
+      const unknownLoop = error instanceof CoordinatorError && error.status === 404;
+      if (!unknownLoop) {
         await connection.close();
         throw error;
       }
     }
-    await connection.close();
-  } else if (previous && options.purpose === "run") {
-    progress(mode, `the contract changed since loop ${previous.loop_id}: a new contract is a new loop`);
   }
-
-  if (options.purpose === "run") {
-    const dirty = await dirtyPaths(repo);
-    if (dirty.length > 0) {
-      throw new UserError(
-        `the working tree has uncommitted changes (${describeDirty(dirty)}); commit or stash them first, so a revert never loses your work`,
-      );
-    }
-  }
-  const connection = await connect(server, mode);
   try {
+    // The recorded loop has halted or is unknown to this coordinator: this is a new loop after all.
+    if (resumable) await refuseDirtyTree();
     const startedFrom = await currentBranch(repo);
     const t0Commit = await headCommit(repo);
     progress(mode, `capturing the baseline at ${short(t0Commit)}: running ${loaded.contract.gates.length} gate(s) in a clean clone…`);
