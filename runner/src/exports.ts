@@ -1,0 +1,319 @@
+import { BASELINE_ID, foldEvents, type AgentRun, type CandidateState, type EventDraft, type LoopState, type Proposer, type TestSets } from "../../shared/engine/index.js";
+import type { GateResult, Observation } from "../../shared/wire/observation.js";
+
+// `loopwarden export`: a loop's history as files a spreadsheet, pandas or autoresearch's tooling open
+// as they are. Pure functions of the event log: the state comes from the shared engine's fold, and what
+// the state does not keep (the observation itself, the proposer, when a verdict was given) from the
+// events. Rows are in proposal order; the baseline (t0) comes first where a row of it makes sense.
+
+/** The export formats, named after the file each one is meant to be saved as. */
+export const EXPORT_FORMATS = ["candidates.jsonl", "benchmark.csv", "results.tsv"] as const;
+export type ExportFormat = (typeof EXPORT_FORMATS)[number];
+
+/** Whether a string names an export format. */
+export function isExportFormat(value: string): value is ExportFormat {
+  return (EXPORT_FORMATS as readonly string[]).includes(value);
+}
+
+/** One candidate with what the events say about it beyond the folded state. */
+interface CandidateRecord {
+  candidate: CandidateState;
+  proposer: Proposer | null;
+  /** The observation the verdict was given on (the last one reported); null when none was. */
+  observation: Observation | null;
+  decided_at: string | null;
+}
+
+/** The folded state and, in proposal order, every candidate's record. */
+interface History {
+  state: LoopState;
+  t0: Observation;
+  records: CandidateRecord[];
+}
+
+function historyOf(events: readonly EventDraft[]): History {
+  const state = foldEvents(events);
+  if (!state) throw new Error("the loop has no events");
+  let t0: Observation | null = null;
+  const proposers = new Map<string, Proposer>();
+  const observations = new Map<string, Observation>();
+  const decided = new Map<string, string>();
+  for (const event of events) {
+    if (event.type === "loop_created") t0 = event.data.t0.observation;
+    else if (event.type === "candidate_proposed") proposers.set(event.data.candidate_id, event.data.proposer);
+    else if (event.type === "observation_reported") observations.set(event.data.candidate_id, event.data.observation);
+    else if (event.type === "verdict") decided.set(event.data.candidate_id, event.at);
+  }
+  if (!t0) throw new Error("the loop has no loop_created event");
+  const records = state.candidate_order.flatMap((id) => {
+    const candidate = state.candidates[id];
+    if (!candidate) return [];
+    return [{ candidate, proposer: proposers.get(id) ?? null, observation: observations.get(id) ?? null, decided_at: decided.get(id) ?? null }];
+  });
+  return { state, t0, records };
+}
+
+/** Gate names in the contract's order, then any other gate an observation names, in the order seen. */
+function gateNames(state: LoopState, observations: readonly Observation[]): string[] {
+  const names = state.contract.gates.map((gate) => gate.name);
+  for (const observation of observations) {
+    for (const gate of observation.gates) if (!names.includes(gate.name)) names.push(gate.name);
+  }
+  return names;
+}
+
+const gateOf = (observation: Observation, name: string): GateResult | undefined => observation.gates.find((gate) => gate.name === name);
+
+// ——— candidates.jsonl ———
+
+/** One line of `candidates.jsonl`. */
+export interface CandidateLine {
+  candidate_id: string;
+  parent: string;
+  commit: string;
+  proposed_at: string;
+  decided_at: string | null;
+  status: CandidateState["status"];
+  decision: "promoted" | "rejected" | null;
+  reason: string | null;
+  detail: string | null;
+  failing_before: number | null;
+  failing_after: number | null;
+  regressed: string[];
+  agent: AgentRun | null;
+  proposer: Proposer | null;
+  gates: {
+    name: string;
+    exit_code: number | null;
+    signal: string | null;
+    timed_out: boolean;
+    duration_ms: number;
+    log_sha256: string | null;
+    metrics: Record<string, number>;
+    report_error: string | null;
+  }[];
+  tests: { passing: number; failing: number } | null;
+}
+
+function candidateLine(record: CandidateRecord): CandidateLine {
+  const { candidate, observation } = record;
+  const verdict = candidate.verdict;
+  return {
+    candidate_id: candidate.candidate_id,
+    parent: candidate.parent,
+    commit: candidate.commit,
+    proposed_at: candidate.proposed_at,
+    decided_at: record.decided_at,
+    status: candidate.status,
+    decision: verdict?.decision ?? null,
+    reason: verdict?.reason ?? null,
+    detail: verdict?.detail ?? null,
+    failing_before: verdict?.failing_before ?? null,
+    failing_after: verdict?.failing_after ?? null,
+    regressed: verdict?.regressed ?? [],
+    agent: candidate.agent,
+    proposer: record.proposer,
+    gates: (observation?.gates ?? []).map((gate) => ({
+      name: gate.name,
+      exit_code: gate.exit_code,
+      signal: gate.signal,
+      timed_out: gate.timed_out,
+      duration_ms: gate.duration_ms,
+      log_sha256: gate.log?.sha256 ?? null,
+      metrics: gate.metrics ?? {},
+      report_error: gate.report_error ?? null,
+    })),
+    // The counts the ratchet compares: reported test ids plus one `gate:<name>` test per gate.
+    tests: candidate.report ? countsOf(candidate.report.tests) : null,
+  };
+}
+
+const countsOf = (tests: TestSets) => ({ passing: tests.passing.length, failing: tests.failing.length });
+
+function candidatesTable(history: History): CandidateLine[] {
+  return history.records.map(candidateLine);
+}
+
+/** `candidates.jsonl`: one JSON object per candidate (the baseline is not a candidate), in proposal order. */
+export function candidatesJsonl(events: readonly EventDraft[]): string {
+  return jsonLines(candidatesTable(historyOf(events)));
+}
+
+const jsonLines = (lines: readonly CandidateLine[]) => lines.map((line) => `${JSON.stringify(line)}\n`).join("");
+
+// ——— benchmark.csv ———
+
+/** A CSV field per RFC 4180: quoted when it holds a comma, a quote, CR or LF; quotes doubled. */
+export function csvField(value: string): string {
+  return /[",\r\n]/.test(value) ? `"${value.replaceAll('"', '""')}"` : value;
+}
+
+/** A CSV record per RFC 4180, ending with CRLF. */
+export function csvRecord(fields: readonly string[]): string {
+  return `${fields.map(csvField).join(",")}\r\n`;
+}
+
+const numberField = (value: number | undefined | null) => (value === undefined || value === null ? "" : String(value));
+
+/** The rows of `benchmark.csv`, header first. */
+function benchmarkTable(history: History): string[][] {
+  const rows: { id: string; commit: string; status: string; observation: Observation; tests: TestSets }[] = [
+    { id: BASELINE_ID, commit: history.state.t0.commit, status: "baseline", observation: history.t0, tests: history.state.t0 },
+    ...history.records.flatMap(({ candidate, observation }) =>
+      observation && candidate.report
+        ? [{ id: candidate.candidate_id, commit: candidate.commit, status: candidate.status, observation, tests: candidate.report.tests }]
+        : [],
+    ),
+  ];
+  const gates = gateNames(history.state, rows.map((row) => row.observation));
+  // Columns by (gate, metric): a gate `a.b` with metric `c` and a gate `a` with `b.c` stay two columns.
+  const metricColumns = gates.flatMap((gate) => {
+    const names = new Set<string>();
+    for (const row of rows) for (const name of Object.keys(gateOf(row.observation, gate)?.metrics ?? {})) names.add(name);
+    return [...names].sort().map((metric) => ({ gate, metric }));
+  });
+  const header = [
+    "candidate_id",
+    "commit",
+    "status",
+    ...metricColumns.map(({ gate, metric }) => `${gate}.${metric}`),
+    ...gates.map((gate) => `${gate}.duration_ms`),
+    "failing",
+    "passing",
+  ];
+  return [
+    header,
+    ...rows.map((row) => [
+      row.id,
+      row.commit,
+      row.status,
+      ...metricColumns.map(({ gate, metric }) => numberField(gateOf(row.observation, gate)?.metrics?.[metric])),
+      ...gates.map((gate) => numberField(gateOf(row.observation, gate)?.duration_ms)),
+      String(row.tests.failing.length),
+      String(row.tests.passing.length),
+    ]),
+  ];
+}
+
+/**
+ * `benchmark.csv`: one row per evaluated commit (t0, then every candidate with an observation):
+ * `candidate_id, commit, status`, one `<gate>.<metric>` column per METRIC reading any gate printed,
+ * one `<gate>.duration_ms` per gate, then the `failing` and `passing` test counts. A gate that did not
+ * run, or did not print a metric, leaves its cell empty.
+ */
+export function benchmarkCsv(events: readonly EventDraft[]): string {
+  return benchmarkTable(historyOf(events)).map(csvRecord).join("");
+}
+
+// ——— results.tsv ———
+
+/**
+ * A TSV field: tabs, carriage returns and newlines (which plain TSV cannot hold) become single spaces.
+ * pandas, Python's csv module and spreadsheets read a field that opens with a quote as a quoted field,
+ * so such a field is written quoted (quotes doubled) and reads back as it was.
+ */
+export function tsvField(value: string): string {
+  const flat = value.replace(/\r\n|[\t\r\n]/g, " ");
+  return flat.startsWith('"') ? `"${flat.replaceAll('"', '""')}"` : flat;
+}
+
+/** METRIC names read as peak memory, most specific first, with their scale to gigabytes. */
+const MEMORY_METRICS: readonly (readonly [name: string, toGb: number])[] = [
+  ["memory_gb", 1],
+  ["peak_memory_gb", 1],
+  ["peak_vram_mb", 1 / 1024],
+  ["peak_rss_mb", 1 / 1024],
+  ["peak_memory_mb", 1 / 1024],
+  ["memory_mb", 1 / 1024],
+];
+
+/** The value the first gate that printed `name` reported. */
+function metricOf(observation: Observation, name: string): number | undefined {
+  for (const gate of observation.gates) {
+    const value = gate.metrics?.[name];
+    if (value !== undefined) return value;
+  }
+  return undefined;
+}
+
+function memoryGbOf(observation: Observation): string {
+  for (const [name, scale] of MEMORY_METRICS) {
+    const value = metricOf(observation, name);
+    if (value !== undefined) return (value * scale).toFixed(1);
+  }
+  return "0.0";
+}
+
+/** The rows of `results.tsv`, header first (see `resultsTsv`). */
+function resultsTable(history: History): string[][] {
+  const primary = history.state.contract.metric?.name;
+  const crash = { metric: primary === undefined ? "0" : "0.000000", memory: "0.0" };
+  const figuresOf = (observation: Observation, tests: TestSets) => {
+    const value = primary === undefined ? tests.failing.length : metricOf(observation, primary);
+    return {
+      metric: primary === undefined ? String(value) : value === undefined ? crash.metric : value.toFixed(6),
+      memory: memoryGbOf(observation),
+    };
+  };
+  const baseline = figuresOf(history.t0, history.state.t0);
+  const figures = new Map([[BASELINE_ID, baseline]]);
+  const rows = [[history.state.t0.commit.slice(0, 7), baseline.metric, baseline.memory, "keep", "baseline"]];
+  for (const { candidate, observation } of history.records) {
+    const verdict = candidate.verdict;
+    if (!verdict) continue;
+    const own =
+      observation && candidate.report
+        ? figuresOf(observation, candidate.report.tests)
+        : verdict.reason === "no_change"
+          ? (figures.get(candidate.parent) ?? crash)
+          : crash;
+    figures.set(candidate.candidate_id, own);
+    const status = verdict.decision === "promoted" ? "keep" : verdict.reason === "agent_failed" ? "crash" : "discard";
+    rows.push([candidate.commit.slice(0, 7), own.metric, own.memory, status, verdict.detail]);
+  }
+  return [["commit", primary ?? "failing_tests", "memory_gb", "status", "description"], ...rows];
+}
+
+/**
+ * `results.tsv` in the layout of autoresearch's ledger: `commit, <metric>, memory_gb, status,
+ * description`, tab-separated, one row for t0 (`keep`, `baseline`) and then one per decided candidate.
+ *
+ * - commit: the first 7 characters of the commit id.
+ * - metric: with a primary metric in the contract (`metric.name`), the column is named after it and
+ *   holds the value the first gate that printed it reported, with 6 decimals as autoresearch writes
+ *   it; in a check_fixpoint loop it is `failing_tests`, the failing test count the ratchet compares
+ *   (reported test ids plus one `gate:<name>` test per gate; lower is better, 0 is success).
+ * - memory_gb: a `memory_gb`/`peak_memory_gb` METRIC, else `peak_vram_mb`/`peak_rss_mb`/
+ *   `peak_memory_mb`/`memory_mb` divided by 1024, one decimal; `0.0` when no gate printed one.
+ * - status: promoted → `keep`; rejected because the agent failed or timed out → `crash`; any other
+ *   rejection → `discard`. A crash has no measurement and carries `0`/`0.0`, as autoresearch records
+ *   crashes: filter on status before plotting. An empty change is its parent's tree and repeats the
+ *   parent's figures. Candidates still being evaluated are left out.
+ * - description: the verdict's detail (t0: `baseline`).
+ */
+export function resultsTsv(events: readonly EventDraft[]): string {
+  return tsvText(resultsTable(historyOf(events)));
+}
+
+const tsvText = (rows: readonly string[][]) => rows.map((fields) => `${fields.map(tsvField).join("\t")}\n`).join("");
+
+// ——— all formats ———
+
+/** The export of a loop in one format, with its number of data rows (the header not counted). */
+export function exportLoop(format: ExportFormat, events: readonly EventDraft[]): { text: string; rows: number } {
+  const history = historyOf(events);
+  switch (format) {
+    case "candidates.jsonl": {
+      const lines = candidatesTable(history);
+      return { text: jsonLines(lines), rows: lines.length };
+    }
+    case "benchmark.csv": {
+      const table = benchmarkTable(history);
+      return { text: table.map(csvRecord).join(""), rows: table.length - 1 };
+    }
+    case "results.tsv": {
+      const table = resultsTable(history);
+      return { text: tsvText(table), rows: table.length - 1 };
+    }
+  }
+}
