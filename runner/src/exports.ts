@@ -1,4 +1,5 @@
 import { BASELINE_ID, foldEvents, type AgentRun, type CandidateState, type EventDraft, type LoopState, type Proposer, type TestSets } from "../../shared/engine/index.js";
+import type { AgentReport } from "../../shared/wire/agent-report.js";
 import type { GateResult, Observation } from "../../shared/wire/observation.js";
 
 // `loopwarden export`: a loop's history as files a spreadsheet, pandas or autoresearch's tooling open
@@ -19,6 +20,8 @@ export function isExportFormat(value: string): value is ExportFormat {
 interface CandidateRecord {
   candidate: CandidateState;
   proposer: Proposer | null;
+  /** Why the agent's report was not recorded, when it wrote an invalid one. */
+  agent_report_error: string | null;
   /** The observation the verdict was given on (the last one reported); null when none was. */
   observation: Observation | null;
   decided_at: string | null;
@@ -35,12 +38,14 @@ function historyOf(events: readonly EventDraft[]): History {
   const state = foldEvents(events);
   if (!state) throw new Error("the loop has no events");
   let t0: Observation | null = null;
-  const proposers = new Map<string, Proposer>();
+  const proposals = new Map<string, { proposer: Proposer; agent_report_error: string | null }>();
   const observations = new Map<string, Observation>();
   const decided = new Map<string, string>();
   for (const event of events) {
     if (event.type === "loop_created") t0 = event.data.t0.observation;
-    else if (event.type === "candidate_proposed") proposers.set(event.data.candidate_id, event.data.proposer);
+    else if (event.type === "candidate_proposed") {
+      proposals.set(event.data.candidate_id, { proposer: event.data.proposer, agent_report_error: event.data.agent_report_error ?? null });
+    }
     else if (event.type === "observation_reported") observations.set(event.data.candidate_id, event.data.observation);
     else if (event.type === "verdict") decided.set(event.data.candidate_id, event.at);
   }
@@ -48,7 +53,16 @@ function historyOf(events: readonly EventDraft[]): History {
   const records = state.candidate_order.flatMap((id) => {
     const candidate = state.candidates[id];
     if (!candidate) return [];
-    return [{ candidate, proposer: proposers.get(id) ?? null, observation: observations.get(id) ?? null, decided_at: decided.get(id) ?? null }];
+    const proposal = proposals.get(id);
+    return [
+      {
+        candidate,
+        proposer: proposal?.proposer ?? null,
+        agent_report_error: proposal?.agent_report_error ?? null,
+        observation: observations.get(id) ?? null,
+        decided_at: decided.get(id) ?? null,
+      },
+    ];
   });
   return { state, t0, records };
 }
@@ -81,6 +95,9 @@ export interface CandidateLine {
   failing_after: number | null;
   regressed: string[];
   agent: AgentRun | null;
+  /** What the agent reported about its run (model, sampling, cost, context files pinned by hash, description). */
+  agent_report: AgentReport | null;
+  agent_report_error: string | null;
   proposer: Proposer | null;
   gates: {
     name: string;
@@ -112,6 +129,8 @@ function candidateLine(record: CandidateRecord): CandidateLine {
     failing_after: verdict?.failing_after ?? null,
     regressed: verdict?.regressed ?? [],
     agent: candidate.agent,
+    agent_report: candidate.agent_report,
+    agent_report_error: record.agent_report_error,
     proposer: record.proposer,
     gates: (observation?.gates ?? []).map((gate) => ({
       name: gate.name,
@@ -269,7 +288,7 @@ function resultsTable(history: History): string[][] {
           : crash;
     figures.set(candidate.candidate_id, own);
     const status = verdict.decision === "promoted" ? "keep" : verdict.reason === "agent_failed" ? "crash" : "discard";
-    rows.push([candidate.commit.slice(0, 7), own.metric, own.memory, status, verdict.detail]);
+    rows.push([candidate.commit.slice(0, 7), own.metric, own.memory, status, candidate.agent_report?.description ?? verdict.detail]);
   }
   return [["commit", primary ?? "failing_tests", "memory_gb", "status", "description"], ...rows];
 }
@@ -289,7 +308,8 @@ function resultsTable(history: History): string[][] {
  *   rejection → `discard`. A crash has no measurement and carries `0`/`0.0`, as autoresearch records
  *   crashes: filter on status before plotting. An empty change is its parent's tree and repeats the
  *   parent's figures. Candidates still being evaluated are left out.
- * - description: the verdict's detail (t0: `baseline`).
+ * - description: what the agent said it tried (its report's `description`), else the verdict's detail
+ *   (t0: `baseline`).
  */
 export function resultsTsv(events: readonly EventDraft[]): string {
   return tsvText(resultsTable(historyOf(events)));

@@ -9,7 +9,8 @@ import { AGENT_FAILED, AGENT_OK, LoopHarness, TEST_IDS, commitOf } from "../engi
 // A realistic history driven through the shared engine: a unit gate with per-test ids, a benchmark
 // gate and a soft lint gate that only run once the unit gate passes, a reclaimed lease, a regression
 // of a test whose id holds commas, quotes, a newline and non-ASCII text, an agent driving `step`, a
-// failed agent, an empty change, and a last promotion that halts the loop.
+// failed agent with an invalid report, an empty change, and a last promotion, with an agent report,
+// that halts the loop.
 
 /** A test id that a CSV or TSV writer could easily get wrong. */
 const TRICKY = 'parse "quoted", with commas\nand a newline — ünïcødé ✓';
@@ -21,6 +22,14 @@ const CONTRACT = {
     { name: "bench", run: "node bench.js" },
     { name: "lint", run: "node lint.js", soft: { metric: "lint_errors", max: 0 } },
   ],
+};
+
+/** What the agent of c5 reported; its description holds a tab and a newline. */
+const REPORT = {
+  agent: { provider: "anthropic", model: "claude-x" },
+  cost: { usd: 0.41, input_tokens: 52_000, output_tokens: 3_100 },
+  context_files: [{ path: "src/text.js", sha256: sha256Hex("src") }],
+  description: "split on whitespace runs\tand strip\nleading dashes",
 };
 
 const UNIT_LOG = { sha256: sha256Hex("unit log"), size: 8, name: "unit.log", content_type: "text/plain" };
@@ -63,10 +72,10 @@ function history(): LoopHarness {
   propose(loop, "c2", { proposer: { kind: "step" }, agent: null });
   report(loop, observed(["suite.b", TRICKY], [gate("unit", 1, 1_400)]));
   // c3: the agent command failed; c4: it changed nothing. Neither is evaluated.
-  propose(loop, "c3", { agent: AGENT_FAILED });
+  propose(loop, "c3", { agent: AGENT_FAILED, agent_report_error: "the agent report is not valid JSON" });
   propose(loop, "c4", { empty: true });
   // c5 fixes the rest: every gate runs and passes, the benchmark prints its metrics.
-  propose(loop, "c5", { agent: { ...AGENT_OK, duration_ms: 42_000 } });
+  propose(loop, "c5", { agent: { ...AGENT_OK, duration_ms: 42_000 }, agent_report: REPORT });
   report(
     loop,
     observed(
@@ -151,6 +160,8 @@ describe("candidates.jsonl", () => {
         failing_after: 4,
         regressed: [],
         agent: { exit_code: 0, timed_out: false, duration_ms: 1_000 },
+        agent_report: null,
+        agent_report_error: null,
         proposer: agent,
         gates: [unitGate(1_500, 1, UNIT_LOG.sha256)],
         tests: { passing: 5, failing: 4 },
@@ -169,6 +180,8 @@ describe("candidates.jsonl", () => {
         failing_after: 5,
         regressed: [TRICKY],
         agent: null,
+        agent_report: null,
+        agent_report_error: null,
         proposer: { kind: "step" },
         gates: [unitGate(1_400, 1)],
         tests: { passing: 4, failing: 5 },
@@ -187,6 +200,8 @@ describe("candidates.jsonl", () => {
         failing_after: null,
         regressed: [],
         agent: { exit_code: 2, timed_out: false, duration_ms: 1_000 },
+        agent_report: null,
+        agent_report_error: "the agent report is not valid JSON",
         proposer: agent,
         gates: [],
         tests: null,
@@ -205,6 +220,8 @@ describe("candidates.jsonl", () => {
         failing_after: null,
         regressed: [],
         agent: { exit_code: 0, timed_out: false, duration_ms: 1_000 },
+        agent_report: null,
+        agent_report_error: null,
         proposer: agent,
         gates: [],
         tests: null,
@@ -223,6 +240,8 @@ describe("candidates.jsonl", () => {
         failing_after: 0,
         regressed: [],
         agent: { exit_code: 0, timed_out: false, duration_ms: 42_000 },
+        agent_report: REPORT,
+        agent_report_error: null,
         proposer: agent,
         gates: [
           unitGate(1_600, 0),
@@ -303,8 +322,8 @@ describe("results.tsv", () => {
         `${short("c3")}\t0\t0.0\tcrash\tthe agent command exited with 2`,
         // An empty change is its parent's tree: c1's figures.
         `${short("c4")}\t4\t0.0\tdiscard\tthe agent changed nothing`,
-        // peak_rss_mb 614.4 → 0.6 GB.
-        `${short("c5")}\t0\t0.6\tkeep\tfailing tests 4 → 0`,
+        // peak_rss_mb 614.4 → 0.6 GB; the agent's own description, its tab and newline made spaces.
+        `${short("c5")}\t0\t0.6\tkeep\tsplit on whitespace runs and strip leading dashes`,
         "",
       ].join("\n"),
     );
