@@ -3,6 +3,7 @@ import type { Contract } from "../wire/contract.js";
 import type { Observation } from "../wire/observation.js";
 import type { EventDraft, Halt, Verdict } from "./events.js";
 import { exitCodeFor, type HaltReason } from "./halt-reasons.js";
+import { checkGuards } from "./guards.js";
 import { applyEvent, testSetsOf, type LoopState } from "./state.js";
 
 function halt(reason: HaltReason, detail: string, extra: { still_improving?: boolean } = {}): Halt {
@@ -43,6 +44,24 @@ export function decide(
   if (contract.mode !== "check_fixpoint") {
     // createLoop refuses other modes, so reaching this is a corrupt or foreign log.
     throw new Error(`mode ${contract.mode} is not implemented by this engine`);
+  }
+  // Guards first (invariant 2): a violation is never promoted, whatever the gates say.
+  const violation = checkGuards(contract, state.t0_guards, observation);
+  if (violation) {
+    const verdict: Verdict = {
+      candidate_id: candidateId,
+      decision: "rejected",
+      reason: "guard_violated",
+      detail: `${violation.halt_reason}: ${violation.detail}`,
+      failing_before: state.best.failing.length,
+      failing_after: testSetsOf(contract, observation).failing.length,
+      regressed: [],
+    };
+    const verdictEvent: EventDraft = { type: "verdict", at, data: verdict };
+    if ((contract.guards?.on_violation ?? "halt") === "halt") {
+      return { verdict, events: [verdictEvent, { type: "halted", at, data: halt(violation.halt_reason, violation.detail) }] };
+    }
+    return { verdict, events: withHalt(state, verdictEvent) };
   }
   const verdict = decideCheckFixpoint(state, candidateId, observation);
   return { verdict, events: withHalt(state, { type: "verdict", at, data: verdict }) };

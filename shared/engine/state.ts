@@ -2,6 +2,7 @@ import type { Contract, Gate } from "../wire/contract.js";
 import type { AgentReport } from "../wire/agent-report.js";
 import type { GateResult, Observation } from "../wire/observation.js";
 import type { AgentRun, EventDraft, Halt, Verdict } from "./events.js";
+import { baselineGuards, type BaselineGuards } from "./guards.js";
 
 /** Where a candidate is in its life: waiting for a runner, being evaluated, or decided. */
 export type CandidateStatus = "queued" | "leased" | "promoted" | "rejected";
@@ -57,6 +58,8 @@ export interface LoopState {
   contract_hash: string;
   created_at: string;
   t0: BestState;
+  /** What the guards compare against (DESIGN §6.4): fixed at creation, never re-captured. */
+  t0_guards: BaselineGuards;
   best: BestState;
   candidates: Record<string, CandidateState>;
   candidate_order: string[];
@@ -130,6 +133,7 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
       contract_hash: data.contract_hash,
       created_at: event.at,
       t0,
+      t0_guards: baselineGuards(data.t0.observation),
       best: t0,
       candidates: {},
       candidate_order: [],

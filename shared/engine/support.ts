@@ -10,9 +10,7 @@ export function unsupportedFeatures(contract: Contract): string[] {
   const found: string[] = [];
   if (contract.metric) found.push(later("metric", "optimize mode's metric (DESIGN §6.3)"));
   if (contract.secondary) found.push(later("secondary", "secondary guardrail metrics"));
-  if (contract.guards) found.push(later("guards", "guards (DESIGN §6.4)"));
   if (contract.artifacts) found.push(later("artifacts", "uploading artifacts by glob"));
-  if (contract.exec) found.push(later("exec", "network isolation"));
   if (contract.tasks) found.push(later("tasks", "task_list mode"));
   return found;
 }

@@ -33,6 +33,26 @@ export type GateResult = z.infer<typeof GateResult>;
 /** A test identifier (JUnit classname + name, or `gate:<name>` when a gate is its own one test). */
 export const TestId = z.string().min(1).max(1_000);
 
+/** The contract file as found in the evaluated commit: its hash, or why there is none. */
+export const ContractReading = z.union([
+  z.strictObject({ hash: Sha256 }),
+  z.strictObject({ error: z.enum(["missing", "invalid"]) }),
+]);
+
+/**
+ * What the guards need (DESIGN §6.4), measured in the evaluated commit's clean clone. The runner
+ * measures; the engine compares with t0 and decides.
+ */
+export const GuardReadings = z.strictObject({
+  /** sha256 of every tracked file matching the protected globs, by path. */
+  protected_files: z.record(z.string().min(1).max(1_000), Sha256),
+  /** Line coverage (0-100) from the contract's lcov file; null when none was produced or it was unreadable. */
+  coverage_percent: z.number().min(0).max(100).nullable(),
+  /** The contract file in the commit; null in flag-only mode (there is no file). */
+  contract: ContractReading.nullable(),
+});
+export type GuardReadings = z.infer<typeof GuardReadings>;
+
 /**
  * An observation: what a runner measured on one commit (DESIGN §2). Never a decision (invariant 1).
  */
@@ -42,7 +62,10 @@ export const Observation = z
     tests: z.strictObject({
       passing: z.array(TestId).max(100_000),
       failing: z.array(TestId).max(100_000),
+      /** Collected but not run (skipped, todo): they count for the collected set, not for the ratchet. */
+      skipped: z.array(TestId).max(100_000).optional(),
     }),
+    guards: GuardReadings.optional(),
   })
   .superRefine((observation, ctx) => {
     const passing = new Set(observation.tests.passing);

@@ -12,6 +12,8 @@ import {
   type Verdict,
 } from "../../shared/engine/index.js";
 import { sha256Hex } from "../../shared/hash.js";
+import type { ContractInput } from "../../shared/wire/contract.js";
+import type { GuardReadings, Observation } from "../../shared/wire/observation.js";
 import { AGENT_FAILED, LoopHarness, TEST_IDS, commitOf, contractOf, observationOf } from "./engine-harness.js";
 
 const [A, B, C, D] = TEST_IDS;
@@ -535,8 +537,6 @@ describe("engine: soft gates and unsupported contract features", () => {
   });
 
   it.each([
-    ["guards", { guards: { protected: ["test/**"] } }],
-    ["exec", { exec: { network: "none" as const } }],
     ["artifacts", { artifacts: ["profile/*.svg"] }],
   ])("refuses a contract asking for %s, which this engine cannot enforce yet", (path, overrides) => {
     const outcome = createLoop({
@@ -578,6 +578,126 @@ describe("engine: budgets", () => {
     harness.now(3_600_000);
     harness.evaluate("late", [A, B]);
     expect(harness.state.halt).toMatchObject({ halt_reason: "budget_exceeded", detail: expect.stringContaining("1h") });
+  });
+});
+
+describe("engine: guards dominate success (DESIGN §6.4)", () => {
+  const FILE_HASH = sha256Hex("test file");
+  const readings = (files: Record<string, string> = { "test/a.test.js": FILE_HASH }, coverage: number | null = 80, contract: GuardReadings["contract"] = { hash: sha256Hex("loop.yaml") }): GuardReadings => ({
+    protected_files: files,
+    coverage_percent: coverage,
+    contract,
+  });
+  /** A green observation (every gate passes, no failing test) with the given guard readings and collected tests. */
+  const green = (guards: GuardReadings, passing: string[] = [A, B]): Observation => ({
+    gates: [{ name: "unit", exit_code: 0, signal: null, timed_out: false, duration_ms: 5, log: null }],
+    tests: { passing, failing: [] },
+    guards,
+  });
+  const t0Observation = (guards: GuardReadings): Observation => ({
+    gates: [{ name: "unit", exit_code: 1, signal: null, timed_out: false, duration_ms: 5, log: null }],
+    tests: { passing: [A], failing: [B] },
+    guards,
+  });
+  const loopWith = (overrides: Partial<ContractInput> = {}, t0 = readings()) => {
+    const harness = new LoopHarness([B], overrides);
+    // Replace the harness's t0 with one that carries guard readings.
+    const created = harness.events[0];
+    if (created?.type !== "loop_created") throw new Error("no loop_created");
+    created.data.t0.observation = t0Observation(t0);
+    harness.state = foldEvents([created]) ?? harness.state;
+    return harness;
+  };
+  const evaluateWith = (harness: LoopHarness, observation: Observation) => {
+    harness.propose(`g${harness.events.length}`);
+    const leased = harness.lease();
+    if (!leased.ok || !leased.value) throw new Error("no lease");
+    return harness.report(leased.value, observation);
+  };
+
+  it.each<[string, Observation, string, string]>([
+    ["a protected test file is edited", green(readings({ "test/a.test.js": sha256Hex("weakened") })), "blocked_path_modified", "modified test/a.test.js"],
+    ["a protected test file is deleted", green(readings({})), "blocked_path_modified", "deleted test/a.test.js"],
+    ["a protected file is added", green(readings({ "test/a.test.js": FILE_HASH, ".github/workflows/x.yml": FILE_HASH })), "blocked_path_modified", "added .github/workflows/x.yml"],
+    ["the failing test is deleted (the collected set loses it)", green(readings(), [A]), "metric_integrity_violation", "1 collected test(s) disappeared: suite.b"],
+    ["the guard readings are missing", { ...green(readings()), guards: undefined } as unknown as Observation, "metric_integrity_violation", "no guard readings"],
+    ["the contract file changed", green(readings(undefined, 80, { hash: sha256Hex("other") })), "workspace_invalid", "differs from the pinned one"],
+    ["the contract file was deleted", green(readings(undefined, 80, { error: "missing" })), "workspace_invalid", "is missing"],
+  ])("green gates with a violated guard halt the guard's reason, never success: %s", (_name, observation, reason, detail) => {
+    const harness = loopWith();
+    const outcome = evaluateWith(harness, observation);
+    expect(outcome).toMatchObject({ ok: true, value: { decision: "rejected", reason: "guard_violated" } });
+    expect(harness.state.halt).toMatchObject({ halt_reason: reason, exit_class: reason === "workspace_invalid" ? 30 : 13, detail: expect.stringContaining(detail) });
+    expect(harness.state.best.candidate_id).toBe("t0");
+  });
+
+  it.each<[string, Partial<ContractInput>, number | null, string]>([
+    ["below t0's coverage", { guards: { coverage: { lcov: "coverage/lcov.info" } } }, 79.5, "below the floor of 80.00% (t0)"],
+    ["below a fixed floor", { guards: { coverage: { lcov: "coverage/lcov.info", floor: "85%" } } }, 84, "below the floor of 85.00%"],
+    ["missing though every gate passed", { guards: { coverage: { lcov: "coverage/lcov.info" } } }, null, "no coverage was read"],
+  ])("coverage %s is a metric_integrity_violation", (_name, overrides, coverage, detail) => {
+    const harness = loopWith(overrides);
+    evaluateWith(harness, green(readings(undefined, coverage)));
+    expect(harness.state.halt).toMatchObject({ halt_reason: "metric_integrity_violation", detail: expect.stringContaining(detail) });
+  });
+
+  it("on_violation: reject rejects the candidate and goes on; a clean candidate still succeeds", () => {
+    const harness = loopWith({ guards: { on_violation: "reject" } });
+    expect(evaluateWith(harness, green(readings({})))).toMatchObject({ value: { reason: "guard_violated" } });
+    expect(harness.state.halt).toBeNull();
+    evaluateWith(harness, green(readings()));
+    expect(harness.state.halt?.halt_reason).toBe("success_condition_met");
+  });
+
+  it("protected: [] opts out of the file guard; tests_never_shrink: false out of the collected-set guard", () => {
+    // With no globs the runner reports no files at all; an unchanged (empty) manifest is no violation.
+    const empty = loopWith({ guards: { protected: [] } }, readings({}));
+    evaluateWith(empty, green(readings({})));
+    expect(empty.state.halt?.halt_reason).toBe("success_condition_met");
+    const shrink = loopWith({ guards: { tests_never_shrink: false } });
+    evaluateWith(shrink, green(readings(), [A]));
+    expect(shrink.state.halt?.halt_reason).toBe("success_condition_met");
+  });
+
+  it("a gate that failed before writing its report skips the collected-set guard: the candidate is simply not promoted", () => {
+    const harness = loopWith({ gates: [{ name: "unit", run: "npm test", tests: { junit: "out/junit.xml" } }] });
+    const broken: Observation = {
+      gates: [{ name: "unit", exit_code: 2, signal: null, timed_out: false, duration_ms: 5, log: null, report_error: "out/junit.xml: the gate did not write its test report" }],
+      tests: { passing: [], failing: [] },
+      guards: readings(),
+    };
+    expect(evaluateWith(harness, broken)).toMatchObject({ value: { decision: "rejected", reason: "regressed" } });
+    expect(harness.state.halt).toBeNull();
+  });
+
+  it("property: no history ever halts success_condition_met with a guard-violating observation promoted", () => {
+    const violation = fc.constantFrom<GuardReadings>(readings({}), readings({ "test/a.test.js": sha256Hex("x") }), readings(undefined, 80, { error: "invalid" }));
+    const step = fc.oneof(
+      fc.record({ clean: fc.constant(true), passing: fc.subarray([A, B]) }),
+      fc.record({ clean: fc.constant(false), passing: fc.subarray([A, B]), guards: violation }),
+    );
+    fc.assert(
+      fc.property(fc.array(step, { minLength: 1, maxLength: 12 }), fc.constantFrom<"halt" | "reject">("halt", "reject"), (steps, onViolation) => {
+        const harness = loopWith({ guards: { on_violation: onViolation } });
+        for (const item of steps) {
+          if (harness.state.halt) break;
+          const failing = [A, B].filter((id) => !item.passing.includes(id));
+          const observation: Observation = {
+            gates: [{ name: "unit", exit_code: failing.length ? 1 : 0, signal: null, timed_out: false, duration_ms: 5, log: null }],
+            tests: { passing: item.passing, failing },
+            guards: item.clean ? readings() : item.guards,
+          };
+          const outcome = evaluateWith(harness, observation);
+          if (!item.clean) {
+            expect(outcome).toMatchObject({ value: { decision: "rejected", reason: "guard_violated" } });
+            // Read afresh: the `break` above narrowed the type, not the value.
+            const halt = (harness.state as LoopState).halt as Halt | null;
+            expect(halt?.halt_reason).not.toBe("success_condition_met");
+          }
+        }
+      }),
+      { numRuns: 200 },
+    );
   });
 });
 

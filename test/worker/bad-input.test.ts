@@ -207,11 +207,11 @@ describe("bad input that names no existing loop creates nothing", () => {
       send: () => postJson("/v1/loops", createLoopBody("optimize", [A], { mode: "optimize", metric: { run: "node bench.js", name: "ms", direction: "lower" } })),
     },
     {
-      name: "create with guards this version cannot enforce yet",
+      name: "create with secondary metrics this version cannot enforce yet",
       status: 422,
       code: "contract_unsupported",
-      loopId: loopIdFor("loop-key-guards"),
-      send: () => postJson("/v1/loops", createLoopBody("guards", [A], { guards: { protected: ["test/**"] } })),
+      loopId: loopIdFor("loop-key-secondary"),
+      send: () => postJson("/v1/loops", createLoopBody("secondary", [A], { secondary: [{ name: "rss", direction: "lower", max_regression: "10%" }] })),
     },
   ];
 

@@ -1,0 +1,155 @@
+import type { Contract } from "../wire/contract.js";
+import type { GuardReadings, Observation } from "../wire/observation.js";
+import type { HaltReason } from "./halt-reasons.js";
+
+// Guards (DESIGN §6.4), checked against t0 before any success or promotion can fire (invariant 2).
+// The runner measures (file hashes, collected tests, coverage, the contract file); the engine compares.
+
+/**
+ * The protected globs when the contract names none (DESIGN §6.4): the contract file, tests, CI
+ * configuration and lockfiles. `guards.protected: []` opts out.
+ */
+export const DEFAULT_PROTECTED_GLOBS: readonly string[] = [
+  "test/**",
+  "tests/**",
+  "spec/**",
+  "__tests__/**",
+  "**/*.test.*",
+  "**/*.spec.*",
+  "**/*_test.*",
+  "**/test_*.py",
+  ".github/**",
+  ".ci/**",
+  "**/package-lock.json",
+  "**/npm-shrinkwrap.json",
+  "**/yarn.lock",
+  "**/pnpm-lock.yaml",
+  "**/bun.lockb",
+  "**/bun.lock",
+  "**/Cargo.lock",
+  "**/go.sum",
+  "**/poetry.lock",
+  "**/Pipfile.lock",
+  "**/uv.lock",
+  "**/Gemfile.lock",
+  "**/composer.lock",
+];
+
+/** The globs whose files are protected, for a contract read from `contractFile` (null in flag-only mode). */
+export function protectedGlobs(contract: Contract, contractFile: string | null): string[] {
+  if (contract.guards?.protected !== undefined) return [...contract.guards.protected];
+  return contractFile === null ? [...DEFAULT_PROTECTED_GLOBS] : [contractFile, ...DEFAULT_PROTECTED_GLOBS];
+}
+
+/** What the guards keep of t0: its readings and its collected test set. */
+export interface BaselineGuards {
+  guards: GuardReadings | null;
+  collected: string[];
+}
+
+/** The guard baseline of t0's observation. */
+export function baselineGuards(observation: Observation): BaselineGuards {
+  return { guards: observation.guards ?? null, collected: collectedTests(observation) };
+}
+
+/** A guard that an observation violates: the halt reason it maps to and what exactly was seen. */
+export interface GuardViolation {
+  halt_reason: Extract<HaltReason, "blocked_path_modified" | "metric_integrity_violation" | "workspace_invalid">;
+  detail: string;
+}
+
+/** The collected test set of an observation: every reported test id, whatever its outcome (gate ids excluded). */
+export function collectedTests(observation: Observation): string[] {
+  const { passing, failing, skipped = [] } = observation.tests;
+  return [...new Set([...passing, ...failing, ...skipped])].filter((id) => !id.startsWith("gate:")).sort();
+}
+
+function listed(items: string[], limit = 5): string {
+  return items.slice(0, limit).join(", ") + (items.length > limit ? ` and ${items.length - limit} more` : "");
+}
+
+function protectedChanges(before: GuardReadings, after: GuardReadings): string | null {
+  const modified: string[] = [];
+  const deleted: string[] = [];
+  for (const [file, hash] of Object.entries(before.protected_files)) {
+    const now = after.protected_files[file];
+    if (now === undefined) deleted.push(file);
+    else if (now !== hash) modified.push(file);
+  }
+  const added = Object.keys(after.protected_files).filter((file) => before.protected_files[file] === undefined);
+  const parts = [
+    modified.length ? `modified ${listed(modified.sort())}` : "",
+    deleted.length ? `deleted ${listed(deleted.sort())}` : "",
+    added.length ? `added ${listed(added.sort())}` : "",
+  ].filter(Boolean);
+  return parts.length ? `protected files changed: ${parts.join("; ")}` : null;
+}
+
+/** Whether every gate that reports tests ran and left a readable report (else the collected set cannot be judged). */
+function reportsComplete(contract: Contract, observation: Observation): boolean {
+  return contract.gates
+    .filter((gate) => gate.tests)
+    .every((gate) => {
+      const result = observation.gates.find((candidate) => candidate.name === gate.name);
+      return result !== undefined && result.report_error === undefined;
+    });
+}
+
+function allGatesPassed(contract: Contract, observation: Observation): boolean {
+  return contract.gates.every((gate) => {
+    const result = observation.gates.find((candidate) => candidate.name === gate.name);
+    return result !== undefined && result.exit_code === 0 && !result.timed_out && result.report_error === undefined;
+  });
+}
+
+/**
+ * The first guard an observation violates against t0, or null. In order: protected files, the
+ * collected test set, coverage, the contract file. A guard that cannot be judged (its readings were not
+ * taken because an earlier gate failed) is skipped: such a candidate cannot succeed anyway, because a
+ * gate that did not run is a failing test.
+ */
+export function checkGuards(contract: Contract, t0: BaselineGuards, observation: Observation): GuardViolation | null {
+  const before = t0.guards;
+  const after = observation.guards;
+  if (before && !after) {
+    return { halt_reason: "metric_integrity_violation", detail: "the observation carries no guard readings, though t0's did" };
+  }
+  if (before && after) {
+    const changes = protectedChanges(before, after);
+    if (changes) return { halt_reason: "blocked_path_modified", detail: changes };
+  }
+
+  const shrinkGuard = contract.guards?.tests_never_shrink ?? true;
+  if (shrinkGuard && reportsComplete(contract, observation)) {
+    const was = t0.collected;
+    const now = new Set(collectedTests(observation));
+    const missing = was.filter((id) => !now.has(id));
+    if (missing.length > 0) {
+      return { halt_reason: "metric_integrity_violation", detail: `${missing.length} collected test(s) disappeared: ${listed(missing)}` };
+    }
+    if (now.size < was.length) {
+      return { halt_reason: "metric_integrity_violation", detail: `the collected test count dropped from ${was.length} to ${now.size}` };
+    }
+  }
+
+  const coverage = contract.guards?.coverage;
+  if (coverage && after) {
+    const floor = coverage.floor === "t0" ? (before?.coverage_percent ?? null) : Number(coverage.floor.slice(0, -1));
+    if (after.coverage_percent === null) {
+      if (allGatesPassed(contract, observation)) {
+        return { halt_reason: "metric_integrity_violation", detail: `every gate passed but no coverage was read from ${coverage.lcov}` };
+      }
+    } else if (floor !== null && after.coverage_percent < floor - 1e-9) {
+      return {
+        halt_reason: "metric_integrity_violation",
+        detail: `line coverage ${after.coverage_percent.toFixed(2)}% is below the floor of ${floor.toFixed(2)}%${coverage.floor === "t0" ? " (t0)" : ""}`,
+      };
+    }
+  }
+
+  if (before?.contract && after && JSON.stringify(after.contract) !== JSON.stringify(before.contract)) {
+    const how = after.contract && "error" in after.contract ? `is ${after.contract.error}` : "differs from the pinned one";
+    return { halt_reason: "workspace_invalid", detail: `the contract file in the candidate ${how}` };
+  }
+  return null;
+}
