@@ -21,13 +21,31 @@ export class GitError extends Error {
 // Settings for every git call the runner makes: never run the repository's hooks, never sign, never prompt.
 const SAFE_CONFIG = ["-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "advice.detachedHead=false"];
 
+// Variables that tell git which repository to work on (`git rev-parse --local-env-vars`, plus the
+// GIT_CONFIG_KEY_n/VALUE_n pairs GIT_CONFIG_COUNT enables). Git sets GIT_DIR for hooks, so a runner
+// started from a hook (or `git rebase --exec`) would otherwise have every call, the ones meant for a
+// clone included, act on the user's repository: `remote remove origin` in a fresh clone would remove
+// the user's own origin. The runner always names the repository by its working directory instead.
+const REPO_LOCATING_GIT_ENV = new Set([
+  "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_OBJECT_DIRECTORY",
+  "GIT_DIR", "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE", "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS",
+  "GIT_REPLACE_REF_BASE", "GIT_PREFIX", "GIT_INTERNAL_SUPER_PREFIX", "GIT_SHALLOW_FILE", "GIT_COMMON_DIR",
+]);
+
+/** `env` without the variables that point git at a particular repository (GIT_DIR, GIT_WORK_TREE, …). */
+export function withoutRepoLocatingGitEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return Object.fromEntries(
+    Object.entries(env).filter(([name]) => !REPO_LOCATING_GIT_ENV.has(name) && !/^GIT_CONFIG_(KEY|VALUE)_\d+$/.test(name)),
+  );
+}
+
 /** Runs git in `cwd` and returns stdout. */
 export async function git(cwd: string, args: string[], options: { encoding?: "buffer" } = {}): Promise<string> {
   try {
     const { stdout } = await execFileAsync("git", [...SAFE_CONFIG, ...args], {
       cwd,
       maxBuffer: 512 * 1024 * 1024,
-      env: { ...process.env, GIT_TERMINAL_PROMPT: "0" },
+      env: { ...withoutRepoLocatingGitEnv(process.env), GIT_TERMINAL_PROMPT: "0" },
       encoding: options.encoding === "buffer" ? "latin1" : "utf8",
     });
     return stdout;
@@ -135,6 +153,9 @@ export async function revertTo(repo: string, best: string, keep: { ref: string; 
 /**
  * A detached clone of one commit for evaluation: never the agent's working tree (DESIGN §6.4). Hooks
  * are disabled and no remote is left configured, so a gate cannot push or reach credentials through git.
+ * These calls never contact a remote (a local clone whose origin is removed before checkout), so no
+ * credential helper is ever consulted; the user's global and system git config still apply, since
+ * checkout filters (e.g. line endings) live there.
  */
 export async function cloneAt(repo: string, commit: string, dir: string): Promise<void> {
   await mkdir(path.dirname(dir), { recursive: true });

@@ -1,0 +1,37 @@
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { cloneAt } from "../../../runner/src/git.js";
+
+const dir = mkdtempSync(path.join(os.tmpdir(), "lw-git-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const git = (cwd: string, ...args: string[]) => {
+  const env = { ...process.env };
+  delete env.GIT_DIR;
+  return execFileSync("git", args, { cwd, encoding: "utf8", env });
+};
+
+describe("git calls on clones", () => {
+  it("act on the clone even when GIT_DIR points at the user's repository (a runner started from a git hook)", async () => {
+    const repo = path.join(dir, "user");
+    execFileSync("git", ["init", "-q", "-b", "main", repo]);
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "--allow-empty", "-m", "initial");
+    git(repo, "remote", "add", "origin", "https://example.com/user.git");
+    const head = git(repo, "rev-parse", "HEAD").trim();
+
+    const saved = process.env.GIT_DIR;
+    process.env.GIT_DIR = path.join(repo, ".git");
+    try {
+      await cloneAt(repo, head, path.join(dir, "clone"));
+    } finally {
+      if (saved === undefined) delete process.env.GIT_DIR;
+      else process.env.GIT_DIR = saved;
+    }
+    expect(git(repo, "remote").trim()).toBe("origin");
+    expect(git(repo, "config", "--list", "--local")).not.toContain("core.hookspath");
+    expect(git(repo, "symbolic-ref", "HEAD").trim()).toBe("refs/heads/main");
+    expect(git(path.join(dir, "clone"), "remote").trim()).toBe("");
+  });
+});
