@@ -6,8 +6,8 @@ import { sha256Hex } from "../../shared/hash.js";
 import type { Contract, Gate } from "../../shared/wire/contract.js";
 import type { ArtifactRef, GateResult, Observation } from "../../shared/wire/observation.js";
 import type { Client } from "./client.js";
-import { runCommand, type CommandResult } from "./exec.js";
-import { cloneAt } from "./git.js";
+import { requireNetworkIsolation, runCommand, type CommandResult } from "./exec.js";
+import { cloneAt, withoutRepoLocatingGitEnv } from "./git.js";
 import { parseJUnit, parseMetrics, parseTap, type TestReport } from "./parsers/index.js";
 
 /** An observation and the gate logs it cites, still to be uploaded. */
@@ -16,9 +16,13 @@ export interface Evaluation {
   logs: { ref: ArtifactRef; bytes: Buffer }[];
 }
 
-/** The environment gates and agents run with: the runner's own credentials are never passed on (invariant 1). */
+/**
+ * The environment gates and agents run with: the runner's own credentials are never passed on
+ * (invariant 1), and neither are git's repository-locating variables (GIT_DIR, GIT_WORK_TREE, … as
+ * set when loopwarden runs from a git hook), so git inside a clone works on the clone.
+ */
 export function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env, ...extra };
+  const env: NodeJS.ProcessEnv = { ...withoutRepoLocatingGitEnv(process.env), ...extra };
   delete env.LOOPWARDEN_TOKEN;
   delete env.LOOPWARDEN_SERVER;
   return env;
@@ -65,87 +69,106 @@ export interface GateProgress {
   metricErrors: string[];
 }
 
-/**
- * Evaluates one commit: a fresh detached clone, then the gates in order. The first hard failure stops
- * the rest; soft gates never do. Each gate's output is captured once, kept as its log, and read for
- * `METRIC` lines and, when configured, its JUnit/TAP report.
- */
-export async function evaluateCommit(options: {
-  repo: string;
-  commit: string;
-  contract: Contract;
-  label: string;
+/** What a caller hears while gates run (progress lines, live status). */
+export interface GateHooks {
   onGateStart?: (gate: Gate) => void;
   onGate?: (progress: GateProgress) => void;
-}): Promise<Evaluation> {
-  const dir = path.join(options.repo, ".loopwarden", "clones", `${options.label}-${randomBytes(4).toString("hex")}`);
-  try {
-    await cloneAt(options.repo, options.commit, dir);
-    const gates: GateResult[] = [];
-    const logs: Evaluation["logs"] = [];
-    const passing = new Set<string>();
-    const failing = new Set<string>();
-    for (const gate of options.contract.gates) {
-      options.onGateStart?.(gate);
-      if (gate.tests) {
-        // The report must be this run's: a copy committed to the repository must not stand in for a
-        // gate that failed to write one. Its directory is made, since reporters rarely make it.
-        const report = path.join(dir, "junit" in gate.tests ? gate.tests.junit : gate.tests.tap);
-        await rm(report, { force: true });
-        await mkdir(path.dirname(report), { recursive: true });
-      }
-      const result = await runCommand(gate.run, {
-        cwd: dir,
-        timeoutMs: parseDuration(gate.timeout) ?? 600_000,
-        env: childEnv(),
-      });
-      const notes: string[] = [];
-      const metrics = parseMetrics(result.output.toString("utf8"));
-      const metricErrors = metrics.errors.map((error) => `line ${error.line}: ${error.reason}: ${error.text}`);
-      notes.push(...metricErrors.map((error) => `malformed METRIC ${error}`));
-      let reportError: string | undefined;
-      let counts: GateProgress["tests"] = null;
-      if (gate.tests) {
-        const read = await readTestReport(gate, dir);
-        if ("error" in read) {
-          reportError = read.error;
-          notes.push(`test report: ${read.error}`);
-        } else {
-          read.report.passing.forEach((id) => passing.add(id));
-          read.report.failing.forEach((id) => failing.add(id));
-          counts = { passing: read.report.passing.length, failing: read.report.failing.length };
-        }
-      }
-      const bytes = logOf(gate, result, notes);
-      const ref: ArtifactRef = {
-        sha256: sha256Hex(bytes),
-        size: bytes.length,
-        name: `gate-${gate.name}.log`,
-        content_type: "text/plain; charset=utf-8",
-      };
-      logs.push({ ref, bytes });
-      const gateResult: GateResult = {
-        name: gate.name,
-        exit_code: result.exit_code,
-        signal: result.signal,
-        timed_out: result.timed_out,
-        duration_ms: result.duration_ms,
-        log: ref,
-        ...(Object.keys(metrics.metrics).length > 0 ? { metrics: metrics.metrics } : {}),
-        ...(reportError === undefined ? {} : { report_error: reportError }),
-      };
-      gates.push(gateResult);
-      options.onGate?.({ gate, result: gateResult, tests: counts, metricErrors });
-      // The first hard failure stops the rest; the engine counts a gate that did not run as failing.
-      const hardFailure = !gate.soft && (result.exit_code !== 0 || result.timed_out || reportError !== undefined);
-      if (hardFailure) break;
+}
+
+/**
+ * Runs the contract's gates in order in `dir`, a checkout of the commit under evaluation. The first
+ * hard failure stops the rest; soft gates never do. Each gate's output is captured once, kept as its
+ * log, and read for `METRIC` lines and, when configured, its JUnit/TAP report. With `exec.network:
+ * none` every gate runs in a network namespace of its own, and none runs where that is impossible.
+ * Evaluations, probes and doctor all run gates through here, so they judge exactly the same way.
+ */
+export async function runGates(dir: string, contract: Contract, hooks: GateHooks = {}): Promise<Evaluation> {
+  const network = contract.exec?.network ?? "host";
+  // Refuse before the first gate rather than between two of them.
+  if (network === "none") await requireNetworkIsolation();
+  const gates: GateResult[] = [];
+  const logs: Evaluation["logs"] = [];
+  const passing = new Set<string>();
+  const failing = new Set<string>();
+  for (const gate of contract.gates) {
+    hooks.onGateStart?.(gate);
+    if (gate.tests) {
+      // The report must be this run's: a copy committed to the repository (or left by an earlier run
+      // in the same directory) must not stand in for a gate that failed to write one. Its directory is
+      // made, since reporters rarely make it.
+      const report = path.join(dir, "junit" in gate.tests ? gate.tests.junit : gate.tests.tap);
+      await rm(report, { force: true });
+      await mkdir(path.dirname(report), { recursive: true });
     }
-    // A test that failed in any gate is failing, whatever another gate said of it.
-    for (const id of failing) passing.delete(id);
-    return { observation: { gates, tests: { passing: [...passing].sort(), failing: [...failing].sort() } }, logs };
+    const result = await runCommand(gate.run, {
+      cwd: dir,
+      timeoutMs: parseDuration(gate.timeout) ?? 600_000,
+      env: childEnv(),
+      network,
+    });
+    const notes: string[] = [];
+    const metrics = parseMetrics(result.output.toString("utf8"));
+    const metricErrors = metrics.errors.map((error) => `line ${error.line}: ${error.reason}: ${error.text}`);
+    notes.push(...metricErrors.map((error) => `malformed METRIC ${error}`));
+    let reportError: string | undefined;
+    let counts: GateProgress["tests"] = null;
+    if (gate.tests) {
+      const read = await readTestReport(gate, dir);
+      if ("error" in read) {
+        reportError = read.error;
+        notes.push(`test report: ${read.error}`);
+      } else {
+        read.report.passing.forEach((id) => passing.add(id));
+        read.report.failing.forEach((id) => failing.add(id));
+        counts = { passing: read.report.passing.length, failing: read.report.failing.length };
+      }
+    }
+    const bytes = logOf(gate, result, notes);
+    const ref: ArtifactRef = {
+      sha256: sha256Hex(bytes),
+      size: bytes.length,
+      name: `gate-${gate.name}.log`,
+      content_type: "text/plain; charset=utf-8",
+    };
+    logs.push({ ref, bytes });
+    const gateResult: GateResult = {
+      name: gate.name,
+      exit_code: result.exit_code,
+      signal: result.signal,
+      timed_out: result.timed_out,
+      duration_ms: result.duration_ms,
+      log: ref,
+      ...(Object.keys(metrics.metrics).length > 0 ? { metrics: metrics.metrics } : {}),
+      ...(reportError === undefined ? {} : { report_error: reportError }),
+    };
+    gates.push(gateResult);
+    hooks.onGate?.({ gate, result: gateResult, tests: counts, metricErrors });
+    // The first hard failure stops the rest; the engine counts a gate that did not run as failing.
+    const hardFailure = !gate.soft && (result.exit_code !== 0 || result.timed_out || reportError !== undefined);
+    if (hardFailure) break;
+  }
+  // A test that failed in any gate is failing, whatever another gate said of it.
+  for (const id of failing) passing.delete(id);
+  return { observation: { gates, tests: { passing: [...passing].sort(), failing: [...failing].sort() } }, logs };
+}
+
+/**
+ * Runs `use` on a fresh detached clone of `commit` (DESIGN §6.4: never the agent's working tree), under
+ * `.loopwarden/clones/`, and removes the clone afterwards whatever happens.
+ */
+export async function withClone<T>(repo: string, commit: string, label: string, use: (dir: string) => Promise<T>): Promise<T> {
+  const dir = path.join(repo, ".loopwarden", "clones", `${label}-${randomBytes(4).toString("hex")}`);
+  try {
+    await cloneAt(repo, commit, dir);
+    return await use(dir);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+/** Evaluates one commit: its gates (`runGates`) in a fresh detached clone (`withClone`). */
+export async function evaluateCommit(options: GateHooks & { repo: string; commit: string; contract: Contract; label: string }): Promise<Evaluation> {
+  return withClone(options.repo, options.commit, options.label, (dir) => runGates(dir, options.contract, options));
 }
 
 /** Uploads an evaluation's logs to the loop's artifact store. */

@@ -1,4 +1,7 @@
-import { spawn } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
+import { access, constants } from "node:fs/promises";
+import path from "node:path";
+import { UserError } from "./errors.js";
 import { onShutdown } from "./shutdown.js";
 
 /** How a command ended. `output` is stdout and stderr interleaved as written, truncated to its tail. */
@@ -16,17 +19,111 @@ export const MAX_CAPTURED_BYTES = 8 * 1024 * 1024;
 /** After a timeout, the process group gets SIGTERM, then SIGKILL this long after. */
 const KILL_GRACE_MS = 2_000;
 
+/** The network a command sees: the host's, or none (a network namespace of its own, DESIGN §5 `exec`). */
+export type NetworkMode = "none" | "host";
+
+/** Whether commands can be isolated from the network here, and how (the argv to put before the command). */
+export type NetworkIsolation = { available: true; prefix: string[]; how: string } | { available: false; reason: string };
+
+// Inside the new namespace only a loopback interface exists, and it is down: bring it up, so a gate can
+// still use 127.0.0.1 among its own processes (a test server), then run the command in a shell of its
+// own. Arguments: $1 the `ip` binary, $2 the command. Both shells are exec'd in place, so the process
+// runCommand spawned stays the process group's leader and a timeout still kills the whole group.
+const ISOLATED_SHELL = [
+  '"$1" link set lo up || { echo "loopwarden: cannot bring up the loopback interface of the gate\'s network namespace" >&2; exit 125; }',
+  'exec /bin/sh -c "$2"',
+].join("\n");
+
+async function findExecutable(name: string, extraDirs: string[] = []): Promise<string | null> {
+  const dirs = [...(process.env.PATH ?? "").split(path.delimiter).filter(Boolean), ...extraDirs];
+  for (const dir of dirs) {
+    const candidate = path.join(dir, name);
+    try {
+      await access(candidate, constants.X_OK);
+      return candidate;
+    } catch {
+      // Not here.
+    }
+  }
+  return null;
+}
+
+function tryPrefix(prefix: string[]): Promise<{ ok: true } | { ok: false; reason: string }> {
+  return new Promise((resolve) => {
+    const [file, ...args] = prefix;
+    if (!file) return resolve({ ok: false, reason: "no command" });
+    execFile(file, [...args, "true"], { timeout: 10_000 }, (error, _stdout, stderr) => {
+      if (!error) return resolve({ ok: true });
+      const said = String(stderr).trim().split("\n").filter(Boolean).pop();
+      resolve({ ok: false, reason: said || error.message });
+    });
+  });
+}
+
+/**
+ * Finds how to run a command in a network namespace of its own on this machine, by trying it once:
+ * `unshare --net` as root, else `unshare --map-root-user --net` (an unprivileged user namespace, in
+ * which the command sees itself as root while its files stay the caller's), each wrapping a shell that
+ * brings the namespace's loopback up with iproute2's `ip`. Exported with its binaries as parameters
+ * for tests; commands use `networkIsolation()`, which probes once per process.
+ */
+export async function probeNetworkIsolation(
+  binaries: { unshare?: string | null; ip?: string | null } = {},
+): Promise<NetworkIsolation> {
+  if (process.platform !== "linux") return { available: false, reason: `network namespaces are a Linux feature and this is ${process.platform}` };
+  const unshare = binaries.unshare === undefined ? await findExecutable("unshare") : binaries.unshare;
+  if (!unshare) return { available: false, reason: "util-linux's unshare is not installed (or not on PATH)" };
+  const ip = binaries.ip === undefined ? await findExecutable("ip", ["/usr/sbin", "/sbin"]) : binaries.ip;
+  if (!ip) return { available: false, reason: "iproute2's ip is not installed, and it is needed to bring up the namespace's loopback" };
+  const attempts = process.getuid?.() === 0 ? [["--net"], ["--map-root-user", "--net"]] : [["--map-root-user", "--net"]];
+  let reason = "";
+  for (const flags of attempts) {
+    const prefix = [unshare, ...flags, "/bin/sh", "-c", ISOLATED_SHELL, "loopwarden-netns", ip];
+    const tried = await tryPrefix(prefix);
+    if (tried.ok) return { available: true, prefix, how: `unshare ${flags.join(" ")}` };
+    reason = `unshare ${flags.join(" ")}: ${tried.reason}`;
+  }
+  return { available: false, reason };
+}
+
+let isolation: Promise<NetworkIsolation> | undefined;
+
+/** How this machine isolates commands from the network, probed on first use and remembered. */
+export function networkIsolation(): Promise<NetworkIsolation> {
+  isolation ??= probeNetworkIsolation();
+  return isolation;
+}
+
+/** The refusal when a contract asks for `exec.network: none` and this machine cannot provide it. */
+export function isolationUnavailable(reason: string): UserError {
+  return new UserError(
+    `the contract asks for exec.network: none (gates without network), and this machine cannot isolate them: ${reason}. ` +
+      "Run where network namespaces are available (Linux with unprivileged user namespaces allowed, or as root, with util-linux and iproute2), " +
+      "or remove exec from the contract to run the gates with the host's network",
+    2,
+  );
+}
+
+/** The argv prefix that isolates a command from the network; refuses (never runs unisolated) when there is none. */
+export async function requireNetworkIsolation(): Promise<string[]> {
+  const found = await networkIsolation();
+  if (!found.available) throw isolationUnavailable(found.reason);
+  return found.prefix;
+}
+
 /**
  * Runs a shell command in its own process group, capturing its output once. On timeout the whole
- * group is killed (children included), so a hung gate never outlives its limit.
+ * group is killed (children included), so a hung gate never outlives its limit. With `network: "none"`
+ * the command runs in a network namespace of its own (loopback only), or not at all.
  */
-export function runCommand(
+export async function runCommand(
   command: string,
-  options: { cwd: string; timeoutMs: number; env?: NodeJS.ProcessEnv; onOutput?: (chunk: Buffer) => void },
+  options: { cwd: string; timeoutMs: number; env?: NodeJS.ProcessEnv; onOutput?: (chunk: Buffer) => void; network?: NetworkMode },
 ): Promise<CommandResult> {
+  const [file = "/bin/sh", ...args] = options.network === "none" ? [...(await requireNetworkIsolation()), command] : ["/bin/sh", "-c", command];
   const started = performance.now();
   return new Promise((resolve, reject) => {
-    const child = spawn("/bin/sh", ["-c", command], {
+    const child = spawn(file, args, {
       cwd: options.cwd,
       env: options.env ?? process.env,
       stdio: ["ignore", "pipe", "pipe"],

@@ -4,6 +4,7 @@ import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { cloneAt } from "../../../runner/src/git.js";
+import { childEnv } from "../../../runner/src/evaluate.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "lw-git-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -25,6 +26,8 @@ describe("git calls on clones", () => {
     process.env.GIT_DIR = path.join(repo, ".git");
     try {
       await cloneAt(repo, head, path.join(dir, "clone"));
+      // Gates and agents do not inherit it either, so git inside a clone sees the clone.
+      expect(childEnv().GIT_DIR).toBeUndefined();
     } finally {
       if (saved === undefined) delete process.env.GIT_DIR;
       else process.env.GIT_DIR = saved;
