@@ -29,15 +29,25 @@ describe("a loop.yaml contract", () => {
     tmp.cleanup();
   });
 
-  it("init writes a starter contract that names what is left to fill in, and ignores .loopwarden/", async () => {
+  it("init writes a starter contract that names what is left to fill in and the agent's program.md, and ignores .loopwarden/", async () => {
     const repo = demoRepo();
     const result = await cli(repo, "init");
     expect(result.code, result.stderr).toBe(0);
-    expect(one(result.stdout)).toMatchObject({ status: "ok", contract: "loop.yaml", todo: ["agent.run (your agent command)"] });
+    expect(one(result.stdout)).toMatchObject({
+      status: "ok",
+      contract: "loop.yaml",
+      program: "program.md",
+      todo: ["agent.run (your agent command)"],
+    });
     const written = readFileSync(path.join(repo, "loop.yaml"), "utf8");
     expect(written).toContain("mode: check_fixpoint");
     expect(written).toContain('run: "npm install --no-audit --no-fund && npm test"');
     expect(readFileSync(path.join(repo, ".gitignore"), "utf8")).toContain(".loopwarden/");
+    // The agent's instructions: the contract's objective and gate, and the files the runner points it at.
+    const program = readFileSync(path.join(repo, "program.md"), "utf8");
+    expect(program).toContain("make every test pass without weakening any test");
+    expect(program).toContain("`npm install --no-audit --no-fund && npm test`");
+    expect(program).toContain("$LOOPWARDEN_LAST_VERDICT");
 
     // Running it before filling in the agent says exactly what is missing.
     gitIn(repo, "add", "-A");
@@ -49,6 +59,14 @@ describe("a loop.yaml contract", () => {
     const again = await cli(repo, "init");
     expect(again.code).toBe(1);
     expect(one(again.stdout).errors).toEqual([expect.stringContaining("loop.yaml already exists")]);
+
+    // A program.md of the user's own is left as it is.
+    const own = demoRepo();
+    writeFileSync(path.join(own, "program.md"), "# my own instructions\n");
+    const kept = await cli(own, "init");
+    expect(kept.code, kept.stderr).toBe(0);
+    expect(one(kept.stdout)).toMatchObject({ status: "ok", contract: "loop.yaml", program: null });
+    expect(readFileSync(path.join(own, "program.md"), "utf8")).toBe("# my own instructions\n");
   });
 
   it("refuses a contract with a bad key or value, naming file, line and key path, and creates nothing", async () => {
