@@ -122,6 +122,21 @@ program
     exitCode = await watchCommand(loop, { ...globals(), cwd: process.cwd() });
   });
 
+program
+  .command("export")
+  .description("export a loop's history as candidates.jsonl, benchmark.csv or results.tsv (default: this repository's current loop)")
+  .argument("[loop]", "loop id")
+  .addOption(
+    new Option("--format <format>", "the export format")
+      .choices(["candidates.jsonl", "benchmark.csv", "results.tsv"])
+      .makeOptionMandatory(),
+  )
+  .option("--output <file>", "write to FILE instead of stdout (required with --json)")
+  .action(async (loop: string | undefined, options: { format: string; output?: string }) => {
+    const { exportCommand } = await import("./commands/export.js");
+    exitCode = await exportCommand(loop, { ...globals(), ...options, cwd: process.cwd() });
+  });
+
 function fail(mode: OutputMode, message: string, code: number): void {
   if (mode.json) emitResult(mode, { status: "error", errors: [message] }, []);
   else process.stderr.write(`loopwarden: ${message}\n`);
