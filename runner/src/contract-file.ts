@@ -16,6 +16,11 @@ export interface LoadedContract {
   source: string;
 }
 
+/** The contract's file relative to the repository, or null in flag-only mode (guards protect the file). */
+export function contractFileOf(loaded: LoadedContract): string | null {
+  return loaded.source === "flags" ? null : loaded.source;
+}
+
 /** The contract hash (DESIGN §4.4): sha256 of the canonical JSON of the parsed contract, defaults applied. */
 export function contractHash(contract: Contract): string {
   return sha256Hex(canonicalJson(contract));

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, readFile, rm } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm, rmdir } from "node:fs/promises";
 import path from "node:path";
 import { parseDuration } from "../../shared/duration.js";
 import { sha256Hex } from "../../shared/hash.js";
@@ -8,6 +8,7 @@ import type { ArtifactRef, GateResult, Observation } from "../../shared/wire/obs
 import type { Client } from "./client.js";
 import { requireNetworkIsolation, runCommand, type CommandResult } from "./exec.js";
 import { cloneAt, withoutRepoLocatingGitEnv } from "./git.js";
+import { readCoverage, readGuardsBeforeGates } from "./guard-readings.js";
 import { parseJUnit, parseMetrics, parseTap, type TestReport } from "./parsers/index.js";
 
 /** An observation and the gate logs it cites, still to be uploaded. */
@@ -73,6 +74,8 @@ export interface GateProgress {
 export interface GateHooks {
   onGateStart?: (gate: Gate) => void;
   onGate?: (progress: GateProgress) => void;
+  /** Anything else worth a progress line (e.g. an unreadable coverage report). */
+  onNote?: (text: string) => void;
 }
 
 /**
@@ -90,6 +93,7 @@ export async function runGates(dir: string, contract: Contract, hooks: GateHooks
   const logs: Evaluation["logs"] = [];
   const passing = new Set<string>();
   const failing = new Set<string>();
+  const skipped = new Set<string>();
   for (const gate of contract.gates) {
     hooks.onGateStart?.(gate);
     if (gate.tests) {
@@ -120,6 +124,7 @@ export async function runGates(dir: string, contract: Contract, hooks: GateHooks
       } else {
         read.report.passing.forEach((id) => passing.add(id));
         read.report.failing.forEach((id) => failing.add(id));
+        read.report.skipped.forEach((id) => skipped.add(id));
         counts = { passing: read.report.passing.length, failing: read.report.failing.length };
       }
     }
@@ -147,28 +152,76 @@ export async function runGates(dir: string, contract: Contract, hooks: GateHooks
     const hardFailure = !gate.soft && (result.exit_code !== 0 || result.timed_out || reportError !== undefined);
     if (hardFailure) break;
   }
-  // A test that failed in any gate is failing, whatever another gate said of it.
+  // A test that failed in any gate is failing, whatever another gate said of it; one that ran anywhere
+  // is not merely skipped.
   for (const id of failing) passing.delete(id);
-  return { observation: { gates, tests: { passing: [...passing].sort(), failing: [...failing].sort() } }, logs };
+  for (const id of [...passing, ...failing]) skipped.delete(id);
+  const tests = { passing: [...passing].sort(), failing: [...failing].sort(), ...(skipped.size > 0 ? { skipped: [...skipped].sort() } : {}) };
+  return { observation: { gates, tests }, logs };
+}
+
+/** Where this process keeps its clones: a directory per process, so concurrent runners never collide. */
+function clonesDir(repo: string, pid = process.pid): string {
+  return path.join(repo, ".loopwarden", "clones", String(pid));
+}
+
+/**
+ * Removes clones left behind by runner processes that no longer exist (killed mid-evaluation); the
+ * clones of a process still running (a probe beside a run) are left alone.
+ */
+export async function removeStaleClones(repo: string): Promise<void> {
+  const root = path.dirname(clonesDir(repo));
+  const entries = await readdir(root).catch((): string[] => []);
+  for (const entry of entries) {
+    const pid = Number(entry);
+    let alive = false;
+    if (Number.isInteger(pid) && pid > 0) {
+      try {
+        process.kill(pid, 0);
+        alive = true;
+      } catch (error) {
+        alive = (error as NodeJS.ErrnoException).code === "EPERM";
+      }
+    }
+    if (!alive) await rm(path.join(root, entry), { recursive: true, force: true });
+  }
 }
 
 /**
  * Runs `use` on a fresh detached clone of `commit` (DESIGN §6.4: never the agent's working tree), under
- * `.loopwarden/clones/`, and removes the clone afterwards whatever happens.
+ * `.loopwarden/clones/<pid>/`, and removes the clone afterwards whatever happens.
  */
 export async function withClone<T>(repo: string, commit: string, label: string, use: (dir: string) => Promise<T>): Promise<T> {
-  const dir = path.join(repo, ".loopwarden", "clones", `${label}-${randomBytes(4).toString("hex")}`);
+  const dir = path.join(clonesDir(repo), `${label}-${randomBytes(4).toString("hex")}`);
   try {
     await cloneAt(repo, commit, dir);
     return await use(dir);
   } finally {
     await rm(dir, { recursive: true, force: true });
+    // The process's directory goes too once empty (another clone of this process may still be in it).
+    await rmdir(clonesDir(repo)).catch(() => undefined);
   }
 }
 
-/** Evaluates one commit: its gates (`runGates`) in a fresh detached clone (`withClone`). */
-export async function evaluateCommit(options: GateHooks & { repo: string; commit: string; contract: Contract; label: string }): Promise<Evaluation> {
-  return withClone(options.repo, options.commit, options.label, (dir) => runGates(dir, options.contract, options));
+/**
+ * Evaluates one commit in a fresh detached clone (`withClone`): its gates (`runGates`) and, for a
+ * loop's evaluations (`guards` given: where the contract file is, null in flag-only mode), the guard
+ * readings of DESIGN §6.4 — the commit's protected files and contract file as committed, before any
+ * gate runs, and the coverage the gates left.
+ */
+export async function evaluateCommit(
+  options: GateHooks & { repo: string; commit: string; contract: Contract; label: string; guards?: { contractFile: string | null } },
+): Promise<Evaluation> {
+  return withClone(options.repo, options.commit, options.label, async (dir) => {
+    const guards = options.guards;
+    if (!guards) return runGates(dir, options.contract, options);
+    const before = await readGuardsBeforeGates(dir, options.contract, guards.contractFile);
+    const evaluation = await runGates(dir, options.contract, options);
+    const coverage = await readCoverage(dir, options.contract);
+    if (coverage.note) options.onNote?.(coverage.note);
+    evaluation.observation.guards = { ...before, coverage_percent: coverage.percent };
+    return evaluation;
+  });
 }
 
 /** Uploads an evaluation's logs to the loop's artifact store. */

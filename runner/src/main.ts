@@ -122,6 +122,32 @@ program
     exitCode = await watchCommand(loop, { ...globals(), cwd: process.cwd() });
   });
 
+function flakeRate(value: string): number {
+  const parsed = Number(value);
+  if (!Number.isFinite(parsed) || parsed <= 0 || parsed >= 1) throw new InvalidArgumentError("must be a fraction between 0 and 1, e.g. 0.05 for 5%");
+  return parsed;
+}
+
+program
+  .command("probe")
+  .description("run the gates N times on HEAD, each in a fresh clone; report the flake-rate upper bound and the tests that flipped (exit 14 check_flaky)")
+  .option("--runs <n>", "runs of the gates (default 10, at most 1000)", positiveInt)
+  .option("--max-flake-rate <r>", "run enough times (⌈3/R⌉, the rule of three) to bound the flake rate by R with no flip", flakeRate)
+  .action(async (options: { runs?: number; maxFlakeRate?: number }) => {
+    const { probeCommand } = await import("./commands/probe.js");
+    exitCode = await probeCommand({ ...globals(), ...options, cwd: process.cwd() });
+  });
+
+program
+  .command("doctor")
+  .description("check contract, git, working tree, coordinator (with --server), and that the gates are deterministic, free of side effects and (with --mutate) adequate")
+  .option("--mutate <cmd>", "a command that breaks the code: the gates must turn red on the tree it leaves (else exit 15 check_inadequate)")
+  .option("--runs <n>", "runs of the determinism probe (default 3)", positiveInt)
+  .action(async (options: { mutate?: string; runs?: number }) => {
+    const { doctorCommand } = await import("./commands/doctor.js");
+    exitCode = await doctorCommand({ ...globals(), ...options, cwd: process.cwd() });
+  });
+
 program
   .command("export")
   .description("export a loop's history as candidates.jsonl, benchmark.csv or results.tsv (default: this repository's current loop)")

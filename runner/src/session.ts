@@ -8,9 +8,9 @@ import type { AgentReport } from "../../shared/wire/agent-report.js";
 import { ProposeCandidateRequest, type Lease, type LoopSummary } from "../../shared/wire/api.js";
 import { CoordinatorError, type Client } from "./client.js";
 import { connect, type Connection, type ServerOptions } from "./connect.js";
-import { loadContractFile, validateContract, type LoadedContract } from "./contract-file.js";
+import { contractFileOf, loadContractFile, validateContract, type LoadedContract } from "./contract-file.js";
 import { UserError } from "./errors.js";
-import { evaluateCommit, uploadLogs } from "./evaluate.js";
+import { evaluateCommit, removeStaleClones, uploadLogs } from "./evaluate.js";
 import {
   currentBranch,
   diffOf,
@@ -111,8 +111,7 @@ export async function openSession(
   await headCommit(repo);
   const loaded = await resolveContract(repo, options);
   await excludeStateDir(repo);
-  // Clones an earlier runner left behind when it was killed mid-evaluation (one runner per checkout).
-  await rm(path.join(repo, ".loopwarden", "clones"), { recursive: true, force: true });
+  await removeStaleClones(repo);
 
   const previous = await loadWorkspaceState(repo);
   const sameContract = previous !== null && previous.contract_hash === loaded.hash;
@@ -160,7 +159,14 @@ export async function openSession(
     const t0Commit = await headCommit(repo);
     progress(mode, `capturing the baseline at ${short(t0Commit)}: running ${loaded.contract.gates.length} gate(s) in a clean clone…`);
     liveStatus(mode, "baseline: running gates");
-    const baseline = await evaluateCommit({ repo, commit: t0Commit, contract: loaded.contract, label: "t0" });
+    const baseline = await evaluateCommit({
+      repo,
+      commit: t0Commit,
+      contract: loaded.contract,
+      guards: { contractFile: contractFileOf(loaded) },
+      label: "t0",
+      onNote: (text) => progress(mode, `baseline: ${text}`),
+    });
     const created = await connection.client.createLoop({
       idempotency_key: `run-${randomBytes(16).toString("hex")}`,
       contract: loaded.contract,
@@ -272,7 +278,9 @@ async function evaluateLease(session: Session, lease: Lease, iteration: number):
       repo: session.repo,
       commit: lease.job.commit,
       contract: session.loaded.contract,
+      guards: { contractFile: contractFileOf(session.loaded) },
       label: lease.job.candidate_id,
+      onNote: (text) => progress(mode, `${label}   ${text}`),
       onGateStart: (gate) => liveStatus(mode, `${label} gate ${gate.name}: ${gate.run}`),
       onGate: ({ gate, result, tests, metricErrors }) => {
         const outcome = result.timed_out ? `timed out after ${gate.timeout}` : `exit ${result.exit_code ?? result.signal}`;

@@ -1,0 +1,64 @@
+import { readFile } from "node:fs/promises";
+import path from "node:path";
+import picomatch from "picomatch";
+import { parseDocument } from "yaml";
+import { protectedGlobs } from "../../shared/engine/guards.js";
+import { sha256Hex } from "../../shared/hash.js";
+import { Contract } from "../../shared/wire/contract.js";
+import type { GuardReadings } from "../../shared/wire/observation.js";
+import { contractHash } from "./contract-file.js";
+import { git } from "./git.js";
+import { parseLcov } from "./parsers/index.js";
+
+// The runner's half of the guards (DESIGN §6.4): it measures, in the evaluated commit's clean clone,
+// what the engine compares with t0. Files are read as committed, before any gate runs, so neither an
+// agent's working tree nor a gate's side effects can hide a change.
+
+/** sha256 of every tracked file matching the protected globs, by path. */
+async function hashProtectedFiles(clone: string, globs: string[]): Promise<Record<string, string>> {
+  if (globs.length === 0) return {};
+  const isProtected = picomatch(globs, { dot: true });
+  const tracked = (await git(clone, ["ls-files", "-z"])).split("\0").filter(Boolean);
+  const files: Record<string, string> = {};
+  for (const file of tracked.filter((name) => isProtected(name)).sort()) {
+    // A tracked symlink or submodule has no readable content here; its path still counts, as empty.
+    const bytes = await readFile(path.join(clone, file)).catch(() => Buffer.alloc(0));
+    files[file] = sha256Hex(bytes);
+  }
+  return files;
+}
+
+/** The contract file as the candidate has it: its hash, or why there is none (null in flag-only mode). */
+async function readContractFile(clone: string, contractFile: string | null): Promise<GuardReadings["contract"]> {
+  if (contractFile === null) return null;
+  const text = await readFile(path.join(clone, contractFile), "utf8").catch(() => null);
+  if (text === null) return { error: "missing" };
+  const doc = parseDocument(text, { uniqueKeys: true });
+  const parsed = doc.errors.length > 0 ? null : Contract.safeParse(doc.toJSON());
+  return parsed?.success ? { hash: contractHash(parsed.data) } : { error: "invalid" };
+}
+
+/** Readings taken right after checkout, before any gate runs. */
+export async function readGuardsBeforeGates(
+  clone: string,
+  contract: Contract,
+  contractFile: string | null,
+): Promise<Omit<GuardReadings, "coverage_percent">> {
+  return {
+    protected_files: await hashProtectedFiles(clone, protectedGlobs(contract, contractFile)),
+    contract: await readContractFile(clone, contractFile),
+  };
+}
+
+/** Line coverage from the contract's lcov file after the gates ran; null when there is none to read. */
+export async function readCoverage(clone: string, contract: Contract): Promise<{ percent: number | null; note?: string }> {
+  const lcov = contract.guards?.coverage?.lcov;
+  if (!lcov) return { percent: null };
+  const text = await readFile(path.join(clone, lcov), "utf8").catch(() => null);
+  if (text === null) return { percent: null, note: `${lcov}: no coverage report was written` };
+  try {
+    return { percent: parseLcov(text, lcov).percent };
+  } catch (error) {
+    return { percent: null, note: (error as Error).message };
+  }
+}
