@@ -111,9 +111,10 @@ Off limits: never create, edit, rename or delete
 - lockfiles: ${globs(lockfiles)}; add no dependencies
 - \`program.md\` (this file) and \`.loopwarden/\` (the runner's state)
 
-In this version, the contract file and the tests must not be changed: guards that enforce these
-protected paths are on loopwarden's roadmap, and until they run, a person reviews every kept change
-before merging it.
+The contract, the tests, the CI configuration and the lockfiles are checked by the coordinator, not
+left to you: a candidate that changes one of them is rejected and halts the loop
+(\`blocked_path_modified\`), and so does one whose test suite lost a test
+(\`metric_integrity_violation\`), whatever the tests say.
 
 ## First, read the last verdict and the history
 
