@@ -122,6 +122,15 @@ program
     exitCode = await watchCommand(loop, { ...globals(), cwd: process.cwd() });
   });
 
+program
+  .command("explain")
+  .description("why the loop halted, in plain words: the evidence, and whether to raise a limit or not retry")
+  .argument("[loop]", "loop id")
+  .action(async (loop: string | undefined) => {
+    const { explainCommand } = await import("./commands/explain.js");
+    exitCode = await explainCommand(loop, { ...globals(), cwd: process.cwd() });
+  });
+
 function flakeRate(value: string): number {
   const parsed = Number(value);
   if (!Number.isFinite(parsed) || parsed <= 0 || parsed >= 1) throw new InvalidArgumentError("must be a fraction between 0 and 1, e.g. 0.05 for 5%");

@@ -63,8 +63,85 @@ export function decide(
     }
     return { verdict, events: withHalt(state, verdictEvent) };
   }
+  // The same tree measured twice must give the same outcomes (DESIGN §6.5): a flip means the check is
+  // an untrusted oracle, and every verdict it gave is in doubt.
+  const flipped = flippedTests(state, candidateId, observation);
+  if (flipped) {
+    const verdict: Verdict = {
+      candidate_id: candidateId,
+      decision: "rejected",
+      reason: "flaky",
+      detail: `the same change as ${flipped.twin} gave different outcomes for ${flipped.tests.length} test(s): ${flipped.tests.slice(0, 5).join(", ")}`,
+      failing_before: state.best.failing.length,
+      failing_after: testSetsOf(contract, observation).failing.length,
+      regressed: [],
+    };
+    return {
+      verdict,
+      events: [{ type: "verdict", at, data: verdict }, { type: "halted", at, data: halt("check_flaky", verdict.detail) }],
+    };
+  }
   const verdict = decideCheckFixpoint(state, candidateId, observation);
   return { verdict, events: withHalt(state, { type: "verdict", at, data: verdict }) };
+}
+
+/** Test ids whose outcome differs from an earlier evaluation of the same tree (same parent, same change). */
+function flippedTests(state: LoopState, candidateId: string, observation: Observation): { twin: string; tests: string[] } | null {
+  const candidate = state.candidates[candidateId];
+  if (!candidate) return null;
+  const twin = state.candidate_order
+    .map((id) => state.candidates[id])
+    .find(
+      (other) =>
+        other !== undefined &&
+        other.candidate_id !== candidateId &&
+        other.report !== null &&
+        other.parent === candidate.parent &&
+        other.diff_sha256 === candidate.diff_sha256,
+    );
+  if (!twin?.report) return null;
+  const now = testSetsOf(state.contract, observation);
+  const outcome = (sets: { passing: string[]; failing: string[] }, id: string) =>
+    sets.passing.includes(id) ? "pass" : sets.failing.includes(id) ? "fail" : "absent";
+  const ids = [...new Set([...now.passing, ...now.failing, ...twin.report.tests.passing, ...twin.report.tests.failing])].sort();
+  const tests = ids.filter((id) => outcome(now, id) !== outcome(twin.report?.tests ?? now, id));
+  return tests.length > 0 ? { twin: twin.candidate_id, tests } : null;
+}
+
+/**
+ * No-convergence since the last promotion (DESIGN §6.2). Unsatisfiable: in ≥ 2 candidates, fixing a
+ * test A broke a passing test B, and no candidate fixed A without breaking B. Oscillation: a test that
+ * passes in the promoted state failed again in ≥ 2 candidates. (Under the check_fixpoint ratchet the
+ * failing set never returns to an earlier promoted value, so that form of oscillation cannot occur.)
+ */
+function convergenceHalt(state: LoopState): Halt | null {
+  const recent = state.regressions_since_promotion;
+  const pairs = new Map<string, { fixed: string; broken: string; count: number }>();
+  for (const entry of recent) {
+    for (const fixed of entry.fixed) {
+      for (const broken of entry.broken) {
+        const key = JSON.stringify([fixed, broken]);
+        const pair = pairs.get(key) ?? { fixed, broken, count: 0 };
+        pair.count++;
+        pairs.set(key, pair);
+      }
+    }
+  }
+  for (const pair of pairs.values()) {
+    const attempts = recent.filter((entry) => entry.fixed.includes(pair.fixed));
+    if (pair.count >= 2 && attempts.every((entry) => entry.broken.includes(pair.broken))) {
+      return halt(
+        "unsatisfiable_constraints",
+        `fixing ${pair.fixed} broke ${pair.broken} in all ${pair.count} attempts since the last promotion: the two look mutually exclusive`,
+      );
+    }
+  }
+  const brokenCount = new Map<string, number>();
+  for (const entry of recent) for (const id of entry.broken) brokenCount.set(id, (brokenCount.get(id) ?? 0) + 1);
+  for (const [id, count] of brokenCount) {
+    if (count >= 2) return halt("oscillation_detected", `${id} passes in the promoted state but failed again in ${count} candidates since`);
+  }
+  return null;
 }
 
 /** The verdict on a candidate that was decided without an evaluation (agent failure, empty change). */
@@ -110,6 +187,8 @@ export function haltAfter(state: LoopState, at: string): Halt | null {
   if (state.consecutive_agent_failures >= MAX_CONSECUTIVE_AGENT_FAILURES) {
     return halt("execution_failure", `the agent command failed ${state.consecutive_agent_failures} times in a row`);
   }
+  const noConvergence = convergenceHalt(state);
+  if (noConvergence) return noConvergence;
   const sincePromotion = state.iterations - state.last_promotion_iteration;
   if (sincePromotion >= contract.stop.no_progress) {
     return halt("no_progress_detected", `${sincePromotion} iterations without a promotion`);

@@ -30,7 +30,7 @@ export type AgentRun = z.infer<typeof AgentRun>;
 export const Verdict = z.strictObject({
   candidate_id: z.string(),
   decision: z.enum(["promoted", "rejected"]),
-  reason: z.enum(["fewer_failures", "no_improvement", "regressed", "agent_failed", "no_change", "guard_violated"]),
+  reason: z.enum(["fewer_failures", "no_improvement", "regressed", "agent_failed", "no_change", "guard_violated", "flaky"]),
   detail: z.string(),
   failing_before: z.number().int().min(0),
   failing_after: z.number().int().min(0).nullable(),

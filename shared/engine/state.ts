@@ -23,6 +23,8 @@ export interface CandidateState {
   empty: boolean;
   agent: AgentRun | null;
   agent_report: AgentReport | null;
+  /** Digest of the change from its parent: with the parent, it names the tree evaluated. */
+  diff_sha256: string;
   idempotency_key: string;
   request_hash: string;
   proposed_at: string;
@@ -70,6 +72,11 @@ export interface LoopState {
   iterations: number;
   /** The iteration of the last promotion; 0 when nothing was promoted. */
   last_promotion_iteration: number;
+  /**
+   * Since the last promotion, each rejected candidate that broke a passing test: what it fixed and what
+   * it broke (DESIGN §6.2: oscillation and unsatisfiable constraints are read from these).
+   */
+  regressions_since_promotion: { candidate_id: string; fixed: string[]; broken: string[] }[];
   consecutive_agent_failures: number;
   /** The sum of the costs agents reported, in USD (stop.budget.cost_usd). */
   cost_usd: number;
@@ -141,6 +148,7 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
       lease_index: {},
       iterations: 0,
       last_promotion_iteration: 0,
+      regressions_since_promotion: [],
       consecutive_agent_failures: 0,
       cost_usd: 0,
       fencing_counter: 0,
@@ -160,6 +168,7 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
         empty: data.empty,
         agent: data.agent,
         agent_report: data.agent_report ?? null,
+        diff_sha256: data.diff_sha256,
         idempotency_key: data.idempotency_key,
         request_hash: data.request_hash,
         proposed_at: event.at,
@@ -226,6 +235,14 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
         const tests = candidate.report?.tests ?? { passing: [], failing: [] };
         next.best = { candidate_id: candidate.candidate_id, commit: candidate.commit, ...tests };
         next.last_promotion_iteration = iterations;
+        next.regressions_since_promotion = [];
+      } else if (verdict.reason === "regressed" && candidate.report) {
+        const stillFailing = new Set(candidate.report.tests.failing);
+        const fixed = state.best.failing.filter((id) => !stillFailing.has(id) && !id.startsWith("gate:"));
+        next.regressions_since_promotion = [
+          ...state.regressions_since_promotion,
+          { candidate_id: candidate.candidate_id, fixed, broken: verdict.regressed.filter((id) => !id.startsWith("gate:")) },
+        ];
       }
       return next;
     }

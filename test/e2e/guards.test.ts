@@ -118,5 +118,10 @@ describe("guards through the CLI", () => {
     const { code, output, stderr } = await run(repo);
     expect(code, stderr).toBe(17);
     expect(output).toMatchObject({ halt_reason: "no_progress_detected", exit_class: 17, iteration: 3 });
+    const explained = await runCli(["--json", "--server", coordinator.url, "explain"], { cwd: repo });
+    expect(explained.code).toBe(0);
+    expect(JSON.parse(explained.stdout)).toMatchObject({ status: "halted", halt_reason: "no_progress_detected", retry: "do_not_retry" });
+    const human = await runCli(["--server", coordinator.url, "explain"], { cwd: repo });
+    expect(human.stdout).toContain("c3 rejected (no_change): the agent changed nothing");
   });
 });

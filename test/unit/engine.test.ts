@@ -701,6 +701,51 @@ describe("engine: guards dominate success (DESIGN §6.4)", () => {
   });
 });
 
+describe("engine: no convergence and untrusted checks (DESIGN §6.2, §6.5)", () => {
+  it("halts unsatisfiable_constraints (17) when fixing a test broke the same passing test in every attempt, twice", () => {
+    const harness = new LoopHarness([A, C]);
+    // A and C fail at t0, B passes. Fixing C breaks B, twice, and no attempt fixes C without breaking B.
+    expect(harness.evaluate("first", [A, B])).toMatchObject({ reason: "regressed", regressed: [B] });
+    expect(harness.state.halt).toBeNull();
+    harness.evaluate("second", [A, B]);
+    expect(harness.state.halt).toMatchObject({
+      halt_reason: "unsatisfiable_constraints",
+      exit_class: 17,
+      detail: expect.stringContaining(`fixing ${C} broke ${B} in all 2 attempts`),
+    });
+  });
+
+  it("halts oscillation_detected (17) when a test that passes in the promoted state fails again in two candidates", () => {
+    const harness = new LoopHarness([A, C]);
+    harness.evaluate("breaks-b", [A, B, C]);
+    harness.evaluate("breaks-b-again", [A, B, C, D]);
+    expect(harness.state.halt).toMatchObject({ halt_reason: "oscillation_detected", detail: expect.stringContaining(`${B} passes in the promoted state`) });
+  });
+
+  it("a promotion in between resets the count: regressions before it do not add up", () => {
+    const harness = new LoopHarness([A, C]);
+    harness.evaluate("breaks-b", [A, B, C]);
+    expect(harness.evaluate("fixes-c", [A])).toMatchObject({ decision: "promoted" });
+    harness.evaluate("breaks-b-later", [A, B]);
+    expect(harness.state.halt).toBeNull();
+  });
+
+  it("halts check_flaky (14), naming the tests, when the same change from the same parent gives different outcomes", () => {
+    const harness = new LoopHarness([A, B]);
+    const same = { diff_sha256: sha256Hex("the same diff") };
+    harness.propose("first", same);
+    const first = harness.lease();
+    if (!first.ok || !first.value) throw new Error("no lease");
+    harness.report(first.value, observationOf([A, B]));
+    harness.propose("second", same);
+    const second = harness.lease();
+    if (!second.ok || !second.value) throw new Error("no lease");
+    expect(harness.report(second.value, observationOf([A]))).toMatchObject({ ok: true, value: { decision: "rejected", reason: "flaky" } });
+    expect(harness.state.halt).toMatchObject({ halt_reason: "check_flaky", exit_class: 14, detail: expect.stringContaining(B) });
+    expect(harness.state.best.candidate_id).toBe("t0");
+  });
+});
+
 describe("engine: reclaimed leases", () => {
   it("a report under a lease the alarm reclaimed is stale (409), not unknown, and records nothing", () => {
     const harness = new LoopHarness([A]);
