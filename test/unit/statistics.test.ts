@@ -162,6 +162,24 @@ describe("compareSamples: the method", () => {
     );
   });
 
+  it("finds the same Walsh averages without listing them on 300 pairs, ties included", () => {
+    const best = readings(300, 100, 0.05, 16).map((value) => Math.round(value));
+    const candidate = readings(300, 98, 0.05, 17).map((value) => Math.round(value));
+    const averages = walshAverages(logRatios(best, candidate));
+    const middle = averages.length / 2;
+    const result = compare(best, candidate, { samples: { min: 2, max: 1_000 } });
+    expect(result.estimate).toBeCloseTo(Math.expm1((averages[middle - 1]! + averages[middle]!) / 2), 12);
+    // The bounds are the c-th smallest and c-th largest Walsh averages for one c (a range of places when tied).
+    const places = (bound: number) => {
+      const matches = averages.flatMap((average, place) => (Math.abs(Math.expm1(average) - bound) < 1e-13 ? [place] : []));
+      return { first: matches[0] ?? Number.NaN, last: matches[matches.length - 1] ?? Number.NaN };
+    };
+    const low = places(result.interval![0]);
+    const high = places(result.interval![1]);
+    const last = averages.length - 1;
+    expect(Math.max(low.first, last - high.last)).toBeLessThanOrEqual(Math.min(low.last, last - high.first));
+  });
+
   it("bounds the interval by the Walsh averages the exact signed-rank distribution names at the look's level", () => {
     const cdfs = new Map<number, number[]>();
     for (let seed = 0; seed < 40; seed++) {
