@@ -6,3 +6,4 @@ export * from "./guards.js";
 export * from "./halt-reasons.js";
 export * from "./state.js";
 export * from "./support.js";
+export * from "./statistics.js";
