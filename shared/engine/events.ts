@@ -26,6 +26,20 @@ export const AgentRun = z.strictObject({
 });
 export type AgentRun = z.infer<typeof AgentRun>;
 
+/** What a proposal says of its candidate: the same fields in the request and in the recorded event. */
+export const ProposalFields = {
+  commit: GitCommit,
+  diff_sha256: Sha256,
+  empty: z.boolean(),
+  proposer: Proposer,
+  /** How the agent run ended; null when no run was observed (`step`). */
+  agent: AgentRun.nullable(),
+  /** What the agent reported about itself (model, cost, context), when it wrote a valid report. */
+  agent_report: AgentReport.nullable().optional(),
+  /** Why the agent's report file was not recorded, when it wrote one that was invalid. */
+  agent_report_error: z.string().max(2_000).optional(),
+};
+
 /** A verdict on one candidate (DESIGN §2). */
 export const Verdict = z.strictObject({
   candidate_id: z.string(),
@@ -60,16 +74,7 @@ const CandidateProposed = z.strictObject({
   data: z.strictObject({
     candidate_id: z.string(),
     parent: z.string(),
-    commit: GitCommit,
-    diff_sha256: Sha256,
-    empty: z.boolean(),
-    proposer: Proposer,
-    /** How the agent run ended; null when no run was observed (`step`). */
-    agent: AgentRun.nullable(),
-    /** What the agent reported about itself (model, cost, context), when it wrote a valid report. */
-    agent_report: AgentReport.nullable().optional(),
-    /** Why the agent's report file was not recorded, when it wrote one that was invalid. */
-    agent_report_error: z.string().max(2_000).optional(),
+    ...ProposalFields,
     idempotency_key: z.string(),
     request_hash: Sha256,
   }),

@@ -1,6 +1,5 @@
 import { z } from "zod";
-import { AgentRun, Baseline, Halt, Proposer, Verdict } from "../engine/events.js";
-import { AgentReport } from "./agent-report.js";
+import { Baseline, Halt, ProposalFields, Verdict } from "../engine/events.js";
 import { Contract } from "./contract.js";
 import { GitCommit, Observation, Sha256 } from "./observation.js";
 
@@ -71,16 +70,7 @@ export const LoopList = z.object({
 export type LoopList = z.infer<typeof LoopList>;
 
 /** `POST /v1/loops/:id/candidates`. */
-export const ProposeCandidateRequest = z.strictObject({
-  idempotency_key: IdempotencyKey,
-  commit: GitCommit,
-  diff_sha256: Sha256,
-  empty: z.boolean(),
-  proposer: Proposer,
-  agent: AgentRun.nullable(),
-  agent_report: AgentReport.nullable().optional(),
-  agent_report_error: z.string().max(2_000).optional(),
-});
+export const ProposeCandidateRequest = z.strictObject({ idempotency_key: IdempotencyKey, ...ProposalFields });
 export type ProposeCandidateRequest = z.infer<typeof ProposeCandidateRequest>;
 
 /** A candidate as the API shows it. */

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
-import { createServer, type Server } from "node:net";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startLoopbackServer, type LoopbackServer } from "../support/loopback.js";
 import { networkIsolation } from "../../runner/src/exec.js";
 import { freePort } from "../../runner/src/free-port.js";
 import { makeRepo, runCli, tempDir } from "../support/cli.js";
@@ -146,14 +146,13 @@ describe("probe and doctor", () => {
   });
 
   describe("exec.network: none", () => {
-    let server: Server;
+    let server: LoopbackServer;
     let port = 0;
     beforeAll(async () => {
-      server = createServer((socket) => socket.on("error", () => {}).end());
-      await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-      port = (server.address() as { port: number }).port;
+      server = await startLoopbackServer();
+      port = server.port;
     });
-    afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    afterAll(() => server.close());
 
     const connectRepo = (outputs: string) =>
       repoWith({

@@ -1,8 +1,8 @@
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createServer, type Server } from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startLoopbackServer, type LoopbackServer } from "../../support/loopback.js";
 import { isGoneWithin } from "../../support/process.js";
 import { networkIsolation, probeNetworkIsolation, runCommand } from "../../../runner/src/exec.js";
 import { UserError } from "../../../runner/src/errors.js";
@@ -49,14 +49,13 @@ describe("runCommand", () => {
 const isolation = await networkIsolation();
 
 describe("runCommand with network: none", () => {
-  let server: Server;
+  let server: LoopbackServer;
   let port = 0;
   beforeAll(async () => {
-    server = createServer((socket) => socket.on("error", () => {}).end());
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    port = (server.address() as { port: number }).port;
+    server = await startLoopbackServer();
+    port = server.port;
   });
-  afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  afterAll(() => server.close());
 
   const connect = (to: number) =>
     `node -e "const s = require('net').connect(${to}, '127.0.0.1'); s.on('connect', () => { console.log('connected'); s.destroy(); }); s.on('error', (e) => { console.log(e.code); process.exit(3); })"`;
