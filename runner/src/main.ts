@@ -75,7 +75,7 @@ interface ContractFlags {
 
 program
   .command("init")
-  .description("write a commented starter loop.yaml (check_fixpoint) and add .loopwarden/ to .gitignore")
+  .description("write a commented starter loop.yaml (check_fixpoint) and program.md (the agent's instructions), and add .loopwarden/ to .gitignore")
   .option("--mode <mode>", "loop mode (this version: check_fixpoint)", "check_fixpoint")
   .option("--agent <cmd>", "the agent command to put in agent.run")
   .action(async (options: { mode: string; agent?: string }) => {
