@@ -69,6 +69,16 @@ describe("halts and refusals", () => {
     expect(await isGoneWithin(Number(readFileSync(pidFile, "utf8")))).toBe(true);
   });
 
+  it("an agent that switches the working tree to another branch stops the run before anything is committed or reset", async () => {
+    const repo = failingProject();
+    const result = await run(repo, "--check", "node check.mjs", "--exec", "git switch -q main && echo fixed > value.txt");
+    expect(result.code).toBe(1);
+    expect(parse(result.stdout)).toMatchObject({ status: "error", errors: [expect.stringContaining("the agent left the loop's branch")] });
+    // The user's branch was neither committed to nor reset: the agent's edit is still there, uncommitted.
+    expect(gitIn(repo, "log", "--format=%s", "main").trim()).toBe("initial");
+    expect(readFileSync(path.join(repo, "value.txt"), "utf8")).toBe("fixed\n");
+  });
+
   it("missing flags are a usage error (2)", async () => {
     const repo = failingProject();
     const result = await run(repo, "--check", "node check.mjs");

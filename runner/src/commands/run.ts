@@ -6,7 +6,8 @@ import type { LoopSummary } from "../../../shared/wire/api.js";
 import type { ServerOptions } from "../connect.js";
 import { childEnv } from "../evaluate.js";
 import { runCommand } from "../exec.js";
-import { loopBranch } from "../git.js";
+import { UserError } from "../errors.js";
+import { currentBranch, loopBranch } from "../git.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { agentEnv, readAgentReport, writeAgentContext } from "../agent-context.js";
 import {
@@ -85,6 +86,14 @@ export async function runLoop(options: RunOptions): Promise<number> {
         ...(mode.quiet || mode.json ? {} : { onOutput: (chunk: Buffer) => process.stderr.write(chunk) }),
       });
       await writeFile(path.join(logDir, `agent-${iteration}.log`), agent.output);
+      // Keeping and reverting move only the loop's branch: if the agent left it, committing or resetting
+      // here could move one of the user's branches, so stop instead.
+      const branch = await currentBranch(session.repo);
+      if (branch !== loopBranch(session.loop.loop_id)) {
+        throw new UserError(
+          `the agent left the loop's branch (the working tree is now on ${branch ?? "a detached HEAD"}); loopwarden stopped without committing or resetting anything. Switch back with git switch ${loopBranch(session.loop.loop_id)} and run again`,
+        );
+      }
       const report = await readAgentReport(session.repo, files.report);
       if (report.error) progress(mode, `[${iteration}] ${report.error}; not recorded`);
       const agentRun = { exit_code: agent.exit_code, timed_out: agent.timed_out, duration_ms: agent.duration_ms };
