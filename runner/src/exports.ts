@@ -1,4 +1,4 @@
-import { BASELINE_ID, foldEvents, type AgentRun, type CandidateState, type EventDraft, type LoopState, type Proposer, type TestSets } from "../../shared/engine/index.js";
+import { BASELINE_ID, foldEvents, type AgentRun, type CandidateState, type EventDraft, type LoopState, type Proposer, type TestSets, type Verdict } from "../../shared/engine/index.js";
 import type { AgentReport } from "../../shared/wire/agent-report.js";
 import type { GateResult, Observation } from "../../shared/wire/observation.js";
 
@@ -88,7 +88,7 @@ export interface CandidateLine {
   proposed_at: string;
   decided_at: string | null;
   status: CandidateState["status"];
-  decision: "promoted" | "rejected" | null;
+  decision: Verdict["decision"] | null;
   reason: string | null;
   detail: string | null;
   failing_before: number | null;

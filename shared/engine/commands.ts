@@ -41,7 +41,7 @@ export function createLoop(input: {
   t0: Baseline;
   at: string;
 }): Outcome<null> {
-  if (input.contract.mode !== "check_fixpoint") {
+  if (input.contract.mode === "task_list") {
     return refuse(
       "mode_unsupported",
       `mode "${input.contract.mode}" is not available yet; this version runs check_fixpoint loops (see the README roadmap)`,
@@ -213,8 +213,10 @@ export function reportObservation(
       candidate.report.lease_id === input.lease_id &&
       candidate.report.fencing_token === input.fencing_token &&
       candidate.report.request_hash === input.request_hash;
-    if (same && candidate.verdict) return { ok: true, events: [], value: candidate.verdict };
-    return refuse("already_reported", "this candidate already has a reported observation");
+    const answered = candidate.verdict ?? candidate.pending;
+    if (same && answered) return { ok: true, events: [], value: answered };
+    // Only an answer of need_samples invites another report: more readings on the same lease.
+    if (candidate.verdict || !candidate.pending) return refuse("already_reported", "this candidate already has a reported observation");
   }
   const lease = candidate.lease;
   if (candidate.status !== "leased" || !lease || lease.lease_id !== input.lease_id || lease.fencing_token !== input.fencing_token) {

@@ -1,10 +1,11 @@
 import { parseDuration } from "../duration.js";
-import type { Contract } from "../wire/contract.js";
+import { percentValue, type Contract } from "../wire/contract.js";
 import type { Observation } from "../wire/observation.js";
 import type { EventDraft, Halt, Verdict } from "./events.js";
 import { exitCodeFor, type HaltReason } from "./halt-reasons.js";
 import { checkGuards } from "./guards.js";
-import { applyEvent, testSetsOf, type LoopState } from "./state.js";
+import { compareSamples } from "./statistics.js";
+import { applyEvent, median, testSetsOf, type LoopState } from "./state.js";
 
 function halt(reason: HaltReason, detail: string, extra: { still_improving?: boolean } = {}): Halt {
   return { halt_reason: reason, exit_class: exitCodeFor(reason), detail, ...extra };
@@ -41,8 +42,8 @@ export function decide(
   observation: Observation,
   at: string,
 ): { verdict: Verdict; events: EventDraft[] } {
-  if (contract.mode !== "check_fixpoint") {
-    // createLoop refuses other modes, so reaching this is a corrupt or foreign log.
+  if (contract.mode === "task_list") {
+    // createLoop refuses task_list, so reaching this is a corrupt or foreign log.
     throw new Error(`mode ${contract.mode} is not implemented by this engine`);
   }
   // Guards first (invariant 2): a violation is never promoted, whatever the gates say.
@@ -81,8 +82,59 @@ export function decide(
       events: [{ type: "verdict", at, data: verdict }, { type: "halted", at, data: halt("check_flaky", verdict.detail) }],
     };
   }
-  const verdict = decideCheckFixpoint(state, candidateId, observation);
-  return { verdict, events: withHalt(state, { type: "verdict", at, data: verdict }) };
+  const verdict = contract.mode === "optimize" ? decideOptimize(state, candidateId, observation) : decideCheckFixpoint(state, candidateId, observation);
+  const verdictEvent: EventDraft = { type: "verdict", at, data: verdict };
+  // need_samples is not a decision yet: no iteration is counted, no halt considered.
+  return { verdict, events: verdict.decision === "need_samples" ? [verdictEvent] : withHalt(state, verdictEvent) };
+}
+
+const percent = (value: number) => `${(value * 100).toFixed(1)}%`;
+
+/**
+ * The optimize ratchet (DESIGN §6.1, §6.3): every test that passed at t0 or in the best-so-far still
+ * passes, and the metric beats the best-so-far by more than min_effect at the contract's confidence,
+ * judged on readings interleaved with the best on one runner by the sequential test of statistics.ts.
+ */
+function decideOptimize(state: LoopState, candidateId: string, observation: Observation): Verdict {
+  const { contract } = state;
+  const metric = contract.metric;
+  if (!metric) throw new Error("optimize contract without a metric");
+  const { passing, failing } = testSetsOf(contract, observation);
+  const nowPassing = new Set(passing);
+  const regressed = [...new Set([...state.t0.passing, ...state.best.passing])].filter((id) => !nowPassing.has(id)).sort();
+  const base = { candidate_id: candidateId, failing_before: state.best.failing.length, failing_after: failing.length, regressed };
+  if (regressed.length > 0) {
+    const shown = regressed.slice(0, 5).join(", ") + (regressed.length > 5 ? ` and ${regressed.length - 5} more` : "");
+    return { ...base, decision: "rejected", reason: "regressed", detail: `broke ${regressed.length} passing test(s): ${shown}` };
+  }
+  const samples = observation.samples;
+  const pairs = samples?.best.length ?? 0;
+  if (!samples || samples.error !== undefined || pairs === 0 || pairs !== samples.candidate.length || pairs > metric.samples.max) {
+    const why = samples?.error ?? (pairs > metric.samples.max ? `more than samples.max (${metric.samples.max}) pairs` : "no paired readings of the metric");
+    return { ...base, decision: "rejected", reason: "no_samples", detail: `${metric.name}: ${why}` };
+  }
+  const result = compareSamples({
+    best: samples.best,
+    candidate: samples.candidate,
+    direction: metric.direction,
+    minEffect: percentValue(metric.min_effect),
+    confidence: metric.confidence,
+    samples: metric.samples,
+  });
+  const view = {
+    name: metric.name,
+    estimate: result.estimate,
+    interval: result.interval,
+    level: result.level,
+    pairs: result.pairs,
+    more: result.more,
+    candidate_median: median(samples.candidate) ?? 0,
+  };
+  const range = result.interval ? ` [${percent(result.interval[0])}, ${percent(result.interval[1])}]` : "";
+  const summary = `${metric.name} ${percent(result.estimate)} better${range} over ${result.pairs} pair(s)`;
+  if (result.decision === "promote") return { ...base, decision: "promoted", reason: "improved", detail: summary, metric: view };
+  if (result.decision === "reject") return { ...base, decision: "rejected", reason: "not_improved", detail: `${summary}: ${result.reason}`, metric: view };
+  return { ...base, decision: "need_samples", reason: "undecided", detail: `${summary}: ${result.more} more pair(s) needed`, metric: view };
 }
 
 /** Test ids whose outcome differs from an earlier evaluation of the same tree (same parent, same change). */
@@ -173,7 +225,12 @@ export const MAX_CONSECUTIVE_AGENT_FAILURES = 3;
  */
 export function haltAfter(state: LoopState, at: string): Halt | null {
   const { contract } = state;
-  if (state.best.failing.length === 0) {
+  if (contract.mode === "optimize") {
+    const target = contract.metric?.target;
+    const best = state.best.metric;
+    const reached = target !== undefined && best !== null && (contract.metric?.direction === "higher" ? best >= target : best <= target);
+    if (reached) return halt("success_condition_met", `${contract.metric?.name} reached ${best} (target ${target}) at ${state.best.candidate_id}`);
+  } else if (state.best.failing.length === 0) {
     return halt("success_condition_met", state.iterations === 0 ? "the baseline already passes every gate" : "every gate passes");
   }
   const budget = contract.stop.budget;

@@ -43,12 +43,39 @@ export const ProposalFields = {
 /** A verdict on one candidate (DESIGN §2). */
 export const Verdict = z.strictObject({
   candidate_id: z.string(),
-  decision: z.enum(["promoted", "rejected"]),
-  reason: z.enum(["fewer_failures", "no_improvement", "regressed", "agent_failed", "no_change", "guard_violated", "flaky"]),
+  /** `need_samples` is not final: the runner measures more pairs and reports again on the same lease. */
+  decision: z.enum(["promoted", "rejected", "need_samples"]),
+  reason: z.enum([
+    "fewer_failures",
+    "no_improvement",
+    "regressed",
+    "agent_failed",
+    "no_change",
+    "guard_violated",
+    "flaky",
+    "improved",
+    "not_improved",
+    "undecided",
+    "no_samples",
+  ]),
   detail: z.string(),
   failing_before: z.number().int().min(0),
   failing_after: z.number().int().min(0).nullable(),
   regressed: z.array(z.string()),
+  /** Optimize mode (DESIGN §6.3): the comparison of the metric with the best-so-far. */
+  metric: z
+    .strictObject({
+      name: z.string(),
+      /** Relative improvement over the best-so-far (0.08: 8% better). */
+      estimate: z.number(),
+      interval: z.array(z.number()).length(2).nullable(),
+      level: z.number().nullable(),
+      pairs: z.number().int().min(0),
+      more: z.number().int().min(0),
+      /** The candidate's median reading: what it is kept at if promoted. */
+      candidate_median: z.number(),
+    })
+    .optional(),
 });
 export type Verdict = z.infer<typeof Verdict>;
 

@@ -39,6 +39,8 @@ export interface CandidateState {
     logs: string[];
   } | null;
   verdict: Verdict | null;
+  /** The last `need_samples` answer while more readings are awaited on the lease; null otherwise. */
+  pending: Verdict | null;
 }
 
 /** Passing and failing test ids, each sorted and unique. */
@@ -51,6 +53,16 @@ export interface TestSets {
 export interface BestState extends TestSets {
   candidate_id: string;
   commit: string;
+  /** Optimize mode: the median reading of the contract's metric when it became the best (null otherwise). */
+  metric: number | null;
+}
+
+/** The median of readings (the mean of the middle two for an even count); null for none. */
+export function median(values: readonly number[]): number | null {
+  if (values.length === 0) return null;
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? (sorted[middle] ?? null) : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2;
 }
 
 /** A loop's state: always `foldEvents(events)`, never edited directly. */
@@ -133,7 +145,12 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
   if (event.type === "loop_created") {
     if (state) throw new Error("loop_created may only be the first event");
     const { data } = event;
-    const t0 = { candidate_id: BASELINE_ID, commit: data.t0.commit, ...testSetsOf(data.contract, data.t0.observation) };
+    const t0 = {
+      candidate_id: BASELINE_ID,
+      commit: data.t0.commit,
+      ...testSetsOf(data.contract, data.t0.observation),
+      metric: median(data.t0.observation.samples?.candidate ?? []),
+    };
     return {
       loop_id: data.loop_id,
       contract: data.contract,
@@ -176,6 +193,7 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
         lease: null,
         report: null,
         verdict: null,
+        pending: null,
       };
       return {
         ...state,
@@ -224,16 +242,18 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
       const verdict = event.data;
       const candidate = state.candidates[verdict.candidate_id];
       if (!candidate) throw new Error(`verdict for unknown candidate ${verdict.candidate_id}`);
+      // Not final: the candidate stays leased while the runner measures more pairs.
+      if (verdict.decision === "need_samples") return updateCandidate(state, verdict.candidate_id, { pending: verdict });
       const iterations = state.iterations + 1;
       const next = updateCandidate(
         { ...state, iterations },
         verdict.candidate_id,
-        { status: verdict.decision, verdict, lease: null },
+        { status: verdict.decision, verdict, pending: null, lease: null },
       );
       next.consecutive_agent_failures = verdict.reason === "agent_failed" ? state.consecutive_agent_failures + 1 : 0;
       if (verdict.decision === "promoted") {
         const tests = candidate.report?.tests ?? { passing: [], failing: [] };
-        next.best = { candidate_id: candidate.candidate_id, commit: candidate.commit, ...tests };
+        next.best = { candidate_id: candidate.candidate_id, commit: candidate.commit, ...tests, metric: verdict.metric?.candidate_median ?? null };
         next.last_promotion_iteration = iterations;
         next.regressions_since_promotion = [];
       } else if (verdict.reason === "regressed" && candidate.report) {

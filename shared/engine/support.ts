@@ -8,7 +8,6 @@ import type { Contract } from "../wire/contract.js";
 export function unsupportedFeatures(contract: Contract): string[] {
   const later = (path: string, what: string) => `${path}: ${what} is not enforced by this version yet (see the README roadmap); remove it to run`;
   const found: string[] = [];
-  if (contract.metric) found.push(later("metric", "optimize mode's metric (DESIGN §6.3)"));
   if (contract.secondary) found.push(later("secondary", "secondary guardrail metrics"));
   if (contract.artifacts) found.push(later("artifacts", "uploading artifacts by glob"));
   if (contract.tasks) found.push(later("tasks", "task_list mode"));

@@ -66,6 +66,19 @@ export const Observation = z
       skipped: z.array(TestId).max(100_000).optional(),
     }),
     guards: GuardReadings.optional(),
+    /**
+     * Optimize mode: readings of the contract's metric, interleaved on this runner. Pair i is
+     * (best[i], candidate[i]), best measured first. For t0, `best` is empty. Cumulative over the
+     * reports of one lease.
+     */
+    samples: z
+      .strictObject({
+        best: z.array(z.number().positive().finite()).max(10_000),
+        candidate: z.array(z.number().positive().finite()).max(10_000),
+        /** Why a reading is missing (the metric command failed or printed no value), when one is. */
+        error: z.string().max(2_000).optional(),
+      })
+      .optional(),
   })
   .superRefine((observation, ctx) => {
     const passing = new Set(observation.tests.passing);

@@ -218,14 +218,10 @@ describe("engine: decisions over a loop's history", () => {
 });
 
 describe("engine: createLoop", () => {
-  it.each(["optimize", "task_list"] as const)("refuses mode %s as mode_unsupported", (mode) => {
+  it("refuses task_list mode as mode_unsupported", () => {
     const outcome = createLoop({
       loop_id: "lp_0123456789abcdef01234567",
-      contract: contractOf(
-        mode === "optimize"
-          ? { mode, metric: { run: "node bench.js", name: "ms", direction: "lower" } }
-          : { mode, tasks: [{ id: "t1", title: "one", check: "node t1.js" }] },
-      ),
+      contract: contractOf({ mode: "task_list", tasks: [{ id: "t1", title: "one", check: "node t1.js" }] }),
       contract_hash: sha256Hex("contract"),
       t0: { commit: commitOf("t0"), observation: observationOf([A]) },
       at: "2026-03-01T09:00:00.000Z",
@@ -743,6 +739,90 @@ describe("engine: no convergence and untrusted checks (DESIGN §6.2, §6.5)", ()
     expect(harness.report(second.value, observationOf([A]))).toMatchObject({ ok: true, value: { decision: "rejected", reason: "flaky" } });
     expect(harness.state.halt).toMatchObject({ halt_reason: "check_flaky", exit_class: 14, detail: expect.stringContaining(B) });
     expect(harness.state.best.candidate_id).toBe("t0");
+  });
+});
+
+describe("engine: optimize mode (DESIGN §6.1, §6.3)", () => {
+  const metric = { run: "node bench.js", name: "parse_ms", direction: "lower" as const, min_effect: "2%", samples: { min: 5, max: 40 } };
+  /** Readings around `center` with a small deterministic spread (±1%). */
+  const readings = (center: number, count: number, offset = 0) =>
+    Array.from({ length: count }, (_, index) => center * (1 + 0.01 * Math.sin(index + offset)));
+  const measured = (best: number[], candidate: number[], failing: string[] = []): Observation => ({
+    ...observationOf(failing),
+    samples: { best, candidate },
+  });
+  const optimizeLoop = (overrides: Partial<ContractInput> = {}) => {
+    const harness = new LoopHarness([], { mode: "optimize", metric, ...overrides });
+    const created = harness.events[0];
+    if (created?.type !== "loop_created") throw new Error("no loop_created");
+    created.data.t0.observation = { ...observationOf([]), samples: { best: [], candidate: readings(100, 5) } };
+    harness.state = foldEvents([created]) ?? harness.state;
+    return harness;
+  };
+  const leaseFor = (harness: LoopHarness, label: string) => {
+    harness.propose(label);
+    const leased = harness.lease();
+    if (!leased.ok || !leased.value) throw new Error("no lease");
+    return leased.value;
+  };
+
+  it("keeps t0's median reading as the best metric, and does not halt success at creation when every gate passes", () => {
+    const harness = optimizeLoop();
+    expect(harness.state.best.metric).toBeCloseTo(100, 0);
+    expect(harness.state.halt).toBeNull();
+  });
+
+  it("promotes a clear speed-up, recording estimate, interval and pairs, and the candidate's median as the new best", () => {
+    const harness = optimizeLoop();
+    const lease = leaseFor(harness, "faster");
+    const outcome = harness.report(lease, measured(readings(100, 8), readings(70, 8, 3)));
+    expect(outcome).toMatchObject({ ok: true, value: { decision: "promoted", reason: "improved", metric: { name: "parse_ms", pairs: 8 } } });
+    if (!outcome.ok) throw new Error("refused");
+    expect(outcome.value.metric?.estimate).toBeGreaterThan(0.3);
+    expect(harness.state.best).toMatchObject({ candidate_id: "c1" });
+    expect(harness.state.best.metric).toBeCloseTo(70, 0);
+  });
+
+  it("asks for more pairs on the same lease when undecided; the follow-up report decides, and counts one iteration", () => {
+    const harness = optimizeLoop();
+    const lease = leaseFor(harness, "maybe");
+    const first = harness.report(lease, measured(readings(100, 5), readings(97, 5, 1)));
+    expect(first).toMatchObject({ ok: true, value: { decision: "need_samples", reason: "undecided" } });
+    expect(harness.state.iterations).toBe(0);
+    expect(harness.state.candidates.c1?.status).toBe("leased");
+    // A retry of the same report is answered the same, without new events.
+    const count = harness.events.length;
+    expect(harness.report(lease, measured(readings(100, 5), readings(97, 5, 1)))).toMatchObject({ ok: true, events: [], value: { decision: "need_samples" } });
+    expect(harness.events).toHaveLength(count);
+    let pairs = 5;
+    let outcome = first;
+    while (outcome.ok && outcome.value.decision === "need_samples") {
+      pairs += outcome.value.metric?.more ?? 1;
+      outcome = harness.report(lease, measured(readings(100, pairs), readings(100, pairs, 1)));
+    }
+    expect(outcome).toMatchObject({ ok: true, value: { decision: "rejected", reason: "not_improved" } });
+    expect(harness.state.iterations).toBe(1);
+  });
+
+  it("rejects a candidate that breaks a test that passed at t0, whatever its speed", () => {
+    const harness = optimizeLoop();
+    const lease = leaseFor(harness, "fast-but-wrong");
+    expect(harness.report(lease, measured(readings(100, 8), readings(50, 8), [A]))).toMatchObject({ value: { decision: "rejected", reason: "regressed", regressed: [GATE, A] } });
+  });
+
+  it("rejects a candidate without paired readings as no_samples", () => {
+    const harness = optimizeLoop();
+    const lease = leaseFor(harness, "no-bench");
+    expect(harness.report(lease, { ...observationOf([]), samples: { best: [], candidate: [], error: "the metric command printed no parse_ms" } })).toMatchObject({
+      value: { decision: "rejected", reason: "no_samples", detail: expect.stringContaining("printed no parse_ms") },
+    });
+  });
+
+  it("halts success_condition_met when the promoted best reaches the target", () => {
+    const harness = optimizeLoop({ metric: { ...metric, target: 80 } });
+    const lease = leaseFor(harness, "fast");
+    harness.report(lease, measured(readings(100, 8), readings(70, 8, 3)));
+    expect(harness.state.halt).toMatchObject({ halt_reason: "success_condition_met", detail: expect.stringContaining("target 80") });
   });
 });
 

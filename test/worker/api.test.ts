@@ -73,7 +73,7 @@ describe("POST /v1/loops", () => {
   });
 
   it("refuses a contract in a mode this version does not run with 422 mode_unsupported", async () => {
-    const response = await postJson("/v1/loops", createLoopBody("optimize", [A], { mode: "optimize", metric: { run: "node bench.js", name: "ms", direction: "lower" } }));
+    const response = await postJson("/v1/loops", createLoopBody("task-list", [A], { mode: "task_list", tasks: [{ id: "t1", title: "one", check: "node t1.js" }] }));
     expect(response.status).toBe(422);
     expect(await errorOf(response)).toMatchObject({ code: "mode_unsupported" });
   });

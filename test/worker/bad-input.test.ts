@@ -203,8 +203,8 @@ describe("bad input that names no existing loop creates nothing", () => {
       name: "create in a mode this version does not run",
       status: 422,
       code: "mode_unsupported",
-      loopId: loopIdFor("loop-key-optimize"),
-      send: () => postJson("/v1/loops", createLoopBody("optimize", [A], { mode: "optimize", metric: { run: "node bench.js", name: "ms", direction: "lower" } })),
+      loopId: loopIdFor("loop-key-task-list"),
+      send: () => postJson("/v1/loops", createLoopBody("task-list", [A], { mode: "task_list", tasks: [{ id: "t1", title: "one", check: "node t1.js" }] })),
     },
     {
       name: "create with secondary metrics this version cannot enforce yet",
