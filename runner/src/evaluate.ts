@@ -203,25 +203,42 @@ export async function withClone<T>(repo: string, commit: string, label: string, 
   }
 }
 
+/** How an evaluation is measured besides its gates: guard readings for a loop's evaluations. */
+export interface EvaluationOptions extends GateHooks {
+  contract: Contract;
+  /** Guard readings (DESIGN §6.4) for a loop's evaluations: where the contract file is (null: flag-only). */
+  guards?: { contractFile: string | null };
+}
+
 /**
- * Evaluates one commit in a fresh detached clone (`withClone`): its gates (`runGates`) and, for a
- * loop's evaluations (`guards` given: where the contract file is, null in flag-only mode), the guard
- * readings of DESIGN §6.4 — the commit's protected files and contract file as committed, before any
+ * Evaluates the commit checked out in `dir`: its gates (`runGates`) and, when `guards` is given, the
+ * guard readings of DESIGN §6.4 — the protected files and the contract file as committed, before any
  * gate runs, and the coverage the gates left.
  */
-export async function evaluateCommit(
-  options: GateHooks & { repo: string; commit: string; contract: Contract; label: string; guards?: { contractFile: string | null } },
-): Promise<Evaluation> {
-  return withClone(options.repo, options.commit, options.label, async (dir) => {
-    const guards = options.guards;
-    if (!guards) return runGates(dir, options.contract, options);
-    const before = await readGuardsBeforeGates(dir, options.contract, guards.contractFile);
-    const evaluation = await runGates(dir, options.contract, options);
-    const coverage = await readCoverage(dir, options.contract);
-    if (coverage.note) options.onNote?.(coverage.note);
-    evaluation.observation.guards = { ...before, coverage_percent: coverage.percent };
-    return evaluation;
-  });
+export async function evaluateIn(dir: string, options: EvaluationOptions): Promise<Evaluation> {
+  const guards = options.guards;
+  if (!guards) return runGates(dir, options.contract, options);
+  const before = await readGuardsBeforeGates(dir, options.contract, guards.contractFile);
+  const evaluation = await runGates(dir, options.contract, options);
+  const coverage = await readCoverage(dir, options.contract);
+  if (coverage.note) options.onNote?.(coverage.note);
+  evaluation.observation.guards = { ...before, coverage_percent: coverage.percent };
+  return evaluation;
+}
+
+/** Whether every hard gate of an evaluation passed (a metric is only worth measuring then). */
+export function hardGatesPassed(contract: Contract, evaluation: Evaluation): boolean {
+  return contract.gates
+    .filter((gate) => !gate.soft)
+    .every((gate) => {
+      const result = evaluation.observation.gates.find((candidate) => candidate.name === gate.name);
+      return result !== undefined && result.exit_code === 0 && !result.timed_out && result.report_error === undefined;
+    });
+}
+
+/** Evaluates one commit in a fresh detached clone (`withClone` + `evaluateIn`). */
+export async function evaluateCommit(options: EvaluationOptions & { repo: string; commit: string; label: string }): Promise<Evaluation> {
+  return withClone(options.repo, options.commit, options.label, (dir) => evaluateIn(dir, options));
 }
 
 /** Uploads an evaluation's logs to the loop's artifact store. */

@@ -6,11 +6,13 @@ import { formatDuration } from "../../shared/duration.js";
 import { foldEvents, LoopEvent, type AgentRun, type LoopState, type Proposer, type Verdict } from "../../shared/engine/index.js";
 import type { AgentReport } from "../../shared/wire/agent-report.js";
 import { ProposeCandidateRequest, type Lease, type LoopSummary } from "../../shared/wire/api.js";
+import type { Observation } from "../../shared/wire/observation.js";
 import { CoordinatorError, type Client } from "./client.js";
 import { connect, type Connection, type ServerOptions } from "./connect.js";
 import { contractFileOf, loadContractFile, validateContract, type LoadedContract } from "./contract-file.js";
 import { UserError } from "./errors.js";
-import { evaluateCommit, removeStaleClones, uploadLogs } from "./evaluate.js";
+import { evaluateIn, hardGatesPassed, removeStaleClones, uploadLogs, withClone, type EvaluationOptions } from "./evaluate.js";
+import { sampleAlone, samplePairs, type PairedSamples } from "./sampling.js";
 import {
   currentBranch,
   diffOf,
@@ -159,13 +161,21 @@ export async function openSession(
     const t0Commit = await headCommit(repo);
     progress(mode, `capturing the baseline at ${short(t0Commit)}: running ${loaded.contract.gates.length} gate(s) in a clean clone…`);
     liveStatus(mode, "baseline: running gates");
-    const baseline = await evaluateCommit({
-      repo,
-      commit: t0Commit,
-      contract: loaded.contract,
-      guards: { contractFile: contractFileOf(loaded) },
-      label: "t0",
-      onNote: (text) => progress(mode, `baseline: ${text}`),
+    const baseline = await withClone(repo, t0Commit, "t0", async (dir) => {
+      const evaluation = await evaluateIn(dir, {
+        contract: loaded.contract,
+        guards: { contractFile: contractFileOf(loaded) },
+        onNote: (text) => progress(mode, `baseline: ${text}`),
+      });
+      const metric = loaded.contract.metric;
+      if (metric) {
+        // The baseline's own readings: what the first comparison's best-so-far is measured against.
+        progress(mode, `baseline: measuring ${metric.name} ${metric.samples.min} times…`);
+        evaluation.observation.samples = hardGatesPassed(loaded.contract, evaluation)
+          ? await sampleAlone(dir, loaded.contract, metric.samples.min)
+          : { best: [], candidate: [], error: "a hard gate failed at t0: the metric was not measured" };
+      }
+      return evaluation;
     });
     const created = await connection.client.createLoop({
       idempotency_key: `run-${randomBytes(16).toString("hex")}`,
@@ -274,28 +284,38 @@ async function evaluateLease(session: Session, lease: Lease, iteration: number):
   const label = `[${iteration}] ${lease.job.candidate_id}`;
   try {
     progress(mode, `${label} evaluating ${short(lease.job.commit)} in a clean clone…`);
-    const evaluation = await evaluateCommit({
-      repo: session.repo,
-      commit: lease.job.commit,
-      contract: session.loaded.contract,
-      guards: { contractFile: contractFileOf(session.loaded) },
-      label: lease.job.candidate_id,
-      onNote: (text) => progress(mode, `${label}   ${text}`),
-      onGateStart: (gate) => liveStatus(mode, `${label} gate ${gate.name}: ${gate.run}`),
-      onGate: ({ gate, result, tests, metricErrors }) => {
-        const outcome = result.timed_out ? `timed out after ${gate.timeout}` : `exit ${result.exit_code ?? result.signal}`;
-        const testCounts = tests ? `, ${tests.passing} passing / ${tests.failing} failing tests` : "";
-        const report = result.report_error ? `, report unreadable: ${result.report_error}` : "";
-        const metrics = result.metrics ? `, ${Object.entries(result.metrics).map(([name, value]) => `${name}=${value}`).join(" ")}` : "";
-        progress(mode, `${label}   gate ${gate.name}: ${outcome} (${formatDuration(result.duration_ms)})${testCounts}${metrics}${report}`);
-        for (const error of metricErrors) progress(mode, `${label}   gate ${gate.name}: malformed METRIC ${error}`);
-      },
-    });
-    if (lost) return null;
-    liveStatus(mode, `${label} reporting`);
-    await uploadLogs(client, lease.loop_id, evaluation.logs);
-    return await client.report(lease.lease_id, { fencing_token: lease.fencing_token, observation: evaluation.observation });
-  } catch (error) {
+    const contract = session.loaded.contract;
+    return await withClone(session.repo, lease.job.commit, lease.job.candidate_id, async (dir) => {
+      const evaluation = await evaluateIn(dir, { ...evaluationOptions(session, label), contract });
+      if (lost) return null;
+      await uploadLogs(client, lease.loop_id, evaluation.logs);
+      const report = (observation: Observation) => {
+        liveStatus(mode, `${label} reporting`);
+        return client.report(lease.lease_id, { fencing_token: lease.fencing_token, observation });
+      };
+      if (!contract.metric) return report(evaluation.observation);
+      if (!hardGatesPassed(contract, evaluation)) {
+        return report({ ...evaluation.observation, samples: { best: [], candidate: [], error: "a hard gate failed: the metric was not measured" } });
+      }
+      // Optimize mode: readings of the best-so-far and the candidate, interleaved on this runner, until
+      // the coordinator's sequential test decides (DESIGN §6.3).
+      const metric = contract.metric;
+      return withClone(session.repo, session.loop.best.commit, `${lease.job.candidate_id}-best`, async (bestDir) => {
+        const samples: PairedSamples = { best: [], candidate: [] };
+        let wanted = metric.samples.min;
+        for (;;) {
+          await samplePairs(samples, wanted, { best: bestDir, candidate: dir }, contract, (done, of) =>
+            liveStatus(mode, `${label} ${metric.name}: pair ${done}/${of} (best, then candidate)`),
+          );
+          if (lost) return null;
+          const answer = await report({ ...evaluation.observation, samples: { ...samples } });
+          const { verdict } = answer;
+          if (verdict.decision !== "need_samples") return answer;
+          progress(mode, `${label}   ${verdict.detail}`);
+          wanted = samples.best.length + Math.max(1, verdict.metric?.more ?? 1);
+        }
+      });
+    });  } catch (error) {
     if (error instanceof CoordinatorError && error.status === 409 && error.code !== "loop_halted") {
       progress(mode, `${label} lease lost (${error.code}); leasing again`);
       return null;
@@ -304,6 +324,24 @@ async function evaluateLease(session: Session, lease: Lease, iteration: number):
   } finally {
     clearInterval(heartbeat);
   }
+}
+
+/** The evaluation options of a loop's evaluations: guard readings, and progress lines for each gate. */
+function evaluationOptions(session: Session, label: string): Omit<EvaluationOptions, "contract"> {
+  const { mode } = session;
+  return {
+    guards: { contractFile: contractFileOf(session.loaded) },
+    onNote: (text) => progress(mode, `${label}   ${text}`),
+    onGateStart: (gate) => liveStatus(mode, `${label} gate ${gate.name}: ${gate.run}`),
+    onGate: ({ gate, result, tests, metricErrors }) => {
+      const outcome = result.timed_out ? `timed out after ${gate.timeout}` : `exit ${result.exit_code ?? result.signal}`;
+      const testCounts = tests ? `, ${tests.passing} passing / ${tests.failing} failing tests` : "";
+      const report = result.report_error ? `, report unreadable: ${result.report_error}` : "";
+      const metrics = result.metrics ? `, ${Object.entries(result.metrics).map(([name, value]) => `${name}=${value}`).join(" ")}` : "";
+      progress(mode, `${label}   gate ${gate.name}: ${outcome} (${formatDuration(result.duration_ms)})${testCounts}${metrics}${report}`);
+      for (const error of metricErrors) progress(mode, `${label}   gate ${gate.name}: malformed METRIC ${error}`);
+    },
+  };
 }
 
 /** Evaluates leased jobs until `candidateId` has its verdict (a local loop has only its own job queued). */

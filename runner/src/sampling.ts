@@ -1,0 +1,71 @@
+import { parseDuration } from "../../shared/duration.js";
+import type { Contract } from "../../shared/wire/contract.js";
+import { childEnv } from "./evaluate.js";
+import { runCommand } from "./exec.js";
+import { parseMetrics } from "./parsers/index.js";
+
+// Optimize mode's measurements (DESIGN §6.3): the contract's metric command run in a clean clone, its
+// `METRIC name=value` reading taken. Comparisons interleave the best-so-far and the candidate on this
+// runner (A B A B …), so slow drift of the machine hits both alike.
+
+/** One reading of the contract's metric in `dir`, or why there is none. */
+export async function measureMetric(dir: string, contract: Contract): Promise<{ value: number } | { error: string }> {
+  const metric = contract.metric;
+  if (!metric) return { error: "the contract has no metric" };
+  const result = await runCommand(metric.run, {
+    cwd: dir,
+    timeoutMs: parseDuration(metric.timeout) ?? 600_000,
+    env: childEnv(),
+    network: contract.exec?.network ?? "host",
+  });
+  const tail = result.output.toString("utf8").trim().split("\n").slice(-3).join(" | ");
+  if (result.timed_out) return { error: `the metric command timed out after ${metric.timeout}` };
+  if (result.exit_code !== 0) return { error: `the metric command exited ${result.exit_code ?? result.signal}: ${tail}` };
+  const value = parseMetrics(result.output.toString("utf8")).metrics[metric.name];
+  if (value === undefined) return { error: `the metric command printed no METRIC ${metric.name}=…: ${tail}` };
+  if (!(value > 0)) return { error: `METRIC ${metric.name}=${value} is not a positive reading` };
+  return { value };
+}
+
+/** Interleaved readings of the best-so-far (A) and the candidate (B); pair i is (best[i], candidate[i]). */
+export interface PairedSamples {
+  best: number[];
+  candidate: number[];
+  error?: string;
+}
+
+/**
+ * Adds pairs until there are `pairs` of them: best then candidate, alternating. A failed reading stops
+ * the sampling and is recorded (the engine rejects the candidate as no_samples).
+ */
+export async function samplePairs(
+  samples: PairedSamples,
+  pairs: number,
+  dirs: { best: string; candidate: string },
+  contract: Contract,
+  onPair?: (done: number, wanted: number) => void,
+): Promise<PairedSamples> {
+  while (samples.best.length < pairs && samples.error === undefined) {
+    const best = await measureMetric(dirs.best, contract);
+    const candidate = "error" in best ? best : await measureMetric(dirs.candidate, contract);
+    if ("error" in best) samples.error = `best-so-far: ${best.error}`;
+    else if ("error" in candidate) samples.error = `candidate: ${candidate.error}`;
+    else {
+      samples.best.push(best.value);
+      samples.candidate.push(candidate.value);
+      onPair?.(samples.best.length, pairs);
+    }
+  }
+  return samples;
+}
+
+/** `runs` readings of one commit alone (the baseline's). */
+export async function sampleAlone(dir: string, contract: Contract, runs: number): Promise<PairedSamples> {
+  const samples: PairedSamples = { best: [], candidate: [] };
+  for (let run = 0; run < runs && samples.error === undefined; run++) {
+    const reading = await measureMetric(dir, contract);
+    if ("error" in reading) samples.error = reading.error;
+    else samples.candidate.push(reading.value);
+  }
+  return samples;
+}

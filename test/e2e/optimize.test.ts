@@ -1,0 +1,91 @@
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LoopEvent } from "../../shared/engine/index.js";
+import { makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
+
+// An optimize loop through the real stack: the runner reads the benchmark interleaved (best, then
+// candidate) in two clean clones, and the coordinator's sequential test keeps a real speed-up and
+// rejects a change that only looks different.
+describe("an optimize loop", () => {
+  const tmp = tempDir("optimize");
+  let coordinator: TestCoordinator;
+
+  beforeAll(async () => {
+    coordinator = await startCoordinator(path.join(tmp.dir, "state"));
+  });
+  afterAll(async () => {
+    await coordinator.stop();
+    tmp.cleanup();
+  });
+
+  it("promotes a real speed-up and not a no-op change, with the estimate and the pairs on record", async () => {
+    const repo = makeRepo(path.join(tmp.dir, "repo"), {
+      // work() blocks for DELAY ms: a stand-in for code whose speed the agent changes.
+      "src/work.js": [
+        "const DELAY = 40;",
+        "export function work() {",
+        "  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, DELAY);",
+        "  return 42;",
+        "}",
+        "",
+      ].join("\n"),
+      "test/work.test.js": "import assert from 'node:assert/strict';\nimport { test } from 'node:test';\nimport { work } from '../src/work.js';\ntest('work answers 42', () => assert.equal(work(), 42));\n",
+      "bench.mjs": [
+        "import { work } from './src/work.js';",
+        "const started = performance.now();",
+        "for (let i = 0; i < 3; i++) work();",
+        "console.log(`METRIC work_ms=${(performance.now() - started).toFixed(3)}`);",
+      ].join("\n"),
+      // Iteration 1 halves DELAY (a real 2x speed-up); iteration 2 only adds a comment.
+      "agent.mjs": [
+        "import { readFileSync, writeFileSync } from 'node:fs';",
+        "const file = 'src/work.js';",
+        "const source = readFileSync(file, 'utf8');",
+        "writeFileSync(file, process.env.LOOPWARDEN_ITERATION === '1' ? source.replace('DELAY = 40', 'DELAY = 20') : `// tidied\\n${source}`);",
+      ].join("\n"),
+      "loop.yaml": [
+        "name: faster-work",
+        "mode: optimize",
+        "gates:",
+        "  - name: unit",
+        "    run: node --test",
+        "metric:",
+        "  run: node bench.mjs",
+        "  name: work_ms",
+        "  direction: lower",
+        "  min_effect: 5%",
+        "  samples: { min: 5, max: 20 }",
+        "stop:",
+        "  max_iterations: 2",
+        "agent:",
+        "  run: node agent.mjs",
+        "",
+      ].join("\n"),
+      ".gitignore": ".loopwarden/\n",
+    });
+
+    const result = await runCli(["--json", "--server", coordinator.url, "run"], { cwd: repo });
+    expect(result.code, result.stderr).toBe(12);
+    const output = JSON.parse(result.stdout) as { loop_id: string };
+    expect(output).toMatchObject({ halt_reason: "max_iterations_reached", still_improving: true, iteration: 2 });
+
+    const events = (await (await fetch(`${coordinator.url}/v1/loops/${output.loop_id}/events`)).text())
+      .trim()
+      .split("\n")
+      .map((line) => LoopEvent.parse(JSON.parse(line)));
+    const finals = events.flatMap((event) => (event.type === "verdict" && event.data.decision !== "need_samples" ? [event.data] : []));
+    expect(finals.map((verdict) => [verdict.candidate_id, verdict.decision, verdict.reason])).toEqual([
+      ["c1", "promoted", "improved"],
+      ["c2", "rejected", "not_improved"],
+    ]);
+    const [faster, noop] = finals;
+    // Half the delay: about 2x, i.e. an improvement near 100% (best/candidate − 1).
+    expect(faster?.metric?.estimate).toBeGreaterThan(0.5);
+    expect(faster?.metric?.pairs).toBeGreaterThanOrEqual(5);
+    expect(Math.abs(noop?.metric?.estimate ?? 1)).toBeLessThan(0.05);
+    // The baseline's own readings were recorded with t0.
+    const created = events[0];
+    if (created?.type !== "loop_created") throw new Error("no loop_created");
+    expect(created.data.t0.observation.samples?.candidate).toHaveLength(5);
+  });
+});
