@@ -91,9 +91,6 @@ export function validateContract(input: unknown, source: string, doc: Document |
     throw new UserError(`invalid contract:\n${describeIssues(parsed.error, source, doc, lines).join("\n")}`, 2);
   }
   const unsupported = unsupportedFeatures(parsed.data);
-  if (parsed.data.mode === "task_list") {
-    unsupported.unshift("mode: task_list loops are not available yet; this version runs check_fixpoint and optimize (see the README roadmap)");
-  }
   if (unsupported.length > 0) throw new UserError(`the contract asks for more than this version enforces:\n${unsupported.map((line) => `${source} ${line}`).join("\n")}`, 2);
   return { contract: parsed.data, hash: contractHash(parsed.data), source };
 }

@@ -217,12 +217,41 @@ export interface EvaluationOptions extends GateHooks {
  */
 export async function evaluateIn(dir: string, options: EvaluationOptions): Promise<Evaluation> {
   const guards = options.guards;
-  if (!guards) return runGates(dir, options.contract, options);
+  if (!guards) return withTasks(dir, options, await runGates(dir, options.contract, options));
   const before = await readGuardsBeforeGates(dir, options.contract, guards.contractFile);
-  const evaluation = await runGates(dir, options.contract, options);
+  const evaluation = await withTasks(dir, options, await runGates(dir, options.contract, options));
   const coverage = await readCoverage(dir, options.contract);
   if (coverage.note) options.onNote?.(coverage.note);
   evaluation.observation.guards = { ...before, coverage_percent: coverage.percent };
+  return evaluation;
+}
+
+/** Time limit of one task's check (tasks have no timeout key of their own). */
+const TASK_TIMEOUT = "10m";
+
+/**
+ * task_list mode: runs every task's own check after the gates, in the same clone, and adds the results
+ * (a task is done only when its check passes; the engine judges) and their logs to the evaluation.
+ */
+async function withTasks(dir: string, options: EvaluationOptions, evaluation: Evaluation): Promise<Evaluation> {
+  const tasks = options.contract.tasks;
+  if (!tasks) return evaluation;
+  const results: GateResult[] = [];
+  for (const task of tasks) {
+    const asGate: Gate = { name: task.id, run: task.check, timeout: TASK_TIMEOUT };
+    const result = await runCommand(task.check, {
+      cwd: dir,
+      timeoutMs: parseDuration(TASK_TIMEOUT) ?? 600_000,
+      env: childEnv(),
+      network: options.contract.exec?.network ?? "host",
+    });
+    const bytes = logOf(asGate, result, []);
+    const ref: ArtifactRef = { sha256: sha256Hex(bytes), size: bytes.length, name: `task-${task.id}.log`, content_type: "text/plain; charset=utf-8" };
+    evaluation.logs.push({ ref, bytes });
+    results.push({ name: task.id, exit_code: result.exit_code, signal: result.signal, timed_out: result.timed_out, duration_ms: result.duration_ms, log: ref });
+    options.onNote?.(`task ${task.id}: ${result.exit_code === 0 && !result.timed_out ? "done" : result.timed_out ? "timed out" : `not done (exit ${result.exit_code ?? result.signal})`}`);
+  }
+  evaluation.observation.tasks = results;
   return evaluation;
 }
 

@@ -12,7 +12,6 @@ import { applyEvent, type CandidateState, type LeaseState, type LoopState } from
 /** An expected refusal, with a stable code the HTTP layer maps to a status. */
 export interface EngineError {
   code:
-    | "mode_unsupported"
     | "contract_unsupported"
     | "loop_halted"
     | "idempotency_conflict"
@@ -41,12 +40,6 @@ export function createLoop(input: {
   t0: Baseline;
   at: string;
 }): Outcome<null> {
-  if (input.contract.mode === "task_list") {
-    return refuse(
-      "mode_unsupported",
-      `mode "${input.contract.mode}" is not available yet; this version runs check_fixpoint loops (see the README roadmap)`,
-    );
-  }
   const unsupported = unsupportedFeatures(input.contract);
   if (unsupported.length > 0) return refuse("contract_unsupported", unsupported.join("; "));
   const created: EventDraft = {

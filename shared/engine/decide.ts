@@ -13,7 +13,8 @@ function halt(reason: HaltReason, detail: string, extra: { still_improving?: boo
 
 /**
  * The check_fixpoint ratchet (DESIGN §6.1): promote only when every test that passed in the best-so-far
- * still passes and the failing set strictly shrinks.
+ * still passes and the failing set strictly shrinks. task_list mode is the same ratchet over tasks (each
+ * a `task:<id>` test): a candidate completes at least one task and undoes none.
  */
 function decideCheckFixpoint(state: LoopState, candidateId: string, observation: Observation): Verdict {
   const { passing, failing } = testSetsOf(state.contract, observation);
@@ -42,10 +43,6 @@ export function decide(
   observation: Observation,
   at: string,
 ): { verdict: Verdict; events: EventDraft[] } {
-  if (contract.mode === "task_list") {
-    // createLoop refuses task_list, so reaching this is a corrupt or foreign log.
-    throw new Error(`mode ${contract.mode} is not implemented by this engine`);
-  }
   // Guards first (invariant 2): a violation is never promoted, whatever the gates say.
   const violation = checkGuards(contract, state.t0_guards, observation);
   if (violation) {

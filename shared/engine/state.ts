@@ -102,6 +102,11 @@ export function gateTestId(gateName: string): string {
   return `gate:${gateName}`;
 }
 
+/** The test id of a task of a task_list loop: done when its own check passes. */
+export function taskTestId(taskId: string): string {
+  return `task:${taskId}`;
+}
+
 /** Whether a gate passed: a hard gate by exit code, a soft gate by its threshold (DESIGN §5). */
 export function gatePassed(gate: Gate, result: GateResult | undefined): boolean {
   if (!result || result.timed_out || result.report_error !== undefined) return false;
@@ -113,17 +118,23 @@ export function gatePassed(gate: Gate, result: GateResult | undefined): boolean 
 
 /**
  * The test sets a decision uses, sorted and de-duplicated: the reported test ids, plus one test per
- * contract gate derived from its observed outcome (`gatePassed`). A gate missing from the observation
+ * contract gate derived from its observed outcome (`gatePassed`) and, in task_list mode, one per task. A gate missing from the observation
  * (not run after an earlier failure) fails. The `gate:` ids are always derived here, never taken from
  * the report, so a report cannot call a red gate green.
  */
 export function testSetsOf(contract: Contract, observation: Observation): TestSets {
-  const isGateId = (id: string) => id.startsWith("gate:");
-  const passing = new Set(observation.tests.passing.filter((id) => !isGateId(id)));
-  const failing = new Set(observation.tests.failing.filter((id) => !isGateId(id)));
+  const isDerived = (id: string) => id.startsWith("gate:") || id.startsWith("task:");
+  const passing = new Set(observation.tests.passing.filter((id) => !isDerived(id)));
+  const failing = new Set(observation.tests.failing.filter((id) => !isDerived(id)));
   for (const gate of contract.gates) {
     const result = observation.gates.find((candidate) => candidate.name === gate.name);
     (gatePassed(gate, result) ? passing : failing).add(gateTestId(gate.name));
+  }
+  // task_list mode: a task is done only when its own check passes (DESIGN §5).
+  for (const task of contract.tasks ?? []) {
+    const result = observation.tasks?.find((candidate) => candidate.name === task.id);
+    const done = result !== undefined && result.exit_code === 0 && !result.timed_out;
+    (done ? passing : failing).add(taskTestId(task.id));
   }
   return { passing: [...passing].sort(), failing: [...failing].sort() };
 }

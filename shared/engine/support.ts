@@ -10,6 +10,5 @@ export function unsupportedFeatures(contract: Contract): string[] {
   const found: string[] = [];
   if (contract.secondary) found.push(later("secondary", "secondary guardrail metrics"));
   if (contract.artifacts) found.push(later("artifacts", "uploading artifacts by glob"));
-  if (contract.tasks) found.push(later("tasks", "task_list mode"));
   return found;
 }

@@ -66,6 +66,8 @@ export const Observation = z
       skipped: z.array(TestId).max(100_000).optional(),
     }),
     guards: GuardReadings.optional(),
+    /** task_list mode: each task's own check, run after the gates (`name` is the task id). */
+    tasks: z.array(GateResult).max(1_000).optional(),
     /**
      * Optimize mode: readings of the contract's metric, interleaved on this runner. Pair i is
      * (best[i], candidate[i]), best measured first. For t0, `best` is empty. Cumulative over the

@@ -218,15 +218,27 @@ describe("engine: decisions over a loop's history", () => {
 });
 
 describe("engine: createLoop", () => {
-  it("refuses task_list mode as mode_unsupported", () => {
-    const outcome = createLoop({
-      loop_id: "lp_0123456789abcdef01234567",
-      contract: contractOf({ mode: "task_list", tasks: [{ id: "t1", title: "one", check: "node t1.js" }] }),
-      contract_hash: sha256Hex("contract"),
-      t0: { commit: commitOf("t0"), observation: observationOf([A]) },
-      at: "2026-03-01T09:00:00.000Z",
+  it("task_list: a candidate that completes a task and undoes none is promoted; all tasks done is success", () => {
+    const tasks = [
+      { id: "dates", title: "parse dates", check: "node checks/dates.js" },
+      { id: "times", title: "parse times", check: "node checks/times.js" },
+    ];
+    const withTasks = (done: string[]): Observation => ({
+      ...observationOf([]),
+      tasks: tasks.map((task) => ({ name: task.id, exit_code: done.includes(task.id) ? 0 : 1, signal: null, timed_out: false, duration_ms: 5, log: null })),
     });
-    expect(outcome).toMatchObject({ ok: false, error: { code: "mode_unsupported" } });
+    const harness = new LoopHarness([], { mode: "task_list", tasks });
+    expect(harness.state.t0.failing).toEqual(["task:dates", "task:times"]);
+    const step = (label: string, done: string[]) => {
+      harness.propose(label);
+      const leased = harness.lease();
+      if (!leased.ok || !leased.value) throw new Error("no lease");
+      return harness.report(leased.value, withTasks(done));
+    };
+    expect(step("dates", ["dates"])).toMatchObject({ value: { decision: "promoted", reason: "fewer_failures" } });
+    expect(step("swap", ["times"])).toMatchObject({ value: { decision: "rejected", reason: "regressed", regressed: ["task:dates"] } });
+    expect(step("both", ["dates", "times"])).toMatchObject({ value: { decision: "promoted" } });
+    expect(harness.state.halt?.halt_reason).toBe("success_condition_met");
   });
 
   it("records the contract, its hash and t0 in loop_created, and starts with t0 as the best", () => {

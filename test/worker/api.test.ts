@@ -72,10 +72,11 @@ describe("POST /v1/loops", () => {
     expect(await errorOf(proposed)).toMatchObject({ code: "loop_halted" });
   });
 
-  it("refuses a contract in a mode this version does not run with 422 mode_unsupported", async () => {
+  it("creates a task_list loop whose tasks, not yet checked at t0, all count as failing", async () => {
     const response = await postJson("/v1/loops", createLoopBody("task-list", [A], { mode: "task_list", tasks: [{ id: "t1", title: "one", check: "node t1.js" }] }));
-    expect(response.status).toBe(422);
-    expect(await errorOf(response)).toMatchObject({ code: "mode_unsupported" });
+    expect(response.status).toBe(201);
+    // suite.a, the gate that reported it, and task:t1 (no task result was observed at t0).
+    expect(await response.json()).toMatchObject({ loop: { mode: "task_list", status: "running", t0: { failing: 3 } } });
   });
 });
 

@@ -200,18 +200,11 @@ describe("bad input that names no existing loop creates nothing", () => {
       },
     },
     {
-      name: "create in a mode this version does not run",
-      status: 422,
-      code: "mode_unsupported",
-      loopId: loopIdFor("loop-key-task-list"),
-      send: () => postJson("/v1/loops", createLoopBody("task-list", [A], { mode: "task_list", tasks: [{ id: "t1", title: "one", check: "node t1.js" }] })),
-    },
-    {
-      name: "create with secondary metrics this version cannot enforce yet",
+      name: "create with artifact globs this version cannot upload yet",
       status: 422,
       code: "contract_unsupported",
-      loopId: loopIdFor("loop-key-secondary"),
-      send: () => postJson("/v1/loops", createLoopBody("secondary", [A], { secondary: [{ name: "rss", direction: "lower", max_regression: "10%" }] })),
+      loopId: loopIdFor("loop-key-artifacts"),
+      send: () => postJson("/v1/loops", createLoopBody("artifacts", [A], { artifacts: ["profile/*.svg"] })),
     },
   ];
 

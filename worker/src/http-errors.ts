@@ -28,7 +28,6 @@ export function issuesOf(error: ZodError): NonNullable<ErrorBody["error"]["issue
 const REFUSAL_STATUS: Record<string, ContentfulStatusCode> = {
   not_found: 404,
   lease_not_found: 404,
-  mode_unsupported: 422,
   contract_unsupported: 422,
   idempotency_conflict: 422,
   loop_halted: 409,
