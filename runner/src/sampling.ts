@@ -8,8 +8,8 @@ import { parseMetrics } from "./parsers/index.js";
 // `METRIC name=value` reading taken. Comparisons interleave the best-so-far and the candidate on this
 // runner (A B A B …), so slow drift of the machine hits both alike.
 
-/** One reading of the contract's metric in `dir`, or why there is none. */
-export async function measureMetric(dir: string, contract: Contract): Promise<{ value: number } | { error: string }> {
+/** One reading of the contract's metric (and its secondary metrics) in `dir`, or why there is none. */
+export async function measureMetric(dir: string, contract: Contract): Promise<{ value: number; secondary: Record<string, number> } | { error: string }> {
   const metric = contract.metric;
   if (!metric) return { error: "the contract has no metric" };
   const result = await runCommand(metric.run, {
@@ -21,10 +21,17 @@ export async function measureMetric(dir: string, contract: Contract): Promise<{ 
   const tail = result.output.toString("utf8").trim().split("\n").slice(-3).join(" | ");
   if (result.timed_out) return { error: `the metric command timed out after ${metric.timeout}` };
   if (result.exit_code !== 0) return { error: `the metric command exited ${result.exit_code ?? result.signal}: ${tail}` };
-  const value = parseMetrics(result.output.toString("utf8")).metrics[metric.name];
+  const readings = parseMetrics(result.output.toString("utf8")).metrics;
+  const value = readings[metric.name];
   if (value === undefined) return { error: `the metric command printed no METRIC ${metric.name}=…: ${tail}` };
   if (!(value > 0)) return { error: `METRIC ${metric.name}=${value} is not a positive reading` };
-  return { value };
+  const secondary: Record<string, number> = {};
+  for (const { name } of contract.secondary ?? []) {
+    const reading = readings[name];
+    if (reading === undefined) return { error: `the metric command printed no METRIC ${name}=… (a secondary metric): ${tail}` };
+    secondary[name] = reading;
+  }
+  return { value, secondary };
 }
 
 /** Interleaved readings of the best-so-far (A) and the candidate (B); pair i is (best[i], candidate[i]). */
@@ -32,6 +39,7 @@ export interface PairedSamples {
   best: number[];
   candidate: number[];
   error?: string;
+  secondary?: Record<string, { best: number[]; candidate: number[] }>;
 }
 
 /**
@@ -53,6 +61,12 @@ export async function samplePairs(
     else {
       samples.best.push(best.value);
       samples.candidate.push(candidate.value);
+      for (const [name, value] of Object.entries(best.secondary)) {
+        samples.secondary ??= {};
+        const series = (samples.secondary[name] ??= { best: [], candidate: [] });
+        series.best.push(value);
+        series.candidate.push(candidate.secondary[name] ?? Number.NaN);
+      }
       onPair?.(samples.best.length, pairs);
     }
   }

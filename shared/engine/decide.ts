@@ -129,9 +129,38 @@ function decideOptimize(state: LoopState, candidateId: string, observation: Obse
   };
   const range = result.interval ? ` [${percent(result.interval[0])}, ${percent(result.interval[1])}]` : "";
   const summary = `${metric.name} ${percent(result.estimate)} better${range} over ${result.pairs} pair(s)`;
-  if (result.decision === "promote") return { ...base, decision: "promoted", reason: "improved", detail: summary, metric: view };
+  if (result.decision === "promote") {
+    // Secondary metrics are guardrails, never optimised: a gain bought with one of them is no gain.
+    const guardrail = secondaryRegression(contract, samples);
+    if (guardrail) return { ...base, decision: "rejected", reason: guardrail.reason, detail: `${summary}, but ${guardrail.detail}`, metric: view };
+    return { ...base, decision: "promoted", reason: "improved", detail: summary, metric: view };
+  }
   if (result.decision === "reject") return { ...base, decision: "rejected", reason: "not_improved", detail: `${summary}: ${result.reason}`, metric: view };
   return { ...base, decision: "need_samples", reason: "undecided", detail: `${summary}: ${result.more} more pair(s) needed`, metric: view };
+}
+
+/** The first secondary metric that regressed past its `max_regression` (medians of the paired readings). */
+function secondaryRegression(
+  contract: Contract,
+  samples: NonNullable<Observation["samples"]>,
+): { reason: "secondary_regressed" | "no_samples"; detail: string } | null {
+  for (const secondary of contract.secondary ?? []) {
+    const readings = samples.secondary?.[secondary.name];
+    const best = median(readings?.best ?? []);
+    const candidate = median(readings?.candidate ?? []);
+    if (best === null || candidate === null || best <= 0 || candidate <= 0) {
+      return { reason: "no_samples", detail: `no paired readings of the secondary metric ${secondary.name}` };
+    }
+    const regression = secondary.direction === "lower" ? candidate / best - 1 : best / candidate - 1;
+    const allowed = percentValue(secondary.max_regression);
+    if (regression > allowed) {
+      return {
+        reason: "secondary_regressed",
+        detail: `${secondary.name} regressed ${percent(regression)} (${best} → ${candidate}), more than its max_regression ${secondary.max_regression}`,
+      };
+    }
+  }
+  return null;
 }
 
 /** Test ids whose outcome differs from an earlier evaluation of the same tree (same parent, same change). */

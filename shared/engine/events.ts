@@ -57,6 +57,7 @@ export const Verdict = z.strictObject({
     "not_improved",
     "undecided",
     "no_samples",
+    "secondary_regressed",
   ]),
   detail: z.string(),
   failing_before: z.number().int().min(0),

@@ -8,7 +8,6 @@ import type { Contract } from "../wire/contract.js";
 export function unsupportedFeatures(contract: Contract): string[] {
   const later = (path: string, what: string) => `${path}: ${what} is not enforced by this version yet (see the README roadmap); remove it to run`;
   const found: string[] = [];
-  if (contract.secondary) found.push(later("secondary", "secondary guardrail metrics"));
   if (contract.artifacts) found.push(later("artifacts", "uploading artifacts by glob"));
   return found;
 }

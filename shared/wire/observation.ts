@@ -79,6 +79,13 @@ export const Observation = z
         candidate: z.array(z.number().positive().finite()).max(10_000),
         /** Why a reading is missing (the metric command failed or printed no value), when one is. */
         error: z.string().max(2_000).optional(),
+        /** The contract's secondary metrics, read from the same runs, paired the same way. */
+        secondary: z
+          .record(
+            z.string().max(64),
+            z.strictObject({ best: z.array(z.number().finite()).max(10_000), candidate: z.array(z.number().finite()).max(10_000) }),
+          )
+          .optional(),
       })
       .optional(),
   })

@@ -35,6 +35,7 @@ describe("an optimize loop", () => {
         "const started = performance.now();",
         "for (let i = 0; i < 3; i++) work();",
         "console.log(`METRIC work_ms=${(performance.now() - started).toFixed(3)}`);",
+        "console.log(`METRIC rss_mb=${(process.memoryUsage().rss / 1e6).toFixed(1)}`);",
       ].join("\n"),
       // Iteration 1 halves DELAY (a real 2x speed-up); iteration 2 only adds a comment.
       "agent.mjs": [
@@ -55,6 +56,8 @@ describe("an optimize loop", () => {
         "  direction: lower",
         "  min_effect: 5%",
         "  samples: { min: 5, max: 20 }",
+        "secondary:",
+        "  - { name: rss_mb, direction: lower, max_regression: 50% }",
         "stop:",
         "  max_iterations: 2",
         "agent:",
@@ -87,5 +90,10 @@ describe("an optimize loop", () => {
     const created = events[0];
     if (created?.type !== "loop_created") throw new Error("no loop_created");
     expect(created.data.t0.observation.samples?.candidate).toHaveLength(5);
+    // The secondary guardrail was read from the same runs, paired the same way.
+    const report = events.find((event) => event.type === "observation_reported" && event.data.candidate_id === "c1");
+    if (report?.type !== "observation_reported") throw new Error("no report for c1");
+    const rss = report.data.observation.samples?.secondary?.rss_mb;
+    expect(rss?.best.length).toBe(report.data.observation.samples?.best.length);
   });
 });

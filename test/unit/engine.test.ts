@@ -830,6 +830,18 @@ describe("engine: optimize mode (DESIGN §6.1, §6.3)", () => {
     });
   });
 
+  it.each<[string, Record<string, { best: number[]; candidate: number[] }> | undefined, string, string]>([
+    ["within its max_regression is promoted", { rss_mb: { best: readings(100, 8), candidate: readings(105, 8) } }, "promoted", "improved"],
+    ["past its max_regression is rejected", { rss_mb: { best: readings(100, 8), candidate: readings(130, 8) } }, "rejected", "secondary_regressed"],
+    ["without readings is rejected", undefined, "rejected", "no_samples"],
+  ])("a secondary metric %s, however fast the candidate", (_name, secondary, decision, reason) => {
+    const harness = optimizeLoop({ secondary: [{ name: "rss_mb", direction: "lower", max_regression: "10%" }] });
+    const lease = leaseFor(harness, "faster-but-fatter");
+    const observation = measured(readings(100, 8), readings(70, 8, 3));
+    if (observation.samples && secondary) observation.samples.secondary = secondary;
+    expect(harness.report(lease, observation)).toMatchObject({ value: { decision, reason } });
+  });
+
   it("halts success_condition_met when the promoted best reaches the target", () => {
     const harness = optimizeLoop({ metric: { ...metric, target: 80 } });
     const lease = leaseFor(harness, "fast");
