@@ -76,7 +76,7 @@ interface ContractFlags {
 program
   .command("init")
   .description("write a commented starter loop.yaml (check_fixpoint) and program.md (the agent's instructions), and add .loopwarden/ to .gitignore")
-  .option("--mode <mode>", "loop mode (this version: check_fixpoint)", "check_fixpoint")
+  .option("--mode <mode>", "loop mode of the starter (init writes check_fixpoint starters; edit loop.yaml for optimize or task_list)", "check_fixpoint")
   .option("--agent <cmd>", "the agent command to put in agent.run")
   .action(async (options: { mode: string; agent?: string }) => {
     const { initCommand } = await import("./commands/init.js");

@@ -185,7 +185,10 @@ function starterGatesSummary(test: string, contract: string): string {
  */
 export async function initCommand(options: OutputMode & { cwd: string; mode: string; agent?: string; contract?: string }): Promise<number> {
   if (options.mode !== "check_fixpoint") {
-    throw new UserError(`mode ${options.mode} is not available yet; this version runs check_fixpoint loops (see the README roadmap)`, 2);
+    throw new UserError(
+      `init writes check_fixpoint starters only; for ${options.mode}, run init, then set mode and add ${options.mode === "optimize" ? "metric" : "tasks"} in loop.yaml (README: The loop contract)`,
+      2,
+    );
   }
   const repo = await repoRoot(options.cwd);
   const file = path.resolve(repo, options.contract ?? "loop.yaml");
