@@ -35,7 +35,12 @@ export function describeEvent(event: LoopEvent): string {
       return `${prefix} ${event.data.candidate_id} observed: ${gates}${tests}`;
     }
     case "verdict": {
-      const word = event.data.decision === "promoted" ? paint("promoted", "green") : paint("rejected", "red");
+      const word =
+        event.data.decision === "promoted"
+          ? paint("promoted", "green")
+          : event.data.decision === "need_samples"
+            ? paint("needs more samples", "yellow")
+            : paint("rejected", "red");
       return `${prefix} ${event.data.candidate_id} ${word} (${event.data.reason}): ${event.data.detail}`;
     }
     case "halted":
