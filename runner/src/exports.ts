@@ -1,4 +1,4 @@
-import { BASELINE_ID, foldEvents, type AgentRun, type CandidateState, type EventDraft, type LoopState, type Proposer, type TestSets, type Verdict } from "../../shared/engine/index.js";
+import { BASELINE_ID, foldEvents, median, type AgentRun, type CandidateState, type EventDraft, type LoopState, type Proposer, type TestSets, type Verdict } from "../../shared/engine/index.js";
 import type { AgentReport } from "../../shared/wire/agent-report.js";
 import type { GateResult, Observation } from "../../shared/wire/observation.js";
 
@@ -255,9 +255,15 @@ function metricOf(observation: Observation, name: string): number | undefined {
   return undefined;
 }
 
-function memoryGbOf(observation: Observation): string {
+/** Optimize mode: the median of the candidate's paired readings of `name` (primary or secondary), if any. */
+function sampledOf(observation: Observation, name: string, primary: string | undefined): number | undefined {
+  const readings = name === primary ? observation.samples?.candidate : observation.samples?.secondary?.[name]?.candidate;
+  return median(readings ?? []) ?? undefined;
+}
+
+function memoryGbOf(observation: Observation, primary: string | undefined): string {
   for (const [name, scale] of MEMORY_METRICS) {
-    const value = metricOf(observation, name);
+    const value = sampledOf(observation, name, primary) ?? metricOf(observation, name);
     if (value !== undefined) return (value * scale).toFixed(1);
   }
   return "0.0";
@@ -268,10 +274,10 @@ function resultsTable(history: History): string[][] {
   const primary = history.state.contract.metric?.name;
   const crash = { metric: primary === undefined ? "0" : "0.000000", memory: "0.0" };
   const figuresOf = (observation: Observation, tests: TestSets) => {
-    const value = primary === undefined ? tests.failing.length : metricOf(observation, primary);
+    const value = primary === undefined ? tests.failing.length : (sampledOf(observation, primary, primary) ?? metricOf(observation, primary));
     return {
       metric: primary === undefined ? String(value) : value === undefined ? crash.metric : value.toFixed(6),
-      memory: memoryGbOf(observation),
+      memory: memoryGbOf(observation, primary),
     };
   };
   const baseline = figuresOf(history.t0, history.state.t0);

@@ -95,5 +95,14 @@ describe("an optimize loop", () => {
     if (report?.type !== "observation_reported") throw new Error("no report for c1");
     const rss = report.data.observation.samples?.secondary?.rss_mb;
     expect(rss?.best.length).toBe(report.data.observation.samples?.best.length);
+
+    // autoresearch's ledger carries each commit's median reading of the metric.
+    const tsv = await runCli(["--server", coordinator.url, "export", "--format", "results.tsv"], { cwd: repo });
+    const rows = tsv.stdout.trim().split("\n").map((line) => line.split("\t"));
+    expect(rows[0]).toEqual(["commit", "work_ms", "memory_gb", "status", "description"]);
+    expect(rows.slice(1).map((row) => row[3])).toEqual(["keep", "keep", "discard"]);
+    const [t0Ms, fasterMs] = [Number(rows[1]?.[1]), Number(rows[2]?.[1])];
+    expect(t0Ms).toBeGreaterThan(100);
+    expect(fasterMs).toBeLessThan(t0Ms * 0.7);
   });
 });
