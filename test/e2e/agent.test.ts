@@ -1,15 +1,14 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
 import { sha256Hex } from "../../shared/hash.js";
-import { gitIn, makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
+import { gitIn, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
 
 // What the agent is told (last verdict, history) and what it reports (model, cost, context), through
 // the real CLI and coordinator.
 describe("the agent's side of the loop", () => {
-  const tmp = tempDir("agent");
-  let coordinator: TestCoordinator;
+  const { tmp, coordinator } = sharedCoordinator("agent");
   let serial = 0;
 
   // An agent with two directions to try. It reads the history and never retries a direction that was
@@ -46,14 +45,6 @@ describe("the agent's side of the loop", () => {
       .trim()
       .split("\n")
       .map((line) => LoopEvent.parse(JSON.parse(line)));
-
-  beforeAll(async () => {
-    coordinator = await startCoordinator(path.join(tmp.dir, "state"));
-  });
-  afterAll(async () => {
-    await coordinator.stop();
-    tmp.cleanup();
-  });
 
   it("the agent reads the last verdict and the history, and skips a direction that was rejected", async () => {
     const repo = project();

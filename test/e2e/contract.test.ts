@@ -1,13 +1,12 @@
 import { cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ROOT, gitIn, makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
+import { describe, expect, it } from "vitest";
+import { ROOT, gitIn, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
 
 // loop.yaml end to end: init → a bad key refused with its path → a JUnit-reporting gate whose per-test
 // ids make partial progress count → step → watch, each printing exactly one JSON object with --json.
 describe("a loop.yaml contract", () => {
-  const tmp = tempDir("contract");
-  let coordinator: TestCoordinator;
+  const { tmp, coordinator } = sharedCoordinator("contract");
   let serial = 0;
   const cli = (repo: string, ...args: string[]) => runCli(["--json", "--server", coordinator.url, ...args], { cwd: repo });
   const one = (stdout: string) => {
@@ -20,14 +19,6 @@ describe("a loop.yaml contract", () => {
     cpSync(path.join(ROOT, "examples", "demo"), repo, { recursive: true });
     return makeRepo(repo, {});
   };
-
-  beforeAll(async () => {
-    coordinator = await startCoordinator(path.join(tmp.dir, "state"));
-  });
-  afterAll(async () => {
-    await coordinator.stop();
-    tmp.cleanup();
-  });
 
   it("init writes a starter contract that names what is left to fill in and the agent's program.md, and ignores .loopwarden/", async () => {
     const repo = demoRepo();

@@ -1,13 +1,12 @@
 import { cpSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ROOT, makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
+import { describe, expect, it } from "vitest";
+import { ROOT, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
 
 // The agent never defines its own success (DESIGN §4.2, §6.4): through the real CLI, an agent that
 // weakens the measuring stick halts with the guard's reason, never success.
 describe("guards through the CLI", () => {
-  const tmp = tempDir("guards");
-  let coordinator: TestCoordinator;
+  const { tmp, coordinator } = sharedCoordinator("guards");
   let serial = 0;
 
   const TAP_GATE = [
@@ -33,14 +32,6 @@ describe("guards through the CLI", () => {
     const result = await runCli(["--json", "--server", coordinator.url, "run"], { cwd: repo });
     return { ...result, output: JSON.parse(result.stdout.trim()) as Record<string, unknown> };
   };
-
-  beforeAll(async () => {
-    coordinator = await startCoordinator(path.join(tmp.dir, "state"));
-  });
-  afterAll(async () => {
-    await coordinator.stop();
-    tmp.cleanup();
-  });
 
   it("an agent that rewrites a test to pass halts blocked_path_modified (13), not success", async () => {
     const repo = project(

@@ -1,13 +1,12 @@
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { isGoneWithin } from "../support/process.js";
-import { gitIn, makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
+import { gitIn, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
 
 // Each halt reason the slice can reach, with its exit code (DESIGN §7), against one shared coordinator.
 describe("halts and refusals", () => {
-  const tmp = tempDir("halts");
-  let coordinator: TestCoordinator;
+  const { tmp, coordinator } = sharedCoordinator("halts");
   let serial = 0;
 
   const failingProject = () =>
@@ -17,14 +16,6 @@ describe("halts and refusals", () => {
     });
   const run = (repo: string, ...args: string[]) => runCli(["--json", "--server", coordinator.url, "run", ...args], { cwd: repo });
   const parse = (stdout: string) => JSON.parse(stdout.trim()) as Record<string, unknown>;
-
-  beforeAll(async () => {
-    coordinator = await startCoordinator(path.join(tmp.dir, "state"));
-  });
-  afterAll(async () => {
-    await coordinator.stop();
-    tmp.cleanup();
-  });
 
   it("a baseline that already passes halts success_condition_met at once (10)", async () => {
     const repo = failingProject();

@@ -1,22 +1,13 @@
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
-import { makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
+import { makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
 
 // An optimize loop through the real stack: the runner reads the benchmark interleaved (best, then
 // candidate) in two clean clones, and the coordinator's sequential test keeps a real speed-up and
 // rejects a change that only looks different.
 describe("an optimize loop", () => {
-  const tmp = tempDir("optimize");
-  let coordinator: TestCoordinator;
-
-  beforeAll(async () => {
-    coordinator = await startCoordinator(path.join(tmp.dir, "state"));
-  });
-  afterAll(async () => {
-    await coordinator.stop();
-    tmp.cleanup();
-  });
+  const { tmp, coordinator } = sharedCoordinator("optimize");
 
   it("promotes a real speed-up and not a no-op change, with the estimate and the pairs on record", async () => {
     const repo = makeRepo(path.join(tmp.dir, "repo"), {

@@ -1,19 +1,11 @@
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
+import { describe, expect, it } from "vitest";
+import { makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
 
 // A task_list loop (DESIGN §6.1): each task is done only when its own check passes; a candidate is
 // promoted when it completes a task and undoes none.
 describe("a task_list loop", () => {
-  const tmp = tempDir("tasks");
-  let coordinator: TestCoordinator;
-  beforeAll(async () => {
-    coordinator = await startCoordinator(path.join(tmp.dir, "state"));
-  });
-  afterAll(async () => {
-    await coordinator.stop();
-    tmp.cleanup();
-  });
+  const { tmp, coordinator } = sharedCoordinator("tasks");
 
   const contract = (tasks: string[]) =>
     ["name: two-tasks", "mode: task_list", "gates:", "  - name: syntax", "    run: node --check notes.mjs", "tasks:", ...tasks, "agent:", "  run: node agent.mjs", ""].join("\n");

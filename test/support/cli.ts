@@ -3,6 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll } from "vitest";
 import { freePort } from "../../runner/src/free-port.js";
 
 /** The repository root. */
@@ -100,6 +101,31 @@ export interface TestCoordinator {
   stop(): Promise<void>;
   /** Crashes it: SIGKILL to every process of its group, wrangler and workerd included. */
   crash(): Promise<void>;
+}
+
+/**
+ * A temporary directory and a coordinator shared by the tests of one describe block: started before
+ * them, stopped (by PID) and removed after.
+ */
+export function sharedCoordinator(prefix: string): { tmp: { dir: string }; coordinator: { readonly url: string } } {
+  const tmp = tempDir(prefix);
+  let started: TestCoordinator | undefined;
+  beforeAll(async () => {
+    started = await startCoordinator(path.join(tmp.dir, "state"));
+  });
+  afterAll(async () => {
+    await started?.stop();
+    tmp.cleanup();
+  });
+  return {
+    tmp,
+    coordinator: {
+      get url() {
+        if (!started) throw new Error("the shared coordinator starts in beforeAll");
+        return started.url;
+      },
+    },
+  };
 }
 
 export async function startCoordinator(stateDir: string, port?: number): Promise<TestCoordinator> {
