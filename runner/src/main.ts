@@ -104,32 +104,26 @@ contractOptions(
   exitCode = await stepLoop({ ...globals(), ...options, cwd: process.cwd() });
 });
 
-program
-  .command("status")
-  .description("state summary of a loop (default: this repository's current loop)")
-  .argument("[loop]", "loop id")
-  .action(async (loop: string | undefined) => {
-    const { statusCommand } = await import("./commands/status.js");
-    exitCode = await statusCommand(loop, { ...globals(), cwd: process.cwd() });
-  });
+/** A read-only command about one loop (default: this repository's current loop), loaded lazily. */
+type LoopCommand = (loop: string | undefined, options: GlobalOptions & { cwd: string }) => Promise<number>;
 
-program
-  .command("watch")
-  .description("print the loop's event log live until it halts (default: this repository's current loop)")
-  .argument("[loop]", "loop id")
-  .action(async (loop: string | undefined) => {
-    const { watchCommand } = await import("./commands/watch.js");
-    exitCode = await watchCommand(loop, { ...globals(), cwd: process.cwd() });
-  });
+function loopCommand(name: string, description: string, load: () => Promise<LoopCommand>): void {
+  program
+    .command(name)
+    .description(`${description} (default: this repository's current loop)`)
+    .argument("[loop]", "loop id")
+    .action(async (loop: string | undefined) => {
+      exitCode = await (await load())(loop, { ...globals(), cwd: process.cwd() });
+    });
+}
 
-program
-  .command("explain")
-  .description("why the loop halted, in plain words: the evidence, and whether to raise a limit or not retry")
-  .argument("[loop]", "loop id")
-  .action(async (loop: string | undefined) => {
-    const { explainCommand } = await import("./commands/explain.js");
-    exitCode = await explainCommand(loop, { ...globals(), cwd: process.cwd() });
-  });
+loopCommand("status", "state summary of a loop", async () => (await import("./commands/status.js")).statusCommand);
+loopCommand("watch", "print the loop's event log live until it halts", async () => (await import("./commands/watch.js")).watchCommand);
+loopCommand(
+  "explain",
+  "why the loop halted, in plain words: the evidence, and whether to raise a limit or not retry",
+  async () => (await import("./commands/explain.js")).explainCommand,
+);
 
 function flakeRate(value: string): number {
   const parsed = Number(value);
