@@ -1,13 +1,12 @@
-import { randomBytes } from "node:crypto";
-import { mkdir, readdir, readFile, rm, rmdir } from "node:fs/promises";
+import { mkdir, readFile, rm } from "node:fs/promises";
 import path from "node:path";
 import { parseDuration } from "../../shared/duration.js";
 import { sha256Hex } from "../../shared/hash.js";
 import type { Contract, Gate } from "../../shared/wire/contract.js";
 import type { ArtifactRef, GateResult, Observation } from "../../shared/wire/observation.js";
 import type { Client } from "./client.js";
+import { withClone, type Clone } from "./clone.js";
 import { requireNetworkIsolation, runCommand, type CommandResult } from "./exec.js";
-import { cloneAt, withoutRepoLocatingGitEnv } from "./git.js";
 import { readCoverage, readGuardsBeforeGates } from "./guard-readings.js";
 import { parseJUnit, parseMetrics, parseTap, type TestReport } from "./parsers/index.js";
 
@@ -15,18 +14,6 @@ import { parseJUnit, parseMetrics, parseTap, type TestReport } from "./parsers/i
 export interface Evaluation {
   observation: Observation;
   logs: { ref: ArtifactRef; bytes: Buffer }[];
-}
-
-/**
- * The environment gates and agents run with: the runner's own credentials are never passed on
- * (invariant 1), and neither are git's repository-locating variables (GIT_DIR, GIT_WORK_TREE, … as
- * set when loopwarden runs from a git hook), so git inside a clone works on the clone.
- */
-export function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...withoutRepoLocatingGitEnv(process.env), ...extra };
-  delete env.LOOPWARDEN_TOKEN;
-  delete env.LOOPWARDEN_SERVER;
-  return env;
 }
 
 function logOf(gate: Gate, result: CommandResult, notes: string[]): Buffer {
@@ -79,13 +66,15 @@ export interface GateHooks {
 }
 
 /**
- * Runs the contract's gates in order in `dir`, a checkout of the commit under evaluation. The first
+ * Runs the contract's gates in order in `clone`, a checkout of the commit under evaluation, with the
+ * clone's environment. The first
  * hard failure stops the rest; soft gates never do. Each gate's output is captured once, kept as its
  * log, and read for `METRIC` lines and, when configured, its JUnit/TAP report. With `exec.network:
  * none` every gate runs in a network namespace of its own, and none runs where that is impossible.
  * Evaluations, probes and doctor all run gates through here, so they judge exactly the same way.
  */
-export async function runGates(dir: string, contract: Contract, hooks: GateHooks = {}): Promise<Evaluation> {
+export async function runGates(clone: Clone, contract: Contract, hooks: GateHooks = {}): Promise<Evaluation> {
+  const { dir } = clone;
   const network = contract.exec?.network ?? "host";
   // Refuse before the first gate rather than between two of them.
   if (network === "none") await requireNetworkIsolation();
@@ -107,7 +96,7 @@ export async function runGates(dir: string, contract: Contract, hooks: GateHooks
     const result = await runCommand(gate.run, {
       cwd: dir,
       timeoutMs: parseDuration(gate.timeout) ?? 600_000,
-      env: childEnv(),
+      env: clone.env,
       network,
     });
     const notes: string[] = [];
@@ -160,49 +149,6 @@ export async function runGates(dir: string, contract: Contract, hooks: GateHooks
   return { observation: { gates, tests }, logs };
 }
 
-/** Where this process keeps its clones: a directory per process, so concurrent runners never collide. */
-function clonesDir(repo: string, pid = process.pid): string {
-  return path.join(repo, ".loopwarden", "clones", String(pid));
-}
-
-/**
- * Removes clones left behind by runner processes that no longer exist (killed mid-evaluation); the
- * clones of a process still running (a probe beside a run) are left alone.
- */
-export async function removeStaleClones(repo: string): Promise<void> {
-  const root = path.dirname(clonesDir(repo));
-  const entries = await readdir(root).catch((): string[] => []);
-  for (const entry of entries) {
-    const pid = Number(entry);
-    let alive = false;
-    if (Number.isInteger(pid) && pid > 0) {
-      try {
-        process.kill(pid, 0);
-        alive = true;
-      } catch (error) {
-        alive = (error as NodeJS.ErrnoException).code === "EPERM";
-      }
-    }
-    if (!alive) await rm(path.join(root, entry), { recursive: true, force: true });
-  }
-}
-
-/**
- * Runs `use` on a fresh detached clone of `commit` (DESIGN §6.4: never the agent's working tree), under
- * `.loopwarden/clones/<pid>/`, and removes the clone afterwards whatever happens.
- */
-export async function withClone<T>(repo: string, commit: string, label: string, use: (dir: string) => Promise<T>): Promise<T> {
-  const dir = path.join(clonesDir(repo), `${label}-${randomBytes(4).toString("hex")}`);
-  try {
-    await cloneAt(repo, commit, dir);
-    return await use(dir);
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-    // The process's directory goes too once empty (another clone of this process may still be in it).
-    await rmdir(clonesDir(repo)).catch(() => undefined);
-  }
-}
-
 /** How an evaluation is measured besides its gates: guard readings for a loop's evaluations. */
 export interface EvaluationOptions extends GateHooks {
   contract: Contract;
@@ -211,16 +157,16 @@ export interface EvaluationOptions extends GateHooks {
 }
 
 /**
- * Evaluates the commit checked out in `dir`: its gates (`runGates`) and, when `guards` is given, the
+ * Evaluates the commit checked out in `clone`: its gates (`runGates`) and, when `guards` is given, the
  * guard readings of DESIGN §6.4 — the protected files and the contract file as committed, before any
  * gate runs, and the coverage the gates left.
  */
-export async function evaluateIn(dir: string, options: EvaluationOptions): Promise<Evaluation> {
+export async function evaluateIn(clone: Clone, options: EvaluationOptions): Promise<Evaluation> {
   const guards = options.guards;
-  if (!guards) return withTasks(dir, options, await runGates(dir, options.contract, options));
-  const before = await readGuardsBeforeGates(dir, options.contract, guards.contractFile);
-  const evaluation = await withTasks(dir, options, await runGates(dir, options.contract, options));
-  const coverage = await readCoverage(dir, options.contract);
+  if (!guards) return withTasks(clone, options, await runGates(clone, options.contract, options));
+  const before = await readGuardsBeforeGates(clone.dir, options.contract, guards.contractFile);
+  const evaluation = await withTasks(clone, options, await runGates(clone, options.contract, options));
+  const coverage = await readCoverage(clone.dir, options.contract);
   if (coverage.note) options.onNote?.(coverage.note);
   evaluation.observation.guards = { ...before, coverage_percent: coverage.percent };
   return evaluation;
@@ -233,16 +179,16 @@ const TASK_TIMEOUT = "10m";
  * task_list mode: runs every task's own check after the gates, in the same clone, and adds the results
  * (a task is done only when its check passes; the engine judges) and their logs to the evaluation.
  */
-async function withTasks(dir: string, options: EvaluationOptions, evaluation: Evaluation): Promise<Evaluation> {
+async function withTasks(clone: Clone, options: EvaluationOptions, evaluation: Evaluation): Promise<Evaluation> {
   const tasks = options.contract.tasks;
   if (!tasks) return evaluation;
   const results: GateResult[] = [];
   for (const task of tasks) {
     const asGate: Gate = { name: task.id, run: task.check, timeout: TASK_TIMEOUT };
     const result = await runCommand(task.check, {
-      cwd: dir,
+      cwd: clone.dir,
       timeoutMs: parseDuration(TASK_TIMEOUT) ?? 600_000,
-      env: childEnv(),
+      env: clone.env,
       network: options.contract.exec?.network ?? "host",
     });
     const bytes = logOf(asGate, result, []);
@@ -267,7 +213,7 @@ export function hardGatesPassed(contract: Contract, evaluation: Evaluation): boo
 
 /** Evaluates one commit in a fresh detached clone (`withClone` + `evaluateIn`). */
 export async function evaluateCommit(options: EvaluationOptions & { repo: string; commit: string; label: string }): Promise<Evaluation> {
-  return withClone(options.repo, options.commit, options.label, (dir) => evaluateIn(dir, options));
+  return withClone(options.repo, options.commit, options.label, (clone) => evaluateIn(clone, options));
 }
 
 /** Uploads an evaluation's logs to the loop's artifact store. */

@@ -1,26 +1,21 @@
 import { readFile } from "node:fs/promises";
 import path from "node:path";
-import picomatch from "picomatch";
 import { parseDocument } from "yaml";
-import { protectedGlobs } from "../../shared/engine/guards.js";
 import { sha256Hex } from "../../shared/hash.js";
 import { Contract } from "../../shared/wire/contract.js";
 import type { GuardReadings } from "../../shared/wire/observation.js";
 import { contractHash } from "./contract-file.js";
-import { git } from "./git.js";
 import { parseLcov } from "./parsers/index.js";
+import { protectedFiles } from "./protected-files.js";
 
 // The runner's half of the guards (DESIGN §6.4): it measures, in the evaluated commit's clean clone,
 // what the engine compares with t0. Files are read as committed, before any gate runs, so neither an
 // agent's working tree nor a gate's side effects can hide a change.
 
-/** sha256 of every tracked file matching the protected globs, by path. */
-async function hashProtectedFiles(clone: string, globs: string[]): Promise<Record<string, string>> {
-  if (globs.length === 0) return {};
-  const isProtected = picomatch(globs, { dot: true });
-  const tracked = (await git(clone, ["ls-files", "-z"])).split("\0").filter(Boolean);
+/** sha256 of every protected tracked file (see `protectedFiles`), by path. */
+async function hashProtectedFiles(clone: string, contract: Contract, contractFile: string | null): Promise<Record<string, string>> {
   const files: Record<string, string> = {};
-  for (const file of tracked.filter((name) => isProtected(name)).sort()) {
+  for (const file of await protectedFiles(clone, contract, contractFile)) {
     // A tracked symlink or submodule has no readable content here; its path still counts, as empty.
     const bytes = await readFile(path.join(clone, file)).catch(() => Buffer.alloc(0));
     files[file] = sha256Hex(bytes);
@@ -45,7 +40,7 @@ export async function readGuardsBeforeGates(
   contractFile: string | null,
 ): Promise<Omit<GuardReadings, "coverage_percent">> {
   return {
-    protected_files: await hashProtectedFiles(clone, protectedGlobs(contract, contractFile)),
+    protected_files: await hashProtectedFiles(clone, contract, contractFile),
     contract: await readContractFile(clone, contractFile),
   };
 }

@@ -1,6 +1,6 @@
 import { parseDuration } from "../../shared/duration.js";
 import type { Contract } from "../../shared/wire/contract.js";
-import { childEnv } from "./evaluate.js";
+import type { Clone } from "./clone.js";
 import { runCommand } from "./exec.js";
 import { parseMetrics } from "./parsers/index.js";
 
@@ -8,14 +8,14 @@ import { parseMetrics } from "./parsers/index.js";
 // `METRIC name=value` reading taken. Comparisons interleave the best-so-far and the candidate on this
 // runner (A B A B …), so slow drift of the machine hits both alike.
 
-/** One reading of the contract's metric (and its secondary metrics) in `dir`, or why there is none. */
-export async function measureMetric(dir: string, contract: Contract): Promise<{ value: number; secondary: Record<string, number> } | { error: string }> {
+/** One reading of the contract's metric (and its secondary metrics) in `clone`, or why there is none. */
+export async function measureMetric(clone: Clone, contract: Contract): Promise<{ value: number; secondary: Record<string, number> } | { error: string }> {
   const metric = contract.metric;
   if (!metric) return { error: "the contract has no metric" };
   const result = await runCommand(metric.run, {
-    cwd: dir,
+    cwd: clone.dir,
     timeoutMs: parseDuration(metric.timeout) ?? 600_000,
-    env: childEnv(),
+    env: clone.env,
     network: contract.exec?.network ?? "host",
   });
   const tail = result.output.toString("utf8").trim().split("\n").slice(-3).join(" | ");
@@ -49,13 +49,13 @@ export interface PairedSamples {
 export async function samplePairs(
   samples: PairedSamples,
   pairs: number,
-  dirs: { best: string; candidate: string },
+  clones: { best: Clone; candidate: Clone },
   contract: Contract,
   onPair?: (done: number, wanted: number) => void,
 ): Promise<PairedSamples> {
   while (samples.best.length < pairs && samples.error === undefined) {
-    const best = await measureMetric(dirs.best, contract);
-    const candidate = "error" in best ? best : await measureMetric(dirs.candidate, contract);
+    const best = await measureMetric(clones.best, contract);
+    const candidate = "error" in best ? best : await measureMetric(clones.candidate, contract);
     if ("error" in best) samples.error = `best-so-far: ${best.error}`;
     else if ("error" in candidate) samples.error = `candidate: ${candidate.error}`;
     else {
@@ -74,10 +74,10 @@ export async function samplePairs(
 }
 
 /** `runs` readings of one commit alone (the baseline's). */
-export async function sampleAlone(dir: string, contract: Contract, runs: number): Promise<PairedSamples> {
+export async function sampleAlone(clone: Clone, contract: Contract, runs: number): Promise<PairedSamples> {
   const samples: PairedSamples = { best: [], candidate: [] };
   for (let run = 0; run < runs && samples.error === undefined; run++) {
-    const reading = await measureMetric(dir, contract);
+    const reading = await measureMetric(clone, contract);
     if ("error" in reading) samples.error = reading.error;
     else samples.candidate.push(reading.value);
   }

@@ -11,7 +11,8 @@ import { CoordinatorError, type Client } from "./client.js";
 import { connect, type Connection, type ServerOptions } from "./connect.js";
 import { contractFileOf, loadContractFile, validateContract, type LoadedContract } from "./contract-file.js";
 import { UserError } from "./errors.js";
-import { evaluateIn, hardGatesPassed, removeStaleClones, uploadLogs, withClone, type EvaluationOptions } from "./evaluate.js";
+import { removeStaleClones, withClone } from "./clone.js";
+import { evaluateIn, hardGatesPassed, uploadLogs, type EvaluationOptions } from "./evaluate.js";
 import { sampleAlone, samplePairs, type PairedSamples } from "./sampling.js";
 import {
   currentBranch,
@@ -113,7 +114,7 @@ export async function openSession(
   await headCommit(repo);
   const loaded = await resolveContract(repo, options);
   await excludeStateDir(repo);
-  await removeStaleClones(repo);
+  await removeStaleClones();
 
   const previous = await loadWorkspaceState(repo);
   const sameContract = previous !== null && previous.contract_hash === loaded.hash;
@@ -161,8 +162,8 @@ export async function openSession(
     const t0Commit = await headCommit(repo);
     progress(mode, `capturing the baseline at ${short(t0Commit)}: running ${loaded.contract.gates.length} gate(s) in a clean clone…`);
     liveStatus(mode, "baseline: running gates");
-    const baseline = await withClone(repo, t0Commit, "t0", async (dir) => {
-      const evaluation = await evaluateIn(dir, {
+    const baseline = await withClone(repo, t0Commit, "t0", async (clone) => {
+      const evaluation = await evaluateIn(clone, {
         contract: loaded.contract,
         guards: { contractFile: contractFileOf(loaded) },
         onNote: (text) => progress(mode, `baseline: ${text}`),
@@ -172,7 +173,7 @@ export async function openSession(
         // The baseline's own readings: what the first comparison's best-so-far is measured against.
         progress(mode, `baseline: measuring ${metric.name} ${metric.samples.min} times…`);
         evaluation.observation.samples = hardGatesPassed(loaded.contract, evaluation)
-          ? await sampleAlone(dir, loaded.contract, metric.samples.min)
+          ? await sampleAlone(clone, loaded.contract, metric.samples.min)
           : { best: [], candidate: [], error: "a hard gate failed at t0: the metric was not measured" };
       }
       return evaluation;
@@ -285,8 +286,8 @@ async function evaluateLease(session: Session, lease: Lease, iteration: number):
   try {
     progress(mode, `${label} evaluating ${short(lease.job.commit)} in a clean clone…`);
     const contract = session.loaded.contract;
-    return await withClone(session.repo, lease.job.commit, lease.job.candidate_id, async (dir) => {
-      const evaluation = await evaluateIn(dir, { ...evaluationOptions(session, label), contract });
+    return await withClone(session.repo, lease.job.commit, lease.job.candidate_id, async (clone) => {
+      const evaluation = await evaluateIn(clone, { ...evaluationOptions(session, label), contract });
       if (lost) return null;
       await uploadLogs(client, lease.loop_id, evaluation.logs);
       const report = (observation: Observation) => {
@@ -300,11 +301,11 @@ async function evaluateLease(session: Session, lease: Lease, iteration: number):
       // Optimize mode: readings of the best-so-far and the candidate, interleaved on this runner, until
       // the coordinator's sequential test decides (DESIGN §6.3).
       const metric = contract.metric;
-      return withClone(session.repo, session.loop.best.commit, `${lease.job.candidate_id}-best`, async (bestDir) => {
+      return withClone(session.repo, session.loop.best.commit, `${lease.job.candidate_id}-best`, async (bestClone) => {
         const samples: PairedSamples = { best: [], candidate: [] };
         let wanted = metric.samples.min;
         for (;;) {
-          await samplePairs(samples, wanted, { best: bestDir, candidate: dir }, contract, (done, of) =>
+          await samplePairs(samples, wanted, { best: bestClone, candidate: clone }, contract, (done, of) =>
             liveStatus(mode, `${label} ${metric.name}: pair ${done}/${of} (best, then candidate)`),
           );
           if (lost) return null;

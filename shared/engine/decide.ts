@@ -12,6 +12,29 @@ function halt(reason: HaltReason, detail: string, extra: { still_improving?: boo
 }
 
 /**
+ * How the failing set changed, by kind, so the figures match the gates' own "N passing / M failing
+ * tests" lines: reported tests, then gates and tasks (each also counted as one test, DESIGN §5), named as
+ * what they are, e.g. `failing tests 2 → 0, gates 1 → 0`. The ratchet compares the sum.
+ */
+export function describeFailingChange(before: readonly string[], after: readonly string[]): string {
+  const count = (ids: readonly string[]) => {
+    const kinds = { tests: 0, gates: 0, tasks: 0 };
+    for (const id of ids) {
+      if (id.startsWith("gate:")) kinds.gates++;
+      else if (id.startsWith("task:")) kinds.tasks++;
+      else kinds.tests++;
+    }
+    return kinds;
+  };
+  const was = count(before);
+  const now = count(after);
+  const parts = (["tests", "gates", "tasks"] as const)
+    .filter((kind) => was[kind] > 0 || now[kind] > 0)
+    .map((kind) => `${kind} ${was[kind]} → ${now[kind]}`);
+  return `failing ${parts.length > 0 ? parts.join(", ") : "tests 0 → 0"}`;
+}
+
+/**
  * The check_fixpoint ratchet (DESIGN §6.1): promote only when every test that passed in the best-so-far
  * still passes and the failing set strictly shrinks. task_list mode is the same ratchet over tasks (each
  * a `task:<id>` test): a candidate completes at least one task and undoes none.
@@ -27,9 +50,9 @@ function decideCheckFixpoint(state: LoopState, candidateId: string, observation:
     return { ...base, decision: "rejected", reason: "regressed", detail: `broke ${regressed.length} passing test(s): ${shown}` };
   }
   if (failing.length < before) {
-    return { ...base, decision: "promoted", reason: "fewer_failures", detail: `failing tests ${before} → ${failing.length}` };
+    return { ...base, decision: "promoted", reason: "fewer_failures", detail: describeFailingChange(state.best.failing, failing) };
   }
-  return { ...base, decision: "rejected", reason: "no_improvement", detail: `failing tests ${before} → ${failing.length}, not fewer` };
+  return { ...base, decision: "rejected", reason: "no_improvement", detail: `${describeFailingChange(state.best.failing, failing)}, not fewer` };
 }
 
 /**

@@ -6,34 +6,49 @@ import type { HaltReason } from "./halt-reasons.js";
 // The runner measures (file hashes, collected tests, coverage, the contract file); the engine compares.
 
 /**
- * The protected globs when the contract names none (DESIGN §6.4): the contract file, tests, CI
- * configuration and lockfiles. `guards.protected: []` opts out.
+ * The default protected set (DESIGN §6.4), by what it protects: an agent optimises whatever the oracle
+ * rewards, so the tests, everything that decides which tests run and how (the harness, the manifests
+ * that define test scripts and dependencies, the lockfiles) and CI are off limits unless the contract
+ * names its own set. The runner adds the contract file and every tracked file a gate, metric or task
+ * command names.
  */
-export const DEFAULT_PROTECTED_GLOBS: readonly string[] = [
-  "test/**",
-  "tests/**",
-  "spec/**",
-  "__tests__/**",
-  "**/*.test.*",
-  "**/*.spec.*",
-  "**/*_test.*",
-  "**/test_*.py",
-  ".github/**",
-  ".ci/**",
-  "**/package-lock.json",
-  "**/npm-shrinkwrap.json",
-  "**/yarn.lock",
-  "**/pnpm-lock.yaml",
-  "**/bun.lockb",
-  "**/bun.lock",
-  "**/Cargo.lock",
-  "**/go.sum",
-  "**/poetry.lock",
-  "**/Pipfile.lock",
-  "**/uv.lock",
-  "**/Gemfile.lock",
-  "**/composer.lock",
-];
+export const DEFAULT_PROTECTED = {
+  tests: ["test/**", "tests/**", "spec/**", "__tests__/**", "**/*.test.*", "**/*.spec.*", "**/*_test.*", "**/test_*.py", "**/conftest.py"],
+  harness: [
+    "**/pytest.ini",
+    "**/.pytest.ini",
+    "**/pytest.toml",
+    "**/tox.ini",
+    "**/noxfile.py",
+    "**/setup.cfg",
+    "**/pyproject.toml",
+    "**/{vitest,vite,jest,karma,playwright,cypress,ava,babel}.config.*",
+    "**/vitest.workspace.*",
+    "**/.mocharc*",
+    "**/.nycrc*",
+    "**/tsconfig*.json",
+  ],
+  manifests: ["**/package.json", "**/Cargo.toml", "**/go.mod", "**/Makefile", "**/justfile", "**/build.gradle*", "**/pom.xml"],
+  lockfiles: [
+    "**/package-lock.json",
+    "**/npm-shrinkwrap.json",
+    "**/yarn.lock",
+    "**/pnpm-lock.yaml",
+    "**/bun.lockb",
+    "**/bun.lock",
+    "**/Cargo.lock",
+    "**/go.sum",
+    "**/poetry.lock",
+    "**/Pipfile.lock",
+    "**/uv.lock",
+    "**/Gemfile.lock",
+    "**/composer.lock",
+  ],
+  ci: [".github/**", ".ci/**"],
+} as const satisfies Record<string, readonly string[]>;
+
+/** Every glob of the default protected set, in one list. */
+export const DEFAULT_PROTECTED_GLOBS: readonly string[] = Object.values(DEFAULT_PROTECTED).flat();
 
 /** The globs whose files are protected, for a contract read from `contractFile` (null in flag-only mode). */
 export function protectedGlobs(contract: Contract, contractFile: string | null): string[] {
@@ -41,15 +56,24 @@ export function protectedGlobs(contract: Contract, contractFile: string | null):
   return contractFile === null ? [...DEFAULT_PROTECTED_GLOBS] : [contractFile, ...DEFAULT_PROTECTED_GLOBS];
 }
 
-/** What the guards keep of t0: its readings and its collected test set. */
+/** What the guards keep of t0: its readings, its collected test set and which of those it only skipped. */
 export interface BaselineGuards {
   guards: GuardReadings | null;
   collected: string[];
+  /** t0's skipped tests (collected, not run); absent in states snapshotted before it was recorded. */
+  skipped?: string[];
 }
 
 /** The guard baseline of t0's observation. */
 export function baselineGuards(observation: Observation): BaselineGuards {
-  return { guards: observation.guards ?? null, collected: collectedTests(observation) };
+  const ran = new Set([...observation.tests.passing, ...observation.tests.failing]);
+  const skipped = (observation.tests.skipped ?? []).filter((id) => !ran.has(id) && !isDerivedTestId(id));
+  return { guards: observation.guards ?? null, collected: collectedTests(observation), skipped: [...new Set(skipped)].sort() };
+}
+
+/** Whether a test id is derived by the engine (a gate's or a task's own outcome) rather than reported. */
+export function isDerivedTestId(id: string): boolean {
+  return id.startsWith("gate:") || id.startsWith("task:");
 }
 
 /** A guard that an observation violates: the halt reason it maps to and what exactly was seen. */
@@ -61,7 +85,7 @@ export interface GuardViolation {
 /** The collected test set of an observation: every reported test id, whatever its outcome (gate ids excluded). */
 export function collectedTests(observation: Observation): string[] {
   const { passing, failing, skipped = [] } = observation.tests;
-  return [...new Set([...passing, ...failing, ...skipped])].filter((id) => !id.startsWith("gate:")).sort();
+  return [...new Set([...passing, ...failing, ...skipped])].filter((id) => !isDerivedTestId(id)).sort();
 }
 
 function listed(items: string[], limit = 5): string {
@@ -103,6 +127,32 @@ function allGatesPassed(contract: Contract, observation: Observation): boolean {
 }
 
 /**
+ * How the candidate's test set shrank against t0's, or null (DESIGN §6.4): a test t0 ran (passed or
+ * failed) that is now skipped — a skipped or deselected failure is never a fix — or one t0 collected
+ * that is gone, or fewer tests collected. t0's own skipped tests may stay skipped. Linear in the suite.
+ */
+function shrunkTestSet(t0: BaselineGuards, observation: Observation): string | null {
+  const t0Skipped = new Set(t0.skipped ?? []);
+  const { passing, failing, skipped = [] } = observation.tests;
+  const ranNow = new Set([...passing, ...failing]);
+  const skippedNow = new Set(skipped);
+  const nowSkipped: string[] = [];
+  const missing: string[] = [];
+  for (const id of t0.collected) {
+    if (ranNow.has(id)) continue;
+    if (!skippedNow.has(id)) missing.push(id);
+    else if (!t0Skipped.has(id)) nowSkipped.push(id);
+  }
+  if (nowSkipped.length > 0) {
+    return `${nowSkipped.length} test(s) that t0 ran are skipped now (a skipped test is never a fix): ${listed(nowSkipped)}`;
+  }
+  if (missing.length > 0) return `${missing.length} collected test(s) disappeared: ${listed(missing)}`;
+  const collectedNow = new Set([...ranNow, ...skippedNow].filter((id) => !isDerivedTestId(id))).size;
+  if (collectedNow < t0.collected.length) return `the collected test count dropped from ${t0.collected.length} to ${collectedNow}`;
+  return null;
+}
+
+/**
  * The first guard an observation violates against t0, or null. In order: protected files, the
  * collected test set, coverage, the contract file. A guard that cannot be judged (its readings were not
  * taken because an earlier gate failed) is skipped: such a candidate cannot succeed anyway, because a
@@ -121,15 +171,8 @@ export function checkGuards(contract: Contract, t0: BaselineGuards, observation:
 
   const shrinkGuard = contract.guards?.tests_never_shrink ?? true;
   if (shrinkGuard && reportsComplete(contract, observation)) {
-    const was = t0.collected;
-    const now = new Set(collectedTests(observation));
-    const missing = was.filter((id) => !now.has(id));
-    if (missing.length > 0) {
-      return { halt_reason: "metric_integrity_violation", detail: `${missing.length} collected test(s) disappeared: ${listed(missing)}` };
-    }
-    if (now.size < was.length) {
-      return { halt_reason: "metric_integrity_violation", detail: `the collected test count dropped from ${was.length} to ${now.size}` };
-    }
+    const shrunk = shrunkTestSet(t0, observation);
+    if (shrunk) return { halt_reason: "metric_integrity_violation", detail: shrunk };
   }
 
   const coverage = contract.guards?.coverage;

@@ -2,7 +2,7 @@ import type { Contract, Gate } from "../wire/contract.js";
 import type { AgentReport } from "../wire/agent-report.js";
 import type { GateResult, Observation } from "../wire/observation.js";
 import type { AgentRun, EventDraft, Halt, Verdict } from "./events.js";
-import { baselineGuards, type BaselineGuards } from "./guards.js";
+import { baselineGuards, isDerivedTestId, type BaselineGuards } from "./guards.js";
 
 /** Where a candidate is in its life: waiting for a runner, being evaluated, or decided. */
 export type CandidateStatus = "queued" | "leased" | "promoted" | "rejected";
@@ -123,9 +123,8 @@ export function gatePassed(gate: Gate, result: GateResult | undefined): boolean 
  * the report, so a report cannot call a red gate green.
  */
 export function testSetsOf(contract: Contract, observation: Observation): TestSets {
-  const isDerived = (id: string) => id.startsWith("gate:") || id.startsWith("task:");
-  const passing = new Set(observation.tests.passing.filter((id) => !isDerived(id)));
-  const failing = new Set(observation.tests.failing.filter((id) => !isDerived(id)));
+  const passing = new Set(observation.tests.passing.filter((id) => !isDerivedTestId(id)));
+  const failing = new Set(observation.tests.failing.filter((id) => !isDerivedTestId(id)));
   for (const gate of contract.gates) {
     const result = observation.gates.find((candidate) => candidate.name === gate.name);
     (gatePassed(gate, result) ? passing : failing).add(gateTestId(gate.name));

@@ -124,8 +124,8 @@ describe("a loop.yaml contract", () => {
     expect(watch.code).toBe(0);
     expect(one(watch.stdout)).toMatchObject({ status: "halted", halt_reason: "success_condition_met" });
     const human = await runCli(["--server", coordinator.url, "watch"], { cwd: repo });
-    expect(human.stdout).toMatch(/c1 promoted \(fewer_failures\): failing tests 4 → 3/);
-    expect(human.stdout).toMatch(/c3 promoted \(fewer_failures\): failing tests 2 → 0/);
+    expect(human.stdout).toMatch(/c1 promoted \(fewer_failures\): failing tests 3 → 2, gates 1 → 1/);
+    expect(human.stdout).toMatch(/c3 promoted \(fewer_failures\): failing tests 1 → 0, gates 1 → 0/);
 
     // Each candidate commit names its loop and proposal in trailers.
     const trailers = gitIn(repo, "log", "-1", "--format=%(trailers:only)");

@@ -6,7 +6,8 @@ import { exitCodeFor, type HaltReason } from "../../../shared/engine/halt-reason
 import { gateTestId, testSetsOf, type TestSets } from "../../../shared/engine/state.js";
 import type { Contract } from "../../../shared/wire/contract.js";
 import { Client } from "../client.js";
-import { childEnv, runGates, withClone } from "../evaluate.js";
+import { withClone } from "../clone.js";
+import { runGates } from "../evaluate.js";
 import { networkIsolation, runCommand } from "../exec.js";
 import { UserError } from "../errors.js";
 import { dirtyPaths, excludeStateDir, headCommit, repoRoot } from "../git.js";
@@ -200,10 +201,10 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
     // Side effects: the same gates twice in one clone must agree; a gate that passes once and then
     // fails on what it left behind would make every re-run (confirmations, replays) lie.
     progress(options, "side effects: the gates twice in one clone…");
-    const rerun = await withClone(repo, head, "doctor-rerun", async (dir) => {
+    const rerun = await withClone(repo, head, "doctor-rerun", async (clone) => {
       const hooks = { onGateStart: (gate: { name: string }) => liveStatus(options, `side effects: gate ${gate.name}`) };
-      const first = testSetsOf(contract, (await runGates(dir, contract, hooks)).observation);
-      const second = testSetsOf(contract, (await runGates(dir, contract, hooks)).observation);
+      const first = testSetsOf(contract, (await runGates(clone, contract, hooks)).observation);
+      const second = testSetsOf(contract, (await runGates(clone, contract, hooks)).observation);
       return changedTests(first, second);
     });
     if (rerun.length > 0) {
@@ -233,16 +234,16 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
       const mutate = options.mutate;
       progress(options, `adequacy: \`${mutate}\` in a fresh clone, then the gates…`);
       const green = passingIn(probe.sets);
-      const outcome = await withClone(repo, head, "doctor-mutant", async (dir) => {
-        const result = await runCommand(mutate, { cwd: dir, timeoutMs: MUTATE_TIMEOUT_MS, env: childEnv(), network: contract.exec?.network ?? "host" });
+      const outcome = await withClone(repo, head, "doctor-mutant", async (clone) => {
+        const result = await runCommand(mutate, { cwd: clone.dir, timeoutMs: MUTATE_TIMEOUT_MS, env: clone.env, network: contract.exec?.network ?? "host" });
         if (result.exit_code !== 0) {
           const tail = result.output.toString("utf8").trim().split("\n").slice(-3).join(" | ");
           const ended = result.timed_out ? "timed out" : result.exit_code === null ? `was killed by ${result.signal}` : `exited ${result.exit_code}`;
           return { error: `the --mutate command ${ended}${tail ? `: ${tail}` : ""}` } as const;
         }
-        const changed = await dirtyPaths(dir);
+        const changed = await dirtyPaths(clone.dir);
         if (changed.length === 0) return { error: "the --mutate command changed nothing in the clone, so there is nothing for the gates to catch" } as const;
-        const sets = testSetsOf(contract, (await runGates(dir, contract, { onGateStart: (gate) => liveStatus(options, `adequacy: gate ${gate.name}`) })).observation);
+        const sets = testSetsOf(contract, (await runGates(clone, contract, { onGateStart: (gate) => liveStatus(options, `adequacy: gate ${gate.name}`) })).observation);
         const caught = green.filter((id) => outcomeIn(sets, id) !== "passed").map((id) => `${id} ${outcomeWord(outcomeIn(sets, id))}`);
         return { changed, caught } as const;
       });

@@ -4,7 +4,7 @@ import { parseDuration } from "../../../shared/duration.js";
 import { HALT_EXIT_CODES } from "../../../shared/engine/index.js";
 import type { LoopSummary } from "../../../shared/wire/api.js";
 import type { ServerOptions } from "../connect.js";
-import { childEnv } from "../evaluate.js";
+import { childEnv } from "../environment.js";
 import { runCommand } from "../exec.js";
 import { UserError } from "../errors.js";
 import { currentBranch, loopBranch } from "../git.js";

@@ -155,7 +155,7 @@ describe("candidates.jsonl", () => {
         status: "promoted",
         decision: "promoted",
         reason: "fewer_failures",
-        detail: "failing tests 5 → 4",
+        detail: "failing tests 2 → 1, gates 3 → 3",
         failing_before: 5,
         failing_after: 4,
         regressed: [],
@@ -235,7 +235,7 @@ describe("candidates.jsonl", () => {
         status: "promoted",
         decision: "promoted",
         reason: "fewer_failures",
-        detail: "failing tests 4 → 0",
+        detail: "failing tests 1 → 0, gates 3 → 0",
         failing_before: 4,
         failing_after: 0,
         regressed: [],
@@ -316,7 +316,7 @@ describe("results.tsv", () => {
       [
         "commit\tfailing_tests\tmemory_gb\tstatus\tdescription",
         `${short("t0")}\t5\t0.0\tkeep\tbaseline`,
-        `${short("c1")}\t4\t0.0\tkeep\tfailing tests 5 → 4`,
+        `${short("c1")}\t4\t0.0\tkeep\tfailing tests 2 → 1, gates 3 → 3`,
         // The newline in the test id became a space; everything else is kept, non-ASCII text included.
         `${short("c2")}\t5\t0.0\tdiscard\tbroke 1 passing test(s): parse "quoted", with commas and a newline — ünïcødé ✓`,
         `${short("c3")}\t0\t0.0\tcrash\tthe agent command exited with 2`,

@@ -4,7 +4,7 @@ import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { cloneAt } from "../../../runner/src/git.js";
-import { childEnv } from "../../../runner/src/evaluate.js";
+import { childEnv } from "../../../runner/src/environment.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "lw-git-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,0 +1,80 @@
+import { randomBytes } from "node:crypto";
+import { mkdir, readdir, realpath, rm, rmdir } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { cloneEnv, isWithin } from "./environment.js";
+import { UserError } from "./errors.js";
+import { cloneAt } from "./git.js";
+
+// Where candidates are evaluated (DESIGN §6.4): a fresh detached clone of the commit, outside the
+// repository, so nothing untracked in the working tree — node_modules/, .venv/, build output, a binary
+// an agent planted — is reachable from it by a parent-directory lookup (Node's module resolution, npx,
+// npm's PATH, Python's), and with an environment that names no path inside the working tree.
+
+/** A clone being evaluated: where it is, and the environment every command run in it gets. */
+export interface Clone {
+  dir: string;
+  env: NodeJS.ProcessEnv;
+}
+
+/** The directory all runner processes keep their clones under: the system's temporary directory. */
+export function clonesRoot(): string {
+  return path.join(os.tmpdir(), "loopwarden-clones");
+}
+
+/** This process's clones: a directory per process, so concurrent runners never collide. */
+function processDir(pid = process.pid): string {
+  return path.join(clonesRoot(), String(pid));
+}
+
+/** The working tree's paths as given and as resolved (a symlinked checkout has two names). */
+async function workTreePaths(repo: string): Promise<string[]> {
+  const real = await realpath(repo).catch(() => repo);
+  return [...new Set([path.resolve(repo), real])];
+}
+
+/**
+ * Removes clones left behind by runner processes that no longer exist (killed mid-evaluation); the
+ * clones of a process still running (a probe beside a run, another repository's loop) are left alone.
+ */
+export async function removeStaleClones(): Promise<void> {
+  const root = clonesRoot();
+  const entries = await readdir(root).catch((): string[] => []);
+  for (const entry of entries) {
+    const pid = Number(entry);
+    let alive = false;
+    if (Number.isInteger(pid) && pid > 0) {
+      try {
+        process.kill(pid, 0);
+        alive = true;
+      } catch (error) {
+        alive = (error as NodeJS.ErrnoException).code === "EPERM";
+      }
+    }
+    if (!alive) await rm(path.join(root, entry), { recursive: true, force: true });
+  }
+}
+
+/**
+ * Runs `use` on a fresh detached clone of `commit` in the system's temporary directory (never the
+ * agent's working tree, never beneath it), and removes the clone afterwards whatever happens.
+ */
+export async function withClone<T>(repo: string, commit: string, label: string, use: (clone: Clone) => Promise<T>): Promise<T> {
+  const trees = await workTreePaths(repo);
+  const root = await realpath(os.tmpdir()).catch(() => os.tmpdir());
+  if (trees.some((tree) => isWithin(root, tree))) {
+    throw new UserError(
+      `the temporary directory ${os.tmpdir()} is inside the repository ${repo}, so clones there could reach the working tree's untracked files; set TMPDIR to a directory outside it`,
+    );
+  }
+  const dir = path.join(processDir(), `${label}-${randomBytes(4).toString("hex")}`);
+  try {
+    await mkdir(processDir(), { recursive: true, mode: 0o700 });
+    await cloneAt(repo, commit, dir);
+    return await use({ dir, env: cloneEnv(trees) });
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+    // The process's directory goes too once empty (another clone of this process may still be in it).
+    await rmdir(processDir()).catch(() => undefined);
+  }
+}

@@ -1,0 +1,102 @@
+import path from "node:path";
+import picomatch from "picomatch";
+import { parse as parseShell, type ParseEntry } from "shell-quote";
+import { protectedGlobs } from "../../shared/engine/guards.js";
+import type { Contract } from "../../shared/wire/contract.js";
+import { git } from "./git.js";
+
+// Which tracked files the protected-files guard hashes (DESIGN §6.4). With the defaults, that is the
+// default globs, the contract file, and every tracked file a gate, metric or task command names: a
+// script the check runs is part of the check, so `bash scripts/check.sh` makes scripts/check.sh as
+// off limits as the tests.
+
+const SHELLS = new Set(["sh", "bash", "dash", "zsh", "ksh"]);
+
+/** Every command of the contract that judges a candidate: gates, the metric, task checks. */
+function judgingCommands(contract: Contract): string[] {
+  return [...contract.gates.map((gate) => gate.run), ...(contract.metric ? [contract.metric.run] : []), ...(contract.tasks ?? []).map((task) => task.check)];
+}
+
+/** A word as a path relative to the repository, or null when it cannot be one (absolute, `..`, empty). */
+function asRepoPath(word: string): string | null {
+  if (word === "" || word.startsWith("-") || path.posix.isAbsolute(word)) return null;
+  const normal = path.posix.normalize(word);
+  if (normal === "." || normal.startsWith("../") || normal === "..") return null;
+  return normal.replace(/\/$/, "");
+}
+
+/**
+ * The words of a shell command that may name files: every word, and the value of `--flag=value`; the
+ * script of `sh -c SCRIPT` (bash, dash, zsh, ksh too) is read as a command of its own; glob patterns
+ * come back as patterns. Variables are left unexpanded, so `$HOME/x` names nothing in the repository.
+ */
+export function commandWords(command: string): { words: string[]; patterns: string[] } {
+  const words: string[] = [];
+  const patterns: string[] = [];
+  let entries: ParseEntry[];
+  try {
+    entries = parseShell(command, (name) => `$${name}`);
+  } catch {
+    return { words, patterns };
+  }
+  entries.forEach((entry, index) => {
+    if (typeof entry === "string") {
+      const previous = entries[index - 1];
+      const program = entries[index - 2];
+      if (previous === "-c" && typeof program === "string" && SHELLS.has(path.posix.basename(program))) {
+        const inner = commandWords(entry);
+        words.push(...inner.words);
+        patterns.push(...inner.patterns);
+        return;
+      }
+      words.push(entry);
+      const equals = entry.indexOf("=");
+      if (equals > 0) words.push(entry.slice(equals + 1));
+    } else if ("op" in entry && entry.op === "glob") {
+      patterns.push(entry.pattern);
+    }
+  });
+  return { words, patterns };
+}
+
+/** The tracked files (of `tracked`) that a gate, metric or task command of the contract names. */
+export function commandNamedFiles(contract: Contract, tracked: readonly string[]): string[] {
+  const trackedSet = new Set(tracked);
+  const named = new Set<string>();
+  for (const command of judgingCommands(contract)) {
+    const { words, patterns } = commandWords(command);
+    for (const word of words) {
+      const file = asRepoPath(word);
+      if (file !== null && trackedSet.has(file)) named.add(file);
+    }
+    const globs = patterns.map(asRepoPath).filter((pattern): pattern is string => pattern !== null);
+    if (globs.length > 0) {
+      const matches = picomatch(globs, { dot: true });
+      for (const file of tracked) if (matches(file)) named.add(file);
+    }
+  }
+  return [...named].sort();
+}
+
+/**
+ * The protected files among `tracked`, sorted: the contract's own `guards.protected` globs when it names
+ * them (`[]`: none); otherwise the default globs, the contract file, and the files the judging commands
+ * name.
+ */
+export function selectProtectedFiles(contract: Contract, contractFile: string | null, tracked: readonly string[]): string[] {
+  const globs = protectedGlobs(contract, contractFile);
+  const isProtected = globs.length > 0 ? picomatch(globs, { dot: true }) : () => false;
+  const files = new Set(tracked.filter((file) => isProtected(file)));
+  if (contract.guards?.protected === undefined) for (const file of commandNamedFiles(contract, tracked)) files.add(file);
+  return [...files].sort();
+}
+
+/** The tracked files of the checkout at `dir` (a clone, or the working tree's index). */
+export async function trackedFiles(dir: string): Promise<string[]> {
+  return (await git(dir, ["ls-files", "-z"])).split("\0").filter(Boolean);
+}
+
+/** The protected files of the checkout at `dir` (see `selectProtectedFiles`). */
+export async function protectedFiles(dir: string, contract: Contract, contractFile: string | null): Promise<string[]> {
+  return selectProtectedFiles(contract, contractFile, await trackedFiles(dir));
+}
