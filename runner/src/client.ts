@@ -1,4 +1,5 @@
 import type { z } from "zod";
+import { LoopEvent } from "../../shared/engine/events.js";
 import { sha256Hex } from "../../shared/hash.js";
 import {
   ArtifactIntentResponse,
@@ -15,6 +16,7 @@ import {
   type ProposeCandidateRequest,
   type ReportRequest,
 } from "../../shared/wire/api.js";
+import type { Contract } from "../../shared/wire/contract.js";
 import type { ArtifactRef } from "../../shared/wire/observation.js";
 import { UserError } from "./errors.js";
 
@@ -170,6 +172,16 @@ export class Client {
       await response.body?.cancel();
     }
     return ref;
+  }
+
+  /** The contract a loop was created with (its first event, `loop_created`): what the loop pinned. */
+  async pinnedContract(loopId: string): Promise<Contract> {
+    const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/events?after=0&limit=1`);
+    if (!response.ok) await this.parse(response, Health);
+    const [line] = (await response.text()).split("\n");
+    const event = LoopEvent.parse(JSON.parse(line ?? "null"));
+    if (event.type !== "loop_created") throw new Error(`the first event of loop ${loopId} is ${event.type}, not loop_created`);
+    return event.data.contract;
   }
 
   /** Raw events after `after`, exactly as stored and hashed (JSONL), following pages to the end. */

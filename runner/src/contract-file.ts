@@ -84,6 +84,24 @@ function describeIssues(error: z.ZodError, file: string, doc: Document | null, l
   });
 }
 
+/**
+ * Where two contracts differ, one line per differing value, as `path: before → after` (e.g.
+ * `stop.max_iterations: 3 → 50`); `(none)` for a value one side lacks. Empty when they are equal.
+ */
+export function contractDifferences(before: unknown, after: unknown, at: PropertyKey[] = []): string[] {
+  const isObject = (value: unknown): value is Record<string, unknown> => typeof value === "object" && value !== null && !Array.isArray(value);
+  if (Array.isArray(before) && Array.isArray(after) && before.length === after.length) {
+    return before.flatMap((item, index) => contractDifferences(item, after[index], [...at, index]));
+  }
+  if (isObject(before) && isObject(after)) {
+    const keys = [...new Set([...Object.keys(before), ...Object.keys(after)])].sort();
+    return keys.flatMap((key) => contractDifferences(before[key], after[key], [...at, key]));
+  }
+  if (JSON.stringify(before) === JSON.stringify(after)) return [];
+  const shown = (value: unknown) => (value === undefined ? "(none)" : JSON.stringify(value));
+  return [`${formatPath(at) || "(contract)"}: ${shown(before)} → ${shown(after)}`];
+}
+
 /** Validates contract input (from YAML or flags); refuses what is invalid or not enforceable yet. */
 export function validateContract(input: unknown, source: string, doc: Document | null = null, lines: LineCounter | null = null): LoadedContract {
   const parsed = Contract.safeParse(input);

@@ -62,7 +62,8 @@ const contractOptions = (command: Command) =>
     .option("--max-iterations <n>", "stop after N iterations (overrides the contract; default 50)", positiveInt)
     .option("--name <name>", "flag-only mode: loop name (default: the repository's directory name)")
     .option("--check-timeout <duration>", "flag-only mode: time limit of the check, e.g. 90s, 10m (default 10m)")
-    .option("--agent-timeout <duration>", "flag-only mode: time limit of one agent run (default 20m)");
+    .option("--agent-timeout <duration>", "flag-only mode: time limit of one agent run (default 20m)")
+    .option("--new", "start another loop even when one is recorded for this contract (t0 at HEAD, which must be a commit you made)", false);
 
 interface ContractFlags {
   check?: string;
@@ -71,6 +72,7 @@ interface ContractFlags {
   name?: string;
   checkTimeout?: string;
   agentTimeout?: string;
+  new: boolean;
 }
 
 program
@@ -87,7 +89,7 @@ contractOptions(
   program
     .command("run")
     .description(
-      "create or resume the loop, capture t0, then iterate agent → candidate → evaluate → verdict → keep/revert until a halt; exits with the halt's class",
+      "create or resume this repository's loop for its contract, capture t0, then iterate agent → candidate → evaluate → verdict → keep/revert until a halt; exits with the halt's class. A running loop resumes whatever the flags (flags that would change its pinned contract are refused); a halted one is reported with its exit class; --new starts another",
     )
     .option("--once", "run one iteration, then exit (0 unless the loop halted)", false),
 ).action(async (options: ContractFlags & { once: boolean }) => {

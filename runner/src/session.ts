@@ -5,11 +5,12 @@ import path from "node:path";
 import { formatDuration } from "../../shared/duration.js";
 import { foldEvents, LoopEvent, type AgentRun, type LoopState, type Proposer, type Verdict } from "../../shared/engine/index.js";
 import type { AgentReport } from "../../shared/wire/agent-report.js";
+import type { Contract } from "../../shared/wire/contract.js";
 import { ProposeCandidateRequest, type Lease, type LoopSummary } from "../../shared/wire/api.js";
 import type { Observation } from "../../shared/wire/observation.js";
 import { CoordinatorError, type Client } from "./client.js";
 import { connect, type Connection, type ServerOptions } from "./connect.js";
-import { contractFileOf, loadContractFile, validateContract, type LoadedContract } from "./contract-file.js";
+import { contractDifferences, contractFileOf, loadContractFile, validateContract, type LoadedContract } from "./contract-file.js";
 import { UserError } from "./errors.js";
 import { removeStaleClones, withClone } from "./clone.js";
 import { evaluateIn, hardGatesPassed, uploadLogs, type EvaluationOptions } from "./evaluate.js";
@@ -30,7 +31,7 @@ import {
   switchToLoopBranch,
 } from "./git.js";
 import { liveStatus, paint, progress, type OutputMode } from "./output.js";
-import { loadWorkspaceState, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
+import { contractSourceOf, FLAGS_SOURCE, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
 
 // What `run` and `step` share: finding the contract, creating or resuming the loop, committing a
 // candidate, having it evaluated and applying the coordinator's verdict to the working tree.
@@ -44,6 +45,8 @@ export interface ContractOptions {
   name?: string | undefined;
   checkTimeout?: string | undefined;
   agentTimeout?: string | undefined;
+  /** Start another loop even when one is recorded for this contract (DESIGN §6.6). */
+  new?: boolean | undefined;
 }
 
 /** An open loop in a repository, connected to its coordinator. */
@@ -101,10 +104,76 @@ function describeDirty(dirty: string[]): string {
   return dirty.slice(0, 5).join(", ") + (dirty.length > 5 ? ` and ${dirty.length - 5} more` : "");
 }
 
+/** The contract flags given, by flag, and the pinned contract with their values put in (flag-only mode's mapping). */
+function withContractFlags(pinned: Contract, options: ContractOptions): { flags: string[]; wanted: Contract } {
+  const [gate, ...gates] = pinned.gates;
+  const flags: [string, unknown][] = [
+    ["--check", options.check],
+    ["--exec", options.exec],
+    ["--max-iterations", options.maxIterations],
+    ["--name", options.name],
+    ["--check-timeout", options.checkTimeout],
+    ["--agent-timeout", options.agentTimeout],
+  ];
+  const wanted: Contract = {
+    ...pinned,
+    name: options.name ?? pinned.name,
+    gates: gate ? [{ ...gate, run: options.check ?? gate.run, timeout: options.checkTimeout ?? gate.timeout }, ...gates] : pinned.gates,
+    stop: { ...pinned.stop, max_iterations: options.maxIterations ?? pinned.stop.max_iterations },
+    agent: { ...pinned.agent, run: options.exec ?? pinned.agent.run, timeout: options.agentTimeout ?? pinned.agent.timeout },
+  };
+  return { flags: flags.filter(([, value]) => value !== undefined).map(([flag]) => flag), wanted };
+}
+
 /**
- * Opens the repository's loop: resumes the one recorded in `.loopwarden/state.json` when it is still
- * running under the same contract, else creates a new one with t0 measured at HEAD. `run` refuses a
- * dirty tree for a new loop (a revert must never touch the user's work); `step` evaluates exactly that.
+ * The contract a running loop resumes with (DESIGN §6.6): always the one it pinned. Flags that would
+ * change it, or a contract file that no longer matches it, are refused with the exact difference; a
+ * new loop needs `--new`.
+ */
+async function resumedContract(repo: string, source: string, options: ContractOptions, loopId: string, pinned: Contract): Promise<LoadedContract> {
+  const refuse = (what: string, differences: string[]) =>
+    new UserError(
+      `loop ${loopId} (${source === FLAGS_SOURCE ? "flag-only" : source}) is still running, and ${what} would change the contract it pinned:\n` +
+        differences.slice(0, 12).map((line) => `  ${line}`).join("\n") +
+        "\nresume it with `loopwarden run` and no contract flags, or start another loop with --new",
+      2,
+    );
+  if (source !== FLAGS_SOURCE) {
+    // The file as it is now, against the pinned contract (whose limit may have come from --max-iterations).
+    const file = (await loadContractFile(repo, source)).contract;
+    const fileDifferences = contractDifferences(pinned, { ...file, stop: { ...file.stop, max_iterations: pinned.stop.max_iterations } });
+    if (fileDifferences.length > 0) throw refuse(`${source} as it is now`, fileDifferences);
+  }
+  const { flags, wanted } = withContractFlags(pinned, options);
+  const flagDifferences = contractDifferences(pinned, wanted);
+  if (flagDifferences.length > 0) throw refuse(flags.join(", "), flagDifferences);
+  return validateContract(pinned, source);
+}
+
+/**
+ * The commit a new loop's t0 may be taken from (DESIGN §6.6): one the user made, never a candidate
+ * commit (it carries loopwarden's trailers) nor a loop's branch, where an unjudged proposal may sit.
+ */
+async function refuseCandidateBaseline(repo: string): Promise<void> {
+  const head = await headCommit(repo);
+  const branch = await currentBranch(repo);
+  const trailers = await readTrailers(repo, head);
+  const loopId = trailers[TRAILER.loop] ?? (branch?.startsWith("loopwarden/") ? branch.slice("loopwarden/".length) : undefined);
+  if (loopId === undefined) return;
+  const where = trailers[TRAILER.loop] ? `HEAD (${short(head)}) is a candidate commit of loop ${loopId}` : `the working tree is on ${branch}, the branch of loop ${loopId}`;
+  throw new UserError(
+    `${where}; a new loop's baseline must be a commit you made. Switch to your own branch (git switch main), ` +
+      `after merging what you want to keep of the loop (git merge --no-ff ${loopBranch(loopId)})`,
+  );
+}
+
+/**
+ * Opens the repository's loop for its contract (DESIGN §6.6). The loop recorded for the contract in
+ * `.loopwarden/state.json` is resumed whatever the flags when it is running (flags that would change
+ * its pinned contract are refused), and reported as it is when it has halted; a new loop is created only
+ * when none is recorded, the coordinator no longer knows it, or `--new` asks for one — with t0 measured
+ * at HEAD, which must be a commit the user made. `run` refuses a dirty tree for a new loop (a revert
+ * must never touch the user's work); `step` evaluates exactly that.
  */
 export async function openSession(
   options: ContractOptions & ServerOptions & OutputMode & { cwd: string; purpose: "run" | "step" },
@@ -112,52 +181,48 @@ export async function openSession(
   const mode: OutputMode = options;
   const repo = await repoRoot(options.cwd);
   await headCommit(repo);
-  const loaded = await resolveContract(repo, options);
   await excludeStateDir(repo);
   await removeStaleClones();
 
-  const previous = await loadWorkspaceState(repo);
-  const sameContract = previous !== null && previous.contract_hash === loaded.hash;
+  const loops = await loadWorkspace(repo);
+  const source = contractSourceOf(repo, options, loops);
+  const previous = loops[source] ?? null;
   const server: ServerOptions = {
-    server: options.server ?? (sameContract ? (previous?.server ?? undefined) : undefined),
-    state: options.state ?? (sameContract ? (previous?.state_dir ?? undefined) : undefined),
+    server: options.server ?? (previous && !options.new ? (previous.server ?? undefined) : undefined),
+    state: options.state ?? (previous && !options.new ? (previous.state_dir ?? undefined) : undefined),
     token: options.token,
   };
 
-  const refuseDirtyTree = async () => {
-    if (options.purpose !== "run") return;
-    const dirty = await dirtyPaths(repo);
-    if (dirty.length > 0) {
-      throw new UserError(
-        `the working tree has uncommitted changes (${describeDirty(dirty)}); commit or stash them first, so a revert never loses your work`,
-      );
-    }
-  };
-  const resumable = previous !== null && sameContract;
-  if (!resumable) {
-    if (previous && options.purpose === "run") progress(mode, `the contract changed since loop ${previous.loop_id}: a new contract is a new loop`);
-    await refuseDirtyTree();
-  }
-
   const connection = await connect(server, mode);
-  if (previous && resumable) {
-    try {
-      const loop = await connection.client.getLoop(previous.loop_id);
-      if (loop.status === "running") {
-        progress(mode, `resuming loop ${loop.loop_id} (iteration ${loop.iteration} of ${loop.max_iterations})`);
+  try {
+    if (previous && !options.new) {
+      const loop = await connection.client.getLoop(previous.loop_id).catch((error: unknown) => {
+        if (error instanceof CoordinatorError && error.status === 404) return null;
+        throw error;
+      });
+      if (loop) {
+        if (loop.status === "running") {
+          const loaded = await resumedContract(repo, source, options, loop.loop_id, await connection.client.pinnedContract(loop.loop_id));
+          progress(mode, `resuming loop ${loop.loop_id} (iteration ${loop.iteration} of ${loop.max_iterations})`);
+          return { repo, loaded, connection, client: connection.client, mode, workspace: previous, loop, resumed: true };
+        }
+        // A halted loop stays halted: reported with its reason and class, never silently replaced.
+        const loaded = validateContract(await connection.client.pinnedContract(loop.loop_id), source);
         return { repo, loaded, connection, client: connection.client, mode, workspace: previous, loop, resumed: true };
       }
-    } catch (error) {
-      const unknownLoop = error instanceof CoordinatorError && error.status === 404;
-      if (!unknownLoop) {
-        await connection.close();
-        throw error;
+      progress(mode, `loop ${previous.loop_id} is unknown to the coordinator at ${connection.url}: starting a new loop`);
+    }
+    if (previous && options.new) progress(mode, `--new: loop ${previous.loop_id} is left as it is on its coordinator; this repository now follows a new loop`);
+    const loaded = await resolveContract(repo, options);
+    if (options.purpose === "run") {
+      const dirty = await dirtyPaths(repo);
+      if (dirty.length > 0) {
+        throw new UserError(
+          `the working tree has uncommitted changes (${describeDirty(dirty)}); commit or stash them first, so a revert never loses your work`,
+        );
       }
     }
-  }
-  try {
-    // The recorded loop has halted or is unknown to this coordinator: this is a new loop after all.
-    if (resumable) await refuseDirtyTree();
+    await refuseCandidateBaseline(repo);
     const startedFrom = await currentBranch(repo);
     const t0Commit = await headCommit(repo);
     progress(mode, `capturing the baseline at ${short(t0Commit)}: running ${loaded.contract.gates.length} gate(s) in a clean clone…`);
@@ -194,7 +259,7 @@ export async function openSession(
       contract_hash: loaded.hash,
       runner_id: newRunnerId(),
     };
-    await saveWorkspaceState(repo, workspace);
+    await saveWorkspaceState(repo, source, workspace);
     progress(mode, `loop ${loop.loop_id} (contract ${loaded.source}): the baseline has ${loop.t0.failing} failing test(s)`);
     return { repo, loaded, connection, client: connection.client, mode, workspace, loop, resumed: false };
   } catch (error) {
@@ -259,6 +324,11 @@ export async function candidateTrailers(
       }
     : null;
   return { key, iteration: Number(trailers[TRAILER.iteration] ?? "0"), agent };
+}
+
+/** Where an interrupted iteration's edits and undecided candidates are kept (nothing is ever lost). */
+function interruptedRefPrefix(session: Session): string {
+  return `refs/loopwarden/interrupted/${session.loop.loop_id}`;
 }
 
 function verdictLine(iteration: number, verdict: Verdict): string {
@@ -413,27 +483,44 @@ export async function decideCandidate(session: Session, proposal: ProposeCandida
 }
 
 /**
- * After a runner crash: sets aside an interrupted agent run's uncommitted edits, then finishes the
- * candidate HEAD holds if it was committed but not yet decided. Proposals are idempotent by the key in
- * the commit's trailers, so a candidate the coordinator already has is never registered twice.
+ * After an interruption (DESIGN §6.6): sets aside an interrupted agent run's uncommitted edits, then
+ * settles the candidate HEAD holds when it is not the best commit. One the coordinator already judged
+ * has its verdict applied (a crash may have come between the verdict and the revert); one not yet
+ * judged is proposed again — idempotently, by the key in its trailers, so never registered twice — and
+ * decided, or, when the loop has halted meanwhile, discarded: kept under its interrupted ref, and the
+ * tree restored to the best-so-far.
  */
 export async function settleInterruptedIteration(session: Session): Promise<void> {
   const dirty = await dirtyPaths(session.repo);
   if (dirty.length > 0) {
-    const ref = `refs/loopwarden/interrupted/${session.loop.loop_id}/${Date.now()}`;
+    const ref = `${interruptedRefPrefix(session)}/${Date.now()}`;
     await setAsideChanges(session.repo, ref, `loopwarden: edits of an interrupted iteration of ${session.loop.loop_id}`);
     progress(session.mode, `set aside the uncommitted edits of an interrupted iteration (${describeDirty(dirty)}) at ${ref}`);
   }
   const head = await headCommit(session.repo);
-  if (head === session.loop.best.commit) return;
+  const best = session.loop.best.commit;
+  if (head === best) return;
   const trailers = await candidateTrailers(session, head);
   if (!trailers) {
     throw new UserError(
-      `HEAD (${short(head)}) on ${loopBranch(session.loop.loop_id)} is neither the loop's best commit nor one of its candidates; reset the branch to ${short(session.loop.best.commit)} or start a new loop`,
+      `HEAD (${short(head)}) on ${loopBranch(session.loop.loop_id)} is neither the loop's best commit nor one of its candidates; reset the branch to ${short(best)} or start a new loop`,
     );
   }
   const state = await foldLoop(session);
   const known = Object.values(state.candidates).find((candidate) => candidate.idempotency_key === trailers.key);
+  if (known?.verdict) {
+    progress(session.mode, verdictLine(trailers.iteration, known.verdict));
+    const ref = rejectedRef(session.loop.loop_id, known.candidate_id);
+    await revertTo(session.repo, best, { ref, commit: head });
+    progress(session.mode, `[${trailers.iteration}] restored the working tree to ${short(best)}; the candidate is kept at ${ref}`);
+    return;
+  }
+  if (session.loop.status !== "running") {
+    const ref = `${interruptedRefPrefix(session)}/${trailers.key}`;
+    await revertTo(session.repo, best, { ref, commit: head });
+    progress(session.mode, `[${trailers.iteration}] the loop halted before the interrupted candidate at ${short(head)} was judged: kept at ${ref}, the working tree restored to ${short(best)}`);
+    return;
+  }
   progress(session.mode, `[${trailers.iteration}] finishing the interrupted candidate ${known?.candidate_id ?? "(not yet registered)"} at ${short(head)}`);
   // The proposal as it was first sent, when the crash left it on disk; otherwise rebuilt from the trailers
   // (a crash between the commit and writing the proposal: nothing was sent yet, so nothing can differ).

@@ -1,10 +1,10 @@
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { LoopEvent, verifyChain } from "../../shared/engine/index.js";
 import { LoopSummary } from "../../shared/wire/api.js";
 import { makeLevelProject } from "../support/level-project.js";
-import { exitOf, startCli, startCoordinator, tempDir, waitFor, type TestCoordinator } from "../support/cli.js";
+import { exitOf, recordedLoopId, startCli, startCoordinator, tempDir, waitFor, type TestCoordinator } from "../support/cli.js";
 
 // The coordinator (serve → wrangler → workerd) is killed with SIGKILL while the runner holds a lease
 // and is evaluating; it restarts on the same state and port, and the loop finishes without losing or
@@ -35,7 +35,7 @@ describe("a coordinator crash mid-loop", () => {
     const code = await exitOf(runner);
     expect(code, runner.output()).toBe(10);
     expect(runner.output()).toContain("halted: success_condition_met (exit 10) after 2 iteration(s)");
-    const { loop_id: loopId } = JSON.parse(readFileSync(path.join(repo, ".loopwarden", "state.json"), "utf8")) as { loop_id: string };
+    const loopId = recordedLoopId(repo);
 
     const loop = LoopSummary.parse(await (await fetch(`${coordinator.url}/v1/loops/${loopId}`)).json());
     const raw = (await (await fetch(`${coordinator.url}/v1/loops/${loopId}/events`)).text())

@@ -1,9 +1,22 @@
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
 import { makeLevelProject } from "../support/level-project.js";
-import { exitOf, gitIn, runCli, startCli, startCoordinator, tempDir, waitFor, type TestCoordinator } from "../support/cli.js";
+import {
+  clonesOf,
+  exitOf,
+  gitIn,
+  makeRepo,
+  recordedLoopId,
+  runCli,
+  sharedCoordinator,
+  startCli,
+  startCoordinator,
+  tempDir,
+  waitFor,
+  type TestCoordinator,
+} from "../support/cli.js";
 
 // The runner is killed with SIGKILL while it evaluates a candidate; `loopwarden run` again picks the
 // same loop up from the coordinator, finishes that candidate under its own lease, and goes on.
@@ -27,15 +40,19 @@ describe("a runner crash mid-evaluation", () => {
     await exitOf(first);
     // The hung check was the runner's child in a group of its own: a real crash leaves it behind.
     process.kill(Number(readFileSync(path.join(signals, "check.pid"), "utf8")), "SIGKILL");
-    const { loop_id: loopId } = JSON.parse(readFileSync(path.join(repo, ".loopwarden", "state.json"), "utf8")) as { loop_id: string };
-    // The crash left the candidate committed on the loop branch, undecided, and its clone behind.
+    const loopId = recordedLoopId(repo);
+    // The crash left the candidate committed on the loop branch, undecided, and its clone behind (in the
+    // temporary directory, outside the repository).
     expect(gitIn(repo, "log", "-1", "--format=%s")).toContain("candidate of iteration 1");
-    expect(readdirSync(path.join(repo, ".loopwarden", "clones"))).toHaveLength(1);
+    const firstPid = first.pid ?? 0;
+    expect(readdirSync(clonesOf(firstPid))).toHaveLength(1);
+    expect(existsSync(path.join(repo, ".loopwarden", "clones"))).toBe(false);
 
     const second = await runCli(["--json", ...args], { cwd: repo, env });
     expect(second.code, second.stderr).toBe(10);
     expect(JSON.parse(second.stdout)).toMatchObject({ loop_id: loopId, halt_reason: "success_condition_met", iteration: 2 });
-    expect(readdirSync(path.join(repo, ".loopwarden", "clones"))).toEqual([]);
+    // The dead runner's clone is removed by the next one.
+    expect(existsSync(clonesOf(firstPid))).toBe(false);
 
     const events = (await (await fetch(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
       .trim()
@@ -50,5 +67,89 @@ describe("a runner crash mid-evaluation", () => {
     ]);
     // The resumed runner finished c1 under the lease it already held: no second lease was needed.
     expect(events.filter((event) => event.type === "lease_granted").map((event) => event.data.candidate_id)).toEqual(["c1", "c2"]);
+  });
+});
+
+// DESIGN §6.6: an interrupted loop is resumed, not re-baselined — whatever flags the next `run` has.
+describe("interrupt, then run again with other flags", () => {
+  const { tmp, coordinator } = sharedCoordinator("rerun");
+
+  it("resumes the loop and judges the interrupted candidate: a deleted test halts 13, never a new baseline that passes", async () => {
+    const signals = path.join(tmp.dir, "signals");
+    mkdirSync(signals);
+    const repo = makeRepo(path.join(tmp.dir, "repo"), {
+      "src/sum.js": "export const sum = (a, b) => a - b;\n",
+      "test/sum.test.js": [
+        "import assert from 'node:assert/strict';",
+        "import { test } from 'node:test';",
+        "import { sum } from '../src/sum.js';",
+        "test('adds zero', () => assert.equal(sum(2, 0), 2));",
+        "test('adds two numbers', () => assert.equal(sum(2, 3), 5));",
+        "",
+      ].join("\n"),
+      // The gate's first run after t0 (the first candidate's evaluation) waits, so the run can be interrupted there.
+      "pause.mjs": [
+        "import { existsSync, readFileSync, writeFileSync } from 'node:fs';",
+        "const dir = process.env.RERUN_SIGNALS;",
+        "const runs = existsSync(`${dir}/runs`) ? Number(readFileSync(`${dir}/runs`, 'utf8')) + 1 : 1;",
+        "writeFileSync(`${dir}/runs`, String(runs));",
+        "if (runs === 2) {",
+        "  writeFileSync(`${dir}/gate.pid`, String(process.pid));",
+        "  await new Promise((resolve) => setTimeout(resolve, 120_000));",
+        "}",
+      ].join("\n"),
+      // The cheat: delete the failing test, so the suite is green with the bug still there.
+      "tools/agent.mjs": "import { rmSync } from 'node:fs';\nrmSync('test/sum.test.js');\n",
+      "loop.yaml": [
+        "name: rerun",
+        "mode: check_fixpoint",
+        "gates:",
+        "  - name: unit",
+        "    run: node pause.mjs && node --test --test-reporter=tap --test-reporter-destination=.loopwarden/out/tests.tap",
+        "    tests: { tap: .loopwarden/out/tests.tap }",
+        "agent:",
+        "  run: node tools/agent.mjs",
+        "",
+      ].join("\n"),
+      ".gitignore": ".loopwarden/\n",
+    });
+    const env = { RERUN_SIGNALS: signals };
+    const cli = (...args: string[]) => runCli(["--json", "--server", coordinator.url, ...args], { cwd: repo, env });
+
+    const first = startCli(["--server", coordinator.url, "run", "--max-iterations", "3"], { cwd: repo, env });
+    await waitFor(() => existsSync(path.join(signals, "gate.pid")), "the first candidate's evaluation");
+    first.kill("SIGINT");
+    expect(await exitOf(first)).toBe(130);
+    const loopId = recordedLoopId(repo, "loop.yaml");
+    // Interrupted mid-evaluation: HEAD is the unjudged candidate, with the test already deleted.
+    expect(existsSync(path.join(repo, "test", "sum.test.js"))).toBe(false);
+
+    // A flag that would change the pinned contract is refused with the exact difference, and changes nothing.
+    const changed = await cli("run", "--max-iterations", "7");
+    expect(changed.code, changed.stderr).toBe(2);
+    expect(changed.stdout).toContain("stop.max_iterations: 3 → 7");
+    expect(recordedLoopId(repo, "loop.yaml")).toBe(loopId);
+
+    // Without flags the same loop resumes (its pinned limit of 3 stands) and judges the candidate.
+    const human = (...args: string[]) => runCli(["--server", coordinator.url, ...args], { cwd: repo, env });
+    const resumed = await human("run");
+    expect(resumed.code, resumed.stderr).toBe(13);
+    expect(resumed.stderr).toContain(`resuming loop ${loopId} (iteration 0 of 3)`);
+    expect(resumed.stderr).not.toContain("capturing the baseline");
+    expect(resumed.stdout + resumed.stderr).toContain(`loop ${loopId} halted: blocked_path_modified (exit 13) after 1 iteration(s)`);
+    expect(existsSync(path.join(repo, "test", "sum.test.js"))).toBe(true);
+
+    // A halted loop is reported as halted, with its class; another loop needs --new, from a commit the user made.
+    const again = await human("run");
+    expect(again.code).toBe(13);
+    expect(again.stderr).toContain("already halted");
+    expect(JSON.parse((await cli("run")).stdout)).toMatchObject({ loop_id: loopId, status: "halted", halt_reason: "blocked_path_modified" });
+    const fresh = await cli("run", "--new");
+    expect(fresh.code).toBe(1);
+    expect(fresh.stdout).toContain(`the branch of loop ${loopId}`);
+    gitIn(repo, "switch", "-q", "main");
+    const other = await cli("run", "--new", "--max-iterations", "1");
+    expect(JSON.parse(other.stdout)).toMatchObject({ halt_reason: "blocked_path_modified" });
+    expect(recordedLoopId(repo, "loop.yaml")).not.toBe(loopId);
   });
 });

@@ -1,5 +1,5 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -30,6 +30,19 @@ export function makeRepo(dir: string, files: Record<string, string>): string {
   git("add", "-A");
   git("commit", "-q", "-m", "initial");
   return dir;
+}
+
+/** The loop the runner recorded in `repo` for a contract source (`flags` for a flag-only loop; DESIGN §6.6). */
+export function recordedLoopId(repo: string, source = "flags"): string {
+  const state = JSON.parse(readFileSync(path.join(repo, ".loopwarden", "state.json"), "utf8")) as { loops: Record<string, { loop_id: string }> };
+  const loop = state.loops[source];
+  if (!loop) throw new Error(`no loop recorded for ${source} in ${repo}`);
+  return loop.loop_id;
+}
+
+/** Where a runner process keeps its clones while it evaluates (the system's temporary directory, DESIGN §6.4). */
+export function clonesOf(pid: number): string {
+  return path.join(os.tmpdir(), "loopwarden-clones", String(pid));
 }
 
 /** Runs git in a directory and returns stdout. */

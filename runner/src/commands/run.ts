@@ -21,6 +21,9 @@ import {
   type ContractOptions,
 } from "../session.js";
 
+/** What `run` and `step` add when the loop they found had already halted (DESIGN §6.6). */
+export const HALTED_BEFORE = "this loop had already halted, so nothing was run; `loopwarden run --new` starts another loop (from a commit you made)";
+
 /** Options of `loopwarden run`. */
 export interface RunOptions extends ContractOptions, ServerOptions, OutputMode {
   once?: boolean;
@@ -67,6 +70,9 @@ export async function runLoop(options: RunOptions): Promise<number> {
     if (session.loop.status === "running") {
       await enterLoopBranch(session);
       if (session.resumed) await settleInterruptedIteration(session);
+    } else if ((await currentBranch(session.repo)) === loopBranch(session.loop.loop_id)) {
+      // Halted while an iteration was in flight: its candidate is settled all the same.
+      await settleInterruptedIteration(session);
     }
     const agentTimeoutMs = parseDuration(session.loaded.contract.agent.timeout) ?? 1_200_000;
     const logDir = path.join(session.repo, ".loopwarden", "logs", session.loop.loop_id);
@@ -102,6 +108,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
       await decideCandidate(session, proposal, iteration);
       ran++;
     }
+    if (ran === 0 && session.resumed && session.loop.halt) progress(mode, HALTED_BEFORE);
     return reportOutcome(mode, session.loop);
   } finally {
     await session.connection.close();

@@ -1,9 +1,9 @@
 import type { ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
 import { dirtyPaths } from "../git.js";
-import type { OutputMode } from "../output.js";
+import { progress, type OutputMode } from "../output.js";
 import { buildProposal, commitCandidate, decideCandidate, enterLoopBranch, openSession, type ContractOptions } from "../session.js";
-import { reportOutcome } from "./run.js";
+import { HALTED_BEFORE, reportOutcome } from "./run.js";
 
 /**
  * `loopwarden step`: evaluates the current working tree as one candidate and applies the verdict, for
@@ -12,7 +12,10 @@ import { reportOutcome } from "./run.js";
 export async function stepLoop(options: ContractOptions & ServerOptions & OutputMode & { cwd: string }): Promise<number> {
   const session = await openSession({ ...options, purpose: "step" });
   try {
-    if (session.loop.status !== "running") return reportOutcome(session.mode, session.loop);
+    if (session.loop.status !== "running") {
+      progress(session.mode, HALTED_BEFORE);
+      return reportOutcome(session.mode, session.loop);
+    }
     if ((await dirtyPaths(session.repo)).length === 0) {
       throw new UserError("the working tree has no changes to evaluate; make a change, then run loopwarden step", 2);
     }
