@@ -1,0 +1,89 @@
+import { describe, expect, it } from "vitest";
+import { DEFAULT_PROTECTED } from "../../../shared/engine/index.js";
+import { Contract, type ContractInput } from "../../../shared/wire/contract.js";
+import { commandWords, selectProtectedFiles } from "../../../runner/src/protected-files.js";
+
+// DESIGN §6.4: without `guards.protected`, the oracle and everything that decides which tests run and
+// how is off limits — the tests, the test harness, the manifests and lockfiles, CI, the contract file,
+// and every tracked file a judging command names.
+
+const contractOf = (overrides: Partial<ContractInput> = {}) =>
+  Contract.parse({ name: "p", mode: "check_fixpoint", gates: [{ name: "unit", run: "npm test" }], agent: { run: "./agent.sh --fix src/app.js" }, ...overrides });
+
+const TRACKED = [
+  "loop.yaml",
+  "package.json",
+  "package-lock.json",
+  "conftest.py",
+  "pkg/conftest.py",
+  "pytest.ini",
+  "pyproject.toml",
+  "vitest.config.mts",
+  "tsconfig.build.json",
+  "Makefile",
+  ".mocharc.yml",
+  ".github/workflows/ci.yml",
+  "tests/test_parse.py",
+  "src/app.js",
+  "src/app.test.js",
+  "scripts/check.sh",
+  "scripts/other.sh",
+  "bench/run.mjs",
+  "bench/data/a.json",
+  "bench/data/b.json",
+  "agent.sh",
+  "README.md",
+];
+
+describe("the default protected set", () => {
+  it("covers the tests, the harness, manifests, lockfiles, CI and the contract file; leaves the source alone", () => {
+    const files = selectProtectedFiles(contractOf(), "loop.yaml", TRACKED);
+    expect(files).toEqual(
+      [
+        ".github/workflows/ci.yml",
+        ".mocharc.yml",
+        "Makefile",
+        "conftest.py",
+        "loop.yaml",
+        "package-lock.json",
+        "package.json",
+        "pkg/conftest.py",
+        "pyproject.toml",
+        "pytest.ini",
+        "src/app.test.js",
+        "tests/test_parse.py",
+        "tsconfig.build.json",
+        "vitest.config.mts",
+      ].sort(),
+    );
+    expect(Object.keys(DEFAULT_PROTECTED)).toEqual(["tests", "harness", "manifests", "lockfiles", "ci"]);
+  });
+
+  it("adds every tracked file a gate, metric or task command names — never the agent's", () => {
+    const contract = contractOf({
+      mode: "task_list",
+      gates: [{ name: "unit", run: "bash -c './scripts/check.sh --fast' && node --test --test-reporter-destination=out/t.tap" }],
+      tasks: [{ id: "bench", title: "bench", check: "node bench/run.mjs bench/data/*.json" }],
+    });
+    const files = selectProtectedFiles(contract, "loop.yaml", TRACKED);
+    expect(files).toEqual(expect.arrayContaining(["scripts/check.sh", "bench/run.mjs", "bench/data/a.json", "bench/data/b.json"]));
+    expect(files).not.toContain("scripts/other.sh");
+    expect(files).not.toContain("agent.sh");
+    expect(files).not.toContain("src/app.js");
+  });
+
+  it("a contract's own list replaces the defaults, command-named files included; protected: [] opts out", () => {
+    const own = contractOf({ gates: [{ name: "unit", run: "sh scripts/check.sh" }], guards: { protected: ["src/**"] } });
+    expect(selectProtectedFiles(own, "loop.yaml", TRACKED)).toEqual(["src/app.js", "src/app.test.js"]);
+    expect(selectProtectedFiles(contractOf({ guards: { protected: [] } }), "loop.yaml", TRACKED)).toEqual([]);
+  });
+});
+
+describe("commandWords", () => {
+  it("reads shell words, --flag=value values, sh -c scripts and globs; leaves variables and inline code alone", () => {
+    expect(commandWords("FOO=1 sh -c \"python3 tools/t.py\" --out=report.xml $HOME/x && node -e \"require('./src/a.js')\" tests/*.py")).toEqual({
+      words: ["FOO=1", "1", "sh", "-c", "python3", "tools/t.py", "--out=report.xml", "report.xml", "$HOME/x", "node", "-e", "require('./src/a.js')"],
+      patterns: ["tests/*.py"],
+    });
+  });
+});
