@@ -1,3 +1,4 @@
+import { readFile } from "node:fs/promises";
 import path from "node:path";
 import picomatch from "picomatch";
 import { parse as parseShell, type ParseEntry } from "shell-quote";
@@ -8,7 +9,7 @@ import { git } from "./git.js";
 // Which tracked files the protected-files guard hashes (DESIGN §6.4). With the defaults, that is the
 // default globs, the contract file, and every tracked file a gate, metric or task command names: a
 // script the check runs is part of the check, so `bash scripts/check.sh` makes scripts/check.sh as
-// off limits as the tests.
+// off limits as the tests — and so does `"test": "node scripts/run-tests.js"` when the gate is `npm test`.
 
 const SHELLS = new Set(["sh", "bash", "dash", "zsh", "ksh"]);
 
@@ -59,12 +60,51 @@ export function commandWords(command: string): { words: string[]; patterns: stri
   return { words, patterns };
 }
 
-/** The tracked files (of `tracked`) that a gate, metric or task command of the contract names. */
-export function commandNamedFiles(contract: Contract, tracked: readonly string[]): string[] {
+// Package managers' ways of running a package.json script: `npm test`, `npm run NAME`, `yarn NAME`, ….
+const RUNS_SCRIPT: Record<string, { direct: Set<string>; run: Set<string> }> = {
+  npm: { direct: new Set(["test", "t", "start", "stop", "restart"]), run: new Set(["run", "run-script", "rum", "urn"]) },
+  pnpm: { direct: new Set(["test", "t", "start"]), run: new Set(["run", "run-script"]) },
+  yarn: { direct: new Set(["test", "start"]), run: new Set(["run"]) },
+  bun: { direct: new Set(["test"]), run: new Set(["run"]) },
+};
+
+/**
+ * The package.json scripts a command runs through a package manager (`npm test` → scripts.test, with
+ * its pre/post scripts; `yarn build` → scripts.build): a script the check runs is part of the check, so
+ * the files it names are protected as if the gate named them.
+ */
+function scriptsRun(words: readonly string[], scripts: Readonly<Record<string, string>>): string[] {
+  const run: string[] = [];
+  words.forEach((word, index) => {
+    const manager = RUNS_SCRIPT[path.posix.basename(word)];
+    const next = words[index + 1];
+    if (!manager || next === undefined) return;
+    const name = manager.run.has(next) ? words[index + 2] : manager.direct.has(next) || path.posix.basename(word) !== "npm" ? next : undefined;
+    const script = name === "t" ? "test" : name;
+    if (script === undefined) return;
+    for (const key of [`pre${script}`, script, `post${script}`]) {
+      const body = scripts[key];
+      if (body !== undefined) run.push(body);
+    }
+  });
+  return run;
+}
+
+/**
+ * The tracked files (of `tracked`) that a gate, metric or task command of the contract names, or that a
+ * package.json script such a command runs names (`scripts`: the root package.json's, when tracked).
+ */
+export function commandNamedFiles(contract: Contract, tracked: readonly string[], scripts: Readonly<Record<string, string>> = {}): string[] {
   const trackedSet = new Set(tracked);
   const named = new Set<string>();
-  for (const command of judgingCommands(contract)) {
+  const pending = judgingCommands(contract);
+  const seen = new Set<string>();
+  // Scripts may run scripts (`"test": "npm run lint && npm run unit"`); each is read once.
+  for (let command = pending.pop(); command !== undefined; command = pending.pop()) {
+    if (seen.has(command)) continue;
+    seen.add(command);
     const { words, patterns } = commandWords(command);
+    pending.push(...scriptsRun(words, scripts));
     for (const word of words) {
       const file = asRepoPath(word);
       if (file !== null && trackedSet.has(file)) named.add(file);
@@ -81,13 +121,18 @@ export function commandNamedFiles(contract: Contract, tracked: readonly string[]
 /**
  * The protected files among `tracked`, sorted: the contract's own `guards.protected` globs when it names
  * them (`[]`: none); otherwise the default globs, the contract file, and the files the judging commands
- * name.
+ * name, directly or through the package.json `scripts` they run.
  */
-export function selectProtectedFiles(contract: Contract, contractFile: string | null, tracked: readonly string[]): string[] {
+export function selectProtectedFiles(
+  contract: Contract,
+  contractFile: string | null,
+  tracked: readonly string[],
+  scripts: Readonly<Record<string, string>> = {},
+): string[] {
   const globs = protectedGlobs(contract, contractFile);
   const isProtected = globs.length > 0 ? picomatch(globs, { dot: true }) : () => false;
   const files = new Set(tracked.filter((file) => isProtected(file)));
-  if (contract.guards?.protected === undefined) for (const file of commandNamedFiles(contract, tracked)) files.add(file);
+  if (contract.guards?.protected === undefined) for (const file of commandNamedFiles(contract, tracked, scripts)) files.add(file);
   return [...files].sort();
 }
 
@@ -96,7 +141,21 @@ export async function trackedFiles(dir: string): Promise<string[]> {
   return (await git(dir, ["ls-files", "-z"])).split("\0").filter(Boolean);
 }
 
+/** The scripts of the checkout's root package.json when git tracks one (an unreadable one has none). */
+async function packageScripts(dir: string, tracked: readonly string[]): Promise<Record<string, string>> {
+  if (!tracked.includes("package.json")) return {};
+  try {
+    const manifest = JSON.parse(await readFile(path.join(dir, "package.json"), "utf8")) as { scripts?: unknown };
+    const scripts = manifest.scripts;
+    if (typeof scripts !== "object" || scripts === null) return {};
+    return Object.fromEntries(Object.entries(scripts).filter((entry): entry is [string, string] => typeof entry[1] === "string"));
+  } catch {
+    return {};
+  }
+}
+
 /** The protected files of the checkout at `dir` (see `selectProtectedFiles`). */
 export async function protectedFiles(dir: string, contract: Contract, contractFile: string | null): Promise<string[]> {
-  return selectProtectedFiles(contract, contractFile, await trackedFiles(dir));
+  const tracked = await trackedFiles(dir);
+  return selectProtectedFiles(contract, contractFile, tracked, await packageScripts(dir, tracked));
 }

@@ -72,6 +72,22 @@ describe("the default protected set", () => {
     expect(files).not.toContain("src/app.js");
   });
 
+  it("follows `npm test`, `npm run X` and `yarn X` into package.json's scripts: the files a script the check runs names are the check's", () => {
+    const tracked = [...TRACKED, "scripts/run-tests.js", "scripts/lint.sh", "scripts/setup.js", "scripts/unused.js"];
+    const scripts = {
+      pretest: "node scripts/setup.js",
+      test: "node scripts/run-tests.js && npm run lint",
+      lint: "sh scripts/lint.sh",
+      other: "node scripts/unused.js",
+    };
+    const files = selectProtectedFiles(contractOf(), "loop.yaml", tracked, scripts);
+    expect(files).toEqual(expect.arrayContaining(["scripts/run-tests.js", "scripts/lint.sh", "scripts/setup.js"]));
+    expect(files).not.toContain("scripts/unused.js");
+    const yarn = selectProtectedFiles(contractOf({ gates: [{ name: "unit", run: "yarn lint" }] }), "loop.yaml", tracked, scripts);
+    expect(yarn).toContain("scripts/lint.sh");
+    expect(yarn).not.toContain("scripts/run-tests.js");
+  });
+
   it("a contract's own list replaces the defaults, command-named files included; protected: [] opts out", () => {
     const own = contractOf({ gates: [{ name: "unit", run: "sh scripts/check.sh" }], guards: { protected: ["src/**"] } });
     expect(selectProtectedFiles(own, "loop.yaml", TRACKED)).toEqual(["src/app.js", "src/app.test.js"]);
