@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { DEFAULT_PROTECTED } from "../../../shared/engine/index.js";
 import { Contract, type ContractInput } from "../../../shared/wire/contract.js";
-import { commandWords, selectProtectedFiles } from "../../../runner/src/protected-files.js";
+import { commandParts, selectProtectedFiles } from "../../../runner/src/protected-files.js";
 
 // DESIGN §6.4: without `guards.protected`, the oracle and everything that decides which tests run and
 // how is off limits — the tests, the test harness, the manifests and lockfiles, CI, the contract file,
@@ -59,17 +59,19 @@ describe("the default protected set", () => {
     expect(Object.keys(DEFAULT_PROTECTED)).toEqual(["tests", "harness", "manifests", "lockfiles", "ci"]);
   });
 
-  it("adds every tracked file a gate, metric or task command names — never the agent's", () => {
+  it("adds every tracked file a gate, metric or task command runs as part of the check — never the code it checks, nor the agent's files", () => {
     const contract = contractOf({
       mode: "task_list",
-      gates: [{ name: "unit", run: "bash -c './scripts/check.sh --fast' && node --test --test-reporter-destination=out/t.tap" }],
-      tasks: [{ id: "bench", title: "bench", check: "node bench/run.mjs bench/data/*.json" }],
+      gates: [
+        { name: "unit", run: "bash -c './scripts/check.sh --fast' && node --test --test-reporter-destination=out/t.tap 2>&1 > out/log.txt" },
+        { name: "syntax", run: "node --check src/app.js && npx eslint src/app.js --config ci/eslint.mjs" },
+      ],
+      tasks: [{ id: "bench", title: "bench", check: "FAST=1 timeout 60 node bench/run.mjs bench/data/a.json" }],
     });
-    const files = selectProtectedFiles(contract, "loop.yaml", TRACKED);
-    expect(files).toEqual(expect.arrayContaining(["scripts/check.sh", "bench/run.mjs", "bench/data/a.json", "bench/data/b.json"]));
-    expect(files).not.toContain("scripts/other.sh");
-    expect(files).not.toContain("agent.sh");
-    expect(files).not.toContain("src/app.js");
+    const tracked = [...TRACKED, "ci/eslint.mjs"];
+    const files = selectProtectedFiles(contract, "loop.yaml", tracked);
+    expect(files).toEqual(expect.arrayContaining(["scripts/check.sh", "bench/run.mjs", "ci/eslint.mjs"]));
+    for (const file of ["scripts/other.sh", "agent.sh", "src/app.js", "bench/data/a.json"]) expect(files).not.toContain(file);
   });
 
   it("follows `npm test`, `npm run X` and `yarn X` into package.json's scripts: the files a script the check runs names are the check's", () => {
@@ -95,11 +97,15 @@ describe("the default protected set", () => {
   });
 });
 
-describe("commandWords", () => {
-  it("reads shell words, --flag=value values, sh -c scripts and globs; leaves variables and inline code alone", () => {
-    expect(commandWords("FOO=1 sh -c \"python3 tools/t.py\" --out=report.xml $HOME/x && node -e \"require('./src/a.js')\" tests/*.py")).toEqual({
-      words: ["FOO=1", "1", "sh", "-c", "python3", "tools/t.py", "--out=report.xml", "report.xml", "$HOME/x", "node", "-e", "require('./src/a.js')"],
-      patterns: ["tests/*.py"],
-    });
+describe("commandParts", () => {
+  it.each<[string, string[]]>([
+    ["./scripts/check.sh --fast", ["./scripts/check.sh"]],
+    ["python3 tools/t.py && python3 -m pytest -c ci/pytest.ini -q", ["python3", "tools/t.py", "python3"]],
+    ["pytest -c ci/pytest.ini -q", ["pytest", "ci/pytest.ini"]],
+    ["sh -c 'make -f ci.mk check' | tee out.log", ["sh", "make", "ci.mk", "tee"]],
+    ["deno run bench/main.ts > out.txt; node -e \"require('./src/a.js')\" $HOME/x", ["deno", "bench/main.ts", "node"]],
+    ["npx vitest run --config=vitest.ci.ts", ["vitest", "vitest.ci.ts"]],
+  ])("%s runs %j as part of the check", (command, files) => {
+    expect(commandParts(command).files).toEqual(files);
   });
 });
