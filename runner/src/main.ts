@@ -77,7 +77,9 @@ interface ContractFlags {
 
 program
   .command("init")
-  .description("write a commented starter loop.yaml (check_fixpoint) and program.md (the agent's instructions), and add .loopwarden/ to .gitignore")
+  .description(
+    "write a commented starter loop.yaml (check_fixpoint, with a test-report gate for vitest, jest+jest-junit, node --test, pytest, gotestsum or cargo nextest) and program.md (the agent's instructions and this project's protected files), and add .loopwarden/ to .gitignore",
+  )
   .option("--mode <mode>", "loop mode of the starter (init writes check_fixpoint starters; edit loop.yaml for optimize or task_list)", "check_fixpoint")
   .option("--agent <cmd>", "the agent command to put in agent.run")
   .action(async (options: { mode: string; agent?: string }) => {

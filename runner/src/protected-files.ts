@@ -200,17 +200,22 @@ export async function trackedFiles(dir: string): Promise<string[]> {
   return (await git(dir, ["ls-files", "-z"])).split("\0").filter(Boolean);
 }
 
-/** The scripts of the checkout's root package.json when git tracks one (an unreadable one has none). */
-async function packageScripts(dir: string, tracked: readonly string[]): Promise<Record<string, string>> {
-  if (!tracked.includes("package.json")) return {};
+/** The string-valued scripts of a package.json text (none when it is missing or not a JSON object). */
+export function packageJsonScripts(text: string | null): Record<string, string> {
+  if (text === null) return {};
   try {
-    const manifest = JSON.parse(await readFile(path.join(dir, "package.json"), "utf8")) as { scripts?: unknown };
-    const scripts = manifest.scripts;
+    const scripts = (JSON.parse(text) as { scripts?: unknown } | null)?.scripts;
     if (typeof scripts !== "object" || scripts === null) return {};
     return Object.fromEntries(Object.entries(scripts).filter((entry): entry is [string, string] => typeof entry[1] === "string"));
   } catch {
     return {};
   }
+}
+
+/** The scripts of the checkout's root package.json when git tracks one. */
+async function packageScripts(dir: string, tracked: readonly string[]): Promise<Record<string, string>> {
+  if (!tracked.includes("package.json")) return {};
+  return packageJsonScripts(await readFile(path.join(dir, "package.json"), "utf8").catch(() => null));
 }
 
 /** The protected files of the checkout at `dir` (see `selectProtectedFiles`). */

@@ -29,15 +29,22 @@ describe("a loop.yaml contract", () => {
       contract: "loop.yaml",
       program: "program.md",
       todo: ["agent.run (your agent command)"],
+      protected: ["loop.yaml", "package.json", "test/text.test.js"],
     });
     const written = readFileSync(path.join(repo, "loop.yaml"), "utf8");
     expect(written).toContain("mode: check_fixpoint");
-    expect(written).toContain('run: "npm install --no-audit --no-fund && npm test"');
+    // The demo's `node --test` script is recognised: the gate writes a TAP report, so each test counts.
+    expect(written).toContain(
+      'run: "npm install --no-audit --no-fund && node --test --test-reporter=spec --test-reporter-destination=stdout --test-reporter=tap --test-reporter-destination=.loopwarden/out/tests.tap"',
+    );
+    expect(written).toContain("tests: { tap: .loopwarden/out/tests.tap }");
     expect(readFileSync(path.join(repo, ".gitignore"), "utf8")).toContain(".loopwarden/");
     // The agent's instructions: the contract's objective and gate, and the files the runner points it at.
     const program = readFileSync(path.join(repo, "program.md"), "utf8");
     expect(program).toContain("make every test pass without weakening any test");
-    expect(program).toContain("`npm install --no-audit --no-fund && npm test`");
+    expect(program).toContain("`npm install --no-audit --no-fund && node --test --test-reporter=spec");
+    // ...and what is off limits in this very repository, by name.
+    expect(program).toContain("- `test/text.test.js`\n");
     expect(program).toContain("$LOOPWARDEN_LAST_VERDICT");
 
     // Running it before filling in the agent says exactly what is missing.

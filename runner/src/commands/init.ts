@@ -1,56 +1,94 @@
 import { existsSync } from "node:fs";
 import { appendFile, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { DEFAULT_PROTECTED_GLOBS } from "../../../shared/engine/index.js";
+import { parse as parseYaml } from "yaml";
+import { DEFAULT_PROTECTED } from "../../../shared/engine/index.js";
+import { validateContract } from "../contract-file.js";
 import { UserError } from "../errors.js";
 import { repoRoot } from "../git.js";
 import { emitResult, type OutputMode } from "../output.js";
+import { packageJsonScripts, selectProtectedFiles, trackedFiles } from "../protected-files.js";
+import { detectTestGate, projectFacts, REPORT_DIR, type StarterGate } from "./init-runners.js";
 
-/** A guess at the project's test command, for the starter contract; empty when there is no telling. */
-async function guessTestCommand(repo: string): Promise<string> {
-  const manifest = await readFile(path.join(repo, "package.json"), "utf8").catch(() => null);
-  if (manifest) {
-    const scripts = (JSON.parse(manifest) as { scripts?: Record<string, string> }).scripts ?? {};
-    if (scripts.test) {
-      // The clone holds only what git tracks, so dependencies are installed there first.
-      return existsSync(path.join(repo, "package-lock.json")) ? "npm ci --no-audit --no-fund && npm test" : "npm install --no-audit --no-fund && npm test";
-    }
-  }
-  if (existsSync(path.join(repo, "pyproject.toml")) || existsSync(path.join(repo, "pytest.ini"))) return "python3 -m pytest -q";
-  if (existsSync(path.join(repo, "Cargo.toml"))) return "cargo test";
-  if (existsSync(path.join(repo, "go.mod"))) return "go test ./...";
-  return "";
+/**
+ * A YAML scalar for `text`, quoted the way prettier prints it, so that the written file passes
+ * `prettier --check`: double quotes, unless the text holds a double quote and nothing that needs an
+ * escape, which prettier prints in single quotes.
+ */
+export function yamlString(text: string): string {
+  // eslint-disable-next-line no-control-regex -- control characters need an escape, so stay double-quoted
+  if (text.includes('"') && !/[\\\u0000-\u001f\u007f]/.test(text)) return `'${text.replaceAll("'", "''")}'`;
+  return JSON.stringify(text);
 }
 
-const yamlString = (text: string) => (text === "" ? '""' : JSON.stringify(text));
+/** A report path as a YAML scalar: plain when it is a simple path, quoted otherwise. */
+const yamlPath = (file: string) => (/^[A-Za-z0-9_./-]+$/.test(file) ? file : yamlString(file));
 
 /** The starter contract's objective, also the objective `program.md` gives the agent. */
 const STARTER_OBJECTIVE = "make every test pass without weakening any test";
 
-/** The commented starter contract for check_fixpoint mode. */
-export function starterContract(options: { name: string; test: string; agent: string }): string {
+/** Comment lines, indented, each line its own `#` comment. */
+const comments = (lines: readonly string[], indent: string) => lines.map((line) => `${indent}# ${line}`.trimEnd() + "\n").join("");
+
+/** The starter gate's `tests` key with what it means, or, without a report, why it matters and how to get one. */
+function reportLines(gate: StarterGate): string {
+  if (gate.tests) {
+    const [format, file] = "junit" in gate.tests ? ["JUnit XML", gate.tests.junit] : ["TAP", gate.tests.tap];
+    const explained = comments(
+      [
+        `Per-test results: the ${format} report the command above writes, relative to the clone. Fixing`,
+        "some of several failing tests counts as progress, and a candidate that loses or skips a test",
+        "that t0 ran halts the loop (metric_integrity_violation).",
+      ],
+      "    ",
+    );
+    return `${explained}    tests: { ${"junit" in gate.tests ? "junit" : "tap"}: ${yamlPath(file)} }\n`;
+  }
+  const howTo =
+    gate.advice.length > 0
+      ? gate.advice
+      : ["For per-test progress, have the command write a JUnit XML or TAP report and name it:", `tests: { junit: ${REPORT_DIR}/junit.xml }   (or { tap: PATH })`];
+  return comments(["Exit code only: the gate is one test, so only a candidate that turns all of it green is progress.", ...howTo], "    ");
+}
+
+/**
+ * The commented starter contract for check_fixpoint mode. Every comment is on a line of its own, above
+ * what it explains, so that formatters (prettier) leave the file as it is.
+ */
+export function starterContract(options: { name: string; gate: StarterGate; agent: string }): string {
+  const { gate } = options;
+  const runComment = gate.run ? [] : ["Your test command, e.g. npm ci && npm test."];
+  // With a report, the advice is about the command (above `run`); without one, it says how to get a report.
+  const before = gate.tests ? comments(gate.advice, "    ") : "";
   return `# loopwarden contract (DESIGN §5). Validated strictly: an unknown key is an error, never ignored.
 # Keep it committed: its hash is pinned when a loop starts, and a changed contract is a new loop.
 name: ${yamlString(options.name)}
-mode: check_fixpoint        # the loop succeeds when every gate passes, with no passing test lost on the way
+# The loop succeeds when every gate passes, with no passing test lost on the way.
+mode: check_fixpoint
 objective: ${STARTER_OBJECTIVE}
 
-gates:                      # run in order in a fresh clone of each candidate; the first hard failure stops the rest
+# Gates run in order in a fresh clone of each candidate, outside this repository, that holds only what
+# git tracks (no node_modules/, no .venv/): each command installs what it needs. The first hard
+# failure stops the rest.
+gates:
   - name: test
-    run: ${yamlString(options.test)}${options.test ? "" : "   # your test command, e.g. npm ci && npm test"}
+${comments(runComment, "    ")}${before}    run: ${yamlString(gate.run)}
     timeout: 10m
-    # With per-test ids, fixing some of several failing tests counts as progress:
-    # tests: { junit: .loopwarden/out/junit.xml }    # or { tap: PATH }, written by the command above
-  # - name: lint            # a soft gate is judged on a METRIC line its command prints ("METRIC lint_errors=0"),
-  #   run: ./scripts/lint-count.sh        # not on its exit code, and never stops the gates after it
+${reportLines(gate)}  # A soft gate is judged on a METRIC line its command prints ("METRIC lint_errors=0"), not on
+  # its exit code, and never stops the gates after it:
+  # - name: lint
+  #   run: ./scripts/lint-count.sh
   #   soft: { metric: lint_errors, max: 0 }
 
 stop:
-  max_iterations: 50        # one iteration = one agent run and the verdict on its change
-  no_progress: 10           # halt after this many iterations in a row without a promotion
+  # One iteration = one agent run and the verdict on its change.
+  max_iterations: 50
+  # Halt after this many iterations in a row without a promotion.
+  no_progress: 10
 
-agent:                      # runs in your working tree once per iteration; make one change, then exit
-  run: ${yamlString(options.agent)}${options.agent ? "" : "   # e.g. claude -p \"Read program.md, make one focused change, then stop.\" --dangerously-skip-permissions"}
+# The agent runs in your working tree once per iteration: it makes one change, then exits.
+agent:
+${comments(options.agent ? [] : ['e.g. claude -p "Read program.md, make one focused change, then stop." --dangerously-skip-permissions'], "  ")}  run: ${yamlString(options.agent)}
   timeout: 20m
 `;
 }
@@ -63,14 +101,17 @@ const code = (text: string) => `\`${text}\``;
  * the history (`LOOPWARDEN_LAST_VERDICT`, `LOOPWARDEN_HISTORY`), one focused change per run, never a
  * direction already rejected, and the report it may write (`LOOPWARDEN_AGENT_REPORT`).
  */
-export function starterProgram(options: { name: string; objective: string; gatesSummary: string; contract?: string }): string {
+export function starterProgram(options: {
+  name: string;
+  objective: string;
+  gatesSummary: string;
+  contract?: string;
+  /** This repository's protected files when the file is written (`starterProtectedFiles`); omitted, only the rules are given. */
+  protectedFiles?: readonly string[];
+}): string {
   const contract = options.contract ?? "loop.yaml";
   const globs = (patterns: readonly string[]) => patterns.map(code).join(", ");
-  const isTest = (glob: string) => /test|spec/.test(glob) && !glob.includes("lock");
-  const isCi = (glob: string) => glob.startsWith(".github/") || glob.startsWith(".ci/");
-  const tests = DEFAULT_PROTECTED_GLOBS.filter(isTest);
-  const ci = DEFAULT_PROTECTED_GLOBS.filter(isCi);
-  const lockfiles = DEFAULT_PROTECTED_GLOBS.filter((glob) => !isTest(glob) && !isCi(glob));
+  const { tests, harness, manifests, lockfiles, ci } = DEFAULT_PROTECTED;
   return `# ${options.name}: instructions for the agent
 
 <!-- Written by \`loopwarden init\` for the agent command in ${contract} (agent.run), which should tell
@@ -105,16 +146,24 @@ In scope: the project's source code, as much of it as the objective needs and no
 Off limits: never create, edit, rename or delete
 
 - ${code(contract)}: the loop's contract; it is pinned by its hash, and a changed contract is another loop
-- tests: ${globs(tests)}; fix the code, never the test that shows it is broken, and never skip, delete or
-  weaken a test
+- tests (fix the code, never the test that shows it is broken; never skip, delete or weaken a test):
+  ${globs(tests)}
+- the test harness, the test-runner configuration that decides which tests run and how:
+  ${globs(harness)}
+- manifests, which define the test scripts and the dependencies (change no script, add no dependency):
+  ${globs(manifests)}
+- lockfiles: ${globs(lockfiles)}
 - CI configuration: ${globs(ci)}
-- lockfiles: ${globs(lockfiles)}; add no dependencies
+- any tracked file a gate command of ${code(contract)} runs as part of the check (a script it runs, directly or
+  through a package.json script, or a configuration file it names): the check is not yours to change
 - \`program.md\` (this file) and \`.loopwarden/\` (the runner's state)
-
-The contract, the tests, the CI configuration and the lockfiles are checked by the coordinator, not
-left to you: a candidate that changes one of them is rejected and halts the loop
-(\`blocked_path_modified\`), and so does one whose test suite lost a test
-(\`metric_integrity_violation\`), whatever the tests say.
+${options.protectedFiles ? `\n${protectedListing(options.protectedFiles)}\n` : ""}
+Everything above but \`program.md\` and \`.loopwarden/\` is checked by the coordinator, not left to
+you: a candidate that changes, adds or deletes one of these files is rejected and halts the loop
+(\`blocked_path_modified\`). The tests are checked the same way: a candidate that skips or deselects a
+test that t0 (the starting point) ran, or whose test suite lost a test (an id gone, or fewer tests
+collected), is rejected and halts the loop (\`metric_integrity_violation\`), whatever the tests say.
+A skipped test is never a fix.
 
 ## First, read the last verdict and the history
 
@@ -172,16 +221,77 @@ Write a JSON file at the path in \`$LOOPWARDEN_AGENT_REPORT\`; every field is op
 `;
 }
 
+/** The most protected files `program.md` lists by name; the rest are counted. */
+const LISTED_FILES = 50;
+
+/** The concrete protected files of this repository, for `program.md`'s "Off limits" section. */
+function protectedListing(files: readonly string[]): string {
+  const shown = files.slice(0, LISTED_FILES).map((file) => `- ${code(file)}`);
+  const more = files.length > LISTED_FILES ? [`- … and ${files.length - LISTED_FILES} more`] : [];
+  return [
+    "In this repository, these files are protected (as of when this file was written; a new file",
+    "matching the patterns above is off limits too):",
+    "",
+    ...shown,
+    ...more,
+  ].join("\n");
+}
+
 /** The starter contract's one gate, as `program.md` describes it. */
-function starterGatesSummary(test: string, contract: string): string {
-  return test
-    ? `1. \`test\`: \`${test}\` (timeout 10m)`
-    : `1. \`test\`: the test command in ${code(contract)} (\`gates[0].run\`, still to be filled in)`;
+function starterGatesSummary(gate: StarterGate, contract: string): string {
+  if (!gate.run) return `1. \`test\`: the test command in ${code(contract)} (\`gates[0].run\`, still to be filled in)`;
+  const line = `1. \`test\`: \`${gate.run}\` (timeout 10m)`;
+  if (!gate.tests) return `${line}. Only its exit code is read, so the whole gate is one test.`;
+  const [format, file] = "junit" in gate.tests ? ["JUnit XML", gate.tests.junit] : ["TAP", gate.tests.tap];
+  return `${line}. Each test is read from the ${format} report it writes (${code(file)}), so every test counts.`;
+}
+
+/** A non-empty stand-in for a command the starter leaves for the user to fill in, so it validates. */
+const PLACEHOLDER = "loopwarden-init-placeholder";
+
+/**
+ * The protected files of a starter contract in a repository whose tracked files are `tracked` and whose
+ * tracked root package.json has `scripts` (`selectProtectedFiles`, with the contract file counted as
+ * tracked: it is about to be committed). The contract is validated first, so a starter that would not
+ * load is an error here and now; an empty gate command names no file, and only the default globs and
+ * the contract file count for it.
+ */
+export function starterProtectedFiles(
+  contractText: string,
+  contractFile: string,
+  tracked: readonly string[],
+  scripts: Readonly<Record<string, string>> = {},
+): string[] {
+  const input = parseYaml(contractText) as { gates?: { run?: string }[]; agent?: { run?: string } };
+  const blanks = new Set<number>();
+  input.gates?.forEach((gate, index) => {
+    if (gate.run === "") {
+      blanks.add(index);
+      gate.run = PLACEHOLDER;
+    }
+  });
+  if (input.agent?.run === "") input.agent.run = PLACEHOLDER;
+  const { contract } = validateContract(input, contractFile);
+  const judged = { ...contract, gates: contract.gates.filter((_, index) => !blanks.has(index)) };
+  return selectProtectedFiles(judged, contractFile, [...new Set([...tracked, contractFile])], scripts);
+}
+
+/** A few of `files` for one line of output: the first three, then an ellipsis. */
+function preview(files: readonly string[]): string {
+  return files.length <= 3 ? files.join(", ") : `${files.slice(0, 3).join(", ")}, …`;
+}
+
+/** What init says about the gate it wrote: the runner, and where per-test results come from, if anywhere. */
+function gateLine(gate: StarterGate, contract: string): string | null {
+  if (gate.runner === null) return null;
+  if (!gate.tests) return `  test gate: ${gate.runner}, exit code only (${contract} says how to get per-test results)`;
+  return `  test gate: ${gate.runner}, per-test results from ${"junit" in gate.tests ? gate.tests.junit : gate.tests.tap}`;
 }
 
 /**
- * `loopwarden init`: writes a commented starter `loop.yaml` and the agent's `program.md` (unless one
- * exists: it is left as it is), and keeps `.loopwarden/` out of git.
+ * `loopwarden init`: writes a commented starter `loop.yaml` with a gate for the project's test runner
+ * (with a test report when the runner can write one), and the agent's `program.md` (unless one exists:
+ * it is left as it is), listing the files the guards protect; keeps `.loopwarden/` out of git.
  */
 export async function initCommand(options: OutputMode & { cwd: string; mode: string; agent?: string; contract?: string }): Promise<number> {
   if (options.mode !== "check_fixpoint") {
@@ -194,16 +304,29 @@ export async function initCommand(options: OutputMode & { cwd: string; mode: str
   const file = path.resolve(repo, options.contract ?? "loop.yaml");
   const shown = path.relative(repo, file);
   if (existsSync(file)) throw new UserError(`${shown} already exists; edit it, or remove it to start over`);
-  const test = await guessTestCommand(repo);
+  const facts = await projectFacts(repo);
+  const gate = detectTestGate(facts);
   const name = path.basename(repo);
-  await writeFile(file, starterContract({ name, test, agent: options.agent ?? "" }));
+  const contractText = starterContract({ name, gate, agent: options.agent ?? "" });
+  // Computed before anything is written: a starter that does not validate leaves nothing behind. The
+  // guard follows `npm test` into package.json's scripts only when git tracks package.json; so does this.
+  const tracked = await trackedFiles(repo);
+  const scripts = tracked.includes("package.json") ? packageJsonScripts(facts.packageJson) : {};
+  const protectedList = starterProtectedFiles(contractText, shown, tracked, scripts);
+  await writeFile(file, contractText);
 
   const programFile = path.join(repo, "program.md");
   const programExists = existsSync(programFile);
   if (!programExists) {
     await writeFile(
       programFile,
-      starterProgram({ name, objective: STARTER_OBJECTIVE, gatesSummary: starterGatesSummary(test, shown), contract: shown }),
+      starterProgram({
+        name,
+        objective: STARTER_OBJECTIVE,
+        gatesSummary: starterGatesSummary(gate, shown),
+        contract: shown,
+        protectedFiles: protectedList,
+      }),
     );
   }
   const program = programExists ? null : "program.md";
@@ -213,11 +336,16 @@ export async function initCommand(options: OutputMode & { cwd: string; mode: str
   const hasEntry = ignored.split("\n").some((line) => [".loopwarden", ".loopwarden/", "/.loopwarden/"].includes(line.trim()));
   if (!hasEntry) await appendFile(gitignore, `${ignored === "" || ignored.endsWith("\n") ? "" : "\n"}.loopwarden/\n`);
 
-  const todo = [...(test ? [] : ["gates[0].run (your test command)"]), ...(options.agent ? [] : ["agent.run (your agent command)"])];
+  const todo = [...(gate.run ? [] : ["gates[0].run (your test command)"]), ...(options.agent ? [] : ["agent.run (your agent command)"])];
   const added = [shown, ...(program ? [program] : []), ".gitignore"].join(" ");
-  emitResult(options, { status: "ok", contract: shown, program, todo }, [
+  const count = `${protectedList.length} file${protectedList.length === 1 ? "" : "s"}`;
+  const where = program ? "see program.md" : "program.md was left as it is: tell the agent they are off limits";
+  const gateSaid = gateLine(gate, shown);
+  emitResult(options, { status: "ok", contract: shown, program, todo, protected: protectedList }, [
     `wrote ${shown}${program ? ` and ${program}` : ""}${hasEntry ? "" : ", and added .loopwarden/ to .gitignore"}`,
     ...(program ? [] : ["  program.md already exists: left as it is"]),
+    ...(gateSaid ? [gateSaid] : []),
+    `  protected: ${count} (${preview(protectedList)}) — ${where}`,
     ...(todo.length ? [`  fill in: ${todo.join(", ")}`] : []),
     `  then commit (git add ${added} && git commit -m "Add loopwarden contract") and start: loopwarden run`,
   ]);

@@ -1,7 +1,310 @@
-import { describe, expect, it } from "vitest";
+import { execFileSync } from "node:child_process";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import fc from "fast-check";
+import * as prettier from "prettier";
+import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
+import { Lexer, parse as parseYaml } from "yaml";
 import { DEFAULT_PROTECTED_GLOBS } from "../../../shared/engine/index.js";
 import { AgentReportFile } from "../../../shared/wire/agent-report.js";
-import { starterProgram } from "../../../runner/src/commands/init.js";
+import { initCommand, starterContract, starterProgram, starterProtectedFiles, yamlString } from "../../../runner/src/commands/init.js";
+import {
+  detectTestGate,
+  nextestJunit,
+  nodeTestArgs,
+  toolsOnPath,
+  type ProjectFacts,
+  type StarterGate,
+} from "../../../runner/src/commands/init-runners.js";
+import { loadContractFile, validateContract } from "../../../runner/src/contract-file.js";
+import { protectedFiles } from "../../../runner/src/protected-files.js";
+
+const JUNIT = ".loopwarden/out/junit.xml";
+const TAP = ".loopwarden/out/tests.tap";
+
+/** Facts about a project: no files, no package.json, no nextest configuration, no optional tools. */
+function facts(overrides: Partial<{ files: string[]; packageJson: object | string; nextestConfig: string; onPath: string[] }> = {}): ProjectFacts {
+  const { packageJson } = overrides;
+  return {
+    files: overrides.files ?? [],
+    packageJson: packageJson === undefined ? null : typeof packageJson === "string" ? packageJson : JSON.stringify(packageJson),
+    nextestConfig: overrides.nextestConfig ?? null,
+    onPath: new Set(overrides.onPath ?? []),
+  };
+}
+
+const NEXTEST_CI = '[profile.ci]\nfail-fast = false\n\n[profile.ci.junit]\npath = "junit.xml"\n';
+
+// Every kind of project init recognises, with the gate it writes: the command, and the report it reads.
+const PROJECTS: { project: string; facts: ProjectFacts; runner: StarterGate["runner"]; run: string; tests?: StarterGate["tests"] }[] = [
+  {
+    project: "vitest in devDependencies, with a lockfile",
+    facts: facts({ files: ["package.json", "package-lock.json"], packageJson: { scripts: { test: "vitest run" }, devDependencies: { vitest: "^4.1.0" } } }),
+    runner: "vitest",
+    run: `npm ci --no-audit --no-fund && npx vitest run --reporter=default --reporter=junit --outputFile.junit=${JUNIT}`,
+    tests: { junit: JUNIT },
+  },
+  {
+    project: "a test script that runs vitest, no lockfile",
+    facts: facts({ files: ["package.json"], packageJson: { scripts: { test: "vitest --run" } } }),
+    runner: "vitest",
+    run: `npm install --no-audit --no-fund && npx vitest run --reporter=default --reporter=junit --outputFile.junit=${JUNIT}`,
+    tests: { junit: JUNIT },
+  },
+  {
+    project: "jest with jest-junit",
+    facts: facts({ files: ["package-lock.json"], packageJson: { scripts: { test: "jest" }, devDependencies: { jest: "^30.0.0", "jest-junit": "^16.0.0" } } }),
+    runner: "jest",
+    run: `npm ci --no-audit --no-fund && JEST_JUNIT_OUTPUT_FILE=${JUNIT} npx jest --ci --reporters=default --reporters=jest-junit`,
+    tests: { junit: JUNIT },
+  },
+  {
+    project: "jest without jest-junit (no report of its own: exit code only)",
+    facts: facts({ files: ["package-lock.json"], packageJson: { scripts: { test: "jest --coverage" }, devDependencies: { jest: "^30.0.0" } } }),
+    runner: "jest",
+    run: "npm ci --no-audit --no-fund && npm test",
+  },
+  {
+    project: "node's test runner",
+    facts: facts({ packageJson: { scripts: { test: "node --test" } } }),
+    runner: "node --test",
+    run: `npm install --no-audit --no-fund && node --test --test-reporter=spec --test-reporter-destination=stdout --test-reporter=tap --test-reporter-destination=${TAP}`,
+    tests: { tap: TAP },
+  },
+  {
+    project: "node's test runner on named files, with a reporter of its own",
+    facts: facts({ packageJson: { scripts: { test: "node --test --test-reporter dot 'test/**/*.test.js' lib/" } } }),
+    runner: "node --test",
+    run: `npm install --no-audit --no-fund && node --test --test-reporter=spec --test-reporter-destination=stdout --test-reporter=tap --test-reporter-destination=${TAP} 'test/**/*.test.js' lib/`,
+    tests: { tap: TAP },
+  },
+  {
+    project: "node's test runner followed by another command (cannot be rewritten: exit code only)",
+    facts: facts({ packageJson: { scripts: { test: "node --test && eslint ." } } }),
+    runner: "npm test",
+    run: "npm install --no-audit --no-fund && npm test",
+  },
+  {
+    project: "a test script init does not know",
+    facts: facts({ files: ["package-lock.json"], packageJson: { scripts: { test: "mocha" } } }),
+    runner: "npm test",
+    run: "npm ci --no-audit --no-fund && npm test",
+  },
+  {
+    project: "pytest, by pyproject.toml",
+    facts: facts({ files: ["pyproject.toml", "src/pkg/__init__.py"] }),
+    runner: "pytest",
+    run: `python3 -m pytest -q --junitxml=${JUNIT}`,
+    tests: { junit: JUNIT },
+  },
+  ...["pytest.ini", "setup.cfg", "tox.ini", "conftest.py", "tests/test_parse.py", "tests/unit/test_parse.py"].map((file) => ({
+    project: `pytest, by ${file}`,
+    facts: facts({ files: [file] }),
+    runner: "pytest" as const,
+    run: `python3 -m pytest -q --junitxml=${JUNIT}`,
+    tests: { junit: JUNIT },
+  })),
+  {
+    project: "package.json without a test script or runner, next to pyproject.toml",
+    facts: facts({ files: ["package.json", "pyproject.toml"], packageJson: { scripts: { build: "tsc" } } }),
+    runner: "pytest",
+    run: `python3 -m pytest -q --junitxml=${JUNIT}`,
+    tests: { junit: JUNIT },
+  },
+  {
+    project: "go, with gotestsum on PATH",
+    facts: facts({ files: ["go.mod", "go.sum"], onPath: ["gotestsum"] }),
+    runner: "gotestsum",
+    run: `gotestsum --junitfile ${JUNIT} -- ./...`,
+    tests: { junit: JUNIT },
+  },
+  { project: "go, without gotestsum (exit code only)", facts: facts({ files: ["go.mod"] }), runner: "go test", run: "go test ./..." },
+  {
+    project: "cargo, with cargo-nextest and a JUnit profile",
+    facts: facts({ files: ["Cargo.toml", ".config/nextest.toml"], nextestConfig: NEXTEST_CI, onPath: ["cargo-nextest", "gotestsum"] }),
+    runner: "cargo nextest",
+    run: "cargo nextest run --config-file .config/nextest.toml --profile ci --no-fail-fast",
+    tests: { junit: "target/nextest/ci/junit.xml" },
+  },
+  {
+    project: "cargo, with cargo-nextest but no JUnit profile (exit code only)",
+    facts: facts({ files: ["Cargo.toml"], onPath: ["cargo-nextest"] }),
+    runner: "cargo nextest",
+    run: "cargo nextest run --no-fail-fast",
+  },
+  { project: "cargo, without cargo-nextest (exit code only)", facts: facts({ files: ["Cargo.toml"], nextestConfig: NEXTEST_CI }), runner: "cargo test", run: "cargo test" },
+  { project: "nothing init knows", facts: facts({ files: ["README.md", "main.c"] }), runner: null, run: "" },
+  { project: "npm init's placeholder test script", facts: facts({ packageJson: { scripts: { test: 'echo "Error: no test specified" && exit 1' } } }), runner: null, run: "" },
+  { project: "a package.json that is not JSON", facts: facts({ packageJson: "{ not json" }), runner: null, run: "" },
+  { project: "python files outside tests/", facts: facts({ files: ["tests/helpers.py", "test_x.py"] }), runner: null, run: "" },
+];
+
+describe("detectTestGate", () => {
+  it.each(PROJECTS)("$project: $runner", ({ facts: projectFacts, runner, run, tests }) => {
+    const gate = detectTestGate(projectFacts);
+    expect(gate.runner).toBe(runner);
+    expect(gate.run).toBe(run);
+    expect(gate.tests).toEqual(tests);
+  });
+
+  it("says how to get per-test results when the runner writes no report, naming the tool to add", () => {
+    const advice = (projectFacts: ProjectFacts) => detectTestGate(projectFacts).advice.join("\n");
+    expect(advice(facts({ packageJson: { scripts: { test: "jest" }, devDependencies: { jest: "1" } } }))).toMatch(/jest-junit[\s\S]*--reporters=jest-junit[\s\S]*tests: \{ junit: /);
+    expect(advice(facts({ files: ["go.mod"] }))).toContain("go install gotest.tools/gotestsum@latest");
+    expect(advice(facts({ files: ["Cargo.toml"] }))).toMatch(/cargo install cargo-nextest[\s\S]*\[profile\.ci\.junit\][\s\S]*target\/nextest\/ci\/junit\.xml/);
+    expect(advice(facts({ files: ["Cargo.toml"], onPath: ["cargo-nextest"] }))).toContain("nextest writes JUnit only when a profile asks for it");
+    expect(advice(facts({ packageJson: { scripts: { test: "mocha" } } }))).toContain("JUnit XML or TAP report to .loopwarden/out/");
+  });
+});
+
+describe("nodeTestArgs", () => {
+  it.each([
+    ["node --test", []],
+    ["node --test test/", ["test/"]],
+    ['node --test --experimental-strip-types "test/**/*.test.ts"', ["--experimental-strip-types", '"test/**/*.test.ts"']],
+    ["node --test --test-reporter=spec --test-reporter-destination=stdout test/", ["test/"]],
+    ["node --test | tee out.txt", null],
+    ["node test.js", null],
+    ["nodemon --test", null],
+  ])("%s → %j", (script, args) => {
+    expect(nodeTestArgs(script)).toEqual(args);
+  });
+});
+
+describe("nextestJunit", () => {
+  it.each([
+    ["a [profile.ci.junit] table", NEXTEST_CI, { profile: "ci", report: "target/nextest/ci/junit.xml" }],
+    ["a dotted key", '[profile.ci]\njunit.path = "reports/junit.xml" # for CI\n', { profile: "ci", report: "target/nextest/ci/reports/junit.xml" }],
+    ["an inline table", "[profile.nightly]\njunit = { path = 'junit.xml', store-success-output = true }\n", { profile: "nightly", report: "target/nextest/nightly/junit.xml" }],
+    ["several profiles (ci wins)", '[profile.default.junit]\npath = "d.xml"\n[profile.ci.junit]\npath = "c.xml"\n', { profile: "ci", report: "target/nextest/ci/c.xml" }],
+    ["a store directory of its own", '[store]\ndir = "build/nextest"\n[profile.ci.junit]\npath = "junit.xml"\n', { profile: "ci", report: "build/nextest/ci/junit.xml" }],
+    ["a store directory outside the workspace", '[store]\ndir = "/var/nextest"\n[profile.ci.junit]\npath = "junit.xml"\n', null],
+    ["no JUnit section", "[profile.ci]\nfail-fast = false\n# [profile.ci.junit]\n# path = \"junit.xml\"\n", null],
+  ])("%s", (_name, config, expected) => {
+    expect(nextestJunit(config)).toEqual(expected);
+  });
+});
+
+describe("toolsOnPath", () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "lw-init-path-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const tool = (where: string, name: string) => {
+    mkdirSync(where, { recursive: true });
+    writeFileSync(path.join(where, name), "#!/bin/sh\n");
+    chmodSync(path.join(where, name), 0o755);
+  };
+
+  it("finds a tool on PATH outside the working tree, never one inside it (a gate's PATH drops those entries)", async () => {
+    const repo = path.join(dir, "repo");
+    tool(path.join(dir, "bin"), "gotestsum");
+    tool(path.join(repo, "bin"), "cargo-nextest");
+    const found = await toolsOnPath(repo, [path.join(dir, "bin"), path.join(repo, "bin"), "bin", path.join(dir, "missing")].join(path.delimiter));
+    expect([...found]).toEqual(["gotestsum"]);
+  });
+});
+
+/** The contract a starter describes, as the runner would load it once its blanks are filled in. */
+function loadStarter(text: string) {
+  const input = parseYaml(text) as { gates: { run: string }[]; agent: { run: string } };
+  for (const gate of input.gates) if (gate.run === "") gate.run = "true";
+  if (input.agent.run === "") input.agent.run = "true";
+  return input;
+}
+
+describe("starterContract", () => {
+  const AGENTS = [
+    "",
+    `claude -p "Read program.md, make one focused change, then stop." --dangerously-skip-permissions`,
+    "claude -p 'Read program.md, make one focused change, then stop.' --dangerously-skip-permissions",
+    `sh -c 'echo "it'"'"'s done"' # a comment`,
+  ];
+  const variants = PROJECTS.flatMap(({ project, facts: projectFacts }) =>
+    AGENTS.map((agent) => ({ project, agent, gate: detectTestGate(projectFacts), text: starterContract({ name: "textkit", gate: detectTestGate(projectFacts), agent }) })),
+  );
+
+  it("passes prettier --check as written, for every project and agent command", async () => {
+    for (const { project, agent, text } of variants) {
+      const formatted = await prettier.format(text, { parser: "yaml" });
+      expect(formatted, `${project}, agent ${JSON.stringify(agent)}`).toBe(text);
+      expect(await prettier.check(text, { parser: "yaml" })).toBe(true);
+    }
+  });
+
+  it("says, above a gate without a report, that only a fully green suite is progress, and how to get per-test results", () => {
+    for (const { gate, text } of variants) {
+      if (gate.tests) expect(text).not.toContain("Exit code only");
+      else expect(text).toContain("# Exit code only: the gate is one test, so only a candidate that turns all of it green is progress.");
+    }
+  });
+
+  it("puts every comment on a line of its own, never aligned after a value", () => {
+    for (const { text } of variants) {
+      // YAML's own tokens, so a # inside a quoted command is not taken for a comment.
+      let lineHasContent = false;
+      for (const token of new Lexer().lex(text)) {
+        if (token === "\n") lineHasContent = false;
+        else if (token.startsWith("#")) expect(lineHasContent, token).toBe(false);
+        else if (token.trim() !== "" && !(token.length === 1 && token.charCodeAt(0) < 0x20)) lineHasContent = true;
+      }
+    }
+  });
+
+  it("parses to a valid contract holding the detected gate, its report and the agent command", () => {
+    for (const { gate, agent, text } of variants) {
+      const input = parseYaml(text) as { gates: { run: string; tests?: unknown }[]; agent: { run: string } };
+      expect(input.gates[0]?.run).toBe(gate.run);
+      expect(input.gates[0]?.tests).toEqual(gate.tests);
+      expect(input.agent.run).toBe(agent);
+      const { contract } = validateContract(loadStarter(text), "loop.yaml");
+      expect(contract.mode).toBe("check_fixpoint");
+    }
+  });
+
+  it("quotes any name or command so that prettier keeps it and YAML reads it back unchanged", async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.oneof(fc.string({ unit: "grapheme" }), fc.string({ unit: fc.constantFrom('"', "'", " ", "\\", "#", ":", "\n", "\t", "a") })), async (text) => {
+        const yaml = `agent:\n  run: ${yamlString(text)}\n`;
+        expect(await prettier.check(yaml, { parser: "yaml" })).toBe(true);
+        expect((parseYaml(yaml) as { agent: { run: string } }).agent.run).toBe(text);
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe("starterProtectedFiles", () => {
+  const tracked = ["package.json", "package-lock.json", "src/index.js", "test/a.test.js", "scripts/check.sh", "vitest.config.ts", ".github/workflows/ci.yml", "README.md"];
+  const gate = (run: string): StarterGate => ({ runner: run ? "npm test" : null, run, advice: [] });
+
+  it("lists the contract file (not committed yet), the default globs' files and the files the gate names", () => {
+    const text = starterContract({ name: "x", gate: gate("npm ci && bash scripts/check.sh"), agent: "" });
+    expect(starterProtectedFiles(text, "loop.yaml", tracked)).toEqual([
+      ".github/workflows/ci.yml",
+      "loop.yaml",
+      "package-lock.json",
+      "package.json",
+      "scripts/check.sh",
+      "test/a.test.js",
+      "vitest.config.ts",
+    ]);
+  });
+
+  it("follows npm test into package.json's test script, as the guard does", () => {
+    const text = starterContract({ name: "x", gate: gate("npm ci --no-audit --no-fund && npm test"), agent: "" });
+    const files = starterProtectedFiles(text, "loop.yaml", [...tracked, "tools/run-tests.js"], { test: "node tools/run-tests.js" });
+    expect(files).toContain("tools/run-tests.js");
+    expect(files).not.toContain("src/index.js");
+  });
+
+  it("lists only the default globs' files and the contract file while the gate command is still empty", () => {
+    const text = starterContract({ name: "x", gate: gate(""), agent: "" });
+    const files = starterProtectedFiles(text, "ci/loop.yaml", tracked);
+    expect(files).toContain("ci/loop.yaml");
+    expect(files).not.toContain("scripts/check.sh");
+    expect(files).not.toContain("src/index.js");
+  });
+});
 
 describe("starterProgram", () => {
   const program = starterProgram({
@@ -10,15 +313,36 @@ describe("starterProgram", () => {
     gatesSummary: "1. `test`: `npm test` (timeout 10m)",
     contract: "ci/loop.yaml",
   });
+  const offLimits = (text: string) => text.slice(text.indexOf("Off limits"), text.indexOf("## First"));
 
   it("gives the agent the objective, the gates, and the files it must not touch", () => {
     expect(program).toMatch(/^# textkit: instructions for the agent\n/);
     expect(program).toContain("## Objective\n\nmake every test pass without weakening any test\n");
     expect(program).toContain("1. `test`: `npm test` (timeout 10m)");
-    const offLimits = program.slice(program.indexOf("Off limits"), program.indexOf("## First"));
-    expect(offLimits).toContain("`ci/loop.yaml`");
+    expect(offLimits(program)).toContain("`ci/loop.yaml`");
     // The default protected globs of DESIGN §6.4, exactly as the guards define them.
-    for (const glob of DEFAULT_PROTECTED_GLOBS) expect(offLimits).toContain(`\`${glob}\``);
+    for (const glob of DEFAULT_PROTECTED_GLOBS) expect(offLimits(program)).toContain(`\`${glob}\``);
+    expect(offLimits(program)).toContain("the test harness");
+    expect(offLimits(program)).toContain("manifests");
+  });
+
+  it("says what happens to a candidate that touches a protected file, or skips or loses a test", () => {
+    const section = offLimits(program);
+    expect(section).toContain("halts the loop\n(`blocked_path_modified`)");
+    expect(section).toContain("skips or deselects a\ntest that t0");
+    expect(section).toContain("(`metric_integrity_violation`)");
+    expect(section).toContain("A skipped test is never a fix.");
+  });
+
+  it("lists this repository's protected files, at most 50 of them, and counts the rest", () => {
+    const files = Array.from({ length: 62 }, (_, index) => `test/t${String(index).padStart(2, "0")}.test.js`);
+    const listed = offLimits(starterProgram({ name: "x", objective: "o", gatesSummary: "g", protectedFiles: files }));
+    expect(listed).toContain("- `test/t00.test.js`\n");
+    expect(listed).toContain("- `test/t49.test.js`\n- … and 12 more\n");
+    expect(listed).not.toContain("t50.test.js");
+    const few = offLimits(starterProgram({ name: "x", objective: "o", gatesSummary: "g", protectedFiles: ["loop.yaml", "package.json"] }));
+    expect(few).toContain("- `loop.yaml`\n- `package.json`\n");
+    expect(few).not.toContain("more");
   });
 
   it("names the environment variables the runner sets, and the fields of the files they point at", () => {
@@ -37,5 +361,107 @@ describe("starterProgram", () => {
     const parsed = AgentReportFile.safeParse(JSON.parse(example ?? ""));
     expect(parsed.success, parsed.error?.message).toBe(true);
     expect(Object.keys(parsed.data ?? {})).toEqual(["agent", "sampling", "cost", "context_files", "description"]);
+  });
+});
+
+describe("initCommand", () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "lw-init-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  afterEach(() => vi.restoreAllMocks());
+  let serial = 0;
+
+  const git = (cwd: string, ...args: string[]) => {
+    const env = { ...process.env };
+    delete env.GIT_DIR;
+    return execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@localhost", ...args], { cwd, encoding: "utf8", env });
+  };
+  const repoWith = (files: Record<string, string>) => {
+    const repo = path.join(dir, `repo-${++serial}`);
+    for (const [name, content] of Object.entries(files)) {
+      mkdirSync(path.dirname(path.join(repo, name)), { recursive: true });
+      writeFileSync(path.join(repo, name), content);
+    }
+    git(dir, "init", "-q", "-b", "main", repo);
+    git(repo, "add", "-A");
+    git(repo, "commit", "-q", "-m", "initial");
+    return repo;
+  };
+  const init = async (repo: string, json: boolean, agent?: string) => {
+    const out: string[] = [];
+    vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {
+      out.push(String(chunk));
+      return true;
+    });
+    const code = await initCommand({ json, quiet: false, cwd: repo, mode: "check_fixpoint", ...(agent === undefined ? {} : { agent }) });
+    vi.restoreAllMocks();
+    return { code, out: out.join("") };
+  };
+
+  const VITEST_PROJECT = {
+    "package.json": JSON.stringify({ name: "kit", scripts: { test: "vitest run" }, devDependencies: { vitest: "^4.1.0" } }),
+    "package-lock.json": "{}\n",
+    "vitest.config.ts": "export default {};\n",
+    "src/index.ts": "export const x = 1;\n",
+    "test/index.test.ts": "import { it } from 'vitest';\nit('x', () => {});\n",
+    ".github/workflows/ci.yml": "on: push\n",
+  };
+
+  it("writes a vitest gate with a JUnit report, and lists the files the guard will protect once it is committed", async () => {
+    const repo = repoWith(VITEST_PROJECT);
+    const { code, out } = await init(repo, true, `claude -p "Read program.md, make one focused change, then stop."`);
+    expect(code).toBe(0);
+    const result = JSON.parse(out) as { status: string; protected: string[]; todo: string[] };
+    expect(result.status).toBe("ok");
+    expect(result.todo).toEqual([]);
+    expect(result.protected).toEqual([".github/workflows/ci.yml", "loop.yaml", "package-lock.json", "package.json", "test/index.test.ts", "vitest.config.ts"]);
+
+    const written = readFileSync(path.join(repo, "loop.yaml"), "utf8");
+    expect(await prettier.check(written, { parser: "yaml" })).toBe(true);
+    const loaded = await loadContractFile(repo, "loop.yaml");
+    expect(loaded.contract.gates[0]?.tests).toEqual({ junit: JUNIT });
+    expect(loaded.contract.gates[0]?.run).toContain("npx vitest run --reporter=default --reporter=junit");
+
+    const program = readFileSync(path.join(repo, "program.md"), "utf8");
+    for (const file of result.protected) expect(program).toContain(`- \`${file}\`\n`);
+    expect(program).not.toContain("- `src/index.ts`");
+    expect(program).toContain("Each test is read from the JUnit XML report it writes (`.loopwarden/out/junit.xml`)");
+
+    // What init listed is what the guard hashes once the starter is committed.
+    git(repo, "add", "-A");
+    git(repo, "commit", "-q", "-m", "contract");
+    expect(await protectedFiles(repo, loaded.contract, "loop.yaml")).toEqual(result.protected);
+  });
+
+  it("lists the file that the test script runs, exactly as the guard will once the starter is committed", async () => {
+    const repo = repoWith({
+      "package.json": JSON.stringify({ scripts: { test: "node tools/run-tests.js" } }),
+      "tools/run-tests.js": "process.exit(0);\n",
+      "src/index.js": "export const x = 1;\n",
+    });
+    const { out } = await init(repo, true, "node agent.mjs");
+    const result = JSON.parse(out) as { protected: string[] };
+    expect(result.protected).toEqual(["loop.yaml", "package.json", "tools/run-tests.js"]);
+    git(repo, "add", "-A");
+    git(repo, "commit", "-q", "-m", "contract");
+    const loaded = await loadContractFile(repo, "loop.yaml");
+    expect(loaded.contract.gates[0]?.run).toBe("npm install --no-audit --no-fund && npm test");
+    expect(await protectedFiles(repo, loaded.contract, "loop.yaml")).toEqual(result.protected);
+  });
+
+  it("says in one line how many files are protected, and which test gate it wrote", async () => {
+    const repo = repoWith(VITEST_PROJECT);
+    const { out } = await init(repo, false);
+    expect(out).toContain("  test gate: vitest, per-test results from .loopwarden/out/junit.xml\n");
+    expect(out).toContain("  protected: 6 files (.github/workflows/ci.yml, loop.yaml, package-lock.json, …) — see program.md\n");
+    expect(out).toContain("  fill in: agent.run (your agent command)\n");
+  });
+
+  it("with no test command to guess, lists the files the default globs protect, and the contract", async () => {
+    const repo = repoWith({ "main.c": "int main(void) { return 0; }\n", "Makefile": "test:\n\t./run-tests\n", "tests/run.sh": "#!/bin/sh\n" });
+    const { out } = await init(repo, true);
+    const result = JSON.parse(out) as { protected: string[]; todo: string[] };
+    expect(result.todo).toEqual(["gates[0].run (your test command)", "agent.run (your agent command)"]);
+    expect(result.protected).toEqual(["Makefile", "loop.yaml", "tests/run.sh"]);
+    expect(await prettier.check(readFileSync(path.join(repo, "loop.yaml"), "utf8"), { parser: "yaml" })).toBe(true);
   });
 });
