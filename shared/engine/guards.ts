@@ -27,6 +27,7 @@ export const DEFAULT_PROTECTED = {
     "**/.mocharc*",
     "**/.nycrc*",
     "**/tsconfig*.json",
+    "**/.config/nextest.toml",
   ],
   manifests: ["**/package.json", "**/Cargo.toml", "**/go.mod", "**/Makefile", "**/justfile", "**/build.gradle*", "**/pom.xml"],
   lockfiles: [
