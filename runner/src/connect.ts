@@ -39,7 +39,7 @@ export async function connect(options: ServerOptions, mode: OutputMode): Promise
     return { client: new Client(running, { token, onRetry }), url: running, local: true, close: async () => {} };
   }
   progress(mode, `starting the local coordinator (state: ${stateDir})…`);
-  const coordinator = await startLocalCoordinator({ stateDir });
+  const coordinator = await startLocalCoordinator({ stateDir, onNote: (text) => progress(mode, text) });
   const unregister = onShutdown(() => coordinator.stop());
   return {
     client: new Client(coordinator.url, { token, onRetry }),

@@ -1,20 +1,28 @@
-import { spawn, type ChildProcess } from "node:child_process";
-import { createWriteStream } from "node:fs";
+import { appendFileSync, existsSync, renameSync, statSync } from "node:fs";
 import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
-import { createRequire } from "node:module";
 import path from "node:path";
-import { UserError } from "./errors.js";
+import type { Readable } from "node:stream";
+import type { Miniflare } from "miniflare";
 import { Client } from "./client.js";
+import { loadWorkerConfig, type WorkerConfig } from "./coordinator-config.js";
+import { UserError } from "./errors.js";
 import { freePort, isPortFree } from "./free-port.js";
 import { PACKAGE_ROOT } from "./paths.js";
+import { BUNDLE_DIR, BUNDLE_FILE, ensureWorkerBundle } from "./worker-bundle.js";
 
-// The local coordinator is the very worker that `wrangler deploy` ships, run in workerd by `wrangler
-// dev` with its D1, R2 and Durable Object state persisted under the state directory.
+// The local coordinator is the very worker that `wrangler deploy` ships (its bundle, dist/worker), run in
+// workerd through Miniflare's API in this process, with wrangler.toml's bindings and its D1, R2 and
+// Durable Object state persisted under the state directory in the layout `wrangler dev --persist-to
+// <state>/data` uses, so either can open the other's state. No dev proxy and no inspector sit in front
+// of it (DESIGN §12).
 
 /** A running local coordinator that this process started. */
 export interface LocalCoordinator {
   url: string;
+  /** The process hosting it (this one). */
   pid: number;
+  /** The workerd process serving it, when it could be found (Linux). */
+  runtimePid: number | null;
   stop(): Promise<void>;
 }
 
@@ -22,152 +30,180 @@ export interface LocalCoordinator {
 interface CoordinatorRecord {
   url: string;
   pid: number;
+  runtime_pid?: number | null;
 }
 
-const READY_TIMEOUT_MS = 60_000;
-const STOP_GRACE_MS = 5_000;
+/** The log is kept to this size; past it, it moves to `coordinator.log.1` (one generation) and starts again. */
+export const MAX_LOG_BYTES = 1024 * 1024;
 
-function wranglerBin(): string {
-  const require = createRequire(import.meta.url);
-  return path.join(path.dirname(require.resolve("wrangler/package.json")), "bin", "wrangler.js");
-}
+/** Appends lines to a log file that never grows past `MAX_LOG_BYTES` (plus one rotated generation). */
+export class BoundedLog {
+  private size: number;
 
-function wranglerEnv(stateDir: string): NodeJS.ProcessEnv {
-  return {
-    ...process.env,
-    WRANGLER_SEND_METRICS: "false",
-    // Keep wrangler's own config and logs inside the state directory, not the user's home.
-    XDG_CONFIG_HOME: path.join(stateDir, "wrangler-config"),
-    WRANGLER_LOG_PATH: path.join(stateDir, "logs"),
-    CI: "true",
-  };
-}
+  constructor(
+    readonly file: string,
+    private readonly maxBytes = MAX_LOG_BYTES,
+  ) {
+    this.size = existsSync(file) ? statSync(file).size : 0;
+  }
 
-async function runToCompletion(args: string[], stateDir: string, logFile: string): Promise<void> {
-  const log = createWriteStream(logFile, { flags: "a" });
-  try {
-    const child = spawn(process.execPath, [wranglerBin(), ...args], {
-      cwd: PACKAGE_ROOT,
-      env: wranglerEnv(stateDir),
-      stdio: ["ignore", "pipe", "pipe"],
+  write(text: string): void {
+    const bytes = Buffer.byteLength(text);
+    if (this.size > 0 && this.size + bytes > this.maxBytes) {
+      renameSync(this.file, `${this.file}.1`);
+      this.size = 0;
+    }
+    appendFileSync(this.file, text);
+    this.size += bytes;
+  }
+
+  /** Every line of a stream, timestamped, until it ends. */
+  follow(stream: Readable, label: string): void {
+    let pending = "";
+    stream.setEncoding("utf8");
+    stream.on("data", (chunk: string) => {
+      const lines = (pending + chunk).split("\n");
+      pending = lines.pop() ?? "";
+      for (const line of lines) if (line.trim() !== "") this.write(`${new Date().toISOString()} ${label} ${line}\n`);
     });
-    child.stdout.pipe(log, { end: false });
-    child.stderr.pipe(log, { end: false });
-    const code = await new Promise<number | null>((resolve, reject) => {
-      child.on("error", reject);
-      child.on("close", resolve);
-    });
-    if (code !== 0) throw new Error(`wrangler ${args.slice(0, 3).join(" ")} exited with ${code}; see ${logFile}`);
-  } finally {
-    log.end();
   }
 }
 
-/**
- * Applies the D1 migrations to the local database, skipping wrangler when the state directory
- * already records every migration this version ships.
- */
-async function applyMigrations(stateDir: string, logFile: string): Promise<void> {
-  const shipped = (await readdir(path.join(PACKAGE_ROOT, "migrations"))).filter((name) => name.endsWith(".sql")).sort();
-  const marker = path.join(stateDir, "migrations-applied.json");
-  const applied = await readFile(marker, "utf8").then((text) => JSON.parse(text) as string[], (): string[] => []);
-  if (shipped.every((name) => applied.includes(name))) return;
-  await runToCompletion(
-    ["d1", "migrations", "apply", "DB", "--local", "--persist-to", path.join(stateDir, "data"), "--config", path.join(PACKAGE_ROOT, "wrangler.toml")],
-    stateDir,
-    logFile,
-  );
-  await writeFile(marker, JSON.stringify(shipped));
+/** The worker's D1 migrations recorded as wrangler records them (`d1_migrations`), so both see the same. */
+async function applyD1Migrations(mf: Miniflare, config: WorkerConfig): Promise<void> {
+  for (const [binding, dir] of Object.entries(config.d1MigrationsDir)) {
+    const db = await mf.getD1Database(binding);
+    await db.exec("CREATE TABLE IF NOT EXISTS d1_migrations(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE, applied_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL);");
+    const rows = (await db.prepare("SELECT name FROM d1_migrations").all()).results as { name: string }[];
+    const applied = new Set(rows.map((row) => row.name));
+    const shipped = (await readdir(path.join(PACKAGE_ROOT, dir))).filter((name) => name.endsWith(".sql")).sort();
+    for (const name of shipped.filter((file) => !applied.has(file))) {
+      const sql = await readFile(path.join(PACKAGE_ROOT, dir, name), "utf8");
+      // drizzle-kit separates statements with `--> statement-breakpoint`; each runs in one batch with the record.
+      const statements = sql
+        .split("--> statement-breakpoint")
+        .map((statement) => statement.trim())
+        .filter(Boolean);
+      await db.batch([...statements.map((statement) => db.prepare(statement)), db.prepare("INSERT INTO d1_migrations (name) VALUES (?)").bind(name)]);
+    }
+  }
 }
 
-function stopChild(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    const timer = setTimeout(() => child.kill("SIGKILL"), STOP_GRACE_MS);
-    child.once("exit", () => {
-      clearTimeout(timer);
-      resolve();
-    });
-    child.kill("SIGTERM");
-  });
+/** The workerd process among this process's children (Linux `/proc`); null where it cannot be told. */
+async function runtimeChildPid(): Promise<number | null> {
+  const entries = await readdir("/proc").catch((): string[] => []);
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = await readFile(`/proc/${entry}/stat`, "utf8").catch(() => "");
+    // pid (comm) state ppid …: the comm may hold spaces, so read after its closing parenthesis.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (Number(fields[1]) === process.pid && stat.includes("(workerd)")) return Number(entry);
+  }
+  return null;
 }
 
-/** Starts `wrangler dev` on 127.0.0.1 with state under `stateDir`, and waits until `/healthz` answers. */
-export async function startLocalCoordinator(options: { stateDir: string; port?: number }): Promise<LocalCoordinator> {
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** Starts the coordinator on 127.0.0.1 with state under `stateDir`, and waits until `/healthz` answers. */
+export async function startLocalCoordinator(options: { stateDir: string; port?: number; onNote?: (text: string) => void }): Promise<LocalCoordinator> {
   const { stateDir } = options;
   await mkdir(path.join(stateDir, "logs"), { recursive: true });
-  const logFile = path.join(stateDir, "logs", "coordinator.log");
-  await applyMigrations(stateDir, logFile);
-
+  const log = new BoundedLog(path.join(stateDir, "logs", "coordinator.log"));
   const port = options.port ?? (await freePort());
   if (options.port !== undefined && !(await isPortFree(port))) {
     throw new UserError(`port ${port} on 127.0.0.1 is in use; choose another with --port`);
   }
-  const inspectorPort = await freePort();
-  const log = createWriteStream(logFile, { flags: "a" });
-  const child = spawn(
-    process.execPath,
-    [
-      wranglerBin(),
-      "dev",
-      "--config",
-      path.join(PACKAGE_ROOT, "wrangler.toml"),
-      "--ip",
-      "127.0.0.1",
-      "--port",
-      String(port),
-      "--inspector-port",
-      String(inspectorPort),
-      "--persist-to",
-      path.join(stateDir, "data"),
-      "--log-level",
-      "warn",
-      "--show-interactive-dev-session=false",
-    ],
-    { cwd: PACKAGE_ROOT, env: wranglerEnv(stateDir), stdio: ["ignore", "pipe", "pipe"] },
-  );
-  child.stdout?.pipe(log);
-  child.stderr?.pipe(log);
-  const pid = child.pid;
-  if (pid === undefined) throw new Error("could not start wrangler");
-  // If this process dies without stopping the coordinator, take it along.
-  const onExit = () => child.kill("SIGTERM");
-  process.on("exit", onExit);
+  // Loading Miniflare takes a few hundred milliseconds: start it while the bundle is checked.
+  const loading = import("miniflare");
+  await ensureWorkerBundle(() => options.onNote?.("building the worker bundle (dist/worker) from its sources…"));
+  const [{ Miniflare, Log, LogLevel }, config, contents] = await Promise.all([loading, loadWorkerConfig(), readFile(BUNDLE_FILE, "utf8")]);
 
-  const url = `http://127.0.0.1:${port}`;
-  const client = new Client(url);
-  const deadline = Date.now() + READY_TIMEOUT_MS;
-  while (!(await client.isHealthy())) {
-    if (child.exitCode !== null || Date.now() > deadline) {
-      await stopChild(child);
-      process.off("exit", onExit);
-      const tail = (await readFile(logFile, "utf8").catch(() => "")).split("\n").slice(-15).join("\n");
-      throw new Error(`the local coordinator did not start (log: ${logFile}):\n${tail}`);
+  class FileLog extends Log {
+    override log(message: string): void {
+      log.write(`${new Date().toISOString()} miniflare ${message}\n`);
     }
-    await new Promise((resolve) => setTimeout(resolve, 150));
   }
-  const record: CoordinatorRecord = { url, pid };
-  await writeFile(path.join(stateDir, "coordinator.json"), JSON.stringify(record));
-
-  return {
-    url,
-    pid,
-    async stop() {
-      await stopChild(child);
-      process.off("exit", onExit);
-      await rm(path.join(stateDir, "coordinator.json"), { force: true });
+  const signalListeners = (signal: NodeJS.Signals) => new Set(process.listeners(signal));
+  const before = { SIGINT: signalListeners("SIGINT"), SIGTERM: signalListeners("SIGTERM") };
+  const mf = new Miniflare({
+    host: "127.0.0.1",
+    port,
+    // No request.cf lookup over the network, no inspector: nothing but the worker itself.
+    cf: false,
+    log: new FileLog(LogLevel.WARN),
+    handleRuntimeStdio(stdout: Readable, stderr: Readable) {
+      log.follow(stdout, "worker");
+      log.follow(stderr, "worker");
     },
+    defaultPersistRoot: path.join(stateDir, "data", "v3"),
+    workers: [
+      {
+        name: config.name,
+        compatibilityDate: config.compatibilityDate,
+        compatibilityFlags: config.compatibilityFlags,
+        // The module given whole: Miniflare then does not parse a megabyte of JavaScript to find imports.
+        modulesRoot: BUNDLE_DIR,
+        modules: [{ type: "ESModule", path: BUNDLE_FILE, contents }],
+        durableObjects: config.durableObjects,
+        d1Databases: config.d1Databases,
+        r2Buckets: config.r2Buckets,
+        bindings: config.bindings as Record<string, never>,
+      },
+    ],
+  });
+  // Miniflare exits the process from its own SIGINT/SIGTERM handlers, which would cut the runner's
+  // shutdown short (the agent's and gates' process groups left running). The runner's shutdown stops
+  // this coordinator itself, so those handlers go; Miniflare's exit hook, which stops workerd when the
+  // process exits, stays.
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    for (const listener of process.listeners(signal)) if (!before[signal].has(listener)) process.off(signal, listener);
+  }
+  const stop = async () => {
+    await mf.dispose();
+    await rm(path.join(stateDir, "coordinator.json"), { force: true });
   };
+  try {
+    await mf.ready;
+    await applyD1Migrations(mf, config);
+    const url = `http://127.0.0.1:${port}`;
+    if (!(await new Client(url).isHealthy())) throw new Error(`the local coordinator at ${url} does not answer /healthz (log: ${log.file})`);
+    const runtimePid = await runtimeChildPid();
+    const record: CoordinatorRecord = { url, pid: process.pid, runtime_pid: runtimePid };
+    await writeFile(path.join(stateDir, "coordinator.json"), JSON.stringify(record));
+    return { url, pid: process.pid, runtimePid, stop };
+  } catch (error) {
+    await mf.dispose().catch(() => undefined);
+    throw new Error(`the local coordinator did not start (log: ${log.file}): ${(error as Error).message}`);
+  }
 }
 
-/** The URL of a coordinator already serving this state directory, if one answers. */
+/**
+ * The URL of a coordinator already serving this state directory, if one answers. A coordinator whose
+ * host process died without stopping it (SIGKILL) leaves its workerd behind: that orphan is stopped
+ * here, by the pid recorded for it, rather than served by a process nobody will stop.
+ */
 export async function findRunningCoordinator(stateDir: string): Promise<string | null> {
-  const text = await readFile(path.join(stateDir, "coordinator.json"), "utf8").catch(() => null);
+  const file = path.join(stateDir, "coordinator.json");
+  const text = await readFile(file, "utf8").catch(() => null);
   if (!text) return null;
+  let record: CoordinatorRecord;
   try {
-    const record = JSON.parse(text) as CoordinatorRecord;
-    return (await new Client(record.url).isHealthy()) ? record.url : null;
+    record = JSON.parse(text) as CoordinatorRecord;
   } catch {
     return null;
   }
+  if (isAlive(record.pid)) return (await new Client(record.url).isHealthy()) ? record.url : null;
+  const orphan = record.runtime_pid;
+  if (orphan && isAlive(orphan) && (await readFile(`/proc/${orphan}/cmdline`, "utf8").catch(() => "")).includes("workerd")) {
+    process.kill(orphan, "SIGKILL");
+  }
+  await rm(file, { force: true });
+  return null;
 }
