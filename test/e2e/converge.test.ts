@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LoopEvent, verifyChain } from "../../shared/engine/index.js";
 import { LoopList, LoopSummary } from "../../shared/wire/api.js";
 import { ROOT, gitIn, makeRepo, runCli, startCoordinator, tempDir, type CliResult } from "../support/cli.js";
+import { startWranglerDev } from "../support/wrangler-dev.js";
 
 // The demo loop through the real stack: the runner starts its own local coordinator on demand, runs the
 // loop to convergence and stops it; a second coordinator on the same state then serves what was stored.
@@ -92,6 +93,39 @@ describe("a flag-only loop converges end to end", () => {
       expect(JSON.parse(status.stdout)).toMatchObject({ status: "halted", halt_reason: "success_condition_met", exit_class: 10 });
     } finally {
       await coordinator.stop();
+    }
+  });
+
+  it("keeps wrangler dev's on-disk layout: wrangler dev on the same state reads back exactly what the coordinator wrote", async () => {
+    const loopId = JSON.parse(result.stdout).loop_id as string;
+    const read = async (url: string) => {
+      const summary = await (await fetch(`${url}/v1/loops/${loopId}`)).text();
+      const events = await (await fetch(`${url}/v1/loops/${loopId}/events`)).text();
+      const list = await (await fetch(`${url}/v1/loops`)).text();
+      // A gate log the first report cites, from R2.
+      const reported = events
+        .trim()
+        .split("\n")
+        .map((line) => LoopEvent.parse(JSON.parse(line)))
+        .find((event) => event.type === "observation_reported");
+      const sha = reported?.type === "observation_reported" ? reported.data.observation.gates[0]?.log?.sha256 : undefined;
+      const log = await (await fetch(`${url}/v1/loops/${loopId}/artifacts/${sha ?? "none"}`)).text();
+      return { summary, events, list, log };
+    };
+    const ours = await startCoordinator(state);
+    let written: Awaited<ReturnType<typeof read>>;
+    try {
+      written = await read(ours.url);
+    } finally {
+      await ours.stop();
+    }
+    const wrangler = await startWranglerDev(path.join(state, "data"), path.join(tmp.dir, "wrangler-logs"));
+    try {
+      expect(await read(wrangler.url)).toEqual(written);
+      expect(JSON.parse(written.summary)).toMatchObject({ loop_id: loopId, status: "halted" });
+      expect(written.log).toContain("$ node --test");
+    } finally {
+      await wrangler.stop();
     }
   });
 });

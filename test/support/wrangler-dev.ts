@@ -1,0 +1,54 @@
+import { spawn } from "node:child_process";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { freePort } from "../../runner/src/free-port.js";
+import { ROOT, exitOf } from "./cli.js";
+
+// `wrangler dev` of this worker, for what still compares the local coordinator with it: the test that
+// both read the same persisted state, and `npm run bench:startup`. Started as the wrangler process itself
+// (not through npx), and stopped by that PID.
+
+/** A running `wrangler dev`. */
+export interface WranglerDev {
+  url: string;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+/** Starts `wrangler dev --persist-to <persistTo>` on 127.0.0.1 and waits until `/healthz` answers. */
+export async function startWranglerDev(persistTo: string, logDir: string): Promise<WranglerDev> {
+  const require = createRequire(import.meta.url);
+  const wrangler = path.join(path.dirname(require.resolve("wrangler/package.json")), "bin", "wrangler.js");
+  const port = await freePort();
+  const inspectorPort = await freePort();
+  const child = spawn(
+    process.execPath,
+    [wrangler, "dev", "--ip", "127.0.0.1", "--port", String(port), "--inspector-port", String(inspectorPort), "--persist-to", persistTo, "--log-level", "warn", "--show-interactive-dev-session=false"],
+    {
+      cwd: ROOT,
+      env: { ...process.env, WRANGLER_SEND_METRICS: "false", XDG_CONFIG_HOME: path.join(logDir, "config"), WRANGLER_LOG_PATH: logDir, CI: "true" },
+      stdio: ["ignore", "ignore", "pipe"],
+    },
+  );
+  let stderr = "";
+  child.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+  const pid = child.pid;
+  if (pid === undefined) throw new Error("wrangler dev did not start");
+  const url = `http://127.0.0.1:${port}`;
+  const stop = async () => {
+    if (child.exitCode !== null) return;
+    const exited = exitOf(child);
+    child.kill("SIGTERM");
+    await exited;
+  };
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const healthy = await fetch(`${url}/healthz`).then((response) => response.ok, () => false);
+    if (healthy) return { url, pid, stop };
+    if (child.exitCode !== null || Date.now() > deadline) {
+      await stop();
+      throw new Error(`wrangler dev did not become healthy: ${stderr.slice(-2_000)}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
