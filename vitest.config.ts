@@ -1,7 +1,7 @@
 import { defineConfig } from "vitest/config";
 
 // Three layers (STYLE "Tests"): plain Node unit tests, worker tests inside workerd, and end-to-end tests
-// that drive the runner CLI against a real `wrangler dev`.
+// that drive the runner CLI against a real local coordinator (the worker bundle in workerd).
 export default defineConfig({
   test: {
     projects: [

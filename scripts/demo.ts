@@ -1,5 +1,5 @@
 // `npm start`: the demo loop end to end on a throwaway copy of examples/demo. The runner starts the
-// local coordinator (wrangler dev + workerd) on demand with a temporary state directory, runs the
+// local coordinator (the worker in workerd, through Miniflare's API) on demand with a temporary state directory, runs the
 // loop to its halt, and stops the coordinator; this script then removes every temporary file.
 import { execFileSync, spawn } from "node:child_process";
 import { cpSync, mkdtempSync, rmSync } from "node:fs";

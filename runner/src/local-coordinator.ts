@@ -69,14 +69,27 @@ export class BoundedLog {
   }
 }
 
-/** The worker's D1 migrations recorded as wrangler records them (`d1_migrations`), so both see the same. */
-async function applyD1Migrations(mf: Miniflare, config: WorkerConfig): Promise<void> {
-  for (const [binding, dir] of Object.entries(config.d1MigrationsDir)) {
+/**
+ * Applies the worker's D1 migrations, recording them as wrangler does (`d1_migrations`), so either tool
+ * sees them applied. `migrations-applied.json` in the state directory lets a start skip the database
+ * when it already has every migration this version ships.
+ */
+async function applyD1Migrations(mf: Miniflare, config: WorkerConfig, stateDir: string): Promise<void> {
+  const marker = path.join(stateDir, "migrations-applied.json");
+  const recorded = await readFile(marker, "utf8").then((text) => JSON.parse(text) as string[], (): string[] => []);
+  const shippedBy = await Promise.all(
+    Object.entries(config.d1MigrationsDir).map(async ([binding, dir]) => ({
+      binding,
+      dir,
+      shipped: (await readdir(path.join(PACKAGE_ROOT, dir))).filter((name) => name.endsWith(".sql")).sort(),
+    })),
+  );
+  if (shippedBy.every(({ binding, shipped }) => shipped.every((name) => recorded.includes(`${binding}/${name}`)))) return;
+  for (const { binding, dir, shipped } of shippedBy) {
     const db = await mf.getD1Database(binding);
     await db.exec("CREATE TABLE IF NOT EXISTS d1_migrations(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE, applied_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL);");
     const rows = (await db.prepare("SELECT name FROM d1_migrations").all()).results as { name: string }[];
     const applied = new Set(rows.map((row) => row.name));
-    const shipped = (await readdir(path.join(PACKAGE_ROOT, dir))).filter((name) => name.endsWith(".sql")).sort();
     for (const name of shipped.filter((file) => !applied.has(file))) {
       const sql = await readFile(path.join(PACKAGE_ROOT, dir, name), "utf8");
       // drizzle-kit separates statements with `--> statement-breakpoint`; each runs in one batch with the record.
@@ -87,6 +100,7 @@ async function applyD1Migrations(mf: Miniflare, config: WorkerConfig): Promise<v
       await db.batch([...statements.map((statement) => db.prepare(statement)), db.prepare("INSERT INTO d1_migrations (name) VALUES (?)").bind(name)]);
     }
   }
+  await writeFile(marker, JSON.stringify(shippedBy.flatMap(({ binding, shipped }) => shipped.map((name) => `${binding}/${name}`))));
 }
 
 /** The workerd process among this process's children (Linux `/proc`); null where it cannot be told. */
@@ -171,7 +185,7 @@ export async function startLocalCoordinator(options: { stateDir: string; port?: 
   };
   try {
     await mf.ready;
-    await applyD1Migrations(mf, config);
+    await applyD1Migrations(mf, config, stateDir);
     const url = `http://127.0.0.1:${port}`;
     if (!(await new Client(url).isHealthy())) throw new Error(`the local coordinator at ${url} does not answer /healthz (log: ${log.file})`);
     const runtimePid = await runtimeChildPid();

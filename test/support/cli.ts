@@ -103,16 +103,16 @@ export function exitOf(child: ChildProcess): Promise<number | null> {
 }
 
 /**
- * A coordinator run by `loopwarden serve` (which runs `wrangler dev --persist-to`) in a process group
+ * A coordinator run by `loopwarden serve` (the worker in workerd through Miniflare) in a process group
  * of its own, so a test can crash the whole stack with SIGKILL and start it again on the same state.
  */
 export interface TestCoordinator {
   url: string;
   port: number;
   stateDir: string;
-  /** Stops it gracefully (SIGTERM to the serve process, which stops wrangler by its PID). */
+  /** Stops it gracefully (SIGTERM to the serve process, which stops its workerd). */
   stop(): Promise<void>;
-  /** Crashes it: SIGKILL to every process of its group, wrangler and workerd included. */
+  /** Crashes it: SIGKILL to every process of its group, workerd included. */
   crash(): Promise<void>;
 }
 

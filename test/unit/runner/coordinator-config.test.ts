@@ -1,0 +1,66 @@
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { workerConfigOf } from "../../../runner/src/coordinator-config.js";
+import { BoundedLog } from "../../../runner/src/local-coordinator.js";
+import { ROOT } from "../../support/cli.js";
+
+// The local coordinator takes its worker's configuration from wrangler.toml (DESIGN §12): one source, no
+// second copy to drift. What it cannot map is refused by name.
+
+describe("workerConfigOf", () => {
+  it("maps this project's wrangler.toml: name, compatibility date, the SQLite Durable Object, D1 and R2", () => {
+    expect(workerConfigOf(readFileSync(path.join(ROOT, "wrangler.toml"), "utf8"))).toEqual({
+      name: "loopwarden",
+      compatibilityDate: "2026-04-20",
+      compatibilityFlags: [],
+      durableObjects: { LOOPS: { className: "LoopObject", useSQLite: true } },
+      d1Databases: { DB: "00000000-0000-0000-0000-000000000000" },
+      r2Buckets: { ARTIFACTS: "loopwarden-artifacts" },
+      bindings: {},
+      d1MigrationsDir: { DB: "migrations" },
+    });
+  });
+
+  it("uses preview ids and buckets as wrangler dev does, and passes vars", () => {
+    const config = workerConfigOf(`name = "x"
+compatibility_date = "2026-01-01"
+compatibility_flags = ["nodejs_compat"]
+vars = { MODE = "local" }
+[[d1_databases]]
+binding = "DB"
+database_name = "x"
+database_id = "prod"
+preview_database_id = "preview"
+[[r2_buckets]]
+binding = "BUCKET"
+bucket_name = "prod-bucket"
+preview_bucket_name = "dev-bucket"
+`);
+    expect(config).toMatchObject({ compatibilityFlags: ["nodejs_compat"], d1Databases: { DB: "preview" }, r2Buckets: { BUCKET: "dev-bucket" }, bindings: { MODE: "local" } });
+  });
+
+  it("refuses a binding kind it does not map, naming it, rather than run a worker without it", () => {
+    expect(() => workerConfigOf('name = "x"\ncompatibility_date = "2026-01-01"\n[[kv_namespaces]]\nbinding = "KV"\nid = "1"\n')).toThrow(/declares kv_namespaces, which the local coordinator does not map/);
+  });
+});
+
+describe("BoundedLog", () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "lw-log-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("never grows past its limit: a full file moves to .1 (one generation) and a new one starts", () => {
+    const file = path.join(dir, "coordinator.log");
+    const log = new BoundedLog(file, 1_000);
+    for (let line = 0; line < 100; line++) log.write(`${String(line).padStart(3, "0")} ${"x".repeat(60)}\n`);
+    const current = readFileSync(file, "utf8");
+    const previous = readFileSync(`${file}.1`, "utf8");
+    expect(Buffer.byteLength(current)).toBeLessThanOrEqual(1_000);
+    expect(Buffer.byteLength(previous)).toBeLessThanOrEqual(1_000);
+    expect(current.trimEnd().split("\n").at(-1)).toMatch(/^099 /);
+    // A reopened log counts what is already there.
+    new BoundedLog(file, 1_000).write("x".repeat(999));
+    expect(Buffer.byteLength(readFileSync(file, "utf8"))).toBe(999);
+  });
+});
