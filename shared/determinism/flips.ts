@@ -31,8 +31,15 @@ export interface RunComparison {
 
 /** A run's outcome for one id: failing wins over passing, as in the engine's test sets. */
 export function outcomeIn(run: TestSets, id: string): TestOutcome {
-  if (run.failing.includes(id)) return "failed";
-  return run.passing.includes(id) ? "passed" : "missing";
+  return outcomesOf(run).get(id) ?? "missing";
+}
+
+/** Every id a run reported, with its outcome (failing wins over passing): one pass over the run. */
+function outcomesOf(run: TestSets): Map<string, TestOutcome> {
+  const outcomes = new Map<string, TestOutcome>();
+  for (const id of run.passing) outcomes.set(id, "passed");
+  for (const id of run.failing) outcomes.set(id, "failed");
+  return outcomes;
 }
 
 /**
@@ -43,12 +50,14 @@ export function outcomeIn(run: TestSets, id: string): TestOutcome {
  * was not the same in every run. So failures is 0 exactly when nothing flipped.
  */
 export function compareRuns(runs: readonly TestSets[]): RunComparison {
-  const ids = [...new Set(runs.flatMap((run) => [...run.passing, ...run.failing]))].sort();
+  // One outcome map per run, so the comparison is linear in the runs' sizes (ids sorted once).
+  const byRun = runs.map(outcomesOf);
+  const ids = [...new Set(byRun.flatMap((outcomes) => [...outcomes.keys()]))].sort();
   const consensus: Record<string, TestOutcome> = {};
   const flipping: FlippingTest[] = [];
   const deviating = new Set<number>();
   for (const id of ids) {
-    const outcomes = runs.map((run) => outcomeIn(run, id));
+    const outcomes = byRun.map((run) => run.get(id) ?? "missing");
     const counts = new Map<TestOutcome, number>();
     for (const outcome of outcomes) counts.set(outcome, (counts.get(outcome) ?? 0) + 1);
     // Iterating in run order, a strictly greater count is needed to displace an earlier outcome.
@@ -69,8 +78,10 @@ export function compareRuns(runs: readonly TestSets[]): RunComparison {
 
 /** Ids whose outcome differs between two runs (e.g. a run and its rerun in the same clone), sorted. */
 export function changedTests(before: TestSets, after: TestSets): { id: string; before: TestOutcome; after: TestOutcome }[] {
-  const ids = [...new Set([...before.passing, ...before.failing, ...after.passing, ...after.failing])].sort();
+  const was = outcomesOf(before);
+  const now = outcomesOf(after);
+  const ids = [...new Set([...was.keys(), ...now.keys()])].sort();
   return ids
-    .map((id) => ({ id, before: outcomeIn(before, id), after: outcomeIn(after, id) }))
+    .map((id) => ({ id, before: was.get(id) ?? "missing", after: now.get(id) ?? "missing" }))
     .filter((change) => change.before !== change.after);
 }

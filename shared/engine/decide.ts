@@ -201,11 +201,17 @@ function flippedTests(state: LoopState, candidateId: string, observation: Observ
         other.diff_sha256 === candidate.diff_sha256,
     );
   if (!twin?.report) return null;
-  const now = testSetsOf(state.contract, observation);
-  const outcome = (sets: { passing: string[]; failing: string[] }, id: string) =>
-    sets.passing.includes(id) ? "pass" : sets.failing.includes(id) ? "fail" : "absent";
-  const ids = [...new Set([...now.passing, ...now.failing, ...twin.report.tests.passing, ...twin.report.tests.failing])].sort();
-  const tests = ids.filter((id) => outcome(now, id) !== outcome(twin.report?.tests ?? now, id));
+  // Outcome maps, so the comparison is linear in the suite (failing wins, as in the test sets).
+  const outcomes = (sets: { passing: string[]; failing: string[] }) => {
+    const map = new Map<string, "pass" | "fail">();
+    for (const id of sets.passing) map.set(id, "pass");
+    for (const id of sets.failing) map.set(id, "fail");
+    return map;
+  };
+  const now = outcomes(testSetsOf(state.contract, observation));
+  const then = outcomes(twin.report.tests);
+  const ids = [...new Set([...now.keys(), ...then.keys()])].sort();
+  const tests = ids.filter((id) => (now.get(id) ?? "absent") !== (then.get(id) ?? "absent"));
   return tests.length > 0 ? { twin: twin.candidate_id, tests } : null;
 }
 
@@ -228,9 +234,10 @@ function convergenceHalt(state: LoopState): Halt | null {
       }
     }
   }
+  const asSets = recent.map((entry) => ({ fixed: new Set(entry.fixed), broken: new Set(entry.broken) }));
   for (const pair of pairs.values()) {
-    const attempts = recent.filter((entry) => entry.fixed.includes(pair.fixed));
-    if (pair.count >= 2 && attempts.every((entry) => entry.broken.includes(pair.broken))) {
+    const attempts = asSets.filter((entry) => entry.fixed.has(pair.fixed));
+    if (pair.count >= 2 && attempts.every((entry) => entry.broken.has(pair.broken))) {
       return halt(
         "unsatisfiable_constraints",
         `fixing ${pair.fixed} broke ${pair.broken} in all ${pair.count} attempts since the last promotion: the two look mutually exclusive`,

@@ -141,17 +141,44 @@ export function testSetsOf(contract: Contract, observation: Observation): TestSe
 /** The id the baseline carries wherever a candidate id is expected (e.g. as a parent). */
 export const BASELINE_ID = "t0";
 
+/**
+ * Replaces a candidate in a state being folded (its containers are the fold's own, see `writable`): the
+ * candidate object is new, the map is written in place.
+ */
 function updateCandidate(state: LoopState, id: string, change: Partial<CandidateState>): LoopState {
   const candidate = state.candidates[id];
   if (!candidate) throw new Error(`event refers to unknown candidate ${id}`);
-  return { ...state, candidates: { ...state.candidates, [id]: { ...candidate, ...change } } };
+  state.candidates[id] = { ...candidate, ...change };
+  return state;
 }
 
 /**
- * Applies one event to a state. Total over well-formed logs; throws only on a log that breaks the
- * engine's own invariants (an event before `loop_created`, an unknown candidate), which is corruption.
+ * A copy of a state whose containers (candidates, their order, the idempotency and lease indexes, the
+ * regression list) the fold may write in place: one copy per fold, not one per event, so folding a
+ * long log is linear in its length. Candidates themselves are never written, only replaced.
+ */
+function writable(state: LoopState): LoopState {
+  return {
+    ...state,
+    candidates: { ...state.candidates },
+    candidate_order: [...state.candidate_order],
+    idempotency: { ...state.idempotency },
+    lease_index: { ...state.lease_index },
+    regressions_since_promotion: [...state.regressions_since_promotion],
+  };
+}
+
+/**
+ * Applies one event to a state, leaving the given state as it was. Total over well-formed logs; throws
+ * only on a log that breaks the engine's own invariants (an event before `loop_created`, an unknown
+ * candidate), which is corruption.
  */
 export function applyEvent(state: LoopState | null, event: EventDraft): LoopState {
+  return applyInPlace(state === null ? null : writable(state), event);
+}
+
+/** `applyEvent` on a state the caller owns (from `writable`), writing its containers in place. */
+function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
   if (event.type === "loop_created") {
     if (state) throw new Error("loop_created may only be the first event");
     const { data } = event;
@@ -205,13 +232,11 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
         verdict: null,
         pending: null,
       };
-      return {
-        ...state,
-        candidates: { ...state.candidates, [data.candidate_id]: candidate },
-        candidate_order: [...state.candidate_order, data.candidate_id],
-        idempotency: { ...state.idempotency, [data.idempotency_key]: data.candidate_id },
-        cost_usd: state.cost_usd + (data.agent_report?.cost?.usd ?? 0),
-      };
+      state.candidates[data.candidate_id] = candidate;
+      state.candidate_order.push(data.candidate_id);
+      state.idempotency[data.idempotency_key] = data.candidate_id;
+      state.cost_usd += data.agent_report?.cost?.usd ?? 0;
+      return state;
     }
     case "lease_granted": {
       const { data } = event;
@@ -221,11 +246,10 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
         fencing_token: data.fencing_token,
         expires_at: data.expires_at,
       };
-      return {
-        ...updateCandidate(state, data.candidate_id, { status: "leased", lease }),
-        lease_index: { ...state.lease_index, [data.lease_id]: data.candidate_id },
-        fencing_counter: Math.max(state.fencing_counter, data.fencing_token),
-      };
+      updateCandidate(state, data.candidate_id, { status: "leased", lease });
+      state.lease_index[data.lease_id] = data.candidate_id;
+      state.fencing_counter = Math.max(state.fencing_counter, data.fencing_token);
+      return state;
     }
     case "lease_renewed": {
       const candidate = state.candidates[event.data.candidate_id];
@@ -255,12 +279,9 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
       // Not final: the candidate stays leased while the runner measures more pairs.
       if (verdict.decision === "need_samples") return updateCandidate(state, verdict.candidate_id, { pending: verdict });
       const iterations = state.iterations + 1;
-      const next = updateCandidate(
-        { ...state, iterations },
-        verdict.candidate_id,
-        { status: verdict.decision, verdict, pending: null, lease: null },
-      );
-      next.consecutive_agent_failures = verdict.reason === "agent_failed" ? state.consecutive_agent_failures + 1 : 0;
+      state.iterations = iterations;
+      const next = updateCandidate(state, verdict.candidate_id, { status: verdict.decision, verdict, pending: null, lease: null });
+      next.consecutive_agent_failures = verdict.reason === "agent_failed" ? next.consecutive_agent_failures + 1 : 0;
       if (verdict.decision === "promoted") {
         const tests = candidate.report?.tests ?? { passing: [], failing: [] };
         next.best = { candidate_id: candidate.candidate_id, commit: candidate.commit, ...tests, metric: verdict.metric?.candidate_median ?? null };
@@ -268,11 +289,8 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
         next.regressions_since_promotion = [];
       } else if (verdict.reason === "regressed" && candidate.report) {
         const stillFailing = new Set(candidate.report.tests.failing);
-        const fixed = state.best.failing.filter((id) => !stillFailing.has(id) && !id.startsWith("gate:"));
-        next.regressions_since_promotion = [
-          ...state.regressions_since_promotion,
-          { candidate_id: candidate.candidate_id, fixed, broken: verdict.regressed.filter((id) => !id.startsWith("gate:")) },
-        ];
+        const fixed = next.best.failing.filter((id) => !stillFailing.has(id) && !id.startsWith("gate:"));
+        next.regressions_since_promotion.push({ candidate_id: candidate.candidate_id, fixed, broken: verdict.regressed.filter((id) => !id.startsWith("gate:")) });
       }
       return next;
     }
@@ -281,9 +299,13 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
   }
 }
 
-/** `fold(events) → state` (DESIGN §6). Null for an empty log. */
-export function foldEvents(events: readonly EventDraft[]): LoopState | null {
-  let state: LoopState | null = null;
-  for (const event of events) state = applyEvent(state, event);
+/**
+ * `fold(events) → state` (DESIGN §6), linear in the log's length. With `from`, folds only the events
+ * that follow the state given (read incrementally, `?after=seq`), which is left as it was. Null for an
+ * empty log.
+ */
+export function foldEvents(events: readonly EventDraft[], from: LoopState | null = null): LoopState | null {
+  let state = from === null ? null : writable(from);
+  for (const event of events) state = applyInPlace(state, event);
   return state;
 }
