@@ -60,6 +60,8 @@ export interface Session {
   loop: LoopSummary;
   /** True when an existing loop was picked up rather than created. */
   resumed: boolean;
+  /** The loop's state as last folded, and the last event folded into it: later reads fetch only what follows. */
+  folded?: { seq: number; state: LoopState } | undefined;
 }
 
 const short = (commit: string) => commit.slice(0, 10);
@@ -280,11 +282,19 @@ export async function enterLoopBranch(session: Session): Promise<void> {
   progress(session.mode, `working on branch ${branch}${session.workspace.started_from ? ` (from ${session.workspace.started_from})` : ""}`);
 }
 
-/** The loop's full state, folded by the same engine the coordinator uses from its public event log. */
+/**
+ * The loop's full state, folded by the same engine the coordinator uses from its public event log. Only
+ * the events after the last fold are fetched (`?after=seq`) and folded onto it, so an iteration or an
+ * idle poll costs what happened since, not the loop's whole history (DESIGN §4 invariant 9).
+ */
 export async function foldLoop(session: Session): Promise<LoopState> {
-  const events = (await session.client.eventLines(session.loop.loop_id)).map((line) => LoopEvent.parse(JSON.parse(line)));
-  const state = foldEvents(events);
+  const after = session.folded?.seq ?? 0;
+  const events = (await session.client.eventLines(session.loop.loop_id, after)).map((line) => LoopEvent.parse(JSON.parse(line)));
+  const last = events.at(-1);
+  if (last && last.seq !== after + events.length) throw new Error(`loop ${session.loop.loop_id}: events after ${after} are not contiguous (last is ${last.seq})`);
+  const state = events.length === 0 ? (session.folded?.state ?? null) : foldEvents(events, session.folded?.state ?? null);
   if (!state) throw new Error(`loop ${session.loop.loop_id} has no events`);
+  session.folded = { seq: last?.seq ?? after, state };
   return state;
 }
 
