@@ -20,7 +20,7 @@ import type { Contract } from "../../shared/wire/contract.js";
 import type { ArtifactRef } from "../../shared/wire/observation.js";
 import { UserError } from "./errors.js";
 
-/** A refusal from the coordinator (a 4xx with the JSON error envelope). Not retried. */
+/** What the coordinator answered instead of a result: a 4xx refusal, or a 5xx still there after the retries, with its JSON error envelope. */
 export class CoordinatorError extends Error {
   constructor(
     readonly status: number,
@@ -68,7 +68,9 @@ export class Client {
           ...(body === undefined ? {} : { body }),
           signal: AbortSignal.timeout(60_000),
         });
-        if (!RETRYABLE_STATUS.has(response.status)) return response;
+        // Out of retries, a coordinator that keeps answering an error is reachable: its answer (the
+        // error envelope, e.g. a 500's code) is what the caller reports, never "cannot reach".
+        if (!RETRYABLE_STATUS.has(response.status) || Date.now() + delay > deadline) return response;
         reason = `HTTP ${response.status}`;
         await response.body?.cancel();
       } catch (error) {

@@ -191,7 +191,9 @@ try {
   } else if (error instanceof UserError) {
     fail(mode, error.message, error.exitCode);
   } else if (error instanceof CoordinatorError) {
-    fail(mode, `the coordinator refused: ${error.message} (${error.code})`, 1);
+    // A 5xx that outlasted the retries is a failure on the coordinator's side; anything else a refusal.
+    const what = error.status >= 500 && error.status <= 504 ? `failed (HTTP ${error.status})` : "refused";
+    fail(mode, `the coordinator ${what}: ${error.message} (${error.code})`, 1);
   } else {
     if (mode.json) fail(mode, String(error), 1);
     else {

@@ -33,6 +33,9 @@ const REFUSAL_STATUS: Record<string, ContentfulStatusCode> = {
   loop_halted: 409,
   stale_lease: 409,
   already_reported: 409,
+  // A limit of the loop's storage, not a fault of the request's form, and no retry can help: not a 5xx
+  // the runner retries (500, 502-504), but one it reports as it is.
+  storage_limit: 507,
 };
 
 /** The ApiError for a refusal returned by the LoopObject. */

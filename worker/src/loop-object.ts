@@ -33,7 +33,7 @@ const DRAIN_BATCH = 50;
 const DRAIN_RETRY_MS = 5_000;
 
 /** An expected failure, returned across RPC as a value (custom error classes do not survive RPC). */
-export type Refusal = { ok: false; code: EngineError["code"] | "not_found"; message: string };
+export type Refusal = { ok: false; code: EngineError["code"] | "not_found" | "storage_limit"; message: string };
 type Answer<T> = ({ ok: true } & T) | Refusal;
 
 const NOT_FOUND: Refusal = { ok: false, code: "not_found", message: "no such loop" };
@@ -63,14 +63,17 @@ export class LoopObject extends DurableObject<Env> {
   }
 
   private migrate(): void {
-    this.ctx.storage.transactionSync(() => {
-      this.sql.exec("CREATE TABLE IF NOT EXISTS _schema (version INTEGER NOT NULL)");
-      const row = this.sql.exec<{ version: number }>("SELECT MAX(version) AS version FROM _schema").one();
-      for (let version = (row.version ?? 0) + 1; version <= LOOP_OBJECT_MIGRATIONS.length; version++) {
-        this.sql.exec(LOOP_OBJECT_MIGRATIONS[version - 1] ?? "");
-        this.sql.exec("INSERT INTO _schema (version) VALUES (?)", version);
-      }
-    });
+    this.ctx.storage.transactionSync(() => this.applyMigrations());
+  }
+
+  /** The schema migrations not applied yet, inside the caller's transaction. */
+  private applyMigrations(): void {
+    this.sql.exec("CREATE TABLE IF NOT EXISTS _schema (version INTEGER NOT NULL)");
+    const row = this.sql.exec<{ version: number }>("SELECT MAX(version) AS version FROM _schema").one();
+    for (let version = (row.version ?? 0) + 1; version <= LOOP_OBJECT_MIGRATIONS.length; version++) {
+      this.sql.exec(LOOP_OBJECT_MIGRATIONS[version - 1] ?? "");
+      this.sql.exec("INSERT INTO _schema (version) VALUES (?)", version);
+    }
   }
 
   private loadSnapshot(): void {
@@ -125,6 +128,26 @@ export class LoopObject extends DurableObject<Env> {
     return sealed;
   }
 
+  /**
+   * `append`, answering a refusal instead of throwing when SQLite refuses a value over its size limit
+   * (a row over 2 MB: SQLITE_TOOBIG). The transaction rolled back, so nothing was stored; the caller
+   * learns what happened rather than a generic internal error, and a retry cannot help.
+   */
+  private tryAppend(drafts: readonly EventDraft[], alsoInTransaction?: () => void): LoopEvent[] | Refusal {
+    try {
+      return this.append(drafts, alsoInTransaction);
+    } catch (error) {
+      const message = (error as Error).message;
+      if (!/SQLITE_TOOBIG|too big/i.test(message)) throw error;
+      console.error("loopwarden: storage refused a value over its size limit", message);
+      return {
+        ok: false,
+        code: "storage_limit",
+        message: `the loop's storage refused a value over its size limit (${message}); nothing was recorded. Test sets this large are beyond this version (see the README's roadmap)`,
+      };
+    }
+  }
+
   /** Sets the alarm to the next thing it must do: drain the outbox now, or reclaim the next lease. */
   private async scheduleAlarm(retryDrainInMs = 0): Promise<void> {
     const pending = this.hasSchema() && this.sql.exec("SELECT 1 FROM outbox LIMIT 1").toArray().length > 0;
@@ -161,10 +184,12 @@ export class LoopObject extends DurableObject<Env> {
     }
     const outcome = createLoop({ ...input, at: new Date().toISOString() });
     if (!outcome.ok) return { ok: false, ...outcome.error };
-    this.migrate();
-    this.append(outcome.events, () => {
+    // The schema is created in the same transaction as the loop: a creation that fails leaves nothing.
+    const appended = this.tryAppend(outcome.events, () => {
+      this.applyMigrations();
       this.sql.exec("INSERT INTO meta (key, value) VALUES ('create_request', ?)", input.request_hash);
     });
+    if ("ok" in appended) return appended;
     await this.scheduleAlarm();
     return { ok: true, created: true, loop: this.summary() };
   }
@@ -183,7 +208,8 @@ export class LoopObject extends DurableObject<Env> {
     if (!state) return NOT_FOUND;
     const outcome = proposeCandidate(state, input.proposal, { request_hash: input.request_hash, at: new Date().toISOString() });
     if (!outcome.ok) return { ok: false, ...outcome.error };
-    this.append(outcome.events);
+    const appended = this.tryAppend(outcome.events);
+    if ("ok" in appended) return appended;
     await this.scheduleAlarm();
     const current = this.state ?? state;
     return { ok: true, candidate: viewCandidate(current, outcome.value.candidate_id), replayed: outcome.value.replayed, loop: this.summary() };
@@ -236,7 +262,8 @@ export class LoopObject extends DurableObject<Env> {
     if (!this.state) return NOT_FOUND;
     const outcome = reportObservation(this.state, { ...input, at: new Date().toISOString() });
     if (!outcome.ok) return { ok: false, ...outcome.error };
-    this.append(outcome.events);
+    const appended = this.tryAppend(outcome.events);
+    if ("ok" in appended) return appended;
     await this.scheduleAlarm();
     return { ok: true, verdict: outcome.value, loop: this.summary() };
   }

@@ -1,0 +1,46 @@
+import { createServer, type Server } from "node:http";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Client, CoordinatorError } from "../../../runner/src/client.js";
+import { UserError } from "../../../runner/src/errors.js";
+import { freePort } from "../../../runner/src/free-port.js";
+
+// A coordinator that answers an error is reachable: the runner reports what it said, and retries only
+// what a retry can fix (connection failures, 429, 500 and 502-504), never "cannot reach … is it running?".
+
+describe("Client errors", () => {
+  let server: Server;
+  let url = "";
+  const hits = new Map<string, number>();
+  beforeAll(async () => {
+    server = createServer((request, response) => {
+      hits.set(request.url ?? "", (hits.get(request.url ?? "") ?? 0) + 1);
+      const [status, code] = request.url?.includes("storage") ? [507, "storage_limit"] : [500, "internal_error"];
+      response.writeHead(status, { "Content-Type": "application/json" });
+      response.end(JSON.stringify({ error: { code, message: `answered ${status}` } }));
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  });
+  afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+  it("a 500 that outlasts the retries is reported with the coordinator's own code and message", async () => {
+    const client = new Client(url, { retryForMs: 300 });
+    const error = await client.getLoop("lp_0123456789abcdef01234567").catch((caught: unknown) => caught);
+    expect(error).toBeInstanceOf(CoordinatorError);
+    expect(error).toMatchObject({ status: 500, code: "internal_error", message: "answered 500" });
+    expect(hits.get("/v1/loops/lp_0123456789abcdef01234567")).toBeGreaterThan(1);
+  });
+
+  it("a storage limit (507) is not retried: no retry can help", async () => {
+    const client = new Client(`${url}/storage`, { retryForMs: 5_000 });
+    await expect(client.getLoop("lp_0123456789abcdef01234567")).rejects.toMatchObject({ status: 507, code: "storage_limit" });
+    expect(hits.get("/storage/v1/loops/lp_0123456789abcdef01234567")).toBe(1);
+  });
+
+  it("only a coordinator that cannot be reached at all is 'cannot reach'", async () => {
+    const client = new Client(`http://127.0.0.1:${await freePort()}`, { retryForMs: 300 });
+    const error = await client.getLoop("lp_0123456789abcdef01234567").catch((caught: unknown) => caught);
+    expect(error).toBeInstanceOf(UserError);
+    expect((error as Error).message).toMatch(/cannot reach the coordinator/);
+  });
+});
