@@ -1,36 +1,95 @@
+import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { canonicalJson } from "../../shared/canonical-json.js";
+import { sha256Hex } from "../../shared/hash.js";
+import { Contract } from "../../shared/wire/contract.js";
 import { loopIdFor } from "../../worker/src/loops.js";
-import { call, createLoopBody, postJson, readLoopObject } from "./fixtures.js";
+import { call, candidateBody, createLoop, createLoopBody, loopObject, observationOf, postJson, readLoopObject } from "./fixtures.js";
 
-// A loop whose state no longer fits the Durable Object's row limit (2 MB) answers what happened — a
-// storage_limit refusal (507) — rather than a generic 500 the runner would retry for a minute; and a
-// creation that fails that way leaves nothing behind, not an object with tables but no loop.
+// DESIGN §4 invariant 9: no SQLite row grows with the loop. The state is the fold of the event rows, so
+// a long loop keeps working; a single value over SQLite's row limit (2 MB) is refused as storage_limit
+// (507, not retried) and leaves nothing behind.
 
-/** A t0 observation of `count` passing tests with realistic ids, all passing but one. */
-function bigBaseline(key: string, count: number) {
-  const body = createLoopBody(key, []);
-  const ids = Array.from({ length: count }, (_, index) => `tests/test_module_${index % 97}.py::TestClass::test_case_${index}[p]`);
+/** `count` realistic test ids. */
+const idsOf = (count: number) => Array.from({ length: count }, (_, index) => `tests/test_module_${index % 97}.py::TestClass::test_case_${index}[p]`);
+
+/** A creation body whose t0 ran `ids`, the first failing. */
+function baselineOf(key: string, ids: string[]) {
+  const body = createLoopBody(key, [], { stop: { max_iterations: 100_000, no_progress: 100_000 } });
   body.t0.observation.tests = { passing: ids.slice(1), failing: ids.slice(0, 1) };
   body.t0.observation.gates[0] = { ...body.t0.observation.gates[0], exit_code: 1 } as (typeof body.t0.observation.gates)[0];
   return body;
 }
 
-describe("storage limits", () => {
-  it("a creation the storage cannot hold is refused with storage_limit (507), and leaves nothing behind", async () => {
-    const body = bigBaseline("too-big", 15_000);
-    expect(JSON.stringify(body).length).toBeLessThan(1024 * 1024);
-    const refused = await postJson("/v1/loops", body);
-    expect(refused.status).toBe(507);
-    expect(((await refused.json()) as { error: { code: string; message: string } }).error).toMatchObject({
-      code: "storage_limit",
-      message: expect.stringContaining("nothing was recorded"),
-    });
-    const loopId = loopIdFor(body.idempotency_key);
-    expect((await call(`/v1/loops/${loopId}`)).status).toBe(404);
-    expect(await readLoopObject(loopId)).toMatchObject({ tables: [], events: 0, head: null });
+/** The largest value stored in any of the loop's tables, in bytes. */
+async function largestRow(loopId: string): Promise<number> {
+  return runInDurableObject(loopObject(loopId), (_instance, state) => {
+    const sql = state.storage.sql;
+    const sizes = [
+      sql.exec<{ n: number | null }>("SELECT MAX(LENGTH(body)) AS n FROM events").one().n,
+      sql.exec<{ n: number | null }>("SELECT MAX(LENGTH(item)) AS n FROM outbox").one().n,
+      sql.exec<{ n: number | null }>("SELECT MAX(LENGTH(value)) AS n FROM meta").one().n,
+    ];
+    return Math.max(...sizes.map((size) => size ?? 0));
+  });
+}
 
-    // The key is not half-used: a creation that fits succeeds under it.
-    const fits = { ...createLoopBody("too-big", ["parse.empty"]), idempotency_key: body.idempotency_key };
-    expect((await postJson("/v1/loops", fits)).status).toBe(201);
+describe("state at scale", () => {
+  it("a loop of a small suite keeps answering through 10,000 events, and its largest row stays small", async () => {
+    const loop = await createLoop("long", ["parse.empty"], { stop: { max_iterations: 100_000, no_progress: 100_000 } });
+    // Straight to the object's methods, as the routes call them: thousands of requests through HTTP
+    // would measure the test harness, not the storage.
+    const seq = await runInDurableObject(loopObject(loop.loop_id), async (instance) => {
+      let head = loop.head.seq;
+      for (let iteration = 1; head < 10_000; iteration++) {
+        const proposal = candidateBody(`long-${iteration}`) as Parameters<typeof instance.propose>[0]["proposal"];
+        const proposed = await instance.propose({ proposal, request_hash: sha256Hex(canonicalJson(proposal)) });
+        if (!proposed.ok) throw new Error(`propose refused: ${proposed.code}`);
+        const leased = await instance.lease({ runner_id: "runner-long" });
+        if (!leased.ok || !leased.lease) throw new Error("no lease");
+        const observation = observationOf(["parse.empty"]);
+        const reported = await instance.report({
+          lease_id: leased.lease.lease_id,
+          fencing_token: leased.lease.fencing_token,
+          observation,
+          request_hash: sha256Hex(canonicalJson({ fencing_token: leased.lease.fencing_token, observation })),
+        });
+        if (!reported.ok) throw new Error(`report ${iteration} refused: ${reported.code} ${reported.message}`);
+        head = reported.loop.head.seq;
+      }
+      return head;
+    });
+    expect(seq).toBeGreaterThanOrEqual(10_000);
+    const summary = (await (await call(`/v1/loops/${loop.loop_id}`)).json()) as { status: string; head: { seq: number } };
+    expect(summary).toMatchObject({ status: "running", head: { seq } });
+    expect(await largestRow(loop.loop_id)).toBeLessThan(256 * 1024);
+  }, 240_000);
+
+  it("a suite of 15,000 tests — the body cap's size — is created and reported on (one row held it three times before)", async () => {
+    const ids = idsOf(15_000);
+    const body = baselineOf("wide", ids);
+    expect(JSON.stringify(body).length).toBeLessThan(1024 * 1024);
+    const created = await postJson("/v1/loops", body);
+    expect(created.status).toBe(201);
+    const loopId = loopIdFor(body.idempotency_key);
+    for (let report = 1; report <= 3; report++) {
+      await postJson(`/v1/loops/${loopId}/candidates`, candidateBody(`wide-${report}`));
+      const lease = (await (await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "runner-wide" })).json()) as { lease_id: string; fencing_token: number };
+      const observation = { ...body.t0.observation, tests: { passing: ids.slice(1), failing: ids.slice(0, 1) } };
+      expect((await postJson(`/v1/leases/${lease.lease_id}/report`, { fencing_token: lease.fencing_token, observation })).status).toBe(200);
+    }
+  });
+
+  it("a value over the row limit is refused as storage_limit, and a creation refused so leaves nothing behind", async () => {
+    // Past the HTTP body cap, so straight to the object: what a larger event would meet.
+    const body = baselineOf("too-big", idsOf(40_000));
+    const contract = Contract.parse(body.contract);
+    const loopId = loopIdFor(body.idempotency_key);
+    const answer = await runInDurableObject(loopObject(loopId), (instance) =>
+      instance.create({ loop_id: loopId, request_hash: sha256Hex(canonicalJson(body)), contract, contract_hash: sha256Hex(canonicalJson(contract)), t0: body.t0 }),
+    );
+    expect(answer).toMatchObject({ ok: false, code: "storage_limit", message: expect.stringContaining("nothing was recorded") });
+    expect(await readLoopObject(loopId)).toMatchObject({ tables: [], events: 0, head: null });
+    expect((await call(`/v1/loops/${loopId}`)).status).toBe(404);
   });
 });

@@ -59,15 +59,15 @@ function proposeInput(key: string) {
 /** Reads the object's own tables synchronously, as one consistent picture. */
 function storedIn(sql: SqlStorage) {
   const events = sql.exec<{ seq: number; body: string; hash: string }>("SELECT seq, body, hash FROM events ORDER BY seq").toArray();
-  const snapshot = sql.exec<{ state: string; head_seq: number; head_hash: string }>("SELECT state, head_seq, head_hash FROM snapshot").toArray();
   const outbox = sql.exec<{ item: string }>("SELECT item FROM outbox ORDER BY id").toArray().map((row) => JSON.parse(row.item) as OutboxItem);
-  return { events, snapshot, outbox };
+  const tables = sql.exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_cf%' ESCAPE '\\' AND name NOT LIKE 'sqlite%' ORDER BY name").toArray().map((row) => row.name);
+  return { events, outbox, tables };
 }
 
 const POSTPONED = 3_600_000;
 
 describe("LoopObject storage", () => {
-  it("writes each decision's events, snapshot and outbox rows together, and the alarm drains the outbox into D1", async () => {
+  it("writes each decision's events and outbox rows together (no row holds the whole state), and the alarm drains the outbox into D1", async () => {
     const input = createInput("together", [A, B]);
     const stub = loopObject(input.loop_id);
 
@@ -79,10 +79,11 @@ describe("LoopObject storage", () => {
       return { created, stored };
     });
     expect(afterCreate.created).toMatchObject({ ok: true, created: true });
-    const { events, snapshot, outbox } = afterCreate.stored;
+    const { events, outbox, tables } = afterCreate.stored;
     expect(events.map((event) => event.seq)).toEqual([1]);
-    expect(snapshot).toEqual([{ state: expect.any(String), head_seq: 1, head_hash: events[0]?.hash }]);
-    expect((JSON.parse(snapshot[0]?.state ?? "{}") as LoopState).loop_id).toBe(input.loop_id);
+    // The state is the fold of the event rows: there is no snapshot row to outgrow SQLite's row limit.
+    expect(tables).toEqual(["_schema", "events", "meta", "outbox"]);
+    expect(afterCreate.created).toMatchObject({ loop: { loop_id: input.loop_id, head: { seq: 1, hash: events[0]?.hash } } });
     expect(outbox.map((item) => item.kind)).toEqual(["event", "loop"]);
     expect(outbox[1]).toMatchObject({ kind: "loop", row: { id: input.loop_id, headSeq: 1, headHash: events[0]?.hash, status: "running" } });
 
@@ -95,9 +96,9 @@ describe("LoopObject storage", () => {
     expect(afterPropose.proposed).toMatchObject({ ok: true, candidate: { candidate_id: "c1", status: "queued" } });
     const second = afterPropose.stored;
     expect(second.events.map((event) => event.seq)).toEqual([1, 2]);
-    expect(second.snapshot[0]).toMatchObject({ head_seq: 2, head_hash: second.events[1]?.hash });
+    expect(afterPropose.proposed).toMatchObject({ loop: { head: { seq: 2, hash: second.events[1]?.hash } } });
     expect(second.outbox.map((item) => item.kind)).toEqual(["event", "loop", "event", "candidate", "loop"]);
-    // The stored bodies are the exact bytes that were hashed: they chain to the snapshot's head.
+    // The stored bodies are the exact bytes that were hashed: they chain to the loop's head.
     expect(verifyChain(second.events.map((event) => JSON.parse(event.body) as Record<string, unknown>))).toEqual({
       ok: true,
       head: { seq: 2, hash: second.events[1]?.hash },
@@ -132,16 +133,16 @@ describe("LoopObject storage", () => {
         (error: unknown) => String(error),
       );
       const events = state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM events").one().n;
-      const snapshot = state.storage.sql.exec<{ head_seq: number }>("SELECT head_seq FROM snapshot").one().head_seq;
+      const lastSeq = state.storage.sql.exec<{ seq: number }>("SELECT MAX(seq) AS seq FROM events").one().seq;
       const summary = await instance.get();
       state.storage.sql.exec("CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, item TEXT NOT NULL)");
       const retried = await instance.propose(proposeInput("atomic"));
       const after = storedIn(state.storage.sql);
-      return { before, failure, events, snapshot, summary, retried, after };
+      return { before, failure, events, lastSeq, summary, retried, after };
     });
     expect(outcome.failure).toContain("outbox");
     expect(outcome.events).toBe(outcome.before.events.length);
-    expect(outcome.snapshot).toBe(outcome.before.snapshot[0]?.head_seq);
+    expect(outcome.lastSeq).toBe(outcome.before.events.at(-1)?.seq);
     expect(outcome.summary).toMatchObject({ ok: true, loop: { head: { seq: 1, hash: outcome.before.events[0]?.hash } } });
     // Memory did not run ahead of storage: the retry is the first candidate, not a replay or a c2.
     expect(outcome.retried).toMatchObject({ ok: true, replayed: false, candidate: { candidate_id: "c1" } });

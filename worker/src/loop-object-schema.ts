@@ -16,4 +16,7 @@ export const LOOP_OBJECT_MIGRATIONS: readonly string[] = [
    );
    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
    CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, item TEXT NOT NULL);`,
+  // The state is a fold over the events, refolded when the object wakes (linear in the log): one row
+  // holding the whole state grew with the loop until SQLite's 2 MB row limit stopped it for good.
+  `DROP TABLE snapshot;`,
 ];
