@@ -141,31 +141,43 @@ export function testSetsOf(contract: Contract, observation: Observation): TestSe
 /** The id the baseline carries wherever a candidate id is expected (e.g. as a parent). */
 export const BASELINE_ID = "t0";
 
+/** The containers of a state that a fold writes in place. */
+type Container = "candidates" | "candidate_order" | "idempotency" | "lease_index" | "regressions_since_promotion";
+
+/** For each state a fold owns, the containers it has already copied (and so may write). */
+const OWNED = new WeakMap<LoopState, Set<unknown>>();
+
 /**
- * Replaces a candidate in a state being folded (its containers are the fold's own, see `writable`): the
- * candidate object is new, the map is written in place.
+ * A shallow copy of a state for a fold to write: its containers (candidates, their order, the
+ * idempotency and lease indexes, the regression list) are copied on the fold's first write to each
+ * (`own`), then written in place. One copy per container per fold, not per event, so folding a long log
+ * is linear in its length, and an event copies only what it changes. Candidates themselves are never
+ * written, only replaced.
  */
+function writable(state: LoopState): LoopState {
+  const copy = { ...state };
+  OWNED.set(copy, new Set());
+  return copy;
+}
+
+/** A container of a state being folded, copied on first write so the state the fold began from is never written. */
+function own<K extends Container>(state: LoopState, key: K): LoopState[K] {
+  const owned = OWNED.get(state);
+  if (!owned) throw new Error("internal: a fold wrote a state it does not own");
+  const container = state[key];
+  if (owned.has(container)) return container;
+  const copy = (Array.isArray(container) ? [...container] : { ...container }) as LoopState[K];
+  state[key] = copy;
+  owned.add(copy);
+  return copy;
+}
+
+/** Replaces a candidate in a state being folded: the candidate object is new, the map (the fold's own) written in place. */
 function updateCandidate(state: LoopState, id: string, change: Partial<CandidateState>): LoopState {
   const candidate = state.candidates[id];
   if (!candidate) throw new Error(`event refers to unknown candidate ${id}`);
-  state.candidates[id] = { ...candidate, ...change };
+  own(state, "candidates")[id] = { ...candidate, ...change };
   return state;
-}
-
-/**
- * A copy of a state whose containers (candidates, their order, the idempotency and lease indexes, the
- * regression list) the fold may write in place: one copy per fold, not one per event, so folding a
- * long log is linear in its length. Candidates themselves are never written, only replaced.
- */
-function writable(state: LoopState): LoopState {
-  return {
-    ...state,
-    candidates: { ...state.candidates },
-    candidate_order: [...state.candidate_order],
-    idempotency: { ...state.idempotency },
-    lease_index: { ...state.lease_index },
-    regressions_since_promotion: [...state.regressions_since_promotion],
-  };
 }
 
 /**
@@ -177,7 +189,7 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
   return applyInPlace(state === null ? null : writable(state), event);
 }
 
-/** `applyEvent` on a state the caller owns (from `writable`), writing its containers in place. */
+/** `applyEvent` on a state a fold owns (from `writable`), writing its containers in place. */
 function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
   if (event.type === "loop_created") {
     if (state) throw new Error("loop_created may only be the first event");
@@ -188,7 +200,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       ...testSetsOf(data.contract, data.t0.observation),
       metric: median(data.t0.observation.samples?.candidate ?? []),
     };
-    return {
+    const created: LoopState = {
       loop_id: data.loop_id,
       contract: data.contract,
       contract_hash: data.contract_hash,
@@ -209,6 +221,9 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       halt: null,
       halted_at: null,
     };
+    // Its containers are new: the fold owns them from the start.
+    OWNED.set(created, new Set([created.candidates, created.candidate_order, created.idempotency, created.lease_index, created.regressions_since_promotion]));
+    return created;
   }
   if (!state) throw new Error(`${event.type} before loop_created`);
 
@@ -232,9 +247,9 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
         verdict: null,
         pending: null,
       };
-      state.candidates[data.candidate_id] = candidate;
-      state.candidate_order.push(data.candidate_id);
-      state.idempotency[data.idempotency_key] = data.candidate_id;
+      own(state, "candidates")[data.candidate_id] = candidate;
+      own(state, "candidate_order").push(data.candidate_id);
+      own(state, "idempotency")[data.idempotency_key] = data.candidate_id;
       state.cost_usd += data.agent_report?.cost?.usd ?? 0;
       return state;
     }
@@ -247,7 +262,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
         expires_at: data.expires_at,
       };
       updateCandidate(state, data.candidate_id, { status: "leased", lease });
-      state.lease_index[data.lease_id] = data.candidate_id;
+      own(state, "lease_index")[data.lease_id] = data.candidate_id;
       state.fencing_counter = Math.max(state.fencing_counter, data.fencing_token);
       return state;
     }
@@ -290,12 +305,14 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       } else if (verdict.reason === "regressed" && candidate.report) {
         const stillFailing = new Set(candidate.report.tests.failing);
         const fixed = next.best.failing.filter((id) => !stillFailing.has(id) && !id.startsWith("gate:"));
-        next.regressions_since_promotion.push({ candidate_id: candidate.candidate_id, fixed, broken: verdict.regressed.filter((id) => !id.startsWith("gate:")) });
+        own(next, "regressions_since_promotion").push({ candidate_id: candidate.candidate_id, fixed, broken: verdict.regressed.filter((id) => !id.startsWith("gate:")) });
       }
       return next;
     }
     case "halted":
-      return { ...state, halt: event.data, halted_at: event.at };
+      state.halt = event.data;
+      state.halted_at = event.at;
+      return state;
   }
 }
 

@@ -1,0 +1,142 @@
+// `npm run bench:scale`: how the coordinator's cost grows with the suite and with the loop (DESIGN §4
+// invariant 9), measured against a local coordinator on a fresh state directory, and written to
+// bench/results/scale.md. Prints figures; asserts nothing (timings on shared machines are noisy; compare
+// runs of one machine). Goals (the state-at-scale issue): report p50 flat within 2× from event 10 to
+// event 10,000; a 100,000-id report's p99 under 250 ms; a fold of 10,000 events under 200 ms.
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { Client, CoordinatorError } from "../runner/src/client.js";
+import { startLocalCoordinator } from "../runner/src/local-coordinator.js";
+import { foldEvents, LoopEvent } from "../shared/engine/index.js";
+import { sha256Hex } from "../shared/hash.js";
+import { Contract } from "../shared/wire/contract.js";
+import type { Observation } from "../shared/wire/observation.js";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+const SUITES = [10, 1_000, 10_000, 100_000];
+const REPORTS_PER_SUITE = 20;
+const EVENT_MARKS = [10, 1_000, 10_000];
+
+const at = (sorted: number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? Number.NaN;
+const ms = (value: number) => `${value.toFixed(1)} ms`;
+const idsOf = (count: number) => Array.from({ length: count }, (_, index) => `tests/test_module_${index % 97}.py::TestClass::test_case_${index}[p]`);
+
+/** An observation of `ids`, the first `failing` of them failing. */
+function observationOf(ids: string[], failing: number): Observation {
+  return {
+    gates: [{ name: "unit", exit_code: failing > 0 ? 1 : 0, signal: null, timed_out: false, duration_ms: 5, log: null }],
+    tests: { passing: ids.slice(failing), failing: ids.slice(0, failing) },
+  };
+}
+
+const contract = Contract.parse({
+  name: "scale",
+  mode: "check_fixpoint",
+  gates: [{ name: "unit", run: "true", tests: { junit: "out/junit.xml" } }],
+  agent: { run: "true" },
+  stop: { max_iterations: 100_000, no_progress: 100_000 },
+});
+
+/** Proposes a candidate, leases it and reports `observation`; answers the report's round trip in ms and the events it left. */
+async function iterate(client: Client, loopId: string, key: string, observation: Observation): Promise<{ reportMs: number; head: number }> {
+  await client.proposeCandidate(loopId, {
+    idempotency_key: `bench-${key}`,
+    commit: sha256Hex(key).slice(0, 40),
+    diff_sha256: sha256Hex(`diff ${key}`),
+    empty: false,
+    proposer: { kind: "command", command: "true" },
+    agent: { exit_code: 0, timed_out: false, duration_ms: 1 },
+  });
+  const lease = await client.leaseJob(loopId, { runner_id: "bench" });
+  if (!lease) throw new Error("no lease");
+  const started = performance.now();
+  const answer = await client.report(lease.lease_id, { fencing_token: lease.fencing_token, observation });
+  return { reportMs: performance.now() - started, head: answer.loop.head.seq };
+}
+
+const stateDir = mkdtempSync(path.join(os.tmpdir(), "lw-bench-scale-"));
+const coordinator = await startLocalCoordinator({ stateDir });
+const client = new Client(coordinator.url, { retryForMs: 0 });
+const lines: string[] = [];
+const say = (line = "") => {
+  lines.push(line);
+  console.log(line);
+};
+/** Bytes of a loop's stored event log: what each iteration adds to the loop's storage, in rows. */
+const logBytes = async (loopId: string) => (await client.eventLines(loopId)).reduce((total, line) => total + Buffer.byteLength(line), 0);
+
+try {
+  say("# Coordinator cost at scale");
+  say();
+  say(`\`npm run bench:scale\`, ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${os.cpus().length} cores; local coordinator (Miniflare), fresh state.`);
+  say();
+  say("## Report round trip by suite size");
+  say();
+  say(`${REPORTS_PER_SUITE} reports of a loop whose every report carries all test ids (as this version sends them).`);
+  say();
+  say("| test ids | report body | p50 | p99 | event log per iteration |");
+  say("|---:|---:|---:|---:|---:|");
+  for (const size of SUITES) {
+    const ids = idsOf(size);
+    const t0 = observationOf(ids, 1);
+    const body = JSON.stringify({ fencing_token: 1, observation: t0 }).length;
+    try {
+      const created = await client.createLoop({ idempotency_key: `bench-suite-${size}`, contract, t0: { commit: "0".repeat(40), observation: t0 } });
+      const before = await logBytes(created.loop.loop_id);
+      const times: number[] = [];
+      for (let report = 0; report < REPORTS_PER_SUITE; report++) {
+        times.push((await iterate(client, created.loop.loop_id, `suite-${size}-${report}`, observationOf(ids, 1))).reportMs);
+      }
+      const perIteration = ((await logBytes(created.loop.loop_id)) - before) / REPORTS_PER_SUITE;
+      times.sort((a, b) => a - b);
+      say(`| ${size.toLocaleString("en")} | ${(body / 1024).toFixed(0)} KiB | ${ms(at(times, 0.5))} | ${ms(at(times, 0.99))} | ${(perIteration / 1024).toFixed(0)} KiB |`);
+    } catch (error) {
+      const why = error instanceof CoordinatorError ? `refused: ${error.code} (HTTP ${error.status})` : (error as Error).message.split("\n")[0];
+      say(`| ${size.toLocaleString("en")} | ${(body / 1024).toFixed(0)} KiB | — | — | ${why} |`);
+    }
+  }
+
+  say();
+  say("## Report round trip as the loop grows");
+  say();
+  say("One loop of a 10-test suite; each iteration is 4 events (proposal, lease, report, verdict). p50/p99 of the 20 reports before each mark.");
+  say();
+  say("| events in the loop | p50 | p99 |");
+  say("|---:|---:|---:|");
+  const ids = idsOf(10);
+  const created = await client.createLoop({ idempotency_key: "bench-long", contract, t0: { commit: "0".repeat(40), observation: observationOf(ids, 1) } });
+  const loopId = created.loop.loop_id;
+  let head = created.loop.head.seq;
+  let window: number[] = [];
+  let iteration = 0;
+  for (const mark of EVENT_MARKS) {
+    while (head < mark) {
+      const result = await iterate(client, loopId, `long-${iteration++}`, observationOf(ids, 1));
+      head = result.head;
+      window.push(result.reportMs);
+      if (window.length > 20) window = window.slice(-20);
+    }
+    const sorted = [...window].sort((a, b) => a - b);
+    say(`| ${head.toLocaleString("en")} | ${ms(at(sorted, 0.5))} | ${ms(at(sorted, 0.99))} |`);
+  }
+
+  say();
+  say("## Folding the log");
+  say();
+  const events = (await client.eventLines(loopId)).map((line) => LoopEvent.parse(JSON.parse(line)));
+  const folds: number[] = [];
+  for (let run = 0; run < 5; run++) {
+    const started = performance.now();
+    foldEvents(events);
+    folds.push(performance.now() - started);
+  }
+  folds.sort((a, b) => a - b);
+  say(`Folding that loop's ${events.length.toLocaleString("en")} events (median of 5): ${ms(at(folds, 0.5))}.`);
+} finally {
+  await coordinator.stop();
+  rmSync(stateDir, { recursive: true, force: true });
+}
+writeFileSync(path.join(root, "bench", "results", "scale.md"), `${lines.join("\n")}\n`);
+console.log("\nwritten to bench/results/scale.md");
