@@ -1,5 +1,11 @@
 const UNIT_MS = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
 
+/**
+ * The longest time limit a command may have: 2^31 − 1 ms (about 24.8 days), the most a timer can wait.
+ * Node runs a longer timer after 1 ms, which would kill every gate at once.
+ */
+export const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+
 /** Parses a duration like `90s`, `10m`, `1h30m`, `500ms`; returns milliseconds, or null when malformed. */
 export function parseDuration(text: string): number | null {
   const trimmed = text.trim();

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { parseDuration } from "../duration.js";
+import { MAX_TIMEOUT_MS, parseDuration } from "../duration.js";
 
 // The loop contract (`loop.yaml`, DESIGN §5). Every object is strict, so an unknown or misspelt key is
 // an error naming its path, never silently ignored. Messages say how to fix the value; the runner
@@ -8,6 +8,11 @@ import { parseDuration } from "../duration.js";
 /** A duration string such as `90s`, `10m` or `1h30m`. */
 export const Duration = z.string().refine((text) => parseDuration(text) !== null, {
   message: "is not a duration; use a number with a unit, e.g. 90s, 10m, 1h30m",
+});
+
+/** A command's time limit: a duration a timer can hold (at most 24 days; longer ones would fire at once). */
+export const Timeout = Duration.refine((text) => (parseDuration(text) ?? 0) <= MAX_TIMEOUT_MS, {
+  message: `is longer than a time limit can be (${Math.floor(MAX_TIMEOUT_MS / 86_400_000)} days: a timer holds at most 2^31-1 ms); use a shorter timeout`,
 });
 
 /** A percentage such as `2%` or `0.5%`, as a string. */
@@ -52,7 +57,7 @@ const Command = z.string().min(1, "is empty: put the command to run here").max(4
 export const Gate = z.strictObject({
   name: GateName,
   run: Command,
-  timeout: Duration.default("10m"),
+  timeout: Timeout.default("10m"),
   tests: TestReportSource.optional(),
   soft: SoftThreshold.optional(),
 });
@@ -79,7 +84,7 @@ export const MetricSpec = z
       .refine((samples) => samples.min <= samples.max, { message: "min must not exceed max" })
       .default({ min: 5, max: 40 }),
     target: z.number().finite().optional(),
-    timeout: Duration.default("10m"),
+    timeout: Timeout.default("10m"),
   });
 
 /** A secondary metric: tracked as a guardrail, never optimised. */
@@ -107,7 +112,7 @@ export const StopConditions = z.strictObject({
 /** The agent command and its time limit. */
 export const AgentSpec = z.strictObject({
   run: Command,
-  timeout: Duration.default("20m"),
+  timeout: Timeout.default("20m"),
 });
 
 /** A task of a task_list loop: done only when its own check passes. */

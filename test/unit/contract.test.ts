@@ -36,6 +36,18 @@ describe("Contract", () => {
     expect(issuesOf(input)).toEqual([expect.objectContaining({ path, message: expect.stringContaining("e.g. 90s, 10m") })]);
   });
 
+  it.each([
+    ["gates[0].timeout", { ...minimal, gates: [{ name: "unit", run: "npm test", timeout: "25d" }] }, ["gates", 0, "timeout"]],
+    ["agent.timeout", { ...minimal, agent: { run: "x", timeout: "24d20h32m" } }, ["agent", "timeout"]],
+  ])("refuses a time limit no timer can hold (past 2^31-1 ms, it would fire at once) at %s", (_where, input, path) => {
+    expect(issuesOf(input)).toEqual([expect.objectContaining({ path, message: expect.stringContaining("longer than a time limit can be (24 days") })]);
+  });
+
+  it("accepts a time limit up to the longest a timer holds; a wall-time budget may be longer (it is no timer)", () => {
+    expect(Contract.safeParse({ ...minimal, gates: [{ name: "unit", run: "npm test", timeout: "24d20h31m" }] }).success).toBe(true);
+    expect(Contract.safeParse({ ...minimal, stop: { budget: { wall: "60d" } } }).success).toBe(true);
+  });
+
   it("refuses two gates with the same name, pointing at the second", () => {
     const input = { ...minimal, gates: [{ name: "unit", run: "a" }, { name: "lint", run: "b" }, { name: "unit", run: "c" }] };
     expect(issuesOf(input)).toEqual([
