@@ -10,10 +10,12 @@ import { ProposeCandidateRequest, type Lease, type LoopSummary } from "../../sha
 import type { Observation } from "../../shared/wire/observation.js";
 import { CoordinatorError, type Client } from "./client.js";
 import { connect, type Connection, type ServerOptions } from "./connect.js";
-import { contractDifferences, contractFileOf, loadContractFile, validateContract, type LoadedContract } from "./contract-file.js";
+import { contractDifferences, contractFileOf, contractHash, loadContractFile, validateContract, type LoadedContract } from "./contract-file.js";
 import { UserError } from "./errors.js";
 import { removeStaleClones, withClone } from "./clone.js";
-import { evaluateIn, hardGatesPassed, uploadLogs, type EvaluationOptions } from "./evaluate.js";
+import { evaluateIn, hardGatesPassed, uploadLogs, type Evaluation, type EvaluationOptions } from "./evaluate.js";
+import { faultPoint } from "./fault.js";
+import { clearPendingCreate, loadPendingCreate, savePendingCreate } from "./pending-create.js";
 import { sampleAlone, samplePairs, type PairedSamples } from "./sampling.js";
 import {
   currentBranch,
@@ -169,6 +171,28 @@ async function refuseCandidateBaseline(repo: string): Promise<void> {
   );
 }
 
+/** Measures t0 (DESIGN §2): the gates, the guard readings and, in optimize mode, the metric, in a clean clone of `commit`. */
+async function measureBaseline(repo: string, commit: string, loaded: LoadedContract, mode: OutputMode): Promise<Evaluation> {
+  progress(mode, `capturing the baseline at ${short(commit)}: running ${loaded.contract.gates.length} gate(s) in a clean clone…`);
+  liveStatus(mode, "baseline: running gates");
+  return withClone(repo, commit, "t0", async (clone) => {
+    const evaluation = await evaluateIn(clone, {
+      contract: loaded.contract,
+      guards: { contractFile: contractFileOf(loaded) },
+      onNote: (text) => progress(mode, `baseline: ${text}`),
+    });
+    const metric = loaded.contract.metric;
+    if (metric) {
+      // The baseline's own readings: what the first comparison's best-so-far is measured against.
+      progress(mode, `baseline: measuring ${metric.name} ${metric.samples.min} times…`);
+      evaluation.observation.samples = hardGatesPassed(loaded.contract, evaluation)
+        ? await sampleAlone(clone, loaded.contract, metric.samples.min)
+        : { best: [], candidate: [], error: "a hard gate failed at t0: the metric was not measured" };
+    }
+    return evaluation;
+  });
+}
+
 /**
  * Opens the repository's loop for its contract (DESIGN §6.6). The loop recorded for the contract in
  * `.loopwarden/state.json` is resumed whatever the flags when it is running (flags that would change
@@ -227,31 +251,27 @@ export async function openSession(
     await refuseCandidateBaseline(repo);
     const startedFrom = await currentBranch(repo);
     const t0Commit = await headCommit(repo);
-    progress(mode, `capturing the baseline at ${short(t0Commit)}: running ${loaded.contract.gates.length} gate(s) in a clean clone…`);
-    liveStatus(mode, "baseline: running gates");
-    const baseline = await withClone(repo, t0Commit, "t0", async (clone) => {
-      const evaluation = await evaluateIn(clone, {
-        contract: loaded.contract,
-        guards: { contractFile: contractFileOf(loaded) },
-        onNote: (text) => progress(mode, `baseline: ${text}`),
-      });
-      const metric = loaded.contract.metric;
-      if (metric) {
-        // The baseline's own readings: what the first comparison's best-so-far is measured against.
-        progress(mode, `baseline: measuring ${metric.name} ${metric.samples.min} times…`);
-        evaluation.observation.samples = hardGatesPassed(loaded.contract, evaluation)
-          ? await sampleAlone(clone, loaded.contract, metric.samples.min)
-          : { best: [], candidate: [], error: "a hard gate failed at t0: the metric was not measured" };
-      }
-      return evaluation;
-    });
-    const created = await connection.client.createLoop({
-      idempotency_key: `run-${randomBytes(16).toString("hex")}`,
-      contract: loaded.contract,
-      t0: { commit: t0Commit, observation: baseline.observation },
-    });
+    // A creation an interrupted runner left in flight is finished with its very request (DESIGN §6.6):
+    // the coordinator answers the loop it may already have created, rather than a second one.
+    let pending = await loadPendingCreate(repo, source);
+    if (pending && (contractHash(pending.request.contract) !== loaded.hash || pending.request.t0.commit !== t0Commit)) {
+      progress(mode, "an interrupted loop creation no longer matches the contract or HEAD: measuring a new baseline");
+      pending = null;
+    }
+    if (pending) {
+      progress(mode, `finishing the interrupted creation of a loop (baseline at ${short(t0Commit)}, already measured)`);
+    } else {
+      const baseline = await measureBaseline(repo, t0Commit, loaded, mode);
+      pending = {
+        request: { idempotency_key: `run-${randomBytes(16).toString("hex")}`, contract: loaded.contract, t0: { commit: t0Commit, observation: baseline.observation } },
+        logs: baseline.logs,
+      };
+      await savePendingCreate(repo, source, pending);
+    }
+    const created = await connection.client.createLoop(pending.request);
     const loop = created.loop;
-    await uploadLogs(connection.client, loop.loop_id, baseline.logs);
+    await uploadLogs(connection.client, loop.loop_id, pending.logs);
+    faultPoint("loop-created");
     const workspace: WorkspaceState = {
       loop_id: loop.loop_id,
       server: connection.local ? null : connection.url,
@@ -262,6 +282,7 @@ export async function openSession(
       runner_id: newRunnerId(),
     };
     await saveWorkspaceState(repo, source, workspace);
+    await clearPendingCreate(repo, source);
     progress(mode, `loop ${loop.loop_id} (contract ${loaded.source}): the baseline has ${loop.t0.failing} failing test(s)`);
     return { repo, loaded, connection, client: connection.client, mode, workspace, loop, resumed: false };
   } catch (error) {

@@ -1,0 +1,12 @@
+// Fault injection for crash tests (DESIGN §4: a crash at any point loses nothing). With
+// LOOPWARDEN_FAULT=<point> in the runner's own environment, the runner kills itself with SIGKILL when it
+// reaches that point, exactly as a crash would: no cleanup, no shutdown handlers. Agents and gates run
+// with their own environments and cannot set it for the runner.
+
+/** The points a test can crash the runner at. */
+export type FaultPoint = "loop-created";
+
+/** Crashes the process here when LOOPWARDEN_FAULT names this point; does nothing otherwise. */
+export function faultPoint(point: FaultPoint): void {
+  if (process.env.LOOPWARDEN_FAULT === point) process.kill(process.pid, "SIGKILL");
+}
