@@ -34,6 +34,7 @@ import {
 } from "./git.js";
 import { liveStatus, paint, progress, type OutputMode } from "./output.js";
 import { contractSourceOf, FLAGS_SOURCE, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
+import { formatList } from "../../shared/format-list.js";
 
 // What `run` and `step` share: finding the contract, creating or resuming the loop, committing a
 // candidate, having it evaluated and applying the coordinator's verdict to the working tree.
@@ -105,7 +106,7 @@ function newRunnerId(): string {
 }
 
 function describeDirty(dirty: string[]): string {
-  return dirty.slice(0, 5).join(", ") + (dirty.length > 5 ? ` and ${dirty.length - 5} more` : "");
+  return formatList(dirty);
 }
 
 /** The contract flags given, by flag, and the pinned contract with their values put in (flag-only mode's mapping). */

@@ -6,6 +6,7 @@ import { exitCodeFor, type HaltReason } from "./halt-reasons.js";
 import { checkGuards } from "./guards.js";
 import { compareSamples } from "./statistics.js";
 import { applyEvent, median, testSetsOf, type LoopState } from "./state.js";
+import { formatList } from "../format-list.js";
 
 function halt(reason: HaltReason, detail: string, extra: { still_improving?: boolean } = {}): Halt {
   return { halt_reason: reason, exit_class: exitCodeFor(reason), detail, ...extra };
@@ -46,8 +47,7 @@ function decideCheckFixpoint(state: LoopState, candidateId: string, observation:
   const before = state.best.failing.length;
   const base = { candidate_id: candidateId, failing_before: before, failing_after: failing.length, regressed };
   if (regressed.length > 0) {
-    const shown = regressed.slice(0, 5).join(", ") + (regressed.length > 5 ? ` and ${regressed.length - 5} more` : "");
-    return { ...base, decision: "rejected", reason: "regressed", detail: `broke ${regressed.length} passing test(s): ${shown}` };
+    return { ...base, decision: "rejected", reason: "regressed", detail: `broke ${regressed.length} passing test(s): ${formatList(regressed)}` };
   }
   if (failing.length < before) {
     return { ...base, decision: "promoted", reason: "fewer_failures", detail: describeFailingChange(state.best.failing, failing) };
@@ -124,8 +124,7 @@ function decideOptimize(state: LoopState, candidateId: string, observation: Obse
   const regressed = [...new Set([...state.t0.passing, ...state.best.passing])].filter((id) => !nowPassing.has(id)).sort();
   const base = { candidate_id: candidateId, failing_before: state.best.failing.length, failing_after: failing.length, regressed };
   if (regressed.length > 0) {
-    const shown = regressed.slice(0, 5).join(", ") + (regressed.length > 5 ? ` and ${regressed.length - 5} more` : "");
-    return { ...base, decision: "rejected", reason: "regressed", detail: `broke ${regressed.length} passing test(s): ${shown}` };
+    return { ...base, decision: "rejected", reason: "regressed", detail: `broke ${regressed.length} passing test(s): ${formatList(regressed)}` };
   }
   const samples = observation.samples;
   const pairs = samples?.best.length ?? 0;

@@ -1,6 +1,7 @@
 import type { Contract } from "../wire/contract.js";
 import type { GuardReadings, Observation } from "../wire/observation.js";
 import type { HaltReason } from "./halt-reasons.js";
+import { formatList } from "../format-list.js";
 
 // Guards (DESIGN §6.4), checked against t0 before any success or promotion can fire (invariant 2).
 // The runner measures (file hashes, collected tests, coverage, the contract file); the engine compares.
@@ -89,10 +90,6 @@ export function collectedTests(observation: Observation): string[] {
   return [...new Set([...passing, ...failing, ...skipped])].filter((id) => !isDerivedTestId(id)).sort();
 }
 
-function listed(items: string[], limit = 5): string {
-  return items.slice(0, limit).join(", ") + (items.length > limit ? ` and ${items.length - limit} more` : "");
-}
-
 function protectedChanges(before: GuardReadings, after: GuardReadings): string | null {
   const modified: string[] = [];
   const deleted: string[] = [];
@@ -103,9 +100,9 @@ function protectedChanges(before: GuardReadings, after: GuardReadings): string |
   }
   const added = Object.keys(after.protected_files).filter((file) => before.protected_files[file] === undefined);
   const parts = [
-    modified.length ? `modified ${listed(modified.sort())}` : "",
-    deleted.length ? `deleted ${listed(deleted.sort())}` : "",
-    added.length ? `added ${listed(added.sort())}` : "",
+    modified.length ? `modified ${formatList(modified.sort())}` : "",
+    deleted.length ? `deleted ${formatList(deleted.sort())}` : "",
+    added.length ? `added ${formatList(added.sort())}` : "",
   ].filter(Boolean);
   return parts.length ? `protected files changed: ${parts.join("; ")}` : null;
 }
@@ -145,9 +142,9 @@ function shrunkTestSet(t0: BaselineGuards, observation: Observation): string | n
     else if (!t0Skipped.has(id)) nowSkipped.push(id);
   }
   if (nowSkipped.length > 0) {
-    return `${nowSkipped.length} test(s) that t0 ran are skipped now (a skipped test is never a fix): ${listed(nowSkipped)}`;
+    return `${nowSkipped.length} test(s) that t0 ran are skipped now (a skipped test is never a fix): ${formatList(nowSkipped)}`;
   }
-  if (missing.length > 0) return `${missing.length} collected test(s) disappeared: ${listed(missing)}`;
+  if (missing.length > 0) return `${missing.length} collected test(s) disappeared: ${formatList(missing)}`;
   const collectedNow = new Set([...ranNow, ...skippedNow].filter((id) => !isDerivedTestId(id))).size;
   if (collectedNow < t0.collected.length) return `the collected test count dropped from ${t0.collected.length} to ${collectedNow}`;
   return null;

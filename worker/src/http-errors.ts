@@ -3,6 +3,7 @@ import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { ZodError } from "zod";
 import type { ErrorBody } from "../../shared/wire/api.js";
+import type { Refusal } from "./loop-object.js";
 
 /** A 4xx with a stable machine-readable code, answered as the JSON error envelope (DESIGN §8). */
 export class ApiError extends HTTPException {
@@ -24,8 +25,8 @@ export function issuesOf(error: ZodError): NonNullable<ErrorBody["error"]["issue
   }));
 }
 
-/** HTTP status of each expected refusal the LoopObject returns. */
-const REFUSAL_STATUS: Record<string, ContentfulStatusCode> = {
+/** HTTP status of each expected refusal the LoopObject returns: every code has one (the compiler checks). */
+const REFUSAL_STATUS: Record<Refusal["code"], ContentfulStatusCode> = {
   not_found: 404,
   lease_not_found: 404,
   contract_unsupported: 422,
@@ -39,8 +40,8 @@ const REFUSAL_STATUS: Record<string, ContentfulStatusCode> = {
 };
 
 /** The ApiError for a refusal returned by the LoopObject. */
-export function refusalError(refusal: { code: string; message: string }): ApiError {
-  return new ApiError(REFUSAL_STATUS[refusal.code] ?? 409, refusal.code, refusal.message);
+export function refusalError(refusal: Pick<Refusal, "code" | "message">): ApiError {
+  return new ApiError(REFUSAL_STATUS[refusal.code], refusal.code, refusal.message);
 }
 
 function envelope(code: string, message: string, issues?: ErrorBody["error"]["issues"]): ErrorBody {

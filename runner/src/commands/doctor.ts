@@ -15,6 +15,7 @@ import type { LoadedContract } from "../contract-file.js";
 import { emitResult, liveStatus, paint, progress, type OutputMode } from "../output.js";
 import { resolveContract } from "../session.js";
 import { formatRate, probeCommit, probeRuns } from "./probe.js";
+import { formatList } from "../../../shared/format-list.js";
 
 // `loopwarden doctor` (DESIGN §13, §6.5): is this repository ready for a loop? Each check prints one
 // line `ok|warn|fail|skip <check>: <detail>`; the exit code is the worst finding.
@@ -58,7 +59,6 @@ function worse(a: number, b: number): number {
 }
 
 const short = (commit: string) => commit.slice(0, 10);
-const list = (items: string[], max = 5) => items.slice(0, max).join(", ") + (items.length > max ? ` and ${items.length - max} more` : "");
 const outcomeWord = (outcome: TestOutcome) => (outcome === "missing" ? "not reported" : outcome);
 
 /** A flipping test in a few words: its runs that went against the consensus, e.g. `gate:unit (failed in runs 2, 5)`. */
@@ -125,7 +125,7 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
       report({
         check: "contract",
         status: "ok",
-        detail: `${loaded.source}: ${loaded.contract.mode}, ${gates.length} gate(s) (${list(gates)}), hash ${loaded.hash.slice(0, 12)}`,
+        detail: `${loaded.source}: ${loaded.contract.mode}, ${gates.length} gate(s) (${formatList(gates)}), hash ${loaded.hash.slice(0, 12)}`,
       });
     } catch (error) {
       if (!(error instanceof UserError)) throw error;
@@ -152,7 +152,7 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
     report(
       dirty.length === 0
         ? { check: "working tree", status: "ok", detail: "clean" }
-        : { check: "working tree", status: "warn", detail: `${dirty.length} uncommitted path(s) (${list(dirty)}); doctor checks HEAD (${short(head)}) as committed, and \`run\` refuses a dirty tree` },
+        : { check: "working tree", status: "warn", detail: `${dirty.length} uncommitted path(s) (${formatList(dirty)}); doctor checks HEAD (${short(head)}) as committed, and \`run\` refuses a dirty tree` },
     );
   } else {
     report({ check: "working tree", status: "skip", detail: "needs a repository with a commit" });
@@ -186,7 +186,7 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
           check: "determinism",
           status: "fail",
           halt_reason: "check_flaky",
-          detail: `${probe.failures} of ${runs} run(s) in fresh clones disagree; flipping: ${list(probe.flipping.map(deviationsOf))} (logs in ${path.relative(options.cwd, path.join(logsRoot, "determinism"))})`,
+          detail: `${probe.failures} of ${runs} run(s) in fresh clones disagree; flipping: ${formatList(probe.flipping.map(deviationsOf))} (logs in ${path.relative(options.cwd, path.join(logsRoot, "determinism"))})`,
         },
         exitCodeFor("check_flaky"),
       );
@@ -215,9 +215,9 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
           status: "fail",
           halt_reason: "check_has_side_effects",
           detail:
-            `a rerun in the same clone changes ${list(rerun.map((change) => `${change.id} (${outcomeWord(change.before)} → ${outcomeWord(change.after)})`))}: ` +
+            `a rerun in the same clone changes ${formatList(rerun.map((change) => `${change.id} (${outcomeWord(change.before)} → ${outcomeWord(change.after)})`))}: ` +
             "the gates leave state behind (files in the tree, caches) that changes their next run; make each run start from scratch" +
-            (alsoFlaky.length > 0 ? ` (${list(alsoFlaky)} also flipped across fresh clones, so this may be flakiness)` : ""),
+            (alsoFlaky.length > 0 ? ` (${formatList(alsoFlaky)} also flipped across fresh clones, so this may be flakiness)` : ""),
         },
         exitCodeFor("check_has_side_effects"),
       );
@@ -255,12 +255,12 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
             check: "adequacy",
             status: "fail",
             halt_reason: "check_inadequate",
-            detail: `after \`${mutate}\` (changed ${list(outcome.changed)}) nothing that passes at HEAD fails: the gates would accept this broken change`,
+            detail: `after \`${mutate}\` (changed ${formatList(outcome.changed)}) nothing that passes at HEAD fails: the gates would accept this broken change`,
           },
           exitCodeFor("check_inadequate"),
         );
       } else {
-        report({ check: "adequacy", status: "ok", detail: `after \`${mutate}\` (changed ${list(outcome.changed)}) the gates catch it: ${list(outcome.caught)}` });
+        report({ check: "adequacy", status: "ok", detail: `after \`${mutate}\` (changed ${formatList(outcome.changed)}) the gates catch it: ${formatList(outcome.caught)}` });
       }
     }
   }

@@ -3,6 +3,7 @@ import { connect, type ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
 import { emitResult, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
+import { formatList } from "../../../shared/format-list.js";
 
 /** What a halt means, and what to do about it: raise a limit, fix the setup, or do not retry as is. */
 const ADVICE: Record<HaltReason, { meaning: string; next: string; retry: "raise_limit" | "fix_then_retry" | "do_not_retry" | "done" }> = {
@@ -28,7 +29,7 @@ const ADVICE: Record<HaltReason, { meaning: string; next: string; retry: "raise_
 };
 
 function listed(items: string[], limit = 10): string {
-  return items.length === 0 ? "none" : items.slice(0, limit).join(", ") + (items.length > limit ? ` and ${items.length - limit} more` : "");
+  return items.length === 0 ? "none" : formatList(items, limit);
 }
 
 /** The plain-words explanation of a loop's state (DESIGN §13 `explain`), built from its folded event log. */

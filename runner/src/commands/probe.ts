@@ -12,6 +12,7 @@ import { requireNetworkIsolation } from "../exec.js";
 import { dirtyPaths, excludeStateDir, headCommit, repoRoot } from "../git.js";
 import { emitResult, liveStatus, progress, type OutputMode } from "../output.js";
 import { resolveContract } from "../session.js";
+import { formatList } from "../../../shared/format-list.js";
 
 // `loopwarden probe` (DESIGN §6.5): run the gates N times on HEAD, each run in a fresh clone exactly as
 // an evaluation runs them, and bound how often they disagree with themselves.
@@ -123,7 +124,7 @@ export async function probeCommit(params: {
     sets.push(runSets);
     const first = sets[0];
     const differs = run > 1 && first ? compareRuns([first, runSets]).flipping.map((flip) => flip.id) : [];
-    const difference = differs.length > 0 ? `; differs from run 1 in ${differs.slice(0, 5).join(", ")}${differs.length > 5 ? ` and ${differs.length - 5} more` : ""}` : "";
+    const difference = differs.length > 0 ? `; differs from run 1 in ${formatList(differs)}` : "";
     progress(mode, `${tag} ${runSummary(contract, runSets)} (${formatDuration(Math.round(performance.now() - started))})${difference}`);
   }
   const comparison = compareRuns(sets);
