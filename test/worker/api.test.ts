@@ -1,5 +1,5 @@
 import { env } from "cloudflare:workers";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { verifyChain } from "../../shared/engine/index.js";
 import { sha256Hex } from "../../shared/hash.js";
 import {
@@ -256,9 +256,13 @@ describe("artifacts", () => {
     const base = `/v1/loops/${loop.loop_id}/artifacts`;
     const tampered = new TextEncoder().encode("FAIL parse.nested\nexpected 3, got 5\n");
 
+    // The refusal is logged for the operator: captured here and checked, not printed.
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
     const put = await call(`${base}/${digest}`, { method: "PUT", body: tampered });
     expect(put.status).toBe(400);
     expect(await errorOf(put)).toMatchObject({ code: "digest_mismatch" });
+    expect(warn).toHaveBeenCalledWith("loopwarden: artifact upload refused", expect.anything());
+    warn.mockRestore();
 
     const got = await call(`${base}/${digest}`);
     expect(got.status).toBe(404);

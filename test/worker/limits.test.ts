@@ -1,5 +1,5 @@
 import { runInDurableObject } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { canonicalJson } from "../../shared/canonical-json.js";
 import { sha256Hex } from "../../shared/hash.js";
 import { Contract } from "../../shared/wire/contract.js";
@@ -85,10 +85,14 @@ describe("state at scale", () => {
     const body = baselineOf("too-big", idsOf(40_000));
     const contract = Contract.parse(body.contract);
     const loopId = loopIdFor(body.idempotency_key);
+    // The refusal is logged for the operator: captured here and checked, not printed.
+    const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
     const answer = await runInDurableObject(loopObject(loopId), (instance) =>
       instance.create({ loop_id: loopId, request_hash: sha256Hex(canonicalJson(body)), contract, contract_hash: sha256Hex(canonicalJson(contract)), t0: body.t0 }),
     );
     expect(answer).toMatchObject({ ok: false, code: "storage_limit", message: expect.stringContaining("nothing was recorded") });
+    expect(logged).toHaveBeenCalledWith("loopwarden: storage refused a value over its size limit", expect.stringContaining("SQLITE_TOOBIG"));
+    logged.mockRestore();
     expect(await readLoopObject(loopId)).toMatchObject({ tables: [], events: 0, head: null });
     expect((await call(`/v1/loops/${loopId}`)).status).toBe(404);
   });
