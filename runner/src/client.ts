@@ -195,7 +195,9 @@ export class Client {
       if (!response.ok) await this.parse(response, Health);
       const page = (await response.text()).split("\n").filter((line) => line.length > 0);
       lines.push(...page);
-      if (page.length < 1000) return lines;
+      // Pages end at a row count or a byte budget; the coordinator says whether more follow.
+      const more = response.headers.get("Loopwarden-More");
+      if (page.length === 0 || (more === null ? page.length < 1000 : more !== "true")) return lines;
       cursor += page.length;
     }
   }

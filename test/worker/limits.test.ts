@@ -3,6 +3,7 @@ import { describe, expect, it, vi } from "vitest";
 import { canonicalJson } from "../../shared/canonical-json.js";
 import { sha256Hex } from "../../shared/hash.js";
 import { Contract } from "../../shared/wire/contract.js";
+import { EVENTS_PAGE_BYTES } from "../../worker/src/loop-object.js";
 import { loopIdFor } from "../../worker/src/loops.js";
 import { call, candidateBody, createLoop, createLoopBody, loopObject, observationOf, postJson, readLoopObject } from "./fixtures.js";
 
@@ -72,12 +73,30 @@ describe("state at scale", () => {
     const created = await postJson("/v1/loops", body);
     expect(created.status).toBe(201);
     const loopId = loopIdFor(body.idempotency_key);
-    for (let report = 1; report <= 3; report++) {
+    for (let report = 1; report <= 5; report++) {
       await postJson(`/v1/loops/${loopId}/candidates`, candidateBody(`wide-${report}`));
       const lease = (await (await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "runner-wide" })).json()) as { lease_id: string; fencing_token: number };
       const observation = { ...body.t0.observation, tests: { passing: ids.slice(1), failing: ids.slice(0, 1) } };
       expect((await postJson(`/v1/leases/${lease.lease_id}/report`, { fencing_token: lease.fencing_token, observation })).status).toBe(200);
     }
+    // The events route pages by bytes too: these reports (~0.9 MB each) come in more than one page, each
+    // bounded, and following `Loopwarden-More` reads the whole log.
+    const seen: number[] = [];
+    let after = 0;
+    for (let page = 1; ; page++) {
+      const response = await call(`/v1/loops/${loopId}/events?after=${after}&limit=1000`);
+      const lines = (await response.text()).split("\n").filter(Boolean);
+      expect(lines.join("\n").length).toBeLessThan(EVENTS_PAGE_BYTES + 1024 * 1024);
+      seen.push(...lines.map((line) => (JSON.parse(line) as { seq: number }).seq));
+      after = seen.at(-1) ?? after;
+      if (response.headers.get("Loopwarden-More") !== "true") {
+        expect(page).toBeGreaterThan(1);
+        break;
+      }
+    }
+    expect(seen).toEqual(Array.from({ length: seen.length }, (_, index) => index + 1));
+    const summary = (await (await call(`/v1/loops/${loopId}`)).json()) as { head: { seq: number } };
+    expect(seen.at(-1)).toBe(summary.head.seq);
   });
 
   it("a value over the row limit is refused as storage_limit, and a creation refused so leaves nothing behind", async () => {

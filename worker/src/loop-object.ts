@@ -27,6 +27,8 @@ import { summarizeLoop, viewCandidate } from "./loop-view.js";
 
 /** How long a lease lives without a heartbeat. Runners heartbeat at a quarter of it. */
 export const LEASE_TTL_MS = 120_000;
+/** A page of the events route stops past this many bytes of events (DESIGN §8: pages bounded in bytes). */
+export const EVENTS_PAGE_BYTES = 4 * 1024 * 1024;
 /** Outbox rows written to D1 per batch. */
 const DRAIN_BATCH = 50;
 /** Delay before the alarm retries a failed drain by re-arming itself (the runtime also retries thrown alarms). */
@@ -267,12 +269,21 @@ export class LoopObject extends DurableObject<Env> {
   }
 
   /** Events after `after`, as stored (the exact bytes that were hashed), at most `limit`. */
-  async events(input: { after: number; limit: number }): Promise<Answer<{ events: string[] }>> {
+  async events(input: { after: number; limit: number }): Promise<Answer<{ events: string[]; more: boolean }>> {
     if (!this.state) return NOT_FOUND;
-    const rows = this.sql
-      .exec<{ body: string }>("SELECT body FROM events WHERE seq > ? ORDER BY seq LIMIT ?", input.after, input.limit)
-      .toArray();
-    return { ok: true, events: rows.map((row) => row.body) };
+    // Rows are read one at a time and the page ends at `limit` rows or EVENTS_PAGE_BYTES, whichever
+    // comes first (always at least one row): a page of large reports stays a bounded response.
+    const cursor = this.sql.exec<{ body: string }>("SELECT body FROM events WHERE seq > ? ORDER BY seq", input.after);
+    const events: string[] = [];
+    let bytes = 0;
+    for (const row of cursor) {
+      if (events.length >= input.limit || (events.length > 0 && bytes + row.body.length > EVENTS_PAGE_BYTES)) {
+        return { ok: true, events, more: true };
+      }
+      events.push(row.body);
+      bytes += row.body.length;
+    }
+    return { ok: true, events, more: false };
   }
 
   /** Reclaims expired leases, drains the outbox to D1, then re-arms for whatever is next. */

@@ -14,6 +14,15 @@ describe("Client errors", () => {
   beforeAll(async () => {
     server = createServer((request, response) => {
       hits.set(request.url ?? "", (hits.get(request.url ?? "") ?? 0) + 1);
+      const paged = /\/paged\/v1\/loops\/[^/]+\/events\?after=(\d+)/.exec(request.url ?? "");
+      if (paged) {
+        // Pages of two events, cut short the way a byte budget cuts them: "more" says whether to go on.
+        const after = Number(paged[1]);
+        const seqs = [after + 1, after + 2].filter((seq) => seq <= 5);
+        response.writeHead(200, { "Content-Type": "application/x-ndjson", "Loopwarden-More": String(after + 2 < 5) });
+        response.end(seqs.map((seq) => `{"seq":${seq}}\n`).join(""));
+        return;
+      }
       const [status, code] = request.url?.includes("storage") ? [507, "storage_limit"] : [500, "internal_error"];
       response.writeHead(status, { "Content-Type": "application/json" });
       response.end(JSON.stringify({ error: { code, message: `answered ${status}` } }));
@@ -35,6 +44,11 @@ describe("Client errors", () => {
     const client = new Client(`${url}/storage`, { retryForMs: 5_000 });
     await expect(client.getLoop("lp_0123456789abcdef01234567")).rejects.toMatchObject({ status: 507, code: "storage_limit" });
     expect(hits.get("/storage/v1/loops/lp_0123456789abcdef01234567")).toBe(1);
+  });
+
+  it("reads the event log page after page while the coordinator says more follow, however short the pages", async () => {
+    const lines = await new Client(`${url}/paged`).eventLines("lp_0123456789abcdef01234567");
+    expect(lines.map((line) => (JSON.parse(line) as { seq: number }).seq)).toEqual([1, 2, 3, 4, 5]);
   });
 
   it("only a coordinator that cannot be reached at all is 'cannot reach'", async () => {

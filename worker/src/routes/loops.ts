@@ -109,5 +109,6 @@ loopRoutes.get("/:id/events", async (c) => {
   const answer = await stub.events(query);
   if (!answer.ok) throw refusalError(answer);
   const body = answer.events.map((line) => `${line}\n`).join("");
-  return c.body(body, 200, { "Content-Type": "application/x-ndjson; charset=utf-8" });
+  // Whether events follow this page: pages end at a row count or a byte budget, so a short page is no end.
+  return c.body(body, 200, { "Content-Type": "application/x-ndjson; charset=utf-8", "Loopwarden-More": String(answer.more) });
 });
