@@ -220,6 +220,9 @@ export async function openSession(
     token: options.token,
   };
 
+  // A new loop's contract is checked before any coordinator is reached (a bad contract starts nothing);
+  // a recorded loop's is compared with what it pinned once the coordinator answers.
+  const fresh = previous === null || options.new === true ? await resolveContract(repo, options) : null;
   const connection = await connect(server, mode);
   try {
     if (previous && !options.new) {
@@ -240,7 +243,7 @@ export async function openSession(
       progress(mode, `loop ${previous.loop_id} is unknown to the coordinator at ${connection.url}: starting a new loop`);
     }
     if (previous && options.new) progress(mode, `--new: loop ${previous.loop_id} is left as it is on its coordinator; this repository now follows a new loop`);
-    const loaded = await resolveContract(repo, options);
+    const loaded = fresh ?? (await resolveContract(repo, options));
     if (options.purpose === "run") {
       const dirty = await dirtyPaths(repo);
       if (dirty.length > 0) {
