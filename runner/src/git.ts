@@ -55,6 +55,11 @@ export async function git(cwd: string, args: string[], options: { encoding?: "bu
   }
 }
 
+/** A commit id shortened for a progress line. */
+export function shortCommit(commit: string): string {
+  return commit.slice(0, 10);
+}
+
 /** The top level of the repository containing `cwd`. */
 export async function repoRoot(cwd: string): Promise<string> {
   try {

@@ -13,7 +13,7 @@ import { UserError } from "../errors.js";
 import { dirtyPaths, excludeStateDir, headCommit, repoRoot } from "../git.js";
 import type { LoadedContract } from "../contract-file.js";
 import { emitResult, liveStatus, paint, progress, type OutputMode } from "../output.js";
-import { resolveContract } from "../session.js";
+import { resolveContract } from "../contract-resolution.js";
 import { formatRate, probeCommit, probeRuns } from "./probe.js";
 import { formatList } from "../../../shared/format-list.js";
 

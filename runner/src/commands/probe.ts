@@ -11,7 +11,7 @@ import { evaluateCommit } from "../evaluate.js";
 import { requireNetworkIsolation } from "../exec.js";
 import { dirtyPaths, excludeStateDir, headCommit, repoRoot } from "../git.js";
 import { emitResult, liveStatus, progress, type OutputMode } from "../output.js";
-import { resolveContract } from "../session.js";
+import { resolveContract } from "../contract-resolution.js";
 import { formatList } from "../../../shared/format-list.js";
 
 // `loopwarden probe` (DESIGN §6.5): run the gates N times on HEAD, each run in a fresh clone exactly as

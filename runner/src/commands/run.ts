@@ -10,16 +10,11 @@ import { UserError } from "../errors.js";
 import { currentBranch, loopBranch } from "../git.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { agentEnv, readAgentReport, writeAgentContext } from "../agent-context.js";
-import {
-  buildProposal,
-  commitCandidate,
-  decideCandidate,
-  foldLoop,
-  enterLoopBranch,
-  openSession,
-  settleInterruptedIteration,
-  type ContractOptions,
-} from "../session.js";
+import { commitCandidate } from "../candidate-commits.js";
+import type { ContractOptions } from "../contract-resolution.js";
+import { foldLoop } from "../event-log.js";
+import { settleInterruptedIteration } from "../interrupted-iteration.js";
+import { buildProposal, decideCandidate, enterLoopBranch, openSession } from "../session.js";
 
 /** What `run` and `step` add when the loop they found had already halted (DESIGN §6.6). */
 export const HALTED_BEFORE = "this loop had already halted, so nothing was run; `loopwarden run --new` starts another loop (from a commit you made)";

@@ -2,7 +2,9 @@ import type { ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
 import { dirtyPaths } from "../git.js";
 import { progress, type OutputMode } from "../output.js";
-import { buildProposal, commitCandidate, decideCandidate, enterLoopBranch, openSession, type ContractOptions } from "../session.js";
+import { commitCandidate } from "../candidate-commits.js";
+import type { ContractOptions } from "../contract-resolution.js";
+import { buildProposal, decideCandidate, enterLoopBranch, openSession } from "../session.js";
 import { HALTED_BEFORE, reportOutcome } from "./run.js";
 
 /**

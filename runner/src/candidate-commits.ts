@@ -1,0 +1,67 @@
+import { randomBytes } from "node:crypto";
+import type { AgentRun } from "../../shared/engine/index.js";
+import { UserError } from "./errors.js";
+import { currentBranch, headCommit, loopBranch, readTrailers, shortCommit, snapshotCandidate } from "./git.js";
+import type { Session } from "./session.js";
+
+// Candidate commits (DESIGN §13): each carries trailers naming its loop, iteration and proposal key, so
+// a restarted runner can propose it again exactly — and so a candidate is never mistaken for a commit
+// the user made (a new loop's baseline must be one).
+
+/** Trailers a candidate commit carries, so a restarted runner can propose it again exactly. */
+export const TRAILER = { loop: "Loopwarden-Loop", iteration: "Loopwarden-Iteration", proposal: "Loopwarden-Proposal", agent: "Loopwarden-Agent" } as const;
+
+/**
+ * The commit a new loop's t0 may be taken from (DESIGN §6.6): one the user made, never a candidate
+ * commit (it carries loopwarden's trailers) nor a loop's branch, where an unjudged proposal may sit.
+ */
+export async function refuseCandidateBaseline(repo: string): Promise<void> {
+  const head = await headCommit(repo);
+  const branch = await currentBranch(repo);
+  const trailers = await readTrailers(repo, head);
+  const loopId = trailers[TRAILER.loop] ?? (branch?.startsWith("loopwarden/") ? branch.slice("loopwarden/".length) : undefined);
+  if (loopId === undefined) return;
+  const where = trailers[TRAILER.loop] ? `HEAD (${shortCommit(head)}) is a candidate commit of loop ${loopId}` : `the working tree is on ${branch}, the branch of loop ${loopId}`;
+  throw new UserError(
+    `${where}; a new loop's baseline must be a commit you made. Switch to your own branch (git switch main), ` +
+      `after merging what you want to keep of the loop (git merge --no-ff ${loopBranch(loopId)})`,
+  );
+}
+
+/** Commits the working tree as a candidate on the loop branch, with trailers that let a restart re-propose it. */
+export async function commitCandidate(session: Session, iteration: number, agent: AgentRun | null): Promise<{ commit: string; key: string }> {
+  const key = `cand-${randomBytes(12).toString("hex")}`;
+  const agentTrailer = agent ? `exit=${agent.exit_code ?? "signal"} timed_out=${agent.timed_out} duration_ms=${agent.duration_ms}` : "none";
+  const commit = await snapshotCandidate(
+    session.repo,
+    [
+      `loopwarden: candidate of iteration ${iteration}`,
+      "",
+      `${TRAILER.loop}: ${session.loop.loop_id}`,
+      `${TRAILER.iteration}: ${iteration}`,
+      `${TRAILER.proposal}: ${key}`,
+      `${TRAILER.agent}: ${agentTrailer}`,
+      "",
+    ].join("\n"),
+  );
+  return { commit, key };
+}
+
+/** Reads back a candidate commit's trailers; null when the commit is not a candidate of this loop. */
+export async function candidateTrailers(
+  session: Session,
+  commit: string,
+): Promise<{ key: string; iteration: number; agent: AgentRun | null } | null> {
+  const trailers = await readTrailers(session.repo, commit);
+  const key = trailers[TRAILER.proposal];
+  if (trailers[TRAILER.loop] !== session.loop.loop_id || !key) return null;
+  const agentMatch = /^exit=(\S+) timed_out=(true|false) duration_ms=(\d+)$/.exec(trailers[TRAILER.agent] ?? "");
+  const agent: AgentRun | null = agentMatch
+    ? {
+        exit_code: agentMatch[1] === "signal" ? null : Number(agentMatch[1]),
+        timed_out: agentMatch[2] === "true",
+        duration_ms: Number(agentMatch[3]),
+      }
+    : null;
+  return { key, iteration: Number(trailers[TRAILER.iteration] ?? "0"), agent };
+}

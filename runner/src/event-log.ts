@@ -1,0 +1,21 @@
+import { foldEvents, LoopEvent, type LoopState } from "../../shared/engine/index.js";
+import type { Session } from "./session.js";
+
+// The runner's view of a loop's state: its public event log, folded by the same engine the coordinator
+// uses, read incrementally.
+
+/**
+ * The loop's full state, folded by the same engine the coordinator uses from its public event log. Only
+ * the events after the last fold are fetched (`?after=seq`) and folded onto it, so an iteration or an
+ * idle poll costs what happened since, not the loop's whole history (DESIGN §4 invariant 9).
+ */
+export async function foldLoop(session: Session): Promise<LoopState> {
+  const after = session.folded?.seq ?? 0;
+  const events = (await session.client.eventLines(session.loop.loop_id, after)).map((line) => LoopEvent.parse(JSON.parse(line)));
+  const last = events.at(-1);
+  if (last && last.seq !== after + events.length) throw new Error(`loop ${session.loop.loop_id}: events after ${after} are not contiguous (last is ${last.seq})`);
+  const state = events.length === 0 ? (session.folded?.state ?? null) : foldEvents(events, session.folded?.state ?? null);
+  if (!state) throw new Error(`loop ${session.loop.loop_id} has no events`);
+  session.folded = { seq: last?.seq ?? after, state };
+  return state;
+}
