@@ -102,9 +102,20 @@ export async function excludeStateDir(repo: string): Promise<void> {
   await appendFile(file, `${current.endsWith("\n") || current === "" ? "" : "\n"}/.loopwarden/\n`);
 }
 
-async function identityArgs(repo: string): Promise<string[]> {
-  const email = (await git(repo, ["config", "user.email"]).catch(() => "")).trim();
-  return email ? [] : ["-c", "user.name=loopwarden", "-c", "user.email=loopwarden@localhost"];
+// Read once per repository and process: a git process per commit only to learn the identity is not.
+const identities = new Map<string, Promise<string[]>>();
+
+/** `-c` options giving commits an identity when the repository's git config has none. */
+function identityArgs(repo: string): Promise<string[]> {
+  let identity = identities.get(repo);
+  if (!identity) {
+    identity = git(repo, ["config", "user.email"]).then(
+      (email) => (email.trim() ? [] : ["-c", "user.name=loopwarden", "-c", "user.email=loopwarden@localhost"]),
+      () => ["-c", "user.name=loopwarden", "-c", "user.email=loopwarden@localhost"],
+    );
+    identities.set(repo, identity);
+  }
+  return identity;
 }
 
 /** The loop's branch name (DESIGN §13). */
@@ -164,8 +175,8 @@ export async function revertTo(repo: string, best: string, keep: { ref: string; 
  */
 export async function cloneAt(repo: string, commit: string, dir: string): Promise<void> {
   await mkdir(path.dirname(dir), { recursive: true });
-  await git(repo, ["clone", "-q", "--no-checkout", repo, dir]);
-  await git(dir, ["config", "core.hooksPath", "/dev/null"]);
+  // `--config` writes the setting into the new clone's own config, as `git config` after it would.
+  await git(repo, ["clone", "-q", "--no-checkout", "--config", "core.hooksPath=/dev/null", repo, dir]);
   await git(dir, ["remote", "remove", "origin"]);
   await git(dir, ["checkout", "-q", "--detach", commit]);
 }

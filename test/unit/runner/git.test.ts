@@ -36,5 +36,7 @@ describe("git calls on clones", () => {
     expect(git(repo, "config", "--list", "--local")).not.toContain("core.hookspath");
     expect(git(repo, "symbolic-ref", "HEAD").trim()).toBe("refs/heads/main");
     expect(git(path.join(dir, "clone"), "remote").trim()).toBe("");
+    // The clone runs no hook of the repository's: its own config points hooks nowhere.
+    expect(git(path.join(dir, "clone"), "config", "--local", "core.hooksPath").trim()).toBe("/dev/null");
   });
 });
