@@ -16,6 +16,8 @@ export function childEnv(extra: Record<string, string> = {}, base: NodeJS.Proces
   const env: NodeJS.ProcessEnv = { ...withoutRepoLocatingGitEnv(base), ...extra };
   delete env.LOOPWARDEN_TOKEN;
   delete env.LOOPWARDEN_SERVER;
+  // A crash test's fault point is the runner's, never a child's (fault.ts).
+  delete env.LOOPWARDEN_FAULT;
   return env;
 }
 
