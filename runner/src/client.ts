@@ -1,3 +1,4 @@
+import { gzipSync } from "node:zlib";
 import type { z } from "zod";
 import { LoopEvent } from "../../shared/engine/events.js";
 import { sha256Hex } from "../../shared/hash.js";
@@ -31,6 +32,9 @@ export class CoordinatorError extends Error {
     this.name = "CoordinatorError";
   }
 }
+
+/** JSON bodies larger than this are sent gzip-encoded. */
+export const GZIP_ABOVE_BYTES = 64 * 1024;
 
 /** Statuses worth retrying: the request may not have been processed, and every mutating request is idempotent (DESIGN §4.6). */
 const RETRYABLE_STATUS = new Set([429, 500, 502, 503, 504]);
@@ -86,11 +90,16 @@ export class Client {
   }
 
   private async json<S extends z.ZodType>(method: string, path: string, schema: S, payload?: unknown): Promise<z.infer<S>> {
+    if (payload === undefined) return this.parse(await this.send(method, path), schema);
+    const text = JSON.stringify(payload);
+    // Large bodies (a big suite's test ids) travel gzip-encoded (DESIGN §8); the coordinator's 1 MiB
+    // cap counts the bytes sent. Small ones go as they are: compressing them would cost more than it saves.
+    const compress = Buffer.byteLength(text) > GZIP_ABOVE_BYTES;
     const response = await this.send(
       method,
       path,
-      payload === undefined ? undefined : JSON.stringify(payload),
-      payload === undefined ? {} : { "Content-Type": "application/json" },
+      compress ? new Blob([gzipSync(text)]) : text,
+      compress ? { "Content-Type": "application/json", "Content-Encoding": "gzip" } : { "Content-Type": "application/json" },
     );
     return this.parse(response, schema);
   }

@@ -99,6 +99,25 @@ describe("state at scale", () => {
     expect(seen.at(-1)).toBe(summary.head.seq);
   });
 
+  it("a gzip-encoded body is taken up to 16 MiB decompressed: a 25,000-test baseline fits; a bomb, bad gzip or another encoding is refused", async () => {
+    const body = baselineOf("gzipped", idsOf(25_000));
+    const text = JSON.stringify(body);
+    expect(text.length).toBeGreaterThan(1024 * 1024);
+    const send = (bytes: BodyInit, encoding: string) =>
+      call("/v1/loops", { method: "POST", headers: { "Content-Type": "application/json", "Content-Encoding": encoding }, body: bytes });
+    const created = await send(await gzip(new TextEncoder().encode(text)), "gzip");
+    expect(created.status).toBe(201);
+    expect(((await created.json()) as { loop: { loop_id: string } }).loop.loop_id).toBe(loopIdFor(body.idempotency_key));
+
+    const bomb = await send(await gzip(new Uint8Array(17 * 1024 * 1024)), "gzip");
+    expect(bomb.status).toBe(413);
+    expect(((await bomb.json()) as { error: { code: string } }).error.code).toBe("body_too_large");
+    const broken = await send(new TextEncoder().encode("not gzip at all"), "gzip");
+    expect(((await broken.json()) as { error: { code: string } }).error).toMatchObject({ code: "invalid_encoding" });
+    expect(broken.status).toBe(400);
+    expect((await send(JSON.stringify(createLoopBody("brotli", [])), "br")).status).toBe(415);
+  });
+
   it("a value over the row limit is refused as storage_limit, and a creation refused so leaves nothing behind", async () => {
     // Past the HTTP body cap, so straight to the object: what a larger event would meet.
     const body = baselineOf("too-big", idsOf(40_000));
@@ -116,3 +135,8 @@ describe("state at scale", () => {
     expect((await call(`/v1/loops/${loopId}`)).status).toBe(404);
   });
 });
+
+/** gzip-encodes bytes with the platform's CompressionStream. */
+async function gzip(bytes: Uint8Array): Promise<Uint8Array> {
+  return new Uint8Array(await new Response(new Blob([bytes]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer());
+}

@@ -2,11 +2,52 @@ import type { Context } from "hono";
 import type { z } from "zod";
 import { ApiError, issuesOf } from "./http-errors.js";
 
-/** Reads and validates a JSON body; a malformed or invalid body is a 400 that changes nothing. */
+/**
+ * The most a gzip-encoded JSON body may hold once decompressed (DESIGN §8: test sets travel compactly).
+ * The 1 MiB cap still applies to the bytes sent; this one stops a small body that inflates without end.
+ */
+export const MAX_DECOMPRESSED_BYTES = 16 * 1024 * 1024;
+
+/** The request body as text, gunzipped when it says `Content-Encoding: gzip`, within MAX_DECOMPRESSED_BYTES. */
+async function bodyText(c: Context): Promise<string> {
+  const encoding = (c.req.header("Content-Encoding") ?? "identity").trim().toLowerCase();
+  if (encoding === "identity") return c.req.text();
+  if (encoding !== "gzip") throw new ApiError(415, "unsupported_encoding", `request bodies may be sent as they are or gzip-encoded, not ${encoding}`);
+  const stream = c.req.raw.body;
+  if (!stream) return "";
+  const reader = stream.pipeThrough(new DecompressionStream("gzip")).getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      size += value.byteLength;
+      if (size > MAX_DECOMPRESSED_BYTES) {
+        await reader.cancel();
+        throw new ApiError(413, "body_too_large", `a gzip-encoded body may hold at most ${MAX_DECOMPRESSED_BYTES} bytes once decompressed`);
+      }
+      chunks.push(value);
+    }
+  } catch (error) {
+    if (error instanceof ApiError) throw error;
+    throw new ApiError(400, "invalid_encoding", "the request body is not valid gzip");
+  }
+  const bytes = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return new TextDecoder().decode(bytes);
+}
+
+/** Reads and validates a JSON body (plain or gzip-encoded); a malformed or invalid body is a 4xx that changes nothing. */
 export async function readJson<S extends z.ZodType>(c: Context, schema: S): Promise<z.infer<S>> {
+  const text = await bodyText(c);
   let body: unknown;
   try {
-    body = await c.req.json();
+    body = JSON.parse(text);
   } catch {
     throw new ApiError(400, "invalid_json", "the request body is not valid JSON");
   }

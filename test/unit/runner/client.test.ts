@@ -1,4 +1,5 @@
 import { createServer, type Server } from "node:http";
+import { gunzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client, CoordinatorError } from "../../../runner/src/client.js";
 import { UserError } from "../../../runner/src/errors.js";
@@ -11,9 +12,23 @@ describe("Client errors", () => {
   let server: Server;
   let url = "";
   const hits = new Map<string, number>();
+  let received: { encoding: string; wireBytes: number; json: unknown } | undefined;
   beforeAll(async () => {
     server = createServer((request, response) => {
       hits.set(request.url ?? "", (hits.get(request.url ?? "") ?? 0) + 1);
+      if (request.url === "/echo/v1/loops" && request.method === "POST") {
+        // Answers what it received: the encoding, the bytes on the wire, and the JSON they decode to.
+        const chunks: Buffer[] = [];
+        request.on("data", (chunk: Buffer) => chunks.push(chunk));
+        request.on("end", () => {
+          const wire = Buffer.concat(chunks);
+          const gzipped = request.headers["content-encoding"] === "gzip";
+          received = { encoding: request.headers["content-encoding"] ?? "identity", wireBytes: wire.length, json: JSON.parse((gzipped ? gunzipSync(wire) : wire).toString()) };
+          response.writeHead(422, { "Content-Type": "application/json" });
+          response.end(JSON.stringify({ error: { code: "seen", message: "received" } }));
+        });
+        return;
+      }
       const paged = /\/paged\/v1\/loops\/[^/]+\/events\?after=(\d+)/.exec(request.url ?? "");
       if (paged) {
         // Pages of two events, cut short the way a byte budget cuts them: "more" says whether to go on.
@@ -44,6 +59,17 @@ describe("Client errors", () => {
     const client = new Client(`${url}/storage`, { retryForMs: 5_000 });
     await expect(client.getLoop("lp_0123456789abcdef01234567")).rejects.toMatchObject({ status: 507, code: "storage_limit" });
     expect(hits.get("/storage/v1/loops/lp_0123456789abcdef01234567")).toBe(1);
+  });
+
+  it("sends a large body gzip-encoded, a small one as it is; the coordinator decodes the same JSON", async () => {
+    const client = new Client(`${url}/echo`, { retryForMs: 0 });
+    const big = { ids: Array.from({ length: 20_000 }, (_, index) => `tests/test_module_${index % 97}.py::test_case_${index}`) };
+    await client.createLoop(big as never).catch(() => undefined);
+    expect(received).toMatchObject({ encoding: "gzip", json: big });
+    expect(received?.wireBytes).toBeLessThan(JSON.stringify(big).length / 5);
+    const small = { ids: ["a"] };
+    await client.createLoop(small as never).catch(() => undefined);
+    expect(received).toMatchObject({ encoding: "identity", json: small });
   });
 
   it("reads the event log page after page while the coordinator says more follow, however short the pages", async () => {
