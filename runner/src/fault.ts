@@ -3,8 +3,12 @@
 // reaches that point, exactly as a crash would: no cleanup, no shutdown handlers. Agents and gates run
 // with their own environments and cannot set it for the runner.
 
-/** The points a test can crash the runner at. */
-export type FaultPoint = "loop-created";
+/**
+ * The points a test can crash the runner at, in the order a loop's creation passes them: its request
+ * saved but not sent; the coordinator's answer received, the baseline's logs not uploaded; the logs
+ * uploaded, the loop not yet recorded in the workspace.
+ */
+export type FaultPoint = "create-saved" | "create-answered" | "loop-created";
 
 /** Crashes the process here when LOOPWARDEN_FAULT names this point; does nothing otherwise. */
 export function faultPoint(point: FaultPoint): void {

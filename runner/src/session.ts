@@ -144,8 +144,10 @@ export async function openSession(
       };
       await savePendingCreate(repo, source, pending);
     }
+    faultPoint("create-saved");
     const created = await connection.client.createLoop(pending.request);
     const loop = created.loop;
+    faultPoint("create-answered");
     await uploadLogs(connection.client, loop.loop_id, pending.logs);
     faultPoint("loop-created");
     const workspace: WorkspaceState = {

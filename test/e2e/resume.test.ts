@@ -159,30 +159,37 @@ describe("interrupt, then run again with other flags", () => {
 describe("a runner crash right after the loop is created", () => {
   const { tmp, coordinator } = sharedCoordinator("create-crash");
 
-  it("the next run sends the same creation again and follows the one loop the coordinator has", async () => {
-    const repo = makeRepo(path.join(tmp.dir, "repo"), { "README.md": "x\n" });
-    const args = ["--server", coordinator.url, "run", "--check", "true", "--exec", "true", "--name", "create-crash"];
-    const crashed = await runCli(args, { cwd: repo, env: { LOOPWARDEN_FAULT: "loop-created" } });
-    expect(crashed.code).toBeNull();
-    expect(existsSync(path.join(repo, ".loopwarden", "state.json"))).toBe(false);
+  it.each(["create-saved", "create-answered", "loop-created"])(
+    "killed at %s, the next run sends the same creation again and follows the one loop the coordinator has, its baseline log stored",
+    async (point) => {
+      const name = `crash-${point}`;
+      const repo = makeRepo(path.join(tmp.dir, name), { "README.md": "x\n" });
+      const args = ["--server", coordinator.url, "run", "--check", "true", "--exec", "true", "--name", name];
+      const crashed = await runCli(args, { cwd: repo, env: { LOOPWARDEN_FAULT: point } });
+      expect(crashed.code).toBeNull();
+      expect(existsSync(path.join(repo, ".loopwarden", "state.json"))).toBe(false);
 
-    const again = await runCli(["--json", ...args], { cwd: repo });
-    expect(again.code, again.stderr).toBe(10);
-    const loopId = (JSON.parse(again.stdout) as { loop_id: string }).loop_id;
-    expect(recordedLoopId(repo)).toBe(loopId);
-    expect(existsSync(path.join(repo, ".loopwarden", "creating"))).toBe(true);
-    expect(readdirSync(path.join(repo, ".loopwarden", "creating"))).toEqual([]);
-    // One loop of that name on the coordinator, once the listing (filled from each loop's outbox) has
-    // the one this run follows.
-    const named = async () =>
-      ((await (await fetch(`${coordinator.url}/v1/loops`)).json()) as { loops: { loop_id: string; name: string }[] }).loops.filter(
-        (loop) => loop.name === "create-crash",
-      );
-    let listed = await named();
-    for (let attempt = 0; attempt < 100 && !listed.some((loop) => loop.loop_id === loopId); attempt++) {
-      await new Promise((resolve) => setTimeout(resolve, 100));
-      listed = await named();
-    }
-    expect(listed).toHaveLength(1);
-  });
+      const again = await runCli(["--json", ...args], { cwd: repo });
+      expect(again.code, again.stderr).toBe(10);
+      const loopId = (JSON.parse(again.stdout) as { loop_id: string }).loop_id;
+      expect(recordedLoopId(repo)).toBe(loopId);
+      expect(readdirSync(path.join(repo, ".loopwarden", "creating"))).toEqual([]);
+      // The baseline's gate log, which the creation cites, is stored whichever point the crash came at.
+      const created = LoopEvent.parse(JSON.parse((await (await fetch(`${coordinator.url}/v1/loops/${loopId}/events?limit=1`)).text()).trim()));
+      const sha = created.type === "loop_created" ? created.data.t0.observation.gates[0]?.log?.sha256 : undefined;
+      expect((await fetch(`${coordinator.url}/v1/loops/${loopId}/artifacts/${sha ?? "none"}`)).status).toBe(200);
+      // One loop of that name on the coordinator, once the listing (filled from each loop's outbox) has
+      // the one this run follows.
+      const named = async () =>
+        ((await (await fetch(`${coordinator.url}/v1/loops`)).json()) as { loops: { loop_id: string; name: string }[] }).loops.filter(
+          (loop) => loop.name === name,
+        );
+      let listed = await named();
+      for (let attempt = 0; attempt < 100 && !listed.some((loop) => loop.loop_id === loopId); attempt++) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        listed = await named();
+      }
+      expect(listed).toHaveLength(1);
+    },
+  );
 });
