@@ -5,6 +5,7 @@ import path from "node:path";
 import { cloneEnv, isWithin } from "./environment.js";
 import { UserError } from "./errors.js";
 import { cloneAt } from "./git.js";
+import { isProcessAlive } from "./processes.js";
 
 // Where candidates are evaluated (DESIGN §6.4): a fresh detached clone of the commit, outside the
 // repository, so nothing untracked in the working tree — node_modules/, .venv/, build output, a binary
@@ -41,17 +42,7 @@ export async function removeStaleClones(): Promise<void> {
   const root = clonesRoot();
   const entries = await readdir(root).catch((): string[] => []);
   for (const entry of entries) {
-    const pid = Number(entry);
-    let alive = false;
-    if (Number.isInteger(pid) && pid > 0) {
-      try {
-        process.kill(pid, 0);
-        alive = true;
-      } catch (error) {
-        alive = (error as NodeJS.ErrnoException).code === "EPERM";
-      }
-    }
-    if (!alive) await rm(path.join(root, entry), { recursive: true, force: true });
+    if (!isProcessAlive(Number(entry))) await rm(path.join(root, entry), { recursive: true, force: true });
   }
 }
 

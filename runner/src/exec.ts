@@ -1,7 +1,7 @@
 import { execFile, spawn } from "node:child_process";
-import { access, constants } from "node:fs/promises";
 import path from "node:path";
 import { UserError } from "./errors.js";
+import { executableIn } from "./processes.js";
 import { onShutdown } from "./shutdown.js";
 
 /** How a command ended. `output` is stdout and stderr interleaved as written, truncated to its tail. */
@@ -34,18 +34,8 @@ const ISOLATED_SHELL = [
   'exec /bin/sh -c "$2"',
 ].join("\n");
 
-async function findExecutable(name: string, extraDirs: string[] = []): Promise<string | null> {
-  const dirs = [...(process.env.PATH ?? "").split(path.delimiter).filter(Boolean), ...extraDirs];
-  for (const dir of dirs) {
-    const candidate = path.join(dir, name);
-    try {
-      await access(candidate, constants.X_OK);
-      return candidate;
-    } catch {
-      // Not here.
-    }
-  }
-  return null;
+function findExecutable(name: string, extraDirs: string[] = []): Promise<string | null> {
+  return executableIn([...(process.env.PATH ?? "").split(path.delimiter).filter(Boolean), ...extraDirs], name);
 }
 
 function tryPrefix(prefix: string[]): Promise<{ ok: true } | { ok: false; reason: string }> {

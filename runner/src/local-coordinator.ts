@@ -8,6 +8,7 @@ import { loadWorkerConfig, type WorkerConfig } from "./coordinator-config.js";
 import { UserError } from "./errors.js";
 import { freePort, isPortFree } from "./free-port.js";
 import { PACKAGE_ROOT } from "./paths.js";
+import { isProcessAlive } from "./processes.js";
 import { BUNDLE_DIR, BUNDLE_FILE, ensureWorkerBundle } from "./worker-bundle.js";
 
 // The local coordinator is the very worker that `wrangler deploy` ships (its bundle, dist/worker), run in
@@ -116,15 +117,6 @@ async function runtimeChildPid(): Promise<number | null> {
   return null;
 }
 
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
 /** Starts the coordinator on 127.0.0.1 with state under `stateDir`, and waits until `/healthz` answers. */
 export async function startLocalCoordinator(options: { stateDir: string; port?: number; onNote?: (text: string) => void }): Promise<LocalCoordinator> {
   const { stateDir } = options;
@@ -213,9 +205,9 @@ export async function findRunningCoordinator(stateDir: string): Promise<string |
   } catch {
     return null;
   }
-  if (isAlive(record.pid)) return (await new Client(record.url).isHealthy()) ? record.url : null;
+  if (isProcessAlive(record.pid)) return (await new Client(record.url).isHealthy()) ? record.url : null;
   const orphan = record.runtime_pid;
-  if (orphan && isAlive(orphan) && (await readFile(`/proc/${orphan}/cmdline`, "utf8").catch(() => "")).includes("workerd")) {
+  if (orphan && isProcessAlive(orphan) && (await readFile(`/proc/${orphan}/cmdline`, "utf8").catch(() => "")).includes("workerd")) {
     process.kill(orphan, "SIGKILL");
   }
   await rm(file, { force: true });

@@ -46,7 +46,8 @@ async function sourcesDigest(files: readonly string[]): Promise<string> {
   return hash.digest("hex");
 }
 
-function wranglerBin(): string {
+/** wrangler's own entry script (run with this Node, so it is stopped by its own pid, never through npx). */
+export function wranglerBin(): string {
   const require = createRequire(import.meta.url);
   return path.join(path.dirname(require.resolve("wrangler/package.json")), "bin", "wrangler.js");
 }

@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process";
-import { createRequire } from "node:module";
 import path from "node:path";
 import { freePort } from "../../runner/src/free-port.js";
+import { wranglerBin } from "../../runner/src/worker-bundle.js";
 import { ROOT, exitOf } from "./cli.js";
 
 // `wrangler dev` of this worker, for what still compares the local coordinator with it: the test that
@@ -17,8 +17,7 @@ export interface WranglerDev {
 
 /** Starts `wrangler dev --persist-to <persistTo>` on 127.0.0.1 and waits until `/healthz` answers. */
 export async function startWranglerDev(persistTo: string, logDir: string): Promise<WranglerDev> {
-  const require = createRequire(import.meta.url);
-  const wrangler = path.join(path.dirname(require.resolve("wrangler/package.json")), "bin", "wrangler.js");
+  const wrangler = wranglerBin();
   const port = await freePort();
   const inspectorPort = await freePort();
   const child = spawn(

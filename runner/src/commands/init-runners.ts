@@ -1,8 +1,8 @@
-import { constants } from "node:fs";
-import { access, readdir, readFile, realpath } from "node:fs/promises";
+import { readdir, readFile, realpath } from "node:fs/promises";
 import path from "node:path";
 import type { TestReportSource } from "../../../shared/wire/contract.js";
 import { isWithin } from "../environment.js";
+import { executableIn } from "../processes.js";
 import { trackedFiles } from "../protected-files.js";
 
 // Which test runner a project uses, and the starter gate `loopwarden init` writes for it. A gate with a
@@ -285,19 +285,6 @@ export function detectTestGate(facts: ProjectFacts): StarterGate {
   return { runner: null, run: "", advice: [] };
 }
 
-/** Whether an executable named `name` is in one of `dirs`. */
-async function executableIn(dirs: readonly string[], name: string): Promise<boolean> {
-  for (const dir of dirs) {
-    try {
-      await access(path.join(dir, name), constants.X_OK);
-      return true;
-    } catch {
-      // not here; try the next directory
-    }
-  }
-  return false;
-}
-
 /**
  * The optional tools on `PATH` that a gate could use: only absolute entries outside the working tree
  * count, since a gate's environment keeps no PATH entry inside it.
@@ -306,7 +293,7 @@ export async function toolsOnPath(repo: string, pathVariable = process.env.PATH 
   const trees = [repo, await realpath(repo).catch(() => repo)];
   const dirs = pathVariable.split(path.delimiter).filter((dir) => path.isAbsolute(dir) && !trees.some((tree) => isWithin(path.resolve(dir), tree)));
   const found = new Set<string>();
-  for (const tool of OPTIONAL_TOOLS) if (await executableIn(dirs, tool)) found.add(tool);
+  for (const tool of OPTIONAL_TOOLS) if ((await executableIn(dirs, tool)) !== null) found.add(tool);
   return found;
 }
 
