@@ -1,4 +1,4 @@
-import type { TestSets } from "../engine/state.js";
+import { outcomesOf, type TestSets } from "../engine/state.js";
 
 // Comparing repeated runs of the gates on one commit (DESIGN §6.5). A run's outcome is the test sets
 // the engine judges by (`testSetsOf`: reported test ids plus one `gate:<name>` test per gate), so a
@@ -32,14 +32,6 @@ export interface RunComparison {
 /** A run's outcome for one id: failing wins over passing, as in the engine's test sets. */
 export function outcomeIn(run: TestSets, id: string): TestOutcome {
   return outcomesOf(run).get(id) ?? "missing";
-}
-
-/** Every id a run reported, with its outcome (failing wins over passing): one pass over the run. */
-function outcomesOf(run: TestSets): Map<string, TestOutcome> {
-  const outcomes = new Map<string, TestOutcome>();
-  for (const id of run.passing) outcomes.set(id, "passed");
-  for (const id of run.failing) outcomes.set(id, "failed");
-  return outcomes;
 }
 
 /**
@@ -82,6 +74,6 @@ export function changedTests(before: TestSets, after: TestSets): { id: string; b
   const now = outcomesOf(after);
   const ids = [...new Set([...was.keys(), ...now.keys()])].sort();
   return ids
-    .map((id) => ({ id, before: was.get(id) ?? "missing", after: now.get(id) ?? "missing" }))
+    .map((id): { id: string; before: TestOutcome; after: TestOutcome } => ({ id, before: was.get(id) ?? "missing", after: now.get(id) ?? "missing" }))
     .filter((change) => change.before !== change.after);
 }

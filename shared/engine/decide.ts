@@ -5,7 +5,7 @@ import type { EventDraft, Halt, Verdict } from "./events.js";
 import { exitCodeFor, type HaltReason } from "./halt-reasons.js";
 import { checkGuards } from "./guards.js";
 import { compareSamples } from "./statistics.js";
-import { applyEvent, median, testSetsOf, type LoopState } from "./state.js";
+import { applyEvent, median, outcomesOf, testSetsOf, type LoopState } from "./state.js";
 import { formatList } from "../format-list.js";
 
 function halt(reason: HaltReason, detail: string, extra: { still_improving?: boolean } = {}): Halt {
@@ -201,14 +201,8 @@ function flippedTests(state: LoopState, candidateId: string, observation: Observ
     );
   if (!twin?.report) return null;
   // Outcome maps, so the comparison is linear in the suite (failing wins, as in the test sets).
-  const outcomes = (sets: { passing: string[]; failing: string[] }) => {
-    const map = new Map<string, "pass" | "fail">();
-    for (const id of sets.passing) map.set(id, "pass");
-    for (const id of sets.failing) map.set(id, "fail");
-    return map;
-  };
-  const now = outcomes(testSetsOf(state.contract, observation));
-  const then = outcomes(twin.report.tests);
+  const now = outcomesOf(testSetsOf(state.contract, observation));
+  const then = outcomesOf(twin.report.tests);
   const ids = [...new Set([...now.keys(), ...then.keys()])].sort();
   const tests = ids.filter((id) => (now.get(id) ?? "absent") !== (then.get(id) ?? "absent"));
   return tests.length > 0 ? { twin: twin.candidate_id, tests } : null;

@@ -62,8 +62,8 @@ export function protectedGlobs(contract: Contract, contractFile: string | null):
 export interface BaselineGuards {
   guards: GuardReadings | null;
   collected: string[];
-  /** t0's skipped tests (collected, not run); absent in states snapshotted before it was recorded. */
-  skipped?: string[];
+  /** t0's skipped tests (collected, not run). */
+  skipped: string[];
 }
 
 /** The guard baseline of t0's observation. */
@@ -130,7 +130,7 @@ function allGatesPassed(contract: Contract, observation: Observation): boolean {
  * that is gone, or fewer tests collected. t0's own skipped tests may stay skipped. Linear in the suite.
  */
 function shrunkTestSet(t0: BaselineGuards, observation: Observation): string | null {
-  const t0Skipped = new Set(t0.skipped ?? []);
+  const t0Skipped = new Set(t0.skipped);
   const { passing, failing, skipped = [] } = observation.tests;
   const ranNow = new Set([...passing, ...failing]);
   const skippedNow = new Set(skipped);

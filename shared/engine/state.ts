@@ -49,6 +49,14 @@ export interface TestSets {
   failing: string[];
 }
 
+/** Every id of test sets with its outcome, failing winning over passing: one pass, for linear comparisons. */
+export function outcomesOf(sets: TestSets): Map<string, "passed" | "failed"> {
+  const outcomes = new Map<string, "passed" | "failed">();
+  for (const id of sets.passing) outcomes.set(id, "passed");
+  for (const id of sets.failing) outcomes.set(id, "failed");
+  return outcomes;
+}
+
 /** The best-so-far: t0 until the first promotion. */
 export interface BestState extends TestSets {
   candidate_id: string;
