@@ -16,30 +16,24 @@ async function bodyText(c: Context): Promise<string> {
   const stream = c.req.raw.body;
   if (!stream) return "";
   const reader = stream.pipeThrough(new DecompressionStream("gzip")).getReader();
-  const chunks: Uint8Array[] = [];
+  const decoder = new TextDecoder();
+  let text = "";
   let size = 0;
   try {
     for (;;) {
       const { done, value } = await reader.read();
-      if (done) break;
+      if (done) return text + decoder.decode();
       size += value.byteLength;
       if (size > MAX_DECOMPRESSED_BYTES) {
         await reader.cancel();
         throw new ApiError(413, "body_too_large", `a gzip-encoded body may hold at most ${MAX_DECOMPRESSED_BYTES} bytes once decompressed`);
       }
-      chunks.push(value);
+      text += decoder.decode(value, { stream: true });
     }
   } catch (error) {
     if (error instanceof ApiError) throw error;
     throw new ApiError(400, "invalid_encoding", "the request body is not valid gzip");
   }
-  const bytes = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return new TextDecoder().decode(bytes);
 }
 
 /** Reads and validates a JSON body (plain or gzip-encoded); a malformed or invalid body is a 4xx that changes nothing. */
