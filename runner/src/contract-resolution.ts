@@ -25,33 +25,29 @@ export async function resolveContract(repo: string, options: ContractOptions): P
   const flagOnly = options.check !== undefined || options.exec !== undefined;
   if (!flagOnly) {
     const loaded = await loadContractFile(repo, options.contract ?? "loop.yaml");
-    if (options.maxIterations !== undefined) {
-      return validateContract(
-        { ...loaded.contract, stop: { ...loaded.contract.stop, max_iterations: options.maxIterations } },
-        loaded.source,
-      );
-    }
-    return loaded;
+    // With a contract file, only --max-iterations applies (the other contract flags are flag-only mode's).
+    if (options.maxIterations === undefined) return loaded;
+    return validateContract(withContractFlags(loaded.contract, { maxIterations: options.maxIterations }), loaded.source);
   }
   if (!options.check || !options.exec) {
     throw new UserError("flag-only mode needs both --check CMD and --exec CMD (or neither, to use loop.yaml)", 2);
   }
   if (options.contract !== undefined) throw new UserError("use either --contract FILE or --check/--exec, not both", 2);
-  return validateContract(
+  const base = validateContract(
     {
       name: options.name ?? path.basename(repo),
       mode: "check_fixpoint",
-      gates: [{ name: "check", run: options.check, ...(options.checkTimeout ? { timeout: options.checkTimeout } : {}) }],
-      stop: { max_iterations: options.maxIterations ?? 50, no_progress: 10 },
-      agent: { run: options.exec, ...(options.agentTimeout ? { timeout: options.agentTimeout } : {}) },
+      gates: [{ name: "check", run: options.check }],
+      stop: { max_iterations: 50, no_progress: 10 },
+      agent: { run: options.exec },
     },
     "flags",
   );
+  return validateContract(withContractFlags(base.contract, options), "flags");
 }
 
-/** The contract flags given, by flag, and the pinned contract with their values put in (flag-only mode's mapping). */
-function withContractFlags(pinned: Contract, options: ContractOptions): { flags: string[]; wanted: Contract } {
-  const [gate, ...gates] = pinned.gates;
+/** The contract flags given, by flag. */
+function contractFlagsGiven(options: ContractOptions): string[] {
   const flags: [string, unknown][] = [
     ["--check", options.check],
     ["--exec", options.exec],
@@ -60,14 +56,23 @@ function withContractFlags(pinned: Contract, options: ContractOptions): { flags:
     ["--check-timeout", options.checkTimeout],
     ["--agent-timeout", options.agentTimeout],
   ];
-  const wanted: Contract = {
-    ...pinned,
-    name: options.name ?? pinned.name,
-    gates: gate ? [{ ...gate, run: options.check ?? gate.run, timeout: options.checkTimeout ?? gate.timeout }, ...gates] : pinned.gates,
-    stop: { ...pinned.stop, max_iterations: options.maxIterations ?? pinned.stop.max_iterations },
-    agent: { ...pinned.agent, run: options.exec ?? pinned.agent.run, timeout: options.agentTimeout ?? pinned.agent.timeout },
+  return flags.filter(([, value]) => value !== undefined).map(([flag]) => flag);
+}
+
+/**
+ * A contract with the values the contract flags give put in — the one mapping of flags to keys: --check
+ * and --check-timeout are the first gate's, --exec and --agent-timeout the agent's, --max-iterations
+ * `stop.max_iterations`, --name `name`.
+ */
+function withContractFlags(base: Contract, options: ContractOptions): Contract {
+  const [gate, ...gates] = base.gates;
+  return {
+    ...base,
+    name: options.name ?? base.name,
+    gates: gate ? [{ ...gate, run: options.check ?? gate.run, timeout: options.checkTimeout ?? gate.timeout }, ...gates] : base.gates,
+    stop: { ...base.stop, max_iterations: options.maxIterations ?? base.stop.max_iterations },
+    agent: { ...base.agent, run: options.exec ?? base.agent.run, timeout: options.agentTimeout ?? base.agent.timeout },
   };
-  return { flags: flags.filter(([, value]) => value !== undefined).map(([flag]) => flag), wanted };
 }
 
 /**
@@ -86,11 +91,10 @@ export async function resumedContract(repo: string, source: string, options: Con
   if (source !== FLAGS_SOURCE) {
     // The file as it is now, against the pinned contract (whose limit may have come from --max-iterations).
     const file = (await loadContractFile(repo, source)).contract;
-    const fileDifferences = contractDifferences(pinned, { ...file, stop: { ...file.stop, max_iterations: pinned.stop.max_iterations } });
+    const fileDifferences = contractDifferences(pinned, withContractFlags(file, { maxIterations: pinned.stop.max_iterations }));
     if (fileDifferences.length > 0) throw refuse(`${source} as it is now`, fileDifferences);
   }
-  const { flags, wanted } = withContractFlags(pinned, options);
-  const flagDifferences = contractDifferences(pinned, wanted);
-  if (flagDifferences.length > 0) throw refuse(flags.join(", "), flagDifferences);
+  const flagDifferences = contractDifferences(pinned, withContractFlags(pinned, options));
+  if (flagDifferences.length > 0) throw refuse(contractFlagsGiven(options).join(", "), flagDifferences);
   return validateContract(pinned, source);
 }
