@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { AgentRun } from "../../shared/engine/index.js";
 import { UserError } from "./errors.js";
-import { currentBranch, headCommit, loopBranch, readTrailers, shortCommit, snapshotCandidate } from "./git.js";
+import { loopBranch, readTrailers, shortCommit, snapshotCandidate } from "./git.js";
 import type { Session } from "./session.js";
 
 // Candidate commits (DESIGN §13): each carries trailers naming its loop, iteration and proposal key, so
@@ -15,11 +15,10 @@ export const TRAILER = { loop: "Loopwarden-Loop", iteration: "Loopwarden-Iterati
  * The commit a new loop's t0 may be taken from (DESIGN §6.6): one the user made, never a candidate
  * commit (it carries loopwarden's trailers) nor a loop's branch, where an unjudged proposal may sit.
  */
-export async function refuseCandidateBaseline(repo: string): Promise<void> {
-  const head = await headCommit(repo);
-  const branch = await currentBranch(repo);
+export async function refuseCandidateBaseline(repo: string, head: string, branch: string | null): Promise<void> {
   const trailers = await readTrailers(repo, head);
-  const loopId = trailers[TRAILER.loop] ?? (branch?.startsWith("loopwarden/") ? branch.slice("loopwarden/".length) : undefined);
+  const prefix = loopBranch("");
+  const loopId = trailers[TRAILER.loop] ?? (branch?.startsWith(prefix) ? branch.slice(prefix.length) : undefined);
   if (loopId === undefined) return;
   const where = trailers[TRAILER.loop] ? `HEAD (${shortCommit(head)}) is a candidate commit of loop ${loopId}` : `the working tree is on ${branch}, the branch of loop ${loopId}`;
   throw new UserError(

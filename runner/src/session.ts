@@ -124,9 +124,9 @@ export async function openSession(
         );
       }
     }
-    await refuseCandidateBaseline(repo);
     const startedFrom = await currentBranch(repo);
     const t0Commit = await headCommit(repo);
+    await refuseCandidateBaseline(repo, t0Commit, startedFrom);
     // A creation an interrupted runner left in flight is finished with its very request (DESIGN §6.6):
     // the coordinator answers the loop it may already have created, rather than a second one.
     let pending = await loadPendingCreate(repo, source);
