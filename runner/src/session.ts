@@ -154,9 +154,7 @@ export async function openSession(
       loop_id: loop.loop_id,
       server: connection.local ? null : connection.url,
       state_dir: connection.local ? (server.state ?? null) : null,
-      branch: loopBranch(loop.loop_id),
       started_from: startedFrom,
-      contract_hash: loaded.hash,
       runner_id: newRunnerId(),
     };
     await saveWorkspaceState(repo, source, workspace);

@@ -16,10 +16,8 @@ export const WorkspaceState = z.object({
   /** The coordinator the loop lives on: an explicit server URL, or the local state directory. */
   server: z.string().nullable(),
   state_dir: z.string().nullable(),
-  branch: z.string(),
+  /** The branch the loop was started from (the loop's own branch is `loopBranch(loop_id)`). */
   started_from: z.string().nullable(),
-  /** The contract hash the loop was created with (pinned: a different contract is another loop). */
-  contract_hash: z.string(),
   /** This checkout's runner identity, kept so a restarted runner gets its own live lease back. */
   runner_id: z.string(),
 });

@@ -15,9 +15,7 @@ const loop = (id: string): WorkspaceState => ({
   loop_id: id,
   server: null,
   state_dir: null,
-  branch: `loopwarden/${id}`,
   started_from: "main",
-  contract_hash: "0".repeat(64),
   runner_id: "host-1",
 });
 
@@ -25,7 +23,8 @@ describe("the repository's loops", () => {
   it("keeps one loop per contract source, and reads a first-version state file as loop.yaml's", async () => {
     const repo = path.join(tmp, "repo");
     mkdirSync(path.join(repo, ".loopwarden"), { recursive: true });
-    writeFileSync(path.join(repo, ".loopwarden", "state.json"), JSON.stringify(loop("lp_old")));
+    // A first-version file, with the fields that version also kept (the loop's branch, the contract hash).
+    writeFileSync(path.join(repo, ".loopwarden", "state.json"), JSON.stringify({ ...loop("lp_old"), branch: "loopwarden/lp_old", contract_hash: "0".repeat(64) }));
     expect(await loadWorkspace(repo)).toEqual({ "loop.yaml": loop("lp_old") });
     await saveWorkspaceState(repo, "flags", loop("lp_flags"));
     await saveWorkspaceState(repo, "ci/loop.yaml", loop("lp_ci"));
