@@ -1,4 +1,4 @@
-import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { CreateLoopRequest } from "../../shared/wire/api.js";
 import type { ArtifactRef } from "../../shared/wire/observation.js";
@@ -28,8 +28,9 @@ export async function savePendingCreate(repo: string, source: string, pending: P
     await writeFile(path.join(dir, "logs", `${index}.json`), JSON.stringify(log.ref));
     await writeFile(path.join(dir, "logs", `${index}.bin`), log.bytes);
   }
-  // The request last: its presence says the rest is complete.
-  await writeFile(path.join(dir, "request.json"), JSON.stringify(pending.request));
+  // The request last, and whole (write, then rename): its presence says the rest is complete.
+  await writeFile(path.join(dir, "request.json.tmp"), JSON.stringify(pending.request));
+  await rename(path.join(dir, "request.json.tmp"), path.join(dir, "request.json"));
 }
 
 /** The creation of a contract source left in flight by an interrupted runner, or null. */
@@ -37,7 +38,13 @@ export async function loadPendingCreate(repo: string, source: string): Promise<P
   const dir = dirOf(repo, source);
   const text = await readFile(path.join(dir, "request.json"), "utf8").catch(() => null);
   if (text === null) return null;
-  const parsed = CreateLoopRequest.safeParse(JSON.parse(text));
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  const parsed = CreateLoopRequest.safeParse(json);
   if (!parsed.success) return null;
   const names = (await readdir(path.join(dir, "logs")).catch((): string[] => [])).filter((name) => name.endsWith(".json")).sort();
   const logs: Evaluation["logs"] = [];
