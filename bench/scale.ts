@@ -13,7 +13,7 @@ import { startLocalCoordinator } from "../runner/src/local-coordinator.js";
 import { foldEvents, LoopEvent } from "../shared/engine/index.js";
 import { sha256Hex } from "../shared/hash.js";
 import { Contract } from "../shared/wire/contract.js";
-import type { Observation } from "../shared/wire/observation.js";
+import type { FullObservation } from "../shared/wire/observation.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const SUITES = [10, 1_000, 10_000, 100_000];
@@ -25,7 +25,7 @@ const ms = (value: number) => `${value.toFixed(1)} ms`;
 const idsOf = (count: number) => Array.from({ length: count }, (_, index) => `tests/test_module_${index % 97}.py::TestClass::test_case_${index}[p]`);
 
 /** An observation of `ids`, the first `failing` of them failing. */
-function observationOf(ids: string[], failing: number): Observation {
+function observationOf(ids: string[], failing: number): FullObservation {
   return {
     gates: [{ name: "unit", exit_code: failing > 0 ? 1 : 0, signal: null, timed_out: false, duration_ms: 5, log: null }],
     tests: { passing: ids.slice(failing), failing: ids.slice(0, failing) },
@@ -41,7 +41,7 @@ const contract = Contract.parse({
 });
 
 /** Proposes a candidate, leases it and reports `observation`; answers the report's round trip in ms and the events it left. */
-async function iterate(client: Client, loopId: string, key: string, observation: Observation): Promise<{ reportMs: number; head: number }> {
+async function iterate(client: Client, loopId: string, key: string, observation: FullObservation): Promise<{ reportMs: number; head: number }> {
   await client.proposeCandidate(loopId, {
     idempotency_key: `bench-${key}`,
     commit: sha256Hex(key).slice(0, 40),

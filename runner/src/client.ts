@@ -36,6 +36,17 @@ export class CoordinatorError extends Error {
 /** JSON bodies larger than this are sent gzip-encoded. */
 export const GZIP_ABOVE_BYTES = 64 * 1024;
 
+/**
+ * With `LOOPWARDEN_TRACE_HTTP=1`, one line on stderr per request: method, path, status, the bytes sent
+ * (as sent: gzip-encoded when compressed) and the time it took. For measuring what a loop costs on the wire.
+ */
+function traceRequest(method: string, path: string, status: number | string, body: string | Blob | undefined, startedAt: number): void {
+  if (process.env.LOOPWARDEN_TRACE_HTTP !== "1") return;
+  const bytes = body === undefined ? 0 : typeof body === "string" ? Buffer.byteLength(body) : body.size;
+  const encoding = typeof body === "object" ? " gzip" : "";
+  process.stderr.write(`loopwarden http: ${method} ${path} ${status} sent ${bytes} B${encoding} in ${Math.round(performance.now() - startedAt)} ms\n`);
+}
+
 /** Statuses worth retrying: the request may not have been processed, and every mutating request is idempotent (DESIGN §4.6). */
 const RETRYABLE_STATUS = new Set([429, 500, 502, 503, 504]);
 
@@ -62,6 +73,7 @@ export class Client {
     let delay = 200;
     for (let attempt = 1; ; attempt++) {
       let reason: string;
+      const startedAt = performance.now();
       try {
         const response = await fetch(`${this.baseUrl}${path}`, {
           method,
@@ -72,6 +84,7 @@ export class Client {
           ...(body === undefined ? {} : { body }),
           signal: AbortSignal.timeout(60_000),
         });
+        traceRequest(method, path, response.status, body, startedAt);
         // Out of retries, a coordinator that keeps answering an error is reachable: its answer (the
         // error envelope, e.g. a 500's code) is what the caller reports, never "cannot reach".
         if (!RETRYABLE_STATUS.has(response.status) || Date.now() + delay > deadline) return response;
@@ -79,6 +92,7 @@ export class Client {
         await response.body?.cancel();
       } catch (error) {
         reason = (error as { cause?: { code?: string } }).cause?.code ?? (error as Error).message;
+        traceRequest(method, path, reason, body, startedAt);
       }
       if (Date.now() + delay > deadline) {
         throw new UserError(`cannot reach the coordinator at ${this.baseUrl} (${reason}); is it running? (loopwarden serve)`);
@@ -92,8 +106,8 @@ export class Client {
   private async json<S extends z.ZodType>(method: string, path: string, schema: S, payload?: unknown): Promise<z.infer<S>> {
     if (payload === undefined) return this.parse(await this.send(method, path), schema);
     const text = JSON.stringify(payload);
-    // Large bodies (a big suite's test ids) travel gzip-encoded (DESIGN §8); the coordinator's 1 MiB
-    // cap counts the bytes sent. Small ones go as they are: compressing them would cost more than it saves.
+    // Large bodies (a big suite's test ids) travel gzip-encoded (DESIGN §8); the coordinator's caps
+    // count the bytes sent. Small ones go as they are: compressing them would cost more than it saves.
     const compress = Buffer.byteLength(text) > GZIP_ABOVE_BYTES;
     const response = await this.send(
       method,

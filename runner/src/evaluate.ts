@@ -3,7 +3,7 @@ import path from "node:path";
 import { parseDuration } from "../../shared/duration.js";
 import { sha256Hex } from "../../shared/hash.js";
 import type { Contract, Gate } from "../../shared/wire/contract.js";
-import type { ArtifactRef, GateResult, Observation } from "../../shared/wire/observation.js";
+import type { ArtifactRef, FullObservation, GateResult } from "../../shared/wire/observation.js";
 import type { Client } from "./client.js";
 import { withClone, type Clone } from "./clone.js";
 import { requireNetworkIsolation, runCommand, type CommandResult } from "./exec.js";
@@ -12,7 +12,7 @@ import { parseJUnit, parseMetrics, parseTap, type TestReport } from "./parsers/i
 
 /** An observation and the gate logs it cites, still to be uploaded. */
 export interface Evaluation {
-  observation: Observation;
+  observation: FullObservation;
   logs: { ref: ArtifactRef; bytes: Buffer }[];
 }
 

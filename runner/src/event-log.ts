@@ -1,4 +1,4 @@
-import { foldEvents, LoopEvent, type LoopState } from "../../shared/engine/index.js";
+import { foldEvents, LoopEvent, type LoopState, type TestBase } from "../../shared/engine/index.js";
 import type { Session } from "./session.js";
 
 // The runner's view of a loop's state: its public event log, folded by the same engine the coordinator
@@ -18,4 +18,9 @@ export async function foldLoop(session: Session): Promise<LoopState> {
   if (!state) throw new Error(`loop ${session.loop.loop_id} has no events`);
   session.folded = { seq: last?.seq ?? after, state };
   return state;
+}
+
+/** t0's collected test set, which every report is a difference from (DESIGN §8): from the folded log, read once a session. */
+export async function testBaseOf(session: Session): Promise<TestBase> {
+  return (session.folded?.state ?? (await foldLoop(session))).t0_base;
 }

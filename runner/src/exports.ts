@@ -1,4 +1,4 @@
-import { BASELINE_ID, foldEvents, median, type AgentRun, type CandidateState, type EventDraft, type LoopState, type Proposer, type TestSets, type Verdict } from "../../shared/engine/index.js";
+import { BASELINE_ID, foldEvents, median, type AgentRun, type CandidateState, type EventDraft, type LoopState, type Proposer, type TestStanding, type Verdict } from "../../shared/engine/index.js";
 import type { AgentReport } from "../../shared/wire/agent-report.js";
 import type { GateResult, Observation } from "../../shared/wire/observation.js";
 
@@ -147,7 +147,7 @@ function candidateLine(record: CandidateRecord): CandidateLine {
   };
 }
 
-const countsOf = (tests: TestSets) => ({ passing: tests.passing.length, failing: tests.failing.length });
+const countsOf = (tests: TestStanding) => ({ passing: tests.passing_count, failing: tests.failing.length });
 
 function candidatesTable(history: History): CandidateLine[] {
   return history.records.map(candidateLine);
@@ -176,7 +176,7 @@ const numberField = (value: number | undefined | null) => (value === undefined |
 
 /** The rows of `benchmark.csv`, header first. */
 function benchmarkTable(history: History): string[][] {
-  const rows: { id: string; commit: string; status: string; observation: Observation; tests: TestSets }[] = [
+  const rows: { id: string; commit: string; status: string; observation: Observation; tests: TestStanding }[] = [
     { id: BASELINE_ID, commit: history.state.t0.commit, status: "baseline", observation: history.t0, tests: history.state.t0 },
     ...history.records.flatMap(({ candidate, observation }) =>
       observation && candidate.report
@@ -209,7 +209,7 @@ function benchmarkTable(history: History): string[][] {
       ...metricColumns.map(({ gate, metric }) => numberField(gateOf(row.observation, gate)?.metrics?.[metric])),
       ...gates.map((gate) => numberField(gateOf(row.observation, gate)?.duration_ms)),
       String(row.tests.failing.length),
-      String(row.tests.passing.length),
+      String(row.tests.passing_count),
     ]),
   ];
 }
@@ -273,7 +273,7 @@ function memoryGbOf(observation: Observation, primary: string | undefined): stri
 function resultsTable(history: History): string[][] {
   const primary = history.state.contract.metric?.name;
   const crash = { metric: primary === undefined ? "0" : "0.000000", memory: "0.0" };
-  const figuresOf = (observation: Observation, tests: TestSets) => {
+  const figuresOf = (observation: Observation, tests: TestStanding) => {
     const value = primary === undefined ? tests.failing.length : (sampledOf(observation, primary, primary) ?? metricOf(observation, primary));
     return {
       metric: primary === undefined ? String(value) : value === undefined ? crash.metric : value.toFixed(6),

@@ -1,12 +1,13 @@
 import { formatDuration } from "../../shared/duration.js";
 import type { Verdict } from "../../shared/engine/index.js";
 import type { Lease, LoopSummary } from "../../shared/wire/api.js";
-import type { Observation } from "../../shared/wire/observation.js";
+import { compactTests } from "../../shared/engine/test-sets.js";
+import type { FullObservation } from "../../shared/wire/observation.js";
 import { CoordinatorError } from "./client.js";
 import { withClone } from "./clone.js";
 import { UserError } from "./errors.js";
 import { evaluateIn, hardGatesPassed, uploadLogs, type EvaluationOptions } from "./evaluate.js";
-import { foldLoop } from "./event-log.js";
+import { foldLoop, testBaseOf } from "./event-log.js";
 import { contractFileOf } from "./contract-file.js";
 import { shortCommit } from "./git.js";
 import { liveStatus, paint, progress } from "./output.js";
@@ -41,13 +42,16 @@ async function evaluateLease(session: Session, lease: Lease, iteration: number):
   try {
     progress(mode, `${label} evaluating ${shortCommit(lease.job.commit)} in a clean clone…`);
     const contract = session.loaded.contract;
+    const base = await testBaseOf(session);
     return await withClone(session.repo, lease.job.commit, lease.job.candidate_id, async (clone) => {
       const evaluation = await evaluateIn(clone, { ...evaluationOptions(session, label), contract });
       if (lost) return null;
       await uploadLogs(client, lease.loop_id, evaluation.logs);
-      const report = (observation: Observation) => {
+      // Sent as a difference from t0's collected set (DESIGN §8): as large as what changed, not the suite.
+      const tests = compactTests(evaluation.observation.tests, base);
+      const report = (observation: FullObservation) => {
         liveStatus(mode, `${label} reporting`);
-        return client.report(lease.lease_id, { fencing_token: lease.fencing_token, observation });
+        return client.report(lease.lease_id, { fencing_token: lease.fencing_token, observation: { ...observation, tests } });
       };
       if (!contract.metric) return report(evaluation.observation);
       if (!hardGatesPassed(contract, evaluation)) {

@@ -1,4 +1,4 @@
-import { outcomesOf, type TestSets } from "../engine/state.js";
+import { outcomesOf, type TestSets } from "../engine/test-sets.js";
 
 // Comparing repeated runs of the gates on one commit (DESIGN §6.5). A run's outcome is the test sets
 // the engine judges by (`testSetsOf`: reported test ids plus one `gate:<name>` test per gate), so a

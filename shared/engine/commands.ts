@@ -5,6 +5,8 @@ import type { AgentReport } from "../wire/agent-report.js";
 import type { AgentRun, Baseline, EventDraft, Proposer, Verdict } from "./events.js";
 import { unsupportedFeatures } from "./support.js";
 import { applyEvent, type CandidateState, type LeaseState, type LoopState } from "./state.js";
+import { compactTests, deltaProblem } from "./test-sets.js";
+import { isDeltaTests } from "../wire/observation.js";
 
 // The commands the LoopObject runs. Each is pure: it reads a state and its inputs (time and ids come
 // in as arguments) and answers with the events to append, or with an expected failure as a value.
@@ -17,7 +19,8 @@ export interface EngineError {
     | "idempotency_conflict"
     | "lease_not_found"
     | "stale_lease"
-    | "already_reported";
+    | "already_reported"
+    | "invalid_observation";
   message: string;
 }
 
@@ -216,6 +219,12 @@ export function reportObservation(
     return refuse("stale_lease", "the lease was reclaimed or superseded; the observation was not recorded");
   }
   if (state.halt) return refuse("loop_halted", `the loop has halted (${state.halt.halt_reason})`);
+  // Recorded as a difference from t0's collected set whatever form it came in (DESIGN §8), so the log
+  // grows with what changed, not with the suite; a difference that does not fit this loop's set is refused.
+  const { tests } = input.observation;
+  const problem = isDeltaTests(tests) ? deltaProblem(tests, state.t0_base) : null;
+  if (problem) return refuse("invalid_observation", problem);
+  const observation = isDeltaTests(tests) ? input.observation : { ...input.observation, tests: compactTests(tests, state.t0_base) };
   const reported: EventDraft = {
     type: "observation_reported",
     at: input.at,
@@ -223,11 +232,11 @@ export function reportObservation(
       candidate_id: candidate.candidate_id,
       lease_id: input.lease_id,
       fencing_token: input.fencing_token,
-      observation: input.observation,
+      observation,
       request_hash: input.request_hash,
     },
   };
   const after = applyEvent(state, reported);
-  const decision = decide(after, after.contract, candidate.candidate_id, input.observation, input.at);
+  const decision = decide(after, after.contract, candidate.candidate_id, observation, input.at);
   return { ok: true, events: [reported, ...decision.events], value: decision.verdict };
 }

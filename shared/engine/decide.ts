@@ -5,7 +5,8 @@ import type { EventDraft, Halt, Verdict } from "./events.js";
 import { exitCodeFor, type HaltReason } from "./halt-reasons.js";
 import { checkGuards } from "./guards.js";
 import { compareSamples } from "./statistics.js";
-import { applyEvent, median, outcomesOf, testSetsOf, type LoopState } from "./state.js";
+import { applyEvent, median, type LoopState } from "./state.js";
+import { changedOutcomes, regressedTests, standingOf, type TestStanding } from "./test-sets.js";
 import { formatList } from "../format-list.js";
 
 function halt(reason: HaltReason, detail: string, extra: { still_improving?: boolean } = {}): Halt {
@@ -40,10 +41,9 @@ export function describeFailingChange(before: readonly string[], after: readonly
  * still passes and the failing set strictly shrinks. task_list mode is the same ratchet over tasks (each
  * a `task:<id>` test): a candidate completes at least one task and undoes none.
  */
-function decideCheckFixpoint(state: LoopState, candidateId: string, observation: Observation): Verdict {
-  const { passing, failing } = testSetsOf(state.contract, observation);
-  const nowPassing = new Set(passing);
-  const regressed = state.best.passing.filter((id) => !nowPassing.has(id));
+function decideCheckFixpoint(state: LoopState, candidateId: string, now: TestStanding): Verdict {
+  const { failing } = now;
+  const regressed = regressedTests(state.best, now, state.t0_base);
   const before = state.best.failing.length;
   const base = { candidate_id: candidateId, failing_before: before, failing_after: failing.length, regressed };
   if (regressed.length > 0) {
@@ -66,8 +66,9 @@ export function decide(
   observation: Observation,
   at: string,
 ): { verdict: Verdict; events: EventDraft[] } {
+  const now = standingOf(contract, observation, state.t0_base);
   // Guards first (invariant 2): a violation is never promoted, whatever the gates say.
-  const violation = checkGuards(contract, state.t0_guards, observation);
+  const violation = checkGuards(contract, state.t0_guards, state.t0_base, observation);
   if (violation) {
     const verdict: Verdict = {
       candidate_id: candidateId,
@@ -75,7 +76,7 @@ export function decide(
       reason: "guard_violated",
       detail: `${violation.halt_reason}: ${violation.detail}`,
       failing_before: state.best.failing.length,
-      failing_after: testSetsOf(contract, observation).failing.length,
+      failing_after: now.failing.length,
       regressed: [],
     };
     const verdictEvent: EventDraft = { type: "verdict", at, data: verdict };
@@ -86,7 +87,7 @@ export function decide(
   }
   // The same tree measured twice must give the same outcomes (DESIGN §6.5): a flip means the check is
   // an untrusted oracle, and every verdict it gave is in doubt.
-  const flipped = flippedTests(state, candidateId, observation);
+  const flipped = flippedTests(state, candidateId, now);
   if (flipped) {
     const verdict: Verdict = {
       candidate_id: candidateId,
@@ -94,7 +95,7 @@ export function decide(
       reason: "flaky",
       detail: `the same change as ${flipped.twin} gave different outcomes for ${flipped.tests.length} test(s): ${flipped.tests.slice(0, 5).join(", ")}`,
       failing_before: state.best.failing.length,
-      failing_after: testSetsOf(contract, observation).failing.length,
+      failing_after: now.failing.length,
       regressed: [],
     };
     return {
@@ -102,7 +103,7 @@ export function decide(
       events: [{ type: "verdict", at, data: verdict }, { type: "halted", at, data: halt("check_flaky", verdict.detail) }],
     };
   }
-  const verdict = contract.mode === "optimize" ? decideOptimize(state, candidateId, observation) : decideCheckFixpoint(state, candidateId, observation);
+  const verdict = contract.mode === "optimize" ? decideOptimize(state, candidateId, observation, now) : decideCheckFixpoint(state, candidateId, now);
   const verdictEvent: EventDraft = { type: "verdict", at, data: verdict };
   // need_samples is not a decision yet: no iteration is counted, no halt considered.
   return { verdict, events: verdict.decision === "need_samples" ? [verdictEvent] : withHalt(state, verdictEvent) };
@@ -115,14 +116,12 @@ const percent = (value: number) => `${(value * 100).toFixed(1)}%`;
  * passes, and the metric beats the best-so-far by more than min_effect at the contract's confidence,
  * judged on readings interleaved with the best on one runner by the sequential test of statistics.ts.
  */
-function decideOptimize(state: LoopState, candidateId: string, observation: Observation): Verdict {
+function decideOptimize(state: LoopState, candidateId: string, observation: Observation, now: TestStanding): Verdict {
   const { contract } = state;
   const metric = contract.metric;
   if (!metric) throw new Error("optimize contract without a metric");
-  const { passing, failing } = testSetsOf(contract, observation);
-  const nowPassing = new Set(passing);
-  const regressed = [...new Set([...state.t0.passing, ...state.best.passing])].filter((id) => !nowPassing.has(id)).sort();
-  const base = { candidate_id: candidateId, failing_before: state.best.failing.length, failing_after: failing.length, regressed };
+  const regressed = [...new Set([...regressedTests(state.t0, now, state.t0_base), ...regressedTests(state.best, now, state.t0_base)])].sort();
+  const base = { candidate_id: candidateId, failing_before: state.best.failing.length, failing_after: now.failing.length, regressed };
   if (regressed.length > 0) {
     return { ...base, decision: "rejected", reason: "regressed", detail: `broke ${regressed.length} passing test(s): ${formatList(regressed)}` };
   }
@@ -186,7 +185,7 @@ function secondaryRegression(
 }
 
 /** Test ids whose outcome differs from an earlier evaluation of the same tree (same parent, same change). */
-function flippedTests(state: LoopState, candidateId: string, observation: Observation): { twin: string; tests: string[] } | null {
+function flippedTests(state: LoopState, candidateId: string, now: TestStanding): { twin: string; tests: string[] } | null {
   const candidate = state.candidates[candidateId];
   if (!candidate) return null;
   const twin = state.candidate_order
@@ -200,11 +199,8 @@ function flippedTests(state: LoopState, candidateId: string, observation: Observ
         other.diff_sha256 === candidate.diff_sha256,
     );
   if (!twin?.report) return null;
-  // Outcome maps, so the comparison is linear in the suite (failing wins, as in the test sets).
-  const now = outcomesOf(testSetsOf(state.contract, observation));
-  const then = outcomesOf(twin.report.tests);
-  const ids = [...new Set([...now.keys(), ...then.keys()])].sort();
-  const tests = ids.filter((id) => (now.get(id) ?? "absent") !== (then.get(id) ?? "absent"));
+  // Through the standings: linear in what either differs from t0, not in the suite.
+  const tests = changedOutcomes(now, twin.report.tests, state.t0_base);
   return tests.length > 0 ? { twin: twin.candidate_id, tests } : null;
 }
 

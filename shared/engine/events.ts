@@ -1,14 +1,17 @@
 import { z } from "zod";
 import { Contract } from "../wire/contract.js";
 import { AgentReport } from "../wire/agent-report.js";
-import { GitCommit, Observation, Sha256 } from "../wire/observation.js";
+import { FullObservation, GitCommit, Observation, Sha256 } from "../wire/observation.js";
 import { HALT_REASONS } from "./halt-reasons.js";
 
 // One zod schema per event type; `data` is the part the engine reads. Adding a type later is adding a
 // member to the union and a case to `applyEvent`, never changing an existing one: old logs must fold.
 
-/** The immutable baseline (t0) as recorded at creation (DESIGN §2). */
-export const Baseline = z.strictObject({ commit: GitCommit, observation: Observation });
+/**
+ * The immutable baseline (t0) as recorded at creation (DESIGN §2), its tests in full: t0's collected set
+ * is stored once, here, and every later report is a difference from it (DESIGN §8).
+ */
+export const Baseline = z.strictObject({ commit: GitCommit, observation: FullObservation });
 export type Baseline = z.infer<typeof Baseline>;
 
 /** Who proposed a candidate: the contract's agent command run by the runner, or an agent driving `loopwarden step` itself. */

@@ -1,7 +1,8 @@
 import type { Contract } from "../wire/contract.js";
-import type { GuardReadings, Observation } from "../wire/observation.js";
+import type { FullObservation, GuardReadings, Observation } from "../wire/observation.js";
 import type { HaltReason } from "./halt-reasons.js";
 import { formatList } from "../format-list.js";
+import { isDerivedTestId, shrinkageOf, type TestBase } from "./test-sets.js";
 
 // Guards (DESIGN §6.4), checked against t0 before any success or promotion can fire (invariant 2).
 // The runner measures (file hashes, collected tests, coverage, the contract file); the engine compares.
@@ -58,36 +59,24 @@ export function protectedGlobs(contract: Contract, contractFile: string | null):
   return contractFile === null ? [...DEFAULT_PROTECTED_GLOBS] : [contractFile, ...DEFAULT_PROTECTED_GLOBS];
 }
 
-/** What the guards keep of t0: its readings, its collected test set and which of those it only skipped. */
+/** What the guards keep of t0 besides its collected set (the loop's test base): its readings, and which tests it only skipped. */
 export interface BaselineGuards {
   guards: GuardReadings | null;
-  collected: string[];
-  /** t0's skipped tests (collected, not run). */
+  /** t0's skipped tests (collected, not run), sorted. */
   skipped: string[];
 }
 
 /** The guard baseline of t0's observation. */
-export function baselineGuards(observation: Observation): BaselineGuards {
+export function baselineGuards(observation: FullObservation): BaselineGuards {
   const ran = new Set([...observation.tests.passing, ...observation.tests.failing]);
   const skipped = (observation.tests.skipped ?? []).filter((id) => !ran.has(id) && !isDerivedTestId(id));
-  return { guards: observation.guards ?? null, collected: collectedTests(observation), skipped: [...new Set(skipped)].sort() };
-}
-
-/** Whether a test id is derived by the engine (a gate's or a task's own outcome) rather than reported. */
-export function isDerivedTestId(id: string): boolean {
-  return id.startsWith("gate:") || id.startsWith("task:");
+  return { guards: observation.guards ?? null, skipped: [...new Set(skipped)].sort() };
 }
 
 /** A guard that an observation violates: the halt reason it maps to and what exactly was seen. */
 export interface GuardViolation {
   halt_reason: Extract<HaltReason, "blocked_path_modified" | "metric_integrity_violation" | "workspace_invalid">;
   detail: string;
-}
-
-/** The collected test set of an observation: every reported test id, whatever its outcome (gate ids excluded). */
-export function collectedTests(observation: Observation): string[] {
-  const { passing, failing, skipped = [] } = observation.tests;
-  return [...new Set([...passing, ...failing, ...skipped])].filter((id) => !isDerivedTestId(id)).sort();
 }
 
 function protectedChanges(before: GuardReadings, after: GuardReadings): string | null {
@@ -125,28 +114,18 @@ function allGatesPassed(contract: Contract, observation: Observation): boolean {
 }
 
 /**
- * How the candidate's test set shrank against t0's, or null (DESIGN §6.4): a test t0 ran (passed or
- * failed) that is now skipped — a skipped or deselected failure is never a fix — or one t0 collected
- * that is gone, or fewer tests collected. t0's own skipped tests may stay skipped. Linear in the suite.
+ * How the candidate's test set shrank against t0's collected set, or null (DESIGN §6.4): a test t0 ran
+ * (passed or failed) that is now skipped — a skipped or deselected failure is never a fix — or one t0
+ * collected that is gone, or fewer tests collected. t0's own skipped tests may stay skipped. Linear in
+ * what differs from t0.
  */
-function shrunkTestSet(t0: BaselineGuards, observation: Observation): string | null {
-  const t0Skipped = new Set(t0.skipped);
-  const { passing, failing, skipped = [] } = observation.tests;
-  const ranNow = new Set([...passing, ...failing]);
-  const skippedNow = new Set(skipped);
-  const nowSkipped: string[] = [];
-  const missing: string[] = [];
-  for (const id of t0.collected) {
-    if (ranNow.has(id)) continue;
-    if (!skippedNow.has(id)) missing.push(id);
-    else if (!t0Skipped.has(id)) nowSkipped.push(id);
-  }
+function shrunkTestSet(t0: BaselineGuards, base: TestBase, observation: Observation): string | null {
+  const { nowSkipped, missing, collected } = shrinkageOf(observation, base, new Set(t0.skipped));
   if (nowSkipped.length > 0) {
     return `${nowSkipped.length} test(s) that t0 ran are skipped now (a skipped test is never a fix): ${formatList(nowSkipped)}`;
   }
   if (missing.length > 0) return `${missing.length} collected test(s) disappeared: ${formatList(missing)}`;
-  const collectedNow = new Set([...ranNow, ...skippedNow].filter((id) => !isDerivedTestId(id))).size;
-  if (collectedNow < t0.collected.length) return `the collected test count dropped from ${t0.collected.length} to ${collectedNow}`;
+  if (collected < base.ids.length) return `the collected test count dropped from ${base.ids.length} to ${collected}`;
   return null;
 }
 
@@ -156,7 +135,7 @@ function shrunkTestSet(t0: BaselineGuards, observation: Observation): string | n
  * taken because an earlier gate failed) is skipped: such a candidate cannot succeed anyway, because a
  * gate that did not run is a failing test.
  */
-export function checkGuards(contract: Contract, t0: BaselineGuards, observation: Observation): GuardViolation | null {
+export function checkGuards(contract: Contract, t0: BaselineGuards, base: TestBase, observation: Observation): GuardViolation | null {
   const before = t0.guards;
   const after = observation.guards;
   if (before && !after) {
@@ -169,7 +148,7 @@ export function checkGuards(contract: Contract, t0: BaselineGuards, observation:
 
   const shrinkGuard = contract.guards?.tests_never_shrink ?? true;
   if (shrinkGuard && reportsComplete(contract, observation)) {
-    const shrunk = shrunkTestSet(t0, observation);
+    const shrunk = shrunkTestSet(t0, base, observation);
     if (shrunk) return { halt_reason: "metric_integrity_violation", detail: shrunk };
   }
 

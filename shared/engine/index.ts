@@ -7,3 +7,4 @@ export * from "./halt-reasons.js";
 export * from "./state.js";
 export * from "./support.js";
 export * from "./statistics.js";
+export * from "./test-sets.js";

@@ -1,8 +1,8 @@
-import type { Contract, Gate } from "../wire/contract.js";
+import type { Contract } from "../wire/contract.js";
 import type { AgentReport } from "../wire/agent-report.js";
-import type { GateResult, Observation } from "../wire/observation.js";
 import type { AgentRun, EventDraft, Halt, Verdict } from "./events.js";
-import { baselineGuards, isDerivedTestId, type BaselineGuards } from "./guards.js";
+import { baselineGuards, type BaselineGuards } from "./guards.js";
+import { standingOf, testBaseOf, type TestBase, type TestStanding } from "./test-sets.js";
 
 /** Where a candidate is in its life: waiting for a runner, being evaluated, or decided. */
 export type CandidateStatus = "queued" | "leased" | "promoted" | "rejected";
@@ -34,7 +34,8 @@ export interface CandidateState {
     lease_id: string;
     fencing_token: number;
     request_hash: string;
-    tests: TestSets;
+    /** Where the report stands against t0's collected set (`standingOf`): as large as what differs from t0. */
+    tests: TestStanding;
     /** sha256 digests of the gate logs stored in R2. */
     logs: string[];
   } | null;
@@ -43,22 +44,8 @@ export interface CandidateState {
   pending: Verdict | null;
 }
 
-/** Passing and failing test ids, each sorted and unique. */
-export interface TestSets {
-  passing: string[];
-  failing: string[];
-}
-
-/** Every id of test sets with its outcome, failing winning over passing: one pass, for linear comparisons. */
-export function outcomesOf(sets: TestSets): Map<string, "passed" | "failed"> {
-  const outcomes = new Map<string, "passed" | "failed">();
-  for (const id of sets.passing) outcomes.set(id, "passed");
-  for (const id of sets.failing) outcomes.set(id, "failed");
-  return outcomes;
-}
-
 /** The best-so-far: t0 until the first promotion. */
-export interface BestState extends TestSets {
+export interface BestState extends TestStanding {
   candidate_id: string;
   commit: string;
   /** Optimize mode: the median reading of the contract's metric when it became the best (null otherwise). */
@@ -80,7 +67,12 @@ export interface LoopState {
   contract_hash: string;
   created_at: string;
   t0: BestState;
-  /** What the guards compare against (DESIGN §6.4): fixed at creation, never re-captured. */
+  /**
+   * t0's collected test set, named by its digest (DESIGN §8): stored once, in the loop's first event;
+   * every later report is a difference from it, and every standing is read against it.
+   */
+  t0_base: TestBase;
+  /** What the guards compare against besides t0's collected set (DESIGN §6.4): fixed at creation, never re-captured. */
   t0_guards: BaselineGuards;
   best: BestState;
   candidates: Record<string, CandidateState>;
@@ -103,47 +95,6 @@ export interface LoopState {
   fencing_counter: number;
   halt: Halt | null;
   halted_at: string | null;
-}
-
-/** The test id a gate's own outcome is recorded under: every gate is also one test (DESIGN §5). */
-export function gateTestId(gateName: string): string {
-  return `gate:${gateName}`;
-}
-
-/** The test id of a task of a task_list loop: done when its own check passes. */
-export function taskTestId(taskId: string): string {
-  return `task:${taskId}`;
-}
-
-/** Whether a gate passed: a hard gate by exit code, a soft gate by its threshold (DESIGN §5). */
-export function gatePassed(gate: Gate, result: GateResult | undefined): boolean {
-  if (!result || result.timed_out || result.report_error !== undefined) return false;
-  if (!gate.soft) return result.exit_code === 0;
-  const value = result.metrics?.[gate.soft.metric];
-  if (value === undefined) return false;
-  return (gate.soft.max === undefined || value <= gate.soft.max) && (gate.soft.min === undefined || value >= gate.soft.min);
-}
-
-/**
- * The test sets a decision uses, sorted and de-duplicated: the reported test ids, plus one test per
- * contract gate derived from its observed outcome (`gatePassed`) and, in task_list mode, one per task. A gate missing from the observation
- * (not run after an earlier failure) fails. The `gate:` ids are always derived here, never taken from
- * the report, so a report cannot call a red gate green.
- */
-export function testSetsOf(contract: Contract, observation: Observation): TestSets {
-  const passing = new Set(observation.tests.passing.filter((id) => !isDerivedTestId(id)));
-  const failing = new Set(observation.tests.failing.filter((id) => !isDerivedTestId(id)));
-  for (const gate of contract.gates) {
-    const result = observation.gates.find((candidate) => candidate.name === gate.name);
-    (gatePassed(gate, result) ? passing : failing).add(gateTestId(gate.name));
-  }
-  // task_list mode: a task is done only when its own check passes (DESIGN §5).
-  for (const task of contract.tasks ?? []) {
-    const result = observation.tasks?.find((candidate) => candidate.name === task.id);
-    const done = result !== undefined && result.exit_code === 0 && !result.timed_out;
-    (done ? passing : failing).add(taskTestId(task.id));
-  }
-  return { passing: [...passing].sort(), failing: [...failing].sort() };
 }
 
 /** The id the baseline carries wherever a candidate id is expected (e.g. as a parent). */
@@ -202,10 +153,11 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
   if (event.type === "loop_created") {
     if (state) throw new Error("loop_created may only be the first event");
     const { data } = event;
+    const base = testBaseOf(data.t0.observation.tests);
     const t0 = {
       candidate_id: BASELINE_ID,
       commit: data.t0.commit,
-      ...testSetsOf(data.contract, data.t0.observation),
+      ...standingOf(data.contract, data.t0.observation, base),
       metric: median(data.t0.observation.samples?.candidate ?? []),
     };
     const created: LoopState = {
@@ -214,6 +166,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       contract_hash: data.contract_hash,
       created_at: event.at,
       t0,
+      t0_base: base,
       t0_guards: baselineGuards(data.t0.observation),
       best: t0,
       candidates: {},
@@ -290,7 +243,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
           lease_id: data.lease_id,
           fencing_token: data.fencing_token,
           request_hash: data.request_hash,
-          tests: testSetsOf(state.contract, data.observation),
+          tests: standingOf(state.contract, data.observation, state.t0_base),
           logs: data.observation.gates.flatMap((gate) => (gate.log ? [gate.log.sha256] : [])),
         },
       });
@@ -306,7 +259,8 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       const next = updateCandidate(state, verdict.candidate_id, { status: verdict.decision, verdict, pending: null, lease: null });
       next.consecutive_agent_failures = verdict.reason === "agent_failed" ? next.consecutive_agent_failures + 1 : 0;
       if (verdict.decision === "promoted") {
-        const tests = candidate.report?.tests ?? { passing: [], failing: [] };
+        // A promoted candidate always has its report; an empty standing only keeps a corrupt log foldable.
+        const tests = candidate.report?.tests ?? { failing: [], base_not_passing: [...next.t0_base.ids], extra_passing: [], passing_count: 0 };
         next.best = { candidate_id: candidate.candidate_id, commit: candidate.commit, ...tests, metric: verdict.metric?.candidate_median ?? null };
         next.last_promotion_iteration = iterations;
         next.regressions_since_promotion = [];

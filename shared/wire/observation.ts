@@ -53,49 +53,94 @@ export const GuardReadings = z.strictObject({
 });
 export type GuardReadings = z.infer<typeof GuardReadings>;
 
+/** The most ids one list of a test report may hold: suites of 100,000 tests with room to grow (DESIGN §4 invariant 9). */
+export const MAX_TESTS = 250_000;
+const TestList = z.array(TestId).max(MAX_TESTS);
+
+/**
+ * Test outcomes in full: every reported id in the list of its outcome. t0's observation is sent and
+ * stored this way (its collected set is what later reports differ from); so were every observation's
+ * before compact test sets existed, and old logs must still fold.
+ */
+export const FullTests = z.strictObject({
+  passing: TestList,
+  failing: TestList,
+  /** Collected but not run (skipped, todo): they count for the collected set, not for the ratchet. */
+  skipped: TestList.optional(),
+});
+export type FullTests = z.infer<typeof FullTests>;
+
+/**
+ * Test outcomes as a difference from t0's collected set (DESIGN §8, compact test sets): what changed
+ * in the collected set, and the ids that did not pass. Every collected id in neither `failing` nor
+ * `skipped` passed. A report of a 100,000-test suite is as large as what differs from t0, not the suite.
+ */
+export const DeltaTests = z.strictObject({
+  /** The digest of the test set this is a difference from: t0's collected set (`testSetDigest`). */
+  base: Sha256,
+  /** Collected now, not in the base. */
+  added: TestList,
+  /** In the base, not collected now. */
+  removed: TestList,
+  /** Collected ids that failed (errors included). */
+  failing: TestList,
+  /** Collected ids that were not run (skipped, todo). */
+  skipped: TestList,
+});
+export type DeltaTests = z.infer<typeof DeltaTests>;
+
+/** Whether test outcomes are a difference from a base set rather than in full. */
+export function isDeltaTests(tests: FullTests | DeltaTests): tests is DeltaTests {
+  return "base" in tests;
+}
+
+const observationFields = {
+  gates: z.array(GateResult).min(1).max(32),
+  guards: GuardReadings.optional(),
+  /** task_list mode: each task's own check, run after the gates (`name` is the task id). */
+  tasks: z.array(GateResult).max(1_000).optional(),
+  /**
+   * Optimize mode: readings of the contract's metric, interleaved on this runner. Pair i is
+   * (best[i], candidate[i]), best measured first. For t0, `best` is empty. Cumulative over the
+   * reports of one lease.
+   */
+  samples: z
+    .strictObject({
+      best: z.array(z.number().positive().finite()).max(10_000),
+      candidate: z.array(z.number().positive().finite()).max(10_000),
+      /** Why a reading is missing (the metric command failed or printed no value), when one is. */
+      error: z.string().max(2_000).optional(),
+      /** The contract's secondary metrics, read from the same runs, paired the same way. */
+      secondary: z
+        .record(
+          z.string().max(64),
+          z.strictObject({ best: z.array(z.number().finite()).max(10_000), candidate: z.array(z.number().finite()).max(10_000) }),
+        )
+        .optional(),
+    })
+    .optional(),
+};
+
+function noTestBothPassingAndFailing(observation: { tests: FullTests | DeltaTests }, ctx: z.RefinementCtx): void {
+  if (isDeltaTests(observation.tests)) return;
+  const passing = new Set(observation.tests.passing);
+  for (const id of observation.tests.failing) {
+    if (passing.has(id)) {
+      ctx.addIssue({ code: "custom", path: ["tests", "failing"], message: `test "${id}" is both passing and failing` });
+      return;
+    }
+  }
+}
+
 /**
  * An observation: what a runner measured on one commit (DESIGN §2). Never a decision (invariant 1).
+ * Its tests are in full (t0, and logs of the first format) or a difference from t0's collected set.
  */
 export const Observation = z
-  .strictObject({
-    gates: z.array(GateResult).min(1).max(32),
-    tests: z.strictObject({
-      passing: z.array(TestId).max(100_000),
-      failing: z.array(TestId).max(100_000),
-      /** Collected but not run (skipped, todo): they count for the collected set, not for the ratchet. */
-      skipped: z.array(TestId).max(100_000).optional(),
-    }),
-    guards: GuardReadings.optional(),
-    /** task_list mode: each task's own check, run after the gates (`name` is the task id). */
-    tasks: z.array(GateResult).max(1_000).optional(),
-    /**
-     * Optimize mode: readings of the contract's metric, interleaved on this runner. Pair i is
-     * (best[i], candidate[i]), best measured first. For t0, `best` is empty. Cumulative over the
-     * reports of one lease.
-     */
-    samples: z
-      .strictObject({
-        best: z.array(z.number().positive().finite()).max(10_000),
-        candidate: z.array(z.number().positive().finite()).max(10_000),
-        /** Why a reading is missing (the metric command failed or printed no value), when one is. */
-        error: z.string().max(2_000).optional(),
-        /** The contract's secondary metrics, read from the same runs, paired the same way. */
-        secondary: z
-          .record(
-            z.string().max(64),
-            z.strictObject({ best: z.array(z.number().finite()).max(10_000), candidate: z.array(z.number().finite()).max(10_000) }),
-          )
-          .optional(),
-      })
-      .optional(),
-  })
-  .superRefine((observation, ctx) => {
-    const passing = new Set(observation.tests.passing);
-    for (const id of observation.tests.failing) {
-      if (passing.has(id)) {
-        ctx.addIssue({ code: "custom", path: ["tests", "failing"], message: `test "${id}" is both passing and failing` });
-        return;
-      }
-    }
-  });
+  .strictObject({ ...observationFields, tests: z.union([FullTests, DeltaTests]) })
+  .superRefine(noTestBothPassingAndFailing);
 export type Observation = z.infer<typeof Observation>;
+
+/** An observation with its tests in full: what a runner measures, and how t0 is sent and recorded. */
+export const FullObservation = z.strictObject({ ...observationFields, tests: FullTests }).superRefine(noTestBothPassingAndFailing);
+export type FullObservation = z.infer<typeof FullObservation>;

@@ -1,4 +1,6 @@
 import {
+  type TestBase,
+  type TestStanding,
   applyEvent,
   createLoop,
   expireLeases,
@@ -16,7 +18,7 @@ import {
 } from "../../shared/engine/index.js";
 import { sha256Hex } from "../../shared/hash.js";
 import { Contract, type ContractInput } from "../../shared/wire/contract.js";
-import type { Observation } from "../../shared/wire/observation.js";
+import type { FullObservation, Observation } from "../../shared/wire/observation.js";
 
 // A driver for the pure engine: it plays the LoopObject's part (apply the events a command answers)
 // with a fake clock, so each test reads as a short history of what a runner and an agent did.
@@ -36,7 +38,7 @@ export function contractOf(overrides: Partial<ContractInput> = {}): Contract {
 }
 
 /** An observation of `TEST_IDS` (or `all`) where exactly `failing` fail. */
-export function observationOf(failing: readonly string[], all: readonly string[] = TEST_IDS): Observation {
+export function observationOf(failing: readonly string[], all: readonly string[] = TEST_IDS): FullObservation {
   return {
     gates: [{ name: "unit", exit_code: failing.length > 0 ? 1 : 0, signal: null, timed_out: false, duration_ms: 120, log: null }],
     tests: { passing: all.filter((id) => !failing.includes(id)), failing: [...failing] },
@@ -157,4 +159,10 @@ export class LoopHarness {
   typesSince(from: number): string[] {
     return this.events.slice(from).map((event) => event.type);
   }
+}
+
+/** Every passing id of a standing, in full: for assertions (the engine itself never spells the passing set out). */
+export function passingIds(standing: TestStanding, base: TestBase): string[] {
+  const notPassing = new Set(standing.base_not_passing);
+  return [...base.ids.filter((id) => !notPassing.has(id)), ...standing.extra_passing].sort();
 }

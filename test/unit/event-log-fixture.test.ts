@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { foldEvents, LoopEvent, verifyChain } from "../../shared/engine/index.js";
+import { applyEvent, decide, foldEvents, LoopEvent, verifyChain, type LoopState } from "../../shared/engine/index.js";
 import { LoopSummary } from "../../shared/wire/api.js";
 import { summarizeLoop } from "../../worker/src/loop-view.js";
 import { ROOT } from "../support/cli.js";
@@ -28,5 +28,22 @@ describe("an event log of the first format", () => {
     expect(summarizeLoop(state, summary.head)).toEqual(summary);
     expect(state.halt?.halt_reason).toBe("success_condition_met");
     expect(state.candidate_order).toEqual(["c1", "c2", "c3"]);
+  });
+
+  it("re-derives every recorded verdict from its observation in full with today's engine (what a verifier will do)", () => {
+    const events = raw.map((line) => LoopEvent.parse(line));
+    let state: LoopState | null = null;
+    let reported: Extract<LoopEvent, { type: "observation_reported" }> | null = null;
+    let rederived = 0;
+    for (const event of events) {
+      if (event.type === "verdict" && state && reported?.data.candidate_id === event.data.candidate_id) {
+        expect(decide(state, state.contract, event.data.candidate_id, reported.data.observation, event.at).verdict).toEqual(event.data);
+        rederived++;
+      }
+      if (event.type === "observation_reported") reported = event;
+      state = applyEvent(state, event);
+    }
+    expect(rederived).toBe(events.filter((event) => event.type === "observation_reported").length);
+    expect(rederived).toBeGreaterThan(0);
   });
 });

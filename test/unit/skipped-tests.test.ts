@@ -2,8 +2,8 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { describeFailingChange, foldEvents, type LoopState } from "../../shared/engine/index.js";
 import type { ContractInput } from "../../shared/wire/contract.js";
-import type { Observation } from "../../shared/wire/observation.js";
-import { LoopHarness } from "./engine-harness.js";
+import type { FullObservation } from "../../shared/wire/observation.js";
+import { LoopHarness, passingIds } from "./engine-harness.js";
 
 // DESIGN §6.4: test outcomes are passed, failed or skipped, and only passed counts as passing. A test
 // t0 ran that a candidate skips or no longer collects is metric_integrity_violation: a skipped or
@@ -16,7 +16,7 @@ const REPORTED: Partial<ContractInput> = { gates: [{ name: "unit", run: "pytest 
 type Outcome = "passed" | "failed" | "skipped" | "absent";
 
 /** An observation of one reporting gate; `exit` defaults to what the outcomes imply, but a gate may lie. */
-function observed(outcomes: Partial<Record<string, Outcome>>, exit?: number): Observation {
+function observed(outcomes: Partial<Record<string, Outcome>>, exit?: number): FullObservation {
   const of = (wanted: Outcome) => Object.entries(outcomes).filter(([, outcome]) => outcome === wanted).map(([id]) => id);
   const failing = of("failed");
   return {
@@ -35,7 +35,7 @@ function loop(overrides: Partial<ContractInput> = {}): LoopHarness {
   return harness;
 }
 
-function evaluate(harness: LoopHarness, observation: Observation) {
+function evaluate(harness: LoopHarness, observation: FullObservation) {
   harness.propose(`c${harness.events.length}`);
   const leased = harness.lease();
   if (!leased.ok || !leased.value) throw new Error("no lease");
@@ -100,7 +100,7 @@ describe("skipped and deselected tests (DESIGN §6.4)", () => {
         // Whatever the history, a loop that succeeded got there with both tests t0 ran passing (the
         // state is read afresh: the `break` above narrowed its type, not its value).
         const state = harness.state as LoopState;
-        if (state.halt?.halt_reason === "success_condition_met") expect(state.best.passing).toEqual(expect.arrayContaining([A, B]));
+        if (state.halt?.halt_reason === "success_condition_met") expect(passingIds(state.best, state.t0_base)).toEqual(expect.arrayContaining([A, B]));
       }),
       { numRuns: 300 },
     );

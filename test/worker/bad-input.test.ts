@@ -1,6 +1,6 @@
 import { env } from "cloudflare:workers";
 import { beforeAll, describe, expect, it } from "vitest";
-import { MAX_JSON_BODY_BYTES } from "../../worker/src/app.js";
+import { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "../../worker/src/app.js";
 import { loopIdFor } from "../../worker/src/loops.js";
 import {
   TEST_IDS,
@@ -129,13 +129,23 @@ describe("bad input against an existing loop changes nothing", () => {
         } as RequestInit),
     },
     {
-      name: "an over-1-MiB report streamed without Content-Length",
+      name: "an over-4-MiB report (the route's own cap) streamed without Content-Length",
       status: 413,
       code: "body_too_large",
       send: () => {
-        const padded = { fencing_token: 1, observation: { ...observationOf([]), tests: { passing: Array.from({ length: 60_000 }, (_v, i) => `t${i}`.padEnd(20, "x")), failing: [] } } };
+        const padded = { fencing_token: 1, observation: { ...observationOf([]), tests: { passing: Array.from({ length: 240_000 }, (_v, i) => `t${i}`.padEnd(20, "x")), failing: [] } } };
         return call(`/v1/leases/${leaseId}/report`, { method: "POST", body: chunked(new TextEncoder().encode(JSON.stringify(padded))), duplex: "half" } as RequestInit);
       },
+    },
+    {
+      name: "a report whose tests are a difference from another test set than t0's collected set",
+      status: 422,
+      code: "invalid_observation",
+      send: () =>
+        postJson(`/v1/leases/${leaseId}/report`, {
+          fencing_token: 1,
+          observation: { ...observationOf([]), tests: { base: "0".repeat(64), added: [], removed: [], failing: [], skipped: [] } },
+        }),
     },
     { name: "a lease id of this loop that was never granted", status: 404, code: "lease_not_found", send: () => postJson(`/v1/leases/${loopId}-L99/report`, { fencing_token: 99, observation: observationOf([]) }) },
   ];
@@ -190,12 +200,12 @@ describe("bad input that names no existing loop creates nothing", () => {
       send: () => postJson("/v1/loops", { ...createLoopBody("unknown-key", [A]), contract: { ...createLoopBody("unknown-key", [A]).contract, metrics: { name: "ms" } } }),
     },
     {
-      name: "create with an over-1-MiB body streamed without Content-Length",
+      name: "create with an over-4-MiB body (the route's own cap) streamed without Content-Length",
       status: 413,
       code: "body_too_large",
       loopId: loopIdFor("loop-key-huge"),
       send: () => {
-        const body = createLoopBody("huge", [A], { objective: "y".repeat(MAX_JSON_BODY_BYTES) });
+        const body = createLoopBody("huge", [A], { objective: "y".repeat(MAX_TEST_SET_BODY_BYTES) });
         return call("/v1/loops", { method: "POST", body: chunked(new TextEncoder().encode(JSON.stringify(body))), duplex: "half" } as RequestInit);
       },
     },

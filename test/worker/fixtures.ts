@@ -2,7 +2,7 @@ import { env, exports } from "cloudflare:workers";
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { sha256Hex } from "../../shared/hash.js";
 import type { ContractInput } from "../../shared/wire/contract.js";
-import type { ArtifactRef, Observation } from "../../shared/wire/observation.js";
+import type { ArtifactRef, FullObservation } from "../../shared/wire/observation.js";
 
 // Requests and readings shared by the worker tests. Storage is isolated per test file, not per test,
 // so every test picks its own idempotency keys (pass a label unique within the file).
@@ -28,7 +28,7 @@ export function commitOf(label: string): string {
 }
 
 /** An observation where exactly `failing` fail, optionally citing a gate log artifact. */
-export function observationOf(failing: readonly string[], log: ArtifactRef | null = null): Observation {
+export function observationOf(failing: readonly string[], log: ArtifactRef | null = null): FullObservation {
   return {
     gates: [{ name: "unit", exit_code: failing.length > 0 ? 1 : 0, signal: null, timed_out: false, duration_ms: 250, log }],
     tests: { passing: TEST_IDS.filter((id) => !failing.includes(id)), failing: [...failing] },

@@ -81,8 +81,9 @@ describe("LoopObject storage", () => {
     expect(afterCreate.created).toMatchObject({ ok: true, created: true });
     const { events, outbox, tables } = afterCreate.stored;
     expect(events.map((event) => event.seq)).toEqual([1]);
-    // The state is the fold of the event rows: there is no snapshot row to outgrow SQLite's row limit.
-    expect(tables).toEqual(["_schema", "events", "meta", "outbox"]);
+    // The state is the fold of the event rows: there is no snapshot row to outgrow SQLite's row limit
+    // (and an event too long for one row is kept in parts).
+    expect(tables).toEqual(["_schema", "event_parts", "events", "meta", "outbox"]);
     expect(afterCreate.created).toMatchObject({ loop: { loop_id: input.loop_id, head: { seq: 1, hash: events[0]?.hash } } });
     expect(outbox.map((item) => item.kind)).toEqual(["event", "loop"]);
     expect(outbox[1]).toMatchObject({ kind: "loop", row: { id: input.loop_id, headSeq: 1, headHash: events[0]?.hash, status: "running" } });

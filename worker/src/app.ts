@@ -9,20 +9,32 @@ import { loopRoutes } from "./routes/loops.js";
 /** JSON bodies are capped at 1 MiB (DESIGN §8), counted on the streamed bytes, so chunked bodies are capped too. */
 export const MAX_JSON_BODY_BYTES = 1024 * 1024;
 
+/**
+ * The two bodies that may carry a whole test set have a cap of their own (DESIGN §8, per route): a
+ * loop's creation (t0's collected set, sent once) and a report (a difference from it, which is small
+ * unless most of the suite changed outcome). Gzip-encoded, a 100,000-test set of real-looking ids is
+ * about 0.4 MB; 4 MiB leaves room for ids that compress worse.
+ */
+export const MAX_TEST_SET_BODY_BYTES = 4 * 1024 * 1024;
+
 /** The coordinator's HTTP API. */
 export const app = new Hono<{ Bindings: Env }>();
 
-const jsonBodyLimit = bodyLimit({
-  maxSize: MAX_JSON_BODY_BYTES,
-  onError: () => {
-    throw new ApiError(413, "body_too_large", `request bodies are limited to ${MAX_JSON_BODY_BYTES} bytes`);
-  },
-});
+const limitTo = (maxSize: number) =>
+  bodyLimit({
+    maxSize,
+    onError: () => {
+      throw new ApiError(413, "body_too_large", `request bodies to this route are limited to ${maxSize} bytes (as sent)`);
+    },
+  });
+const jsonBodyLimit = limitTo(MAX_JSON_BODY_BYTES);
+const testSetBodyLimit = limitTo(MAX_TEST_SET_BODY_BYTES);
 
 app.use("/v1/*", async (c, next) => {
   // Artifact uploads stream straight into R2 under their own limit; every other body is JSON.
   if (c.req.method === "PUT" && /\/artifacts\/[^/]+$/.test(c.req.path)) return next();
-  return jsonBodyLimit(c, next);
+  const carriesTestSet = c.req.method === "POST" && (c.req.path === "/v1/loops" || /^\/v1\/leases\/[^/]+\/report$/.test(c.req.path));
+  return (carriesTestSet ? testSetBodyLimit : jsonBodyLimit)(c, next);
 });
 
 app.get("/healthz", async (c) => {

@@ -29,6 +29,12 @@ import { summarizeLoop, viewCandidate } from "./loop-view.js";
 export const LEASE_TTL_MS = 120_000;
 /** A page of the events route stops past this many bytes of events (DESIGN §8: pages bounded in bytes). */
 export const EVENTS_PAGE_BYTES = 4 * 1024 * 1024;
+/**
+ * The most characters of an event's body one row holds; a longer body is stored in parts of this size.
+ * At most 3 UTF-8 bytes a character, a part stays under 192 KB, well inside SQLite's 2 MB row limit
+ * (DESIGN §4 invariant 9: no value that grows with the suite in one row).
+ */
+export const EVENT_PART_CHARS = 64_000;
 /** Outbox rows written to D1 per batch. */
 const DRAIN_BATCH = 50;
 /** Delay before the alarm retries a failed drain by re-arming itself (the runtime also retries thrown alarms). */
@@ -39,6 +45,27 @@ export type Refusal = { ok: false; code: EngineError["code"] | "not_found" | "st
 type Answer<T> = ({ ok: true } & T) | Refusal;
 
 const NOT_FOUND: Refusal = { ok: false, code: "not_found", message: "no such loop" };
+
+/** An `events` row as read back: a body stored in parts has an empty `body` and its part count. */
+interface EventRow extends Record<string, SqlStorageValue> {
+  seq: number;
+  body: string;
+  parts: number;
+}
+
+/** Text cut into pieces of at most `size` characters, never between the two halves of a surrogate pair. */
+export function splitText(text: string, size: number): string[] {
+  if (text.length <= size) return [text];
+  const pieces: string[] = [];
+  for (let start = 0; start < text.length; ) {
+    let end = Math.min(start + size, text.length);
+    const last = text.charCodeAt(end - 1);
+    if (end < text.length && last >= 0xd800 && last <= 0xdbff) end--;
+    pieces.push(text.slice(start, end));
+    start = end;
+  }
+  return pieces;
+}
 
 /**
  * One loop: its hash-chained event log, its state (a fold over the log) and its outbox to D1. This
@@ -84,8 +111,8 @@ export class LoopObject extends DurableObject<Env> {
    */
   private loadState(): void {
     if (!this.hasSchema()) return;
-    const rows = this.sql.exec<{ body: string }>("SELECT body FROM events ORDER BY seq").toArray();
-    const events = rows.map((row) => JSON.parse(row.body) as LoopEvent);
+    const rows = this.sql.exec<EventRow>("SELECT seq, body, parts FROM events ORDER BY seq").toArray();
+    const events = rows.map((row) => JSON.parse(this.bodyOf(row)) as LoopEvent);
     const last = events.at(-1);
     if (!last) return;
     this.state = foldEvents(events);
@@ -107,14 +134,7 @@ export class LoopObject extends DurableObject<Env> {
       alsoInTransaction?.();
       for (const draft of drafts) {
         const event = sealEvent(draft, head);
-        this.sql.exec(
-          "INSERT INTO events (seq, type, at, body, hash) VALUES (?, ?, ?, ?, ?)",
-          event.seq,
-          event.type,
-          event.at,
-          JSON.stringify(event),
-          event.hash,
-        );
+        this.insertEvent(event);
         head = { seq: event.seq, hash: event.hash };
         sealed.push(event);
       }
@@ -126,6 +146,32 @@ export class LoopObject extends DurableObject<Env> {
     this.state = state;
     this.head = head;
     return sealed;
+  }
+
+  /** Stores one sealed event: its body in its row, or, when longer than EVENT_PART_CHARS, in parts. */
+  private insertEvent(event: LoopEvent): void {
+    const body = JSON.stringify(event);
+    const parts = splitText(body, EVENT_PART_CHARS);
+    const inline = parts.length === 1;
+    this.sql.exec(
+      "INSERT INTO events (seq, type, at, body, hash, parts) VALUES (?, ?, ?, ?, ?, ?)",
+      event.seq,
+      event.type,
+      event.at,
+      inline ? body : "",
+      event.hash,
+      inline ? 0 : parts.length,
+    );
+    if (inline) return;
+    parts.forEach((part, index) => this.sql.exec("INSERT INTO event_parts (seq, part, body) VALUES (?, ?, ?)", event.seq, index, part));
+  }
+
+  /** An event's stored body, joined from its parts when it has them. */
+  private bodyOf(row: EventRow): string {
+    if (row.parts === 0) return row.body;
+    const parts = this.sql.exec<{ body: string }>("SELECT body FROM event_parts WHERE seq = ? ORDER BY part", row.seq).toArray();
+    if (parts.length !== row.parts) throw new Error(`event ${row.seq}: ${parts.length} of its ${row.parts} parts are stored`);
+    return parts.map((part) => part.body).join("");
   }
 
   /**
@@ -143,7 +189,7 @@ export class LoopObject extends DurableObject<Env> {
       return {
         ok: false,
         code: "storage_limit",
-        message: `the loop's storage refused a value over its size limit (${message}); nothing was recorded. Test sets this large are beyond this version (see the README's roadmap)`,
+        message: `the loop's storage refused a value over its size limit (${message}); nothing was recorded`,
       };
     }
   }
@@ -273,15 +319,16 @@ export class LoopObject extends DurableObject<Env> {
     if (!this.state) return NOT_FOUND;
     // Rows are read one at a time and the page ends at `limit` rows or EVENTS_PAGE_BYTES, whichever
     // comes first (always at least one row): a page of large reports stays a bounded response.
-    const cursor = this.sql.exec<{ body: string }>("SELECT body FROM events WHERE seq > ? ORDER BY seq", input.after);
+    const cursor = this.sql.exec<EventRow>("SELECT seq, body, parts FROM events WHERE seq > ? ORDER BY seq", input.after);
     const events: string[] = [];
     let bytes = 0;
     for (const row of cursor) {
-      if (events.length >= input.limit || (events.length > 0 && bytes + row.body.length > EVENTS_PAGE_BYTES)) {
+      const body = this.bodyOf(row);
+      if (events.length >= input.limit || (events.length > 0 && bytes + body.length > EVENTS_PAGE_BYTES)) {
         return { ok: true, events, more: true };
       }
-      events.push(row.body);
-      bytes += row.body.length;
+      events.push(body);
+      bytes += body.length;
     }
     return { ok: true, events, more: false };
   }

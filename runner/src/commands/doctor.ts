@@ -3,7 +3,7 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { changedTests, outcomeIn, type FlippingTest, type TestOutcome } from "../../../shared/determinism/flips.js";
 import { exitCodeFor, type HaltReason } from "../../../shared/engine/halt-reasons.js";
-import { gateTestId, testSetsOf, type TestSets } from "../../../shared/engine/state.js";
+import { gateTestId, testSetsOf, type TestSets } from "../../../shared/engine/test-sets.js";
 import type { Contract } from "../../../shared/wire/contract.js";
 import { Client } from "../client.js";
 import { withClone } from "../clone.js";

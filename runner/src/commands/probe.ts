@@ -4,7 +4,7 @@ import { clopperPearsonUpper, FLAKE_CONFIDENCE, runsForFlakeRate } from "../../.
 import { compareRuns, type FlippingTest, type RunComparison } from "../../../shared/determinism/flips.js";
 import { formatDuration } from "../../../shared/duration.js";
 import { exitCodeFor } from "../../../shared/engine/halt-reasons.js";
-import { gateTestId, testSetsOf, type TestSets } from "../../../shared/engine/state.js";
+import { gateTestId, testSetsOf, type TestSets } from "../../../shared/engine/test-sets.js";
 import type { Contract } from "../../../shared/wire/contract.js";
 import { UserError } from "../errors.js";
 import { evaluateCommit } from "../evaluate.js";

@@ -1,13 +1,13 @@
 import { formatDuration } from "../../../shared/duration.js";
-import { LoopEvent } from "../../../shared/engine/index.js";
+import { foldEvents, LoopEvent, reportedCounts, type LoopState } from "../../../shared/engine/index.js";
 import { connect, type ServerOptions } from "../connect.js";
 import { emitResult, paint, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
 
 const POLL_MS = 1_000;
 
-/** One human line for an event of the log. */
-export function describeEvent(event: LoopEvent): string {
+/** One human line for an event of the log, given the loop's state folded up to it (its test counts come from there). */
+export function describeEvent(event: LoopEvent, state: LoopState | null = null): string {
   const at = event.at.slice(11, 19);
   const prefix = `${paint(`#${event.seq}`, "dim")} ${at}`;
   switch (event.type) {
@@ -29,9 +29,10 @@ export function describeEvent(event: LoopEvent): string {
       const gates = observation.gates
         .map((gate) => `${gate.name} ${gate.timed_out ? "timed out" : `exit ${gate.exit_code ?? gate.signal}`}${gate.report_error ? " (test report unreadable)" : ""}`)
         .join(", ");
-      const tests = observation.tests.passing.length + observation.tests.failing.length > 0
-        ? `; tests ${observation.tests.passing.length} passing, ${observation.tests.failing.length} failing`
-        : "";
+      // A report is a difference from t0's collected set: its counts are read from the folded standing.
+      const standing = state?.candidates[event.data.candidate_id]?.report?.tests;
+      const counts = standing ? reportedCounts(standing) : null;
+      const tests = counts && counts.passing + counts.failing > 0 ? `; tests ${counts.passing} passing, ${counts.failing} failing` : "";
       return `${prefix} ${event.data.candidate_id} observed: ${gates}${tests}`;
     }
     case "verdict": {
@@ -54,12 +55,14 @@ export async function watchCommand(loopArg: string | undefined, options: ServerO
   const connection = await connect(server, options);
   try {
     let after = 0;
+    let state: LoopState | null = null;
     for (;;) {
       const lines = await connection.client.eventLines(loopId, after);
       for (const line of lines) {
         const event = LoopEvent.parse(JSON.parse(line));
         after = event.seq;
-        if (!options.json && !options.quiet) process.stdout.write(`${describeEvent(event)}\n`);
+        state = foldEvents([event], state);
+        if (!options.json && !options.quiet) process.stdout.write(`${describeEvent(event, state)}\n`);
       }
       const loop = await connection.client.getLoop(loopId);
       if (loop.halt && after >= loop.head.seq) {

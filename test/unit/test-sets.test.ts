@@ -1,0 +1,153 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import {
+  changedOutcomes,
+  compactTests,
+  deltaProblem,
+  regressedTests,
+  reportedCounts,
+  shrinkageOf,
+  standingOf,
+  testBaseOf,
+  testSetDigest,
+  testSetsOf,
+} from "../../shared/engine/index.js";
+import { sha256Hex } from "../../shared/hash.js";
+import type { FullObservation, FullTests } from "../../shared/wire/observation.js";
+import { LoopHarness, contractOf, observationOf, passingIds } from "./engine-harness.js";
+
+// Compact test sets (DESIGN §8): a report is a difference from t0's collected set, and the engine
+// compares candidates through their standing against it. Every answer must be the one the full sets
+// give; these properties check that against the plain set arithmetic on random suites.
+
+const contract = contractOf();
+const UNIVERSE = Array.from({ length: 12 }, (_, index) => `suite.t${index}`);
+type Outcome = "passed" | "failed" | "skipped" | "absent";
+const outcomeArb = fc.constantFrom<Outcome>("passed", "failed", "skipped", "absent");
+
+/** Full test outcomes from an outcome per id of the universe. */
+function fullTests(outcomes: readonly Outcome[]): FullTests {
+  const of = (wanted: Outcome) => UNIVERSE.filter((_, index) => outcomes[index] === wanted);
+  return { passing: of("passed"), failing: of("failed"), skipped: of("skipped") };
+}
+
+function observed(outcomes: readonly Outcome[], gateExit = 0): FullObservation {
+  return { gates: [{ name: "unit", exit_code: gateExit, signal: null, timed_out: false, duration_ms: 1, log: null }], tests: fullTests(outcomes) };
+}
+
+const runArb = fc.record({ outcomes: fc.array(outcomeArb, { minLength: UNIVERSE.length, maxLength: UNIVERSE.length }), gate: fc.constantFrom(0, 1) });
+
+/** What the full sets say of an id: passed, failed, or neither (skipped or not collected). */
+function fullOutcome(observation: FullObservation, id: string): "passed" | "failed" | "absent" {
+  const sets = testSetsOf(contract, observation);
+  if (sets.failing.includes(id)) return "failed";
+  return sets.passing.includes(id) ? "passed" : "absent";
+}
+
+const everyId = [...UNIVERSE, "gate:unit"];
+
+describe("compact test sets", () => {
+  it("a standing read from the difference is the one read from the full sets, and its passing set is the full one", () => {
+    fc.assert(
+      fc.property(runArb, runArb, (t0, run) => {
+        const base = testBaseOf(fullTests(t0.outcomes));
+        const full = observed(run.outcomes, run.gate);
+        const compact = { ...full, tests: compactTests(full.tests, base) };
+        const standing = standingOf(contract, compact, base);
+        expect(standing).toEqual(standingOf(contract, full, base));
+        expect(passingIds(standing, base)).toEqual(testSetsOf(contract, full).passing);
+        expect(standing.failing).toEqual(testSetsOf(contract, full).failing);
+        expect(deltaProblem(compact.tests, base)).toBeNull();
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it("regressions and changed outcomes are exactly the full sets' differences", () => {
+    fc.assert(
+      fc.property(runArb, runArb, runArb, (t0, first, second) => {
+        const base = testBaseOf(fullTests(t0.outcomes));
+        const a = observed(first.outcomes, first.gate);
+        const b = observed(second.outcomes, second.gate);
+        const standingA = standingOf(contract, { ...a, tests: compactTests(a.tests, base) }, base);
+        const standingB = standingOf(contract, { ...b, tests: compactTests(b.tests, base) }, base);
+        const regressed = everyId.filter((id) => fullOutcome(a, id) === "passed" && fullOutcome(b, id) !== "passed");
+        const changed = everyId.filter((id) => fullOutcome(a, id) !== fullOutcome(b, id));
+        expect(regressedTests(standingA, standingB, base)).toEqual(regressed.sort());
+        expect(changedOutcomes(standingA, standingB, base)).toEqual(changed.sort());
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it("the shrinkage the guard reads is the full sets': t0-run tests skipped now, t0's tests gone, the collected count", () => {
+    fc.assert(
+      fc.property(runArb, runArb, (t0, run) => {
+        const t0Tests = fullTests(t0.outcomes);
+        const base = testBaseOf(t0Tests);
+        const full = observed(run.outcomes, run.gate);
+        const t0Skipped = new Set(t0Tests.skipped);
+        const collectedNow = UNIVERSE.filter((_, index) => run.outcomes[index] !== "absent");
+        expect(shrinkageOf({ ...full, tests: compactTests(full.tests, base) }, base, t0Skipped)).toEqual({
+          nowSkipped: UNIVERSE.filter((id, index) => base.has.has(id) && !t0Skipped.has(id) && run.outcomes[index] === "skipped").sort(),
+          missing: base.ids.filter((id) => !collectedNow.includes(id)),
+          collected: collectedNow.length,
+        });
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it("names a test set by the sha256 of its sorted ids as a JSON array, so anyone can recompute it", () => {
+    expect(testSetDigest(["a.first", "b.second"])).toBe(sha256Hex('["a.first","b.second"]'));
+    const base = testBaseOf({ passing: ["b.second", "gate:unit"], failing: ["a.first"], skipped: ["a.first"] });
+    expect(base.ids).toEqual(["a.first", "b.second"]);
+    expect(base.digest).toBe(testSetDigest(["a.first", "b.second"]));
+  });
+
+  it("refuses a difference that does not fit the base, saying how", () => {
+    const base = testBaseOf({ passing: ["t.a", "t.b"], failing: ["t.c"] });
+    const delta = { base: base.digest, added: [], removed: [], failing: [], skipped: [] };
+    expect(deltaProblem({ ...delta, base: "f".repeat(64) }, base)).toMatch(/not from this loop's t0 collected set/);
+    expect(deltaProblem({ ...delta, added: ["t.a"] }, base)).toMatch(/1 added test\(s\) are already in t0's collected set: t\.a/);
+    expect(deltaProblem({ ...delta, removed: ["t.z"] }, base)).toMatch(/1 removed test\(s\) are not in t0's collected set: t\.z/);
+    expect(deltaProblem({ ...delta, removed: ["t.a"], failing: ["t.a"] }, base)).toMatch(/1 failing or skipped test\(s\) are not collected: t\.a/);
+    expect(deltaProblem({ ...delta, added: ["t.new"], failing: ["t.new", "t.b"] }, base)).toBeNull();
+  });
+
+  it("counts the reported tests apart from the gates' own", () => {
+    const base = testBaseOf({ passing: ["t.a", "t.b"], failing: ["t.c"] });
+    const standing = standingOf(contract, observed([]), base);
+    expect(standing.passing_count).toBe(1);
+    expect(reportedCounts(standing)).toEqual({ passing: 0, failing: 0 });
+    const green = standingOf(contract, { ...observed([]), tests: { passing: ["t.a", "t.b", "t.c"], failing: [] } }, base);
+    expect(reportedCounts(green)).toEqual({ passing: 3, failing: 0 });
+  });
+});
+
+describe("reports as differences", () => {
+  it("records a report sent in full as its difference from t0's collected set, and decides the same", () => {
+    const harness = new LoopHarness(["suite.a", "suite.b"]);
+    harness.propose("full");
+    const leased = harness.lease("runner");
+    if (!leased.ok || !leased.value) throw new Error("no lease");
+    const verdict = harness.report(leased.value, observationOf(["suite.b"]));
+    expect(verdict).toMatchObject({ ok: true, value: { decision: "promoted", reason: "fewer_failures" } });
+    const reported = harness.events.find((event) => event.type === "observation_reported");
+    if (reported?.type !== "observation_reported") throw new Error("no observation recorded");
+    expect(reported.data.observation.tests).toEqual({ base: harness.state.t0_base.digest, added: [], removed: [], failing: ["suite.b"], skipped: [] });
+  });
+
+  it("refuses a difference from another set, and records nothing", () => {
+    const harness = new LoopHarness(["suite.a"]);
+    harness.propose("other-base");
+    const leased = harness.lease("runner");
+    if (!leased.ok || !leased.value) throw new Error("no lease");
+    const count = harness.events.length;
+    const tests = { base: "0".repeat(64), added: [], removed: [], failing: [], skipped: [] };
+    expect(harness.report(leased.value, { ...observationOf([]), tests })).toMatchObject({ ok: false, error: { code: "invalid_observation" } });
+    expect(harness.events).toHaveLength(count);
+    // The same lease still takes a well-formed report.
+    expect(harness.report(leased.value, observationOf([]))).toMatchObject({ ok: true, value: { decision: "promoted" } });
+  });
+});
