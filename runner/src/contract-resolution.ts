@@ -16,6 +16,9 @@ export interface ContractOptions {
   name?: string | undefined;
   checkTimeout?: string | undefined;
   agentTimeout?: string | undefined;
+  /** The check's test report (flag-only mode): its test ids make every fixed test count (DESIGN §5). */
+  junit?: string | undefined;
+  tap?: string | undefined;
   /** Start another loop even when one is recorded for this contract (DESIGN §6.6). */
   new?: boolean | undefined;
 }
@@ -33,6 +36,7 @@ export async function resolveContract(repo: string, options: ContractOptions): P
     throw new UserError("flag-only mode needs both --check CMD and --exec CMD (or neither, to use loop.yaml)", 2);
   }
   if (options.contract !== undefined) throw new UserError("use either --contract FILE or --check/--exec, not both", 2);
+  if (options.junit !== undefined && options.tap !== undefined) throw new UserError("the check has one test report: give --junit PATH or --tap PATH, not both", 2);
   const base = validateContract(
     {
       name: options.name ?? path.basename(repo),
@@ -55,21 +59,26 @@ function contractFlagsGiven(options: ContractOptions): string[] {
     ["--name", options.name],
     ["--check-timeout", options.checkTimeout],
     ["--agent-timeout", options.agentTimeout],
+    ["--junit", options.junit],
+    ["--tap", options.tap],
   ];
   return flags.filter(([, value]) => value !== undefined).map(([flag]) => flag);
 }
 
 /**
- * A contract with the values the contract flags give put in — the one mapping of flags to keys: --check
- * and --check-timeout are the first gate's, --exec and --agent-timeout the agent's, --max-iterations
- * `stop.max_iterations`, --name `name`.
+ * A contract with the values the contract flags give put in — the one mapping of flags to keys: --check,
+ * --check-timeout and --junit/--tap are the first gate's (`run`, `timeout`, `tests`), --exec and
+ * --agent-timeout the agent's, --max-iterations `stop.max_iterations`, --name `name`.
  */
 function withContractFlags(base: Contract, options: ContractOptions): Contract {
   const [gate, ...gates] = base.gates;
+  const report = options.junit !== undefined ? { junit: options.junit } : options.tap !== undefined ? { tap: options.tap } : gate?.tests;
   return {
     ...base,
     name: options.name ?? base.name,
-    gates: gate ? [{ ...gate, run: options.check ?? gate.run, timeout: options.checkTimeout ?? gate.timeout }, ...gates] : base.gates,
+    gates: gate
+      ? [{ ...gate, run: options.check ?? gate.run, timeout: options.checkTimeout ?? gate.timeout, ...(report ? { tests: report } : {}) }, ...gates]
+      : base.gates,
     stop: { ...base.stop, max_iterations: options.maxIterations ?? base.stop.max_iterations },
     agent: { ...base.agent, run: options.exec ?? base.agent.run, timeout: options.agentTimeout ?? base.agent.timeout },
   };

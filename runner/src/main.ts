@@ -63,6 +63,8 @@ const contractOptions = (command: Command) =>
     .option("--name <name>", "flag-only mode: loop name (default: the repository's directory name)")
     .option("--check-timeout <duration>", "flag-only mode: time limit of the check, e.g. 90s, 10m (default 10m)")
     .option("--agent-timeout <duration>", "flag-only mode: time limit of one agent run (default 20m)")
+    .option("--junit <path>", "flag-only mode: the JUnit XML report the check writes (relative to the repository); its test ids make each fixed test count")
+    .option("--tap <path>", "flag-only mode: the TAP report the check writes, instead of --junit")
     .option("--new", "start another loop even when one is recorded for this contract (t0 at HEAD, which must be a commit you made)", false);
 
 interface ContractFlags {
@@ -72,6 +74,8 @@ interface ContractFlags {
   name?: string;
   checkTimeout?: string;
   agentTimeout?: string;
+  junit?: string;
+  tap?: string;
   new: boolean;
 }
 
