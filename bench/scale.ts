@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import { Client, CoordinatorError, GZIP_ABOVE_BYTES } from "../runner/src/client.js";
 import { startLocalCoordinator } from "../runner/src/local-coordinator.js";
-import { foldEvents, LoopEvent } from "../shared/engine/index.js";
+import { compactTests, foldEvents, LoopEvent, testBaseOf } from "../shared/engine/index.js";
 import { sha256Hex } from "../shared/hash.js";
 import { Contract } from "../shared/wire/contract.js";
 import type { FullObservation } from "../shared/wire/observation.js";
@@ -40,8 +40,9 @@ const contract = Contract.parse({
   stop: { max_iterations: 100_000, no_progress: 100_000 },
 });
 
-/** Proposes a candidate, leases it and reports `observation`; answers the report's round trip in ms and the events it left. */
-async function iterate(client: Client, loopId: string, key: string, observation: FullObservation): Promise<{ reportMs: number; head: number }> {
+/** Proposes a candidate, leases it and reports `observation` as the runner does (a difference from t0's collected set); answers the report's round trip in ms and the head after it. */
+async function iterate(client: Client, loopId: string, key: string, full: FullObservation, t0: FullObservation): Promise<{ reportMs: number; head: number }> {
+  const observation = { ...full, tests: compactTests(full.tests, baseOf(t0)) };
   await client.proposeCandidate(loopId, {
     idempotency_key: `bench-${key}`,
     commit: sha256Hex(key).slice(0, 40),
@@ -56,6 +57,21 @@ async function iterate(client: Client, loopId: string, key: string, observation:
   const answer = await client.report(lease.lease_id, { fencing_token: lease.fencing_token, observation });
   return { reportMs: performance.now() - started, head: answer.loop.head.seq };
 }
+
+/** t0's collected set, computed once per baseline (as the runner reads it once from the folded log). */
+const bases = new Map<FullObservation, ReturnType<typeof testBaseOf>>();
+function baseOf(t0: FullObservation) {
+  const base = bases.get(t0) ?? testBaseOf(t0.tests);
+  bases.set(t0, base);
+  return base;
+}
+
+/** The bytes a JSON body puts on the wire: the runner gzips bodies over GZIP_ABOVE_BYTES. */
+const wireBytes = (body: unknown) => {
+  const json = JSON.stringify(body);
+  return json.length > GZIP_ABOVE_BYTES ? gzipSync(json).length : Buffer.byteLength(json);
+};
+const kib = (bytes: number) => (bytes < 10 * 1024 ? `${(bytes / 1024).toFixed(1)} KiB` : `${(bytes / 1024).toFixed(0)} KiB`);
 
 const stateDir = mkdtempSync(path.join(os.tmpdir(), "lw-bench-scale-"));
 const coordinator = await startLocalCoordinator({ stateDir });
@@ -75,30 +91,34 @@ try {
   say();
   say("## Report round trip by suite size");
   say();
-  say(`${REPORTS_PER_SUITE} reports of a loop whose every report carries all test ids (as this version sends them).`);
+  say(
+    `${REPORTS_PER_SUITE} reports per suite, each with the suite's first test failing, sent as the runner sends them: t0's collected set once, in the creation (gzip-encoded over ${GZIP_ABOVE_BYTES / 1024} KiB), then each report as its difference from that set. "Stored per iteration" is what the event log grows by per proposal, lease, report and verdict.`,
+  );
   say();
-  say("| test ids | report JSON | sent | p50 | p99 | event log per iteration |");
-  say("|---:|---:|---:|---:|---:|---:|");
+  say("| test ids | creation sent | creation | report sent | report p50 | report p99 | stored per iteration |");
+  say("|---:|---:|---:|---:|---:|---:|---:|");
   for (const size of SUITES) {
     const ids = idsOf(size);
     const t0 = observationOf(ids, 1);
-    const json = JSON.stringify({ fencing_token: 1, observation: t0 });
-    const body = json.length;
-    // What crosses the wire: the runner gzips bodies over GZIP_ABOVE_BYTES.
-    const sent = body > GZIP_ABOVE_BYTES ? gzipSync(json).length : body;
+    const request = { idempotency_key: `bench-suite-${size}`, contract, t0: { commit: "0".repeat(40), observation: t0 } };
+    const reportSent = wireBytes({ fencing_token: 1, observation: { ...t0, tests: compactTests(t0.tests, baseOf(t0)) } });
     try {
-      const created = await client.createLoop({ idempotency_key: `bench-suite-${size}`, contract, t0: { commit: "0".repeat(40), observation: t0 } });
+      const startedCreate = performance.now();
+      const created = await client.createLoop(request);
+      const createMs = performance.now() - startedCreate;
       const before = await logBytes(created.loop.loop_id);
       const times: number[] = [];
       for (let report = 0; report < REPORTS_PER_SUITE; report++) {
-        times.push((await iterate(client, created.loop.loop_id, `suite-${size}-${report}`, observationOf(ids, 1))).reportMs);
+        times.push((await iterate(client, created.loop.loop_id, `suite-${size}-${report}`, t0, t0)).reportMs);
       }
       const perIteration = ((await logBytes(created.loop.loop_id)) - before) / REPORTS_PER_SUITE;
       times.sort((a, b) => a - b);
-      say(`| ${size.toLocaleString("en")} | ${(body / 1024).toFixed(0)} KiB | ${(sent / 1024).toFixed(0)} KiB | ${ms(at(times, 0.5))} | ${ms(at(times, 0.99))} | ${(perIteration / 1024).toFixed(0)} KiB |`);
+      say(
+        `| ${size.toLocaleString("en")} | ${kib(wireBytes(request))} | ${ms(createMs)} | ${kib(reportSent)} | ${ms(at(times, 0.5))} | ${ms(at(times, 0.99))} | ${kib(perIteration)} |`,
+      );
     } catch (error) {
       const why = error instanceof CoordinatorError ? `refused: ${error.code} (HTTP ${error.status})` : (error as Error).message.split("\n")[0];
-      say(`| ${size.toLocaleString("en")} | ${(body / 1024).toFixed(0)} KiB | ${(sent / 1024).toFixed(0)} KiB | — | — | ${why} |`);
+      say(`| ${size.toLocaleString("en")} | ${kib(wireBytes(request))} | — | ${kib(reportSent)} | — | — | ${why} |`);
     }
   }
 
@@ -110,14 +130,15 @@ try {
   say("| events in the loop | p50 | p99 |");
   say("|---:|---:|---:|");
   const ids = idsOf(10);
-  const created = await client.createLoop({ idempotency_key: "bench-long", contract, t0: { commit: "0".repeat(40), observation: observationOf(ids, 1) } });
+  const t0 = observationOf(ids, 1);
+  const created = await client.createLoop({ idempotency_key: "bench-long", contract, t0: { commit: "0".repeat(40), observation: t0 } });
   const loopId = created.loop.loop_id;
   let head = created.loop.head.seq;
   let window: number[] = [];
   let iteration = 0;
   for (const mark of EVENT_MARKS) {
     while (head < mark) {
-      const result = await iterate(client, loopId, `long-${iteration++}`, observationOf(ids, 1));
+      const result = await iterate(client, loopId, `long-${iteration++}`, t0, t0);
       head = result.head;
       window.push(result.reportMs);
       if (window.length > 20) window = window.slice(-20);

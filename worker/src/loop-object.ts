@@ -175,21 +175,22 @@ export class LoopObject extends DurableObject<Env> {
   }
 
   /**
-   * `append`, answering a refusal instead of throwing when SQLite refuses a value over its size limit
-   * (a row over 2 MB: SQLITE_TOOBIG). The transaction rolled back, so nothing was stored; the caller
-   * learns what happened rather than a generic internal error, and a retry cannot help.
+   * `append`, answering a refusal instead of throwing when SQLite refuses the write for its size: a
+   * value over 2 MB (SQLITE_TOOBIG; events are stored in parts, so none should be) or storage that is
+   * full (SQLITE_FULL). The transaction rolled back, so nothing was stored; the caller learns what
+   * happened rather than a generic internal error, and a retry cannot help.
    */
   private tryAppend(drafts: readonly EventDraft[], alsoInTransaction?: () => void): LoopEvent[] | Refusal {
     try {
       return this.append(drafts, alsoInTransaction);
     } catch (error) {
       const message = (error as Error).message;
-      if (!/SQLITE_TOOBIG|too big/i.test(message)) throw error;
+      if (!/SQLITE_TOOBIG|too big|SQLITE_FULL|database or disk is full/i.test(message)) throw error;
       console.error("loopwarden: storage refused a value over its size limit", message);
       return {
         ok: false,
         code: "storage_limit",
-        message: `the loop's storage refused a value over its size limit (${message}); nothing was recorded`,
+        message: `the loop's storage refused the write (${message}); nothing was recorded`,
       };
     }
   }
