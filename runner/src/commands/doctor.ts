@@ -1,7 +1,7 @@
 import { execFile } from "node:child_process";
 import path from "node:path";
 import { promisify } from "node:util";
-import { changedTests, outcomeIn, type FlippingTest, type TestOutcome } from "../../../shared/determinism/flips.js";
+import { changedTests, outcomeReader, type FlippingTest, type TestOutcome } from "../../../shared/determinism/flips.js";
 import { exitCodeFor, type HaltReason } from "../../../shared/engine/halt-reasons.js";
 import { gateTestId, testSetsOf, type TestSets } from "../../../shared/engine/test-sets.js";
 import type { Contract } from "../../../shared/wire/contract.js";
@@ -71,11 +71,13 @@ function deviationsOf(flip: FlippingTest): string {
 function passingIn(sets: TestSets[]): string[] {
   const [first, ...rest] = sets;
   if (!first) return [];
-  return first.passing.filter((id) => rest.every((other) => outcomeIn(other, id) === "passed"));
+  const others = rest.map(outcomeReader);
+  return first.passing.filter((id) => others.every((outcomeOf) => outcomeOf(id) === "passed"));
 }
 
 function gateSummary(contract: Contract, sets: TestSets): string {
-  const failing = contract.gates.filter((gate) => outcomeIn(sets, gateTestId(gate.name)) !== "passed").map((gate) => gate.name);
+  const outcomeOf = outcomeReader(sets);
+  const failing = contract.gates.filter((gate) => outcomeOf(gateTestId(gate.name)) !== "passed").map((gate) => gate.name);
   return failing.length === 0 ? "every gate passes" : `gate(s) ${failing.join(", ")} fail at HEAD`;
 }
 
@@ -244,7 +246,8 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
         const changed = await dirtyPaths(clone.dir);
         if (changed.length === 0) return { error: "the --mutate command changed nothing in the clone, so there is nothing for the gates to catch" } as const;
         const sets = testSetsOf(contract, (await runGates(clone, contract, { onGateStart: (gate) => liveStatus(options, `adequacy: gate ${gate.name}`) })).observation);
-        const caught = green.filter((id) => outcomeIn(sets, id) !== "passed").map((id) => `${id} ${outcomeWord(outcomeIn(sets, id))}`);
+        const outcomeOf = outcomeReader(sets);
+        const caught = green.filter((id) => outcomeOf(id) !== "passed").map((id) => `${id} ${outcomeWord(outcomeOf(id))}`);
         return { changed, caught } as const;
       });
       if ("error" in outcome) {

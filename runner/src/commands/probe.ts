@@ -66,7 +66,8 @@ const short = (commit: string) => commit.slice(0, 10);
 
 function runSummary(contract: Contract, sets: TestSets): string {
   const gateIds = new Set(contract.gates.map((gate) => gateTestId(gate.name)));
-  const gatesPassed = contract.gates.filter((gate) => sets.passing.includes(gateTestId(gate.name))).length;
+  const passing = new Set(sets.passing);
+  const gatesPassed = contract.gates.filter((gate) => passing.has(gateTestId(gate.name))).length;
   const tests = (ids: string[]) => ids.filter((id) => !gateIds.has(id)).length;
   const testCounts = sets.passing.length + sets.failing.length > gateIds.size ? `, tests ${tests(sets.passing)} passing / ${tests(sets.failing)} failing` : "";
   return `gates ${gatesPassed}/${contract.gates.length} passed${testCounts}`;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { changedTests, compareRuns } from "../../../shared/determinism/flips.js";
+import { changedTests, compareRuns, outcomeReader } from "../../../shared/determinism/flips.js";
 
 const run = (passing: string[], failing: string[] = []) => ({ passing, failing });
 
@@ -46,5 +46,12 @@ describe("comparing repeated runs of one commit", () => {
   it("names the tests whose outcome changed between a run and its rerun", () => {
     expect(changedTests(run(["gate:unit", "a"]), run(["a"], ["gate:unit"]))).toEqual([{ id: "gate:unit", before: "passed", after: "failed" }]);
     expect(changedTests(run(["a"]), run(["a"]))).toEqual([]);
+  });
+});
+
+describe("a run's outcome of an id", () => {
+  it("is passed, failed (failing wins over passing) or missing", () => {
+    const outcomeOf = outcomeReader({ passing: ["a", "both"], failing: ["b", "both"] });
+    expect(["a", "b", "both", "c"].map(outcomeOf)).toEqual(["passed", "failed", "failed", "missing"]);
   });
 });
