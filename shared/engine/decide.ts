@@ -210,33 +210,54 @@ function flippedTests(state: LoopState, candidateId: string, now: TestStanding):
  * passes in the promoted state failed again in ≥ 2 candidates. (Under the check_fixpoint ratchet the
  * failing set never returns to an earlier promoted value, so that form of oscillation cannot occur.)
  */
-function convergenceHalt(state: LoopState): Halt | null {
+export function convergenceHalt(state: LoopState): Halt | null {
   const recent = state.regressions_since_promotion;
-  const pairs = new Map<string, { fixed: string; broken: string; count: number }>();
-  for (const entry of recent) {
-    for (const fixed of entry.fixed) {
-      for (const broken of entry.broken) {
-        const key = JSON.stringify([fixed, broken]);
-        const pair = pairs.get(key) ?? { fixed, broken, count: 0 };
-        pair.count++;
-        pairs.set(key, pair);
-      }
-    }
-  }
-  const asSets = recent.map((entry) => ({ fixed: new Set(entry.fixed), broken: new Set(entry.broken) }));
-  for (const pair of pairs.values()) {
-    const attempts = asSets.filter((entry) => entry.fixed.has(pair.fixed));
-    if (pair.count >= 2 && attempts.every((entry) => entry.broken.has(pair.broken))) {
-      return halt(
-        "unsatisfiable_constraints",
-        `fixing ${pair.fixed} broke ${pair.broken} in all ${pair.count} attempts since the last promotion: the two look mutually exclusive`,
-      );
-    }
+  const unsatisfiable = mutuallyExclusivePair(recent);
+  if (unsatisfiable) {
+    return halt(
+      "unsatisfiable_constraints",
+      `fixing ${unsatisfiable.fixed} broke ${unsatisfiable.broken} in all ${unsatisfiable.count} attempts since the last promotion: the two look mutually exclusive`,
+    );
   }
   const brokenCount = new Map<string, number>();
   for (const entry of recent) for (const id of entry.broken) brokenCount.set(id, (brokenCount.get(id) ?? 0) + 1);
   for (const [id, count] of brokenCount) {
     if (count >= 2) return halt("oscillation_detected", `${id} passes in the promoted state but failed again in ${count} candidates since`);
+  }
+  return null;
+}
+
+/**
+ * The first (fixed A, broken B) pair, in the order the attempts first show it, such that A was fixed
+ * in at least two attempts and every attempt that fixed A broke B. Never pairs every fixed id with
+ * every broken one (a candidate that fixes thousands and breaks thousands would make millions): the
+ * B of an A depends only on which attempts fixed it, so it is found once per distinct set of attempts,
+ * as the first id its first attempt broke that every other one broke too.
+ */
+function mutuallyExclusivePair(recent: LoopState["regressions_since_promotion"]): { fixed: string; broken: string; count: number } | null {
+  const attemptsFixing = new Map<string, number[]>();
+  recent.forEach((entry, index) => {
+    for (const id of new Set(entry.fixed)) {
+      const attempts = attemptsFixing.get(id);
+      if (attempts) attempts.push(index);
+      else attemptsFixing.set(id, [index]);
+    }
+  });
+  const brokenSets = recent.map((entry) => new Set(entry.broken));
+  const brokenInAll = new Map<string, string | undefined>();
+  for (const [index, entry] of recent.entries()) {
+    for (const fixed of entry.fixed) {
+      const attempts = attemptsFixing.get(fixed) ?? [];
+      // Each A is judged once, at the attempt that first fixed it: where its pairs first appear.
+      if (attempts[0] !== index || attempts.length < 2) continue;
+      const key = attempts.join(",");
+      if (!brokenInAll.has(key)) {
+        const others = attempts.slice(1).map((other) => brokenSets[other] ?? new Set<string>());
+        brokenInAll.set(key, entry.broken.find((id) => others.every((set) => set.has(id))));
+      }
+      const broken = brokenInAll.get(key);
+      if (broken !== undefined) return { fixed, broken, count: attempts.length };
+    }
   }
   return null;
 }
