@@ -144,6 +144,20 @@ const ObservationReported = z.strictObject({
 });
 const VerdictIssued = z.strictObject({ type: z.literal("verdict"), at, data: Verdict });
 const Halted = z.strictObject({ type: z.literal("halted"), at, data: Halt });
+/** A signed receipt over the log up to `head` (DESIGN §9): recorded after it, so the log says what was attested and when. */
+const ReceiptIssued = z.strictObject({
+  type: z.literal("receipt_issued"),
+  at,
+  data: z.strictObject({
+    receipt_id: z.string(),
+    /** `final` at the halt; `interim` on demand while the loop runs (or after, for another copy). */
+    kind: z.enum(["final", "interim"]),
+    head: z.strictObject({ seq: z.number().int().min(1), hash: Sha256 }),
+    keyid: z.string(),
+    /** sha256 of the envelope's JSON as served at `/r/<id>.json`. */
+    envelope_sha256: Sha256,
+  }),
+});
 
 /** The body of an event before it is sealed into the chain. */
 export const EventDraft = z.discriminatedUnion("type", [
@@ -155,6 +169,7 @@ export const EventDraft = z.discriminatedUnion("type", [
   ObservationReported,
   VerdictIssued,
   Halted,
+  ReceiptIssued,
 ]);
 export type EventDraft = z.infer<typeof EventDraft>;
 export type EventType = EventDraft["type"];
@@ -171,5 +186,6 @@ export const LoopEvent = z.discriminatedUnion("type", [
   ObservationReported.extend(sealed),
   VerdictIssued.extend(sealed),
   Halted.extend(sealed),
+  ReceiptIssued.extend(sealed),
 ]);
 export type LoopEvent = z.infer<typeof LoopEvent>;

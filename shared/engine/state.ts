@@ -95,6 +95,8 @@ export interface LoopState {
   fencing_counter: number;
   halt: Halt | null;
   halted_at: string | null;
+  /** The receipt issued at the halt (DESIGN §9), once it is. */
+  final_receipt: string | null;
 }
 
 /** The id the baseline carries wherever a candidate id is expected (e.g. as a parent). */
@@ -181,6 +183,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       fencing_counter: 0,
       halt: null,
       halted_at: null,
+      final_receipt: null,
     };
     // Its containers are new: the fold owns them from the start.
     OWNED.set(created, new Set([created.candidates, created.candidate_order, created.idempotency, created.lease_index, created.regressions_since_promotion]));
@@ -274,6 +277,9 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
     case "halted":
       state.halt = event.data;
       state.halted_at = event.at;
+      return state;
+    case "receipt_issued":
+      if (event.data.kind === "final") state.final_receipt = event.data.receipt_id;
       return state;
   }
 }

@@ -16,6 +16,7 @@ import {
   type Proposal,
   type Verdict,
 } from "../../shared/engine/index.js";
+import { canonicalJson } from "../../shared/canonical-json.js";
 import { sha256Hex } from "../../shared/hash.js";
 import { Contract, type ContractInput } from "../../shared/wire/contract.js";
 import type { FullObservation, Observation } from "../../shared/wire/observation.js";
@@ -81,10 +82,12 @@ export class LoopHarness {
   private clock = START;
 
   constructor(t0Failing: readonly string[], overrides: Partial<ContractInput> = {}) {
+    const contract = contractOf(overrides);
     const outcome = createLoop({
       loop_id: "lp_0123456789abcdef01234567",
-      contract: contractOf(overrides),
-      contract_hash: sha256Hex("contract"),
+      contract,
+      // As the coordinator pins it: the hash of the contract's canonical JSON, so a verifier recomputes it.
+      contract_hash: sha256Hex(canonicalJson(contract)),
       t0: { commit: commitOf("t0"), observation: observationOf(t0Failing) },
       at: this.now(),
     });

@@ -12,6 +12,7 @@ import {
   type LoopState,
   type Verdict,
 } from "../../shared/engine/index.js";
+import { canonicalJson } from "../../shared/canonical-json.js";
 import { sha256Hex } from "../../shared/hash.js";
 import type { ContractInput } from "../../shared/wire/contract.js";
 import type { FullObservation, GuardReadings, Observation } from "../../shared/wire/observation.js";
@@ -246,7 +247,7 @@ describe("engine: createLoop", () => {
     const harness = new LoopHarness([A, B]);
     expect(harness.events.map((event) => event.type)).toEqual(["loop_created"]);
     expect(harness.state).toMatchObject({
-      contract_hash: sha256Hex("contract"),
+      contract_hash: sha256Hex(canonicalJson(harness.state.contract)),
       best: { candidate_id: "t0", commit: commitOf("t0"), failing: [GATE, A, B] },
       iterations: 0,
       halt: null,

@@ -46,6 +46,8 @@ export function describeEvent(event: LoopEvent, state: LoopState | null = null):
     }
     case "halted":
       return `${prefix} halted: ${event.data.halt_reason} (exit ${event.data.exit_class}): ${event.data.detail}`;
+    case "receipt_issued":
+      return `${prefix} ${event.data.kind} receipt ${event.data.receipt_id} signed over events 1-${event.data.head.seq} (key ${event.data.keyid})`;
   }
 }
 

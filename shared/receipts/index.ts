@@ -1,0 +1,4 @@
+export * from "./dsse.js";
+export * from "./keys.js";
+export * from "./statement.js";
+export * from "./verify.js";

@@ -1,0 +1,114 @@
+import { z } from "zod";
+import type { ChainHead } from "../engine/chain.js";
+import { Halt, Verdict } from "../engine/events.js";
+import type { LoopState } from "../engine/state.js";
+import { GitCommit, Sha256 } from "../wire/observation.js";
+
+// What a receipt attests (DESIGN §9): an in-toto Statement v1 (github.com/in-toto/attestation,
+// spec/v1/statement.md) whose subjects are the best commit and the baseline commit, and whose predicate
+// summarises the loop at a head of its event log. Every field of the predicate but when and by which
+// version it was issued is a function of the log up to that head, so a verifier recomputes it.
+
+/** The in-toto Statement type. */
+export const STATEMENT_TYPE = "https://in-toto.io/Statement/v1";
+/** The type of loopwarden's predicate. */
+export const RECEIPT_PREDICATE_TYPE = "https://loopwarden.dev/receipt/v1";
+
+const Count = z.number().int().min(0);
+
+/** The predicate of a receipt. */
+export const ReceiptPredicate = z.strictObject({
+  loop_id: z.string(),
+  name: z.string(),
+  objective: z.string().nullable(),
+  mode: z.string(),
+  contract_hash: Sha256,
+  /** `final` at the halt, `interim` on demand. */
+  kind: z.enum(["final", "interim"]),
+  issued_at: z.iso.datetime(),
+  coordinator: z.strictObject({ version: z.string() }),
+  /** The event-log head the receipt covers: its last event's seq and hash. */
+  log: z.strictObject({ seq: z.number().int().min(1), hash: Sha256 }),
+  halt: Halt.nullable(),
+  t0: z.strictObject({ commit: GitCommit, failing: Count, passing: Count, test_set: Sha256, metric: z.number().nullable() }),
+  best: z.strictObject({
+    candidate_id: z.string(),
+    commit: GitCommit,
+    failing: Count,
+    passing: Count,
+    metric: z.number().nullable(),
+    /** The verdict that promoted it, with its evidence; null while the best is t0. */
+    verdict: Verdict.nullable(),
+  }),
+  /**
+   * The confirm job's measurement of t0 against the final best (DESIGN §6.3), the only figure a receipt
+   * may claim as a gain over t0. Not built yet: always null, and a chain of step-wise estimates is not it.
+   */
+  confirm: z.null(),
+  iterations: z.strictObject({ total: Count, promoted: Count, rejected: Count, max: Count }),
+});
+export type ReceiptPredicate = z.infer<typeof ReceiptPredicate>;
+
+/** An in-toto Statement v1 carrying a receipt predicate. */
+export const ReceiptStatement = z.strictObject({
+  _type: z.literal(STATEMENT_TYPE),
+  subject: z.array(z.strictObject({ name: z.string(), digest: z.strictObject({ gitCommit: GitCommit }) })).min(1),
+  predicateType: z.literal(RECEIPT_PREDICATE_TYPE),
+  predicate: ReceiptPredicate,
+});
+export type ReceiptStatement = z.infer<typeof ReceiptStatement>;
+
+/** What a receipt's issuer adds to what the log determines. */
+export interface Issuance {
+  kind: "final" | "interim";
+  issued_at: string;
+  version: string;
+}
+
+/** The statement of a loop's state at `head` (the fold of its log up to there). */
+export function receiptStatement(state: LoopState, head: ChainHead, issuance: Issuance): ReceiptStatement {
+  const candidates = state.candidate_order.map((id) => state.candidates[id]);
+  const best = state.candidates[state.best.candidate_id];
+  return {
+    _type: STATEMENT_TYPE,
+    subject: [
+      { name: `${state.contract.name}@best`, digest: { gitCommit: state.best.commit } },
+      { name: `${state.contract.name}@t0`, digest: { gitCommit: state.t0.commit } },
+    ],
+    predicateType: RECEIPT_PREDICATE_TYPE,
+    predicate: {
+      loop_id: state.loop_id,
+      name: state.contract.name,
+      objective: state.contract.objective ?? null,
+      mode: state.contract.mode,
+      contract_hash: state.contract_hash,
+      kind: issuance.kind,
+      issued_at: issuance.issued_at,
+      coordinator: { version: issuance.version },
+      log: { seq: head.seq, hash: head.hash },
+      halt: state.halt,
+      t0: {
+        commit: state.t0.commit,
+        failing: state.t0.failing.length,
+        passing: state.t0.passing_count,
+        test_set: state.t0_base.digest,
+        metric: state.t0.metric,
+      },
+      best: {
+        candidate_id: state.best.candidate_id,
+        commit: state.best.commit,
+        failing: state.best.failing.length,
+        passing: state.best.passing_count,
+        metric: state.best.metric,
+        verdict: best?.verdict ?? null,
+      },
+      confirm: null,
+      iterations: {
+        total: state.iterations,
+        promoted: candidates.filter((candidate) => candidate?.status === "promoted").length,
+        rejected: candidates.filter((candidate) => candidate?.status === "rejected").length,
+        max: state.contract.stop.max_iterations,
+      },
+    },
+  };
+}

@@ -1,0 +1,234 @@
+import { utf8 } from "@scure/base";
+import { canonicalJson } from "../canonical-json.js";
+import { sha256Hex } from "../hash.js";
+import { verifyChain, type ChainHead } from "../engine/chain.js";
+import { createLoop, proposeCandidate } from "../engine/commands.js";
+import { decide } from "../engine/decide.js";
+import { LoopEvent, type EventDraft } from "../engine/events.js";
+import { applyEvent, type LoopState } from "../engine/state.js";
+import { Envelope, fromBase64, IN_TOTO_PAYLOAD_TYPE, pae } from "./dsse.js";
+import { jwkThumbprint, type KeySet, type PublicJwk } from "./keys.js";
+import { receiptStatement, ReceiptStatement } from "./statement.js";
+
+// Verifying a receipt (DESIGN §9), offline once its three documents are fetched: the envelope's
+// signature against the published key set, the event log's hash chain up to the signed head, every
+// verdict and halt in the log re-derived with the same engine that decided it, and the signed predicate
+// recomputed from the log. Pure except for the signature check, which is injected (WebCrypto in Node
+// and in the browser): this file runs unchanged in both.
+
+/** Verifies an Ed25519 signature over `message` with a public key of the key set. */
+export type Ed25519Verify = (key: PublicJwk, message: Uint8Array, signature: Uint8Array) => Promise<boolean>;
+
+/** One check and its outcome: `ok` is null when it could not be made because an earlier one failed. */
+export interface ReceiptCheck {
+  check: "envelope" | "signature" | "statement" | "chain" | "verdicts" | "predicate";
+  ok: boolean | null;
+  detail: string;
+}
+
+/** The outcome of verifying a receipt: valid only when every check passed. */
+export interface ReceiptVerification {
+  ok: boolean;
+  checks: ReceiptCheck[];
+  /** The first failed check's detail, e.g. `event 41: recorded verdict promoted, recomputed rejected`. */
+  first_failure: string | null;
+  statement: ReceiptStatement | null;
+  /** The key whose signature verified. */
+  key: PublicJwk | null;
+}
+
+/** An event in a few words, for naming where a log and the engine part ways. */
+function describeDraft(draft: EventDraft): string {
+  if (draft.type === "verdict") return `verdict ${draft.data.decision} (${draft.data.reason}) for ${draft.data.candidate_id}`;
+  if (draft.type === "halted") return `halt ${draft.data.halt_reason}`;
+  return draft.type;
+}
+
+/** The signature check: some signature verifies with a key of the set whose kid is its own thumbprint. */
+async function checkSignature(envelope: Envelope, keys: KeySet, verify: Ed25519Verify): Promise<{ check: ReceiptCheck; key: PublicJwk | null }> {
+  const message = pae(envelope.payloadType, fromBase64(envelope.payload));
+  for (const signature of envelope.signatures) {
+    const key = keys.keys.find((candidate) => candidate.kid === signature.keyid && jwkThumbprint(candidate) === candidate.kid);
+    if (!key) continue;
+    let bytes: Uint8Array;
+    try {
+      bytes = fromBase64(signature.sig);
+    } catch {
+      continue;
+    }
+    if (await verify(key, message, bytes)) {
+      return { check: { check: "signature", ok: true, detail: `Ed25519 signature by key ${key.kid}${key.status === "retired" ? " (retired)" : ""}` }, key };
+    }
+  }
+  const ids = envelope.signatures.map((signature) => signature.keyid).join(", ");
+  return { check: { check: "signature", ok: false, detail: `no signature verifies with a published key (keyid ${ids})` }, key: null };
+}
+
+/**
+ * Re-derives every verdict and halt of a log with the engine: after each creation, proposal and report,
+ * the events the engine produces must be the events recorded next, and no verdict or halt may appear
+ * that the engine did not produce. Answers the folded state, or the first event that differs.
+ */
+export function rederive(events: readonly LoopEvent[]): { ok: true; state: LoopState | null } | { ok: false; detail: string } {
+  let state: LoopState | null = null;
+  let expected: EventDraft[] = [];
+  for (const event of events) {
+    const draft: EventDraft = { type: event.type, at: event.at, data: event.data } as EventDraft;
+    const next = expected.shift();
+    if (next) {
+      if (canonicalJson(next) !== canonicalJson(draft)) {
+        return { ok: false, detail: `event ${event.seq}: recorded ${describeDraft(draft)}, recomputed ${describeDraft(next)}` };
+      }
+    } else if (draft.type === "verdict" || draft.type === "halted") {
+      return { ok: false, detail: `event ${event.seq}: recorded ${describeDraft(draft)}, which the engine did not produce here` };
+    }
+    try {
+      const produced = producedAfter(state, draft);
+      state = applyEvent(state, draft);
+      if (produced) expected = produced;
+    } catch (error) {
+      return { ok: false, detail: `event ${event.seq}: cannot be applied (${(error as Error).message})` };
+    }
+  }
+  const missing = expected[0];
+  if (missing) return { ok: false, detail: `the log ends before the engine's ${describeDraft(missing)}` };
+  return { ok: true, state };
+}
+
+/** The events the engine appends right after `draft` (a creation, proposal or report), or null for any other event. */
+function producedAfter(state: LoopState | null, draft: EventDraft): EventDraft[] | null {
+  if (draft.type === "loop_created") {
+    const { data } = draft;
+    if (data.contract_hash !== sha256Hex(canonicalJson(data.contract))) throw new Error("its contract hash is not the hash of its contract");
+    const created = createLoop({ ...data, at: draft.at });
+    if (!created.ok) throw new Error(`the engine refuses this creation (${created.error.message})`);
+    return created.events.slice(1);
+  }
+  if (!state) return null;
+  if (draft.type === "candidate_proposed") {
+    const { data } = draft;
+    const proposal = {
+      idempotency_key: data.idempotency_key,
+      commit: data.commit,
+      diff_sha256: data.diff_sha256,
+      empty: data.empty,
+      proposer: data.proposer,
+      agent: data.agent,
+      agent_report: data.agent_report,
+      agent_report_error: data.agent_report_error,
+    };
+    const proposed = proposeCandidate(state, proposal, { request_hash: data.request_hash, at: draft.at });
+    if (!proposed.ok) throw new Error(`the engine refuses this proposal (${proposed.error.message})`);
+    const [recomputed, ...rest] = proposed.events;
+    if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("the engine proposes this candidate differently");
+    return rest;
+  }
+  if (draft.type === "observation_reported") {
+    const after = applyEvent(state, draft);
+    return decide(after, after.contract, draft.data.candidate_id, draft.data.observation, draft.at).events;
+  }
+  return null;
+}
+
+/** Verifies a receipt: its envelope, against the key set, over the events of its log. */
+export async function verifyReceipt(input: {
+  envelope: unknown;
+  events: readonly Record<string, unknown>[];
+  keys: KeySet;
+  verify: Ed25519Verify;
+}): Promise<ReceiptVerification> {
+  const checks: ReceiptCheck[] = [];
+  const done = (statement: ReceiptStatement | null, key: PublicJwk | null): ReceiptVerification => {
+    const failed = checks.find((check) => check.ok === false);
+    return { ok: checks.every((check) => check.ok === true), checks, first_failure: failed ? `${failed.check}: ${failed.detail}` : null, statement, key };
+  };
+  const skipped = (names: ReceiptCheck["check"][], why: string) => names.forEach((check) => checks.push({ check, ok: null, detail: `not checked: ${why}` }));
+
+  const envelope = Envelope.safeParse(input.envelope);
+  if (!envelope.success) {
+    checks.push({ check: "envelope", ok: false, detail: "not a DSSE envelope" });
+    skipped(["signature", "statement", "chain", "verdicts", "predicate"], "no envelope");
+    return done(null, null);
+  }
+  const { payloadType } = envelope.data;
+  checks.push(
+    payloadType === IN_TOTO_PAYLOAD_TYPE
+      ? { check: "envelope", ok: true, detail: `DSSE envelope of ${payloadType}` }
+      : { check: "envelope", ok: false, detail: `payloadType is ${JSON.stringify(payloadType)}, not ${IN_TOTO_PAYLOAD_TYPE}` },
+  );
+  const signature = await checkSignature(envelope.data, input.keys, input.verify);
+  checks.push(signature.check);
+
+  let statement: ReceiptStatement | null = null;
+  try {
+    const parsed = ReceiptStatement.safeParse(JSON.parse(utf8.encode(fromBase64(envelope.data.payload))));
+    statement = parsed.success ? parsed.data : null;
+  } catch {
+    statement = null;
+  }
+  if (!statement) {
+    checks.push({ check: "statement", ok: false, detail: "the payload is not a loopwarden receipt statement (in-toto Statement v1)" });
+    skipped(["chain", "verdicts", "predicate"], "no statement");
+    return done(null, signature.key);
+  }
+  checks.push({ check: "statement", ok: true, detail: `in-toto Statement v1, ${statement.predicate.kind} receipt of loop ${statement.predicate.loop_id}` });
+
+  const signed: ChainHead = statement.predicate.log;
+  const chain = verifyChain(input.events);
+  if (!chain.ok) checks.push({ check: "chain", ok: false, detail: chain.message });
+  else if (chain.head?.seq !== signed.seq || chain.head.hash !== signed.hash) {
+    const ends = chain.head ? `ends at event ${chain.head.seq} (${chain.head.hash.slice(0, 12)})` : "is empty";
+    checks.push({ check: "chain", ok: false, detail: `the log ${ends}; the receipt signs event ${signed.seq} (${signed.hash.slice(0, 12)})` });
+  } else checks.push({ check: "chain", ok: true, detail: `${signed.seq} events, hash-chained up to the signed head ${signed.hash.slice(0, 12)}` });
+  if (checks.at(-1)?.ok !== true) {
+    skipped(["verdicts", "predicate"], "the log is not the one signed");
+    return done(statement, signature.key);
+  }
+
+  const parsed: LoopEvent[] = [];
+  for (const event of input.events) {
+    const one = LoopEvent.safeParse(event);
+    if (!one.success) {
+      checks.push({ check: "verdicts", ok: false, detail: `event ${String(event.seq)}: does not match the event schema` });
+      skipped(["predicate"], "the log does not parse");
+      return done(statement, signature.key);
+    }
+    parsed.push(one.data);
+  }
+  const derived = rederive(parsed);
+  if (!derived.ok || !derived.state) {
+    checks.push({ check: "verdicts", ok: false, detail: derived.ok ? "the log has no loop" : derived.detail });
+    skipped(["predicate"], "the verdicts do not re-derive");
+    return done(statement, signature.key);
+  }
+  const verdicts = parsed.filter((event) => event.type === "verdict").length;
+  checks.push({ check: "verdicts", ok: true, detail: `all ${verdicts} verdict(s) and the halt re-derived with the engine` });
+
+  const { predicate } = statement;
+  const recomputed = receiptStatement(derived.state, signed, { kind: predicate.kind, issued_at: predicate.issued_at, version: predicate.coordinator.version });
+  const different = firstDifference(recomputed, statement);
+  checks.push(
+    different === null
+      ? { check: "predicate", ok: true, detail: "every attested figure is the log's" }
+      : { check: "predicate", ok: false, detail: `${different} differs from what the log says` },
+  );
+  return done(statement, signature.key);
+}
+
+/** The path of the first member where two JSON values differ (canonical JSON compared), or null. */
+function firstDifference(expected: unknown, actual: unknown, path = "statement"): string | null {
+  if (canonicalJson(expected) === canonicalJson(actual)) return null;
+  if (expected && actual && typeof expected === "object" && typeof actual === "object" && !Array.isArray(expected) && !Array.isArray(actual)) {
+    const keys = [...new Set([...Object.keys(expected), ...Object.keys(actual)])].sort();
+    for (const key of keys) {
+      const inner = firstDifference((expected as Record<string, unknown>)[key], (actual as Record<string, unknown>)[key], `${path}.${key}`);
+      if (inner) return inner;
+    }
+  }
+  return path;
+}
+
+/** The sha256 an envelope is recorded under (`receipt_issued.envelope_sha256`): of its canonical JSON. */
+export function envelopeDigest(envelope: Envelope): string {
+  return sha256Hex(canonicalJson(envelope));
+}

@@ -1,0 +1,181 @@
+import { webcrypto } from "node:crypto";
+import { describe, expect, it } from "vitest";
+import { canonicalJson } from "../../shared/canonical-json.js";
+import { foldEvents, sealEvent, type ChainHead, type EventDraft, type LoopEvent } from "../../shared/engine/index.js";
+import {
+  IN_TOTO_PAYLOAD_TYPE,
+  jwkThumbprint,
+  pae,
+  receiptStatement,
+  signEnvelope,
+  verifyReceipt,
+  type Envelope,
+  type KeySet,
+  type PublicJwk,
+  type Signer,
+} from "../../shared/receipts/index.js";
+import { verifyEd25519 } from "../../runner/src/receipt-crypto.js";
+import { LoopHarness } from "./engine-harness.js";
+
+// Receipts (DESIGN §9): a DSSE envelope around an in-toto statement, signed with Ed25519, over a
+// hash-chained log whose every verdict re-derives with the engine. Every tampering must fail, naming
+// what failed; the untampered receipt must pass.
+
+async function makeKey(status: "active" | "retired" = "active"): Promise<{ signer: Signer; jwk: PublicJwk }> {
+  const pair = (await webcrypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"])) as webcrypto.CryptoKeyPair;
+  const { x } = await webcrypto.subtle.exportKey("jwk", pair.publicKey);
+  if (!x) throw new Error("no public key");
+  const kid = jwkThumbprint({ x });
+  return {
+    jwk: { kty: "OKP", crv: "Ed25519", x, kid, alg: "EdDSA", use: "sig", status },
+    signer: { kid, sign: async (message) => new Uint8Array(await webcrypto.subtle.sign({ name: "Ed25519" }, pair.privateKey, message)) },
+  };
+}
+
+/** A real loop's log (three candidates: a fix, a regression, the last fix, halting success), sealed. */
+function loopLog(): LoopEvent[] {
+  const harness = new LoopHarness(["suite.a", "suite.b"]);
+  harness.evaluate("fix-a", ["suite.b"]);
+  harness.evaluate("break-c", ["suite.b", "suite.c"]);
+  harness.evaluate("fix-b", []);
+  let head: ChainHead | null = null;
+  return harness.events.map((draft: EventDraft) => {
+    const event = sealEvent(draft, head);
+    head = { seq: event.seq, hash: event.hash };
+    return event;
+  });
+}
+
+async function receiptOf(events: LoopEvent[], signer: Signer): Promise<Envelope> {
+  const state = foldEvents(events);
+  const last = events.at(-1);
+  if (!state || !last) throw new Error("empty log");
+  const statement = receiptStatement(state, { seq: last.seq, hash: last.hash }, { kind: "final", issued_at: "2026-12-01T10:00:00.000Z", version: "0.1.0" });
+  return signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, signer);
+}
+
+const asRecords = (events: readonly LoopEvent[]) => JSON.parse(JSON.stringify(events)) as Record<string, unknown>[];
+
+/** Flips one character of base64 text (keeping it base64). */
+const flip = (text: string, at: number) => text.slice(0, at) + (text[at] === "A" ? "B" : "A") + text.slice(at + 1);
+
+describe("receipts", async () => {
+  const events = loopLog();
+  const key = await makeKey();
+  const keys: KeySet = { keys: [key.jwk] };
+  const envelope = await receiptOf(events, key.signer);
+  const verify = (changed: { envelope?: unknown; events?: Record<string, unknown>[]; keys?: KeySet }) =>
+    verifyReceipt({ envelope: changed.envelope ?? envelope, events: changed.events ?? asRecords(events), keys: changed.keys ?? keys, verify: verifyEd25519 });
+
+  it("the DSSE spec's PAE example", () => {
+    expect(new TextDecoder().decode(pae("http://example.com/HelloWorld", new TextEncoder().encode("hello world")))).toBe(
+      "DSSEv1 29 http://example.com/HelloWorld 11 hello world",
+    );
+  });
+
+  it("an untampered receipt verifies: signature, chain, every verdict re-derived, every attested figure", async () => {
+    const result = await verify({});
+    expect(result.first_failure).toBeNull();
+    expect(result.ok).toBe(true);
+    expect(result.checks.map((check) => [check.check, check.ok])).toEqual([
+      ["envelope", true],
+      ["signature", true],
+      ["statement", true],
+      ["chain", true],
+      ["verdicts", true],
+      ["predicate", true],
+    ]);
+    expect(result.key?.kid).toBe(key.jwk.kid);
+    expect(result.statement?.predicate).toMatchObject({ halt: { halt_reason: "success_condition_met" }, iterations: { total: 3, promoted: 2, rejected: 1 } });
+  });
+
+  const payload = (statement: (value: Record<string, unknown>) => void) => {
+    const decoded = JSON.parse(Buffer.from(envelope.payload, "base64").toString("utf8")) as Record<string, unknown>;
+    statement(decoded);
+    return Buffer.from(JSON.stringify(decoded)).toString("base64");
+  };
+  const eventsWith = (change: (list: Record<string, unknown>[]) => void) => {
+    const list = asRecords(events);
+    change(list);
+    return list;
+  };
+
+  it.each([
+    ["one byte of the payload", () => ({ envelope: { ...envelope, payload: flip(envelope.payload, 40) } }), "signature"],
+    [
+      "the signed figures (re-encoded payload)",
+      () => ({ envelope: { ...envelope, payload: payload((s) => ((s.predicate as { iterations: { total: number } }).iterations.total = 2)) } }),
+      "signature",
+    ],
+    ["one byte of the signature", () => ({ envelope: { ...envelope, signatures: [{ keyid: key.jwk.kid, sig: flip(envelope.signatures[0]?.sig ?? "", 10) }] } }), "signature"],
+    ["the payloadType", () => ({ envelope: { ...envelope, payloadType: "application/json" } }), "envelope"],
+    ["the keyid alone", () => ({ envelope: { ...envelope, signatures: [{ keyid: "someone-else", sig: envelope.signatures[0]?.sig ?? "" }] } }), "signature"],
+    ["one byte of an event", () => ({ events: eventsWith((list) => ((list[4] as { at: string }).at = "2026-03-01T09:00:05.001Z")) }), "chain"],
+    ["an event dropped", () => ({ events: eventsWith((list) => list.splice(3, 1)) }), "chain"],
+    ["an event duplicated", () => ({ events: eventsWith((list) => list.splice(3, 0, list[3] as Record<string, unknown>)) }), "chain"],
+    ["two events reordered", () => ({ events: eventsWith((list) => list.splice(2, 2, list[3] as Record<string, unknown>, list[2] as Record<string, unknown>)) }), "chain"],
+    ["the log cut before the signed head", () => ({ events: eventsWith((list) => list.pop()) }), "chain"],
+  ])("fails when %s is changed, naming the %s check", async (_what, change, failing) => {
+    const result = await verify(change());
+    expect(result.ok).toBe(false);
+    expect(result.checks.find((check) => check.ok === false)?.check).toBe(failing);
+    expect(result.first_failure).toMatch(new RegExp(`^${failing}: `));
+  });
+
+  it("fails for a receipt re-signed with a key that is not published", async () => {
+    const other = await makeKey();
+    const result = await verify({ envelope: await receiptOf(events, other.signer) });
+    expect(result.first_failure).toMatch(/^signature: no signature verifies with a published key/);
+  });
+
+  it("refuses a published key whose kid is not its own thumbprint", async () => {
+    const result = await verify({ keys: { keys: [{ ...key.jwk, kid: "chosen-name" }] } });
+    expect(result.first_failure).toMatch(/^signature: /);
+  });
+
+  it("still verifies a receipt signed with a key since retired", async () => {
+    const retired = await makeKey("retired");
+    const current = await makeKey();
+    const old = await receiptOf(events, retired.signer);
+    const result = await verify({ envelope: old, keys: { keys: [current.jwk, retired.jwk] } });
+    expect(result.ok).toBe(true);
+    expect(result.checks.find((check) => check.check === "signature")?.detail).toContain("(retired)");
+  });
+
+  it("names the first event whose recorded verdict the engine does not reproduce, in a log re-chained to look intact", async () => {
+    // A forger who also controls the log rewrites a rejection into a promotion and re-hashes the chain.
+    const forged = events.map((event) => ({ ...event })) as LoopEvent[];
+    const index = forged.findIndex((event) => event.type === "verdict" && event.data.decision === "rejected");
+    const original = forged[index];
+    if (original?.type !== "verdict") throw new Error("no rejection in the log");
+    forged[index] = { ...original, data: { ...original.data, decision: "promoted", reason: "fewer_failures" } };
+    let head: ChainHead | null = null;
+    const rechained = forged.map((event) => {
+      const { seq: _seq, prev: _prev, hash: _hash, ...draft } = event;
+      const sealed = sealEvent(draft as EventDraft, head);
+      head = { seq: sealed.seq, hash: sealed.hash };
+      return sealed;
+    });
+    const last = rechained.at(-1);
+    if (!last) throw new Error("empty");
+    // Signed by the real key over the forged head: only re-deriving the verdicts can catch it.
+    const state = foldEvents(rechained);
+    if (!state) throw new Error("no state");
+    const statement = receiptStatement(state, { seq: last.seq, hash: last.hash }, { kind: "final", issued_at: "2026-12-01T10:00:00.000Z", version: "0.1.0" });
+    const result = await verify({ envelope: await signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, key.signer), events: asRecords(rechained) });
+    expect(result.first_failure).toBe(
+      `verdicts: event ${original.seq}: recorded verdict promoted (fewer_failures) for ${original.data.candidate_id}, recomputed verdict rejected (regressed) for ${original.data.candidate_id}`,
+    );
+  });
+
+  it("names the attested figure that the log does not support", async () => {
+    const last = events.at(-1);
+    const state = foldEvents(events);
+    if (!state || !last) throw new Error("empty");
+    const statement = receiptStatement(state, { seq: last.seq, hash: last.hash }, { kind: "final", issued_at: "2026-12-01T10:00:00.000Z", version: "0.1.0" });
+    statement.predicate.best.failing = 0;
+    statement.predicate.t0.failing = 7;
+    const result = await verify({ envelope: await signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, key.signer) });
+    expect(result.first_failure).toBe("predicate: statement.predicate.t0.failing differs from what the log says");
+  });
+});
