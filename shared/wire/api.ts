@@ -44,6 +44,8 @@ export const LoopSummary = z.object({
   best: z.object({ candidate_id: z.string(), commit: GitCommit, failing: z.number().int() }),
   halt: Halt.nullable(),
   head: z.object({ seq: z.number().int(), hash: Sha256 }),
+  /** The final receipt's id, once the halted loop's receipt is issued (`/r/<id>`). */
+  receipt_id: z.string().optional(),
 });
 export type LoopSummary = z.infer<typeof LoopSummary>;
 
@@ -145,3 +147,15 @@ export type ArtifactIntentResponse = z.infer<typeof ArtifactIntentResponse>;
 
 /** `GET /healthz`. */
 export const Health = z.object({ ok: z.literal(true), version: z.string() });
+
+/** Receipt ids: `rc_` and 32 hex digits, unguessable (DESIGN §9). */
+export const ReceiptId = z.string().regex(/^rc_[0-9a-f]{32}$/, "is not a receipt id");
+
+/** `POST /v1/loops/:id/receipts` answer: an interim receipt over the log as it is now. */
+export const ReceiptIssued = z.object({
+  receipt_id: ReceiptId,
+  /** The receipt's public page; `<url>.json` is the envelope, `<url>/events.jsonl` the log it signs. */
+  url: z.string(),
+  head: z.object({ seq: z.number().int(), hash: Sha256 }),
+});
+export type ReceiptIssued = z.infer<typeof ReceiptIssued>;

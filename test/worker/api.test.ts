@@ -66,7 +66,8 @@ describe("POST /v1/loops", () => {
 
   it("halts a loop whose baseline already passes with success_condition_met", async () => {
     const loop = await createLoop("already-green", []);
-    expect(loop).toMatchObject({ status: "halted", halt: { halt_reason: "success_condition_met", exit_class: 10 }, head: { seq: 2 } });
+    // loop_created, halted, then the final receipt's receipt_issued.
+    expect(loop).toMatchObject({ status: "halted", halt: { halt_reason: "success_condition_met", exit_class: 10 }, head: { seq: 3 }, receipt_id: expect.any(String) });
     const proposed = await postJson(`/v1/loops/${loop.loop_id}/candidates`, candidateBody("already-green"));
     expect(proposed.status).toBe(409);
     expect(await errorOf(proposed)).toMatchObject({ code: "loop_halted" });
@@ -159,12 +160,13 @@ describe("a check_fixpoint loop through HTTP", () => {
       "observation_reported",
       "verdict",
       "halted",
+      "receipt_issued",
     ]);
     expect(verifyChain(log)).toEqual({ ok: true, head: final.loop.head });
 
     // `?after=seq` serves the tail, which chains on from the event before it.
     const tail = parseJsonl(await (await call(`/v1/loops/${id}/events?after=12`)).text());
-    expect(tail.map((event) => event.seq)).toEqual([13, 14]);
+    expect(tail.map((event) => event.seq)).toEqual([13, 14, 15]);
     expect(tail[0]?.prev).toBe(log[11]?.hash);
   });
 

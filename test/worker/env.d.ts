@@ -4,6 +4,8 @@ declare global {
   namespace Cloudflare {
     interface Env {
       TEST_MIGRATIONS: D1Migration[];
+      /** The private half of the published retired key, to sign a receipt as before a rotation. */
+      TEST_RETIRED_SIGNING_KEY: string;
     }
   }
 }

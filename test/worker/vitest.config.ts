@@ -1,3 +1,4 @@
+import { webcrypto } from "node:crypto";
 import path from "node:path";
 import { cloudflareTest, readD1Migrations } from "@cloudflare/vitest-pool-workers";
 import { defineConfig } from "vitest/config";
@@ -6,11 +7,26 @@ const root = path.resolve(import.meta.dirname, "../..");
 
 export default defineConfig(async () => {
   const migrations = await readD1Migrations(path.join(root, "migrations"));
+  // Receipt keys for the tests (never committed): the active signing key, and one retired key whose
+  // public half is still published, as after a rotation (README, Receipts).
+  const privateJwk = async () => {
+    const pair = (await webcrypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"])) as webcrypto.CryptoKeyPair;
+    return webcrypto.subtle.exportKey("jwk", pair.privateKey);
+  };
+  const active = await privateJwk();
+  const retired = await privateJwk();
   return {
     plugins: [
       cloudflareTest({
         wrangler: { configPath: path.join(root, "wrangler.toml") },
-        miniflare: { bindings: { TEST_MIGRATIONS: migrations } },
+        miniflare: {
+          bindings: {
+            TEST_MIGRATIONS: migrations,
+            RECEIPT_SIGNING_KEY: JSON.stringify(active),
+            RECEIPT_RETIRED_KEYS: JSON.stringify([{ kty: retired.kty, crv: retired.crv, x: retired.x }]),
+            TEST_RETIRED_SIGNING_KEY: JSON.stringify(retired),
+          },
+        },
       }),
     ],
     test: {

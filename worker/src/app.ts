@@ -5,6 +5,7 @@ import { ApiError, handleError } from "./http-errors.js";
 import { artifactRoutes } from "./routes/artifacts.js";
 import { leaseRoutes } from "./routes/leases.js";
 import { loopRoutes } from "./routes/loops.js";
+import { receiptRoutes } from "./routes/receipts.js";
 
 /** JSON bodies are capped at 1 MiB (DESIGN §8), counted on the streamed bytes, so chunked bodies are capped too. */
 export const MAX_JSON_BODY_BYTES = 1024 * 1024;
@@ -45,6 +46,7 @@ app.get("/healthz", async (c) => {
 app.route("/v1/loops", loopRoutes);
 app.route("/v1/loops", artifactRoutes);
 app.route("/v1/leases", leaseRoutes);
+app.route("/", receiptRoutes);
 
 app.notFound((c) => c.json({ error: { code: "not_found", message: `no route for ${c.req.method} ${c.req.path}` } }, 404));
 app.onError(handleError);

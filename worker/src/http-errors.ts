@@ -38,6 +38,8 @@ const REFUSAL_STATUS: Record<Refusal["code"], ContentfulStatusCode> = {
   // A limit of the loop's storage, not a fault of the request's form, and no retry can help: not a 5xx
   // the runner retries (500, 502-504), but one it reports as it is.
   storage_limit: 507,
+  // The coordinator is not configured to sign receipts: not the request's fault, and no retry helps.
+  signing_unconfigured: 501,
 };
 
 /** The ApiError for a refusal returned by the LoopObject. */

@@ -18,11 +18,16 @@ import {
   type Proposal,
   type Verdict,
 } from "../../shared/engine/index.js";
+import { canonicalJson } from "../../shared/canonical-json.js";
+import { bytesToHex } from "@noble/hashes/utils.js";
+import { envelopeDigest, IN_TOTO_PAYLOAD_TYPE, receiptStatement, signEnvelope, type Envelope } from "../../shared/receipts/index.js";
+import { VERSION } from "../../shared/version.js";
 import type { Contract } from "../../shared/wire/contract.js";
 import type { CandidateView, Lease, LoopSummary } from "../../shared/wire/api.js";
 import type { Observation } from "../../shared/wire/observation.js";
 import { outboxItemsFor, writeProjection, type OutboxItem } from "./db/projection.js";
 import { LOOP_OBJECT_MIGRATIONS } from "./loop-object-schema.js";
+import { receiptKeyOf } from "./receipt-keys.js";
 import { summarizeLoop, viewCandidate } from "./loop-view.js";
 
 /** How long a lease lives without a heartbeat. Runners heartbeat at a quarter of it. */
@@ -41,7 +46,7 @@ const DRAIN_BATCH = 50;
 const DRAIN_RETRY_MS = 5_000;
 
 /** An expected failure, returned across RPC as a value (custom error classes do not survive RPC). */
-export type Refusal = { ok: false; code: EngineError["code"] | "not_found" | "storage_limit"; message: string };
+export type Refusal = { ok: false; code: EngineError["code"] | "not_found" | "storage_limit" | "signing_unconfigured"; message: string };
 type Answer<T> = ({ ok: true } & T) | Refusal;
 
 const NOT_FOUND: Refusal = { ok: false, code: "not_found", message: "no such loop" };
@@ -75,6 +80,8 @@ export class LoopObject extends DurableObject<Env> {
   private readonly sql: SqlStorage;
   private state: LoopState | null = null;
   private head: ChainHead | null = null;
+  /** The final receipt being signed, so a report and the alarm never issue two. */
+  private finalReceipt: Promise<void> | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -237,6 +244,7 @@ export class LoopObject extends DurableObject<Env> {
       this.sql.exec("INSERT INTO meta (key, value) VALUES ('create_request', ?)", input.request_hash);
     });
     if ("ok" in appended) return appended;
+    await this.issueFinalReceipt();
     await this.scheduleAlarm();
     return { ok: true, created: true, loop: this.summary() };
   }
@@ -257,6 +265,7 @@ export class LoopObject extends DurableObject<Env> {
     if (!outcome.ok) return { ok: false, ...outcome.error };
     const appended = this.tryAppend(outcome.events);
     if ("ok" in appended) return appended;
+    await this.issueFinalReceipt();
     await this.scheduleAlarm();
     const current = this.state ?? state;
     return { ok: true, candidate: viewCandidate(current, outcome.value.candidate_id), replayed: outcome.value.replayed, loop: this.summary() };
@@ -311,6 +320,7 @@ export class LoopObject extends DurableObject<Env> {
     if (!outcome.ok) return { ok: false, ...outcome.error };
     const appended = this.tryAppend(outcome.events);
     if ("ok" in appended) return appended;
+    await this.issueFinalReceipt();
     await this.scheduleAlarm();
     return { ok: true, verdict: outcome.value, loop: this.summary() };
   }
@@ -334,9 +344,64 @@ export class LoopObject extends DurableObject<Env> {
     return { ok: true, events, more: false };
   }
 
-  /** Reclaims expired leases, drains the outbox to D1, then re-arms for whatever is next. */
+  /**
+   * Signs a receipt over the log as it is now and records it (DESIGN §9): the envelope goes to D1
+   * (drained at once, so its URL answers when this returns) and `receipt_issued` to the log. Signing is
+   * slow I/O and happens before the transaction, never inside one.
+   */
+  async issueReceipt(input: { kind: "final" | "interim" }): Promise<Answer<{ receipt_id: string; envelope: Envelope; head: ChainHead }>> {
+    const state = this.state;
+    const head = this.head;
+    if (!state || !head) return NOT_FOUND;
+    const key = receiptKeyOf(this.env);
+    if (!key) {
+      return { ok: false, code: "signing_unconfigured", message: "this coordinator has no receipt signing key (the RECEIPT_SIGNING_KEY secret; see the README, Receipts)" };
+    }
+    const { signer } = await key;
+    const issuedAt = new Date().toISOString();
+    const statement = receiptStatement(state, head, { kind: input.kind, issued_at: issuedAt, version: VERSION });
+    const envelope = await signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, signer);
+    const receiptId = `rc_${bytesToHex(crypto.getRandomValues(new Uint8Array(16)))}`;
+    const issued: EventDraft = {
+      type: "receipt_issued",
+      at: issuedAt,
+      data: { receipt_id: receiptId, kind: input.kind, head, keyid: signer.kid, envelope_sha256: envelopeDigest(envelope) },
+    };
+    const appended = this.tryAppend([issued], () => {
+      const row = { id: receiptId, loopId: state.loop_id, kind: input.kind, headSeq: head.seq, headHash: head.hash, keyid: signer.kid, envelope: JSON.stringify(envelope), issuedAt };
+      this.sql.exec("INSERT INTO outbox (item) VALUES (?)", JSON.stringify({ kind: "receipt", row } satisfies OutboxItem));
+    });
+    if ("ok" in appended) return appended;
+    try {
+      await this.drainOutbox();
+    } catch (error) {
+      console.error("loopwarden: writing the receipt to D1 failed; the alarm retries", error);
+    }
+    await this.scheduleAlarm(DRAIN_RETRY_MS);
+    return { ok: true, receipt_id: receiptId, envelope, head };
+  }
+
+  /** The receipt of a halted loop, issued once (DESIGN §9) when a signing key is configured; the alarm retries one that failed. */
+  private async issueFinalReceipt(): Promise<void> {
+    if (this.finalReceipt) return this.finalReceipt;
+    if (!this.state?.halt || this.state.final_receipt !== null || !receiptKeyOf(this.env)) return;
+    this.finalReceipt = (async () => {
+      try {
+        const issued = await this.issueReceipt({ kind: "final" });
+        if (!issued.ok) console.error("loopwarden: the final receipt was not issued", issued.code, issued.message);
+      } catch (error) {
+        console.error("loopwarden: the final receipt was not issued; the alarm retries", error);
+      } finally {
+        this.finalReceipt = null;
+      }
+    })();
+    return this.finalReceipt;
+  }
+
+  /** Reclaims expired leases, drains the outbox to D1, issues a halted loop's missing receipt, then re-arms for whatever is next. */
   override async alarm(): Promise<void> {
     if (!this.state) return;
+    await this.issueFinalReceipt();
     this.append(expireLeases(this.state, new Date().toISOString()));
     let drained = true;
     try {

@@ -16,6 +16,7 @@ export function summarizeLoop(state: LoopState, head: ChainHead): LoopSummary {
     best: { candidate_id: state.best.candidate_id, commit: state.best.commit, failing: state.best.failing.length },
     halt: state.halt,
     head,
+    ...(state.final_receipt ? { receipt_id: state.final_receipt } : {}),
   };
 }
 

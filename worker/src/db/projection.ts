@@ -2,13 +2,14 @@ import { sql } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import type { BatchItem } from "drizzle-orm/batch";
 import type { LoopEvent, LoopState } from "../../../shared/engine/index.js";
-import { candidates, eventsIndex, loops, type CandidateRow, type EventIndexRow, type LoopRow } from "./schema.js";
+import { candidates, eventsIndex, loops, receipts, type CandidateRow, type EventIndexRow, type LoopRow, type ReceiptRow } from "./schema.js";
 
 /** One row for the D1 projection, queued in the LoopObject's outbox in the decision's transaction. */
 export type OutboxItem =
   | { kind: "loop"; row: LoopRow }
   | { kind: "candidate"; row: CandidateRow }
-  | { kind: "event"; row: EventIndexRow };
+  | { kind: "event"; row: EventIndexRow }
+  | { kind: "receipt"; row: ReceiptRow };
 
 function candidateIdOf(event: LoopEvent): string | null {
   return "candidate_id" in event.data ? event.data.candidate_id : null;
@@ -77,6 +78,9 @@ export async function writeProjection(database: D1Database, items: readonly Outb
     switch (item.kind) {
       case "event":
         return db.insert(eventsIndex).values(item.row).onConflictDoNothing();
+      case "receipt":
+        // A receipt never changes once issued: a re-delivery keeps the first.
+        return db.insert(receipts).values(item.row).onConflictDoNothing();
       case "candidate": {
         const { loopId: _loopId, id: _id, ...changes } = item.row;
         return db

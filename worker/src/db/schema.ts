@@ -59,6 +59,27 @@ export const eventsIndex = sqliteTable(
   (table) => [primaryKey({ columns: [table.loopId, table.seq] }), index("events_by_type").on(table.type, table.at)],
 );
 
+/**
+ * Signed receipts (DESIGN §9) by their unguessable id: the envelope exactly as `/r/<id>.json` serves it.
+ * Not a projection of a decision but the receipt's home; the loop's log records each one
+ * (`receipt_issued`, with the envelope's digest), and it reaches D1 through the same outbox.
+ */
+export const receipts = sqliteTable(
+  "receipts",
+  {
+    id: text("id").primaryKey(),
+    loopId: text("loop_id").notNull(),
+    kind: text("kind").notNull(),
+    headSeq: integer("head_seq").notNull(),
+    headHash: text("head_hash").notNull(),
+    keyid: text("keyid").notNull(),
+    envelope: text("envelope").notNull(),
+    issuedAt: text("issued_at").notNull(),
+  },
+  (table) => [index("receipts_by_loop").on(table.loopId, table.issuedAt)],
+);
+
 export type LoopRow = typeof loops.$inferInsert;
 export type CandidateRow = typeof candidates.$inferInsert;
 export type EventIndexRow = typeof eventsIndex.$inferInsert;
+export type ReceiptRow = typeof receipts.$inferInsert;

@@ -11,6 +11,7 @@ import {
   type CreateLoopResponse,
   type LoopList,
   type ProposeCandidateResponse,
+  type ReceiptIssued,
 } from "../../../shared/wire/api.js";
 import { loops } from "../db/schema.js";
 import { ApiError, refusalError } from "../http-errors.js";
@@ -111,4 +112,12 @@ loopRoutes.get("/:id/events", async (c) => {
   const body = answer.events.map((line) => `${line}\n`).join("");
   // Whether events follow this page: pages end at a row count or a byte budget, so a short page is no end.
   return c.body(body, 200, { "Content-Type": "application/x-ndjson; charset=utf-8", "Loopwarden-More": String(answer.more) });
+});
+
+loopRoutes.post("/:id/receipts", async (c) => {
+  const stub = loopStub(c.env, c.req.param("id"));
+  const answer = await stub.issueReceipt({ kind: "interim" });
+  if (!answer.ok) throw refusalError(answer);
+  const response: ReceiptIssued = { receipt_id: answer.receipt_id, url: `${new URL(c.req.url).origin}/r/${answer.receipt_id}`, head: answer.head };
+  return c.json(response, 201);
 });

@@ -1,0 +1,127 @@
+import { env } from "cloudflare:workers";
+import { runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { canonicalJson } from "../../shared/canonical-json.js";
+import { foldEvents, LoopEvent } from "../../shared/engine/index.js";
+import {
+  fromBase64,
+  IN_TOTO_PAYLOAD_TYPE,
+  jwkThumbprint,
+  KeySet,
+  receiptStatement,
+  ReceiptStatement,
+  signEnvelope,
+  verifyReceipt,
+  type Ed25519Verify,
+  type Envelope,
+} from "../../shared/receipts/index.js";
+import { ReceiptIssued, LoopSummary } from "../../shared/wire/api.js";
+import { receiptKeyOf } from "../../worker/src/receipt-keys.js";
+import { call, createLoop, loopObject, observationOf, postJson, proposeAndLease } from "./fixtures.js";
+
+// Receipts from the coordinator (DESIGN §8, §9): issued at the halt and on demand, served by an
+// unguessable id with the log they sign and the keys that verify them, and valid under the verifier
+// that re-derives every verdict.
+
+const verifyEd25519: Ed25519Verify = async (key, message, signature) => {
+  const imported = await crypto.subtle.importKey("jwk", { kty: key.kty, crv: key.crv, x: key.x }, { name: "Ed25519" }, false, ["verify"]);
+  return crypto.subtle.verify({ name: "Ed25519" }, imported, signature, message);
+};
+
+async function fetchReceipt(id: string): Promise<{ envelope: Envelope; events: Record<string, unknown>[]; keys: KeySet; headers: Headers }> {
+  const envelopeResponse = await call(`/r/${id}.json`);
+  expect(envelopeResponse.status).toBe(200);
+  const log = await call(`/r/${id}/events.jsonl`);
+  expect(log.status).toBe(200);
+  const lines = new TextDecoder().decode(await log.arrayBuffer()).trim().split("\n");
+  return {
+    envelope: (await envelopeResponse.json()) as Envelope,
+    events: lines.map((line) => JSON.parse(line) as Record<string, unknown>),
+    keys: KeySet.parse(await (await call("/.well-known/loopwarden/keys.json")).json()),
+    headers: envelopeResponse.headers,
+  };
+}
+
+/** A loop of the fixture suite driven to success: one candidate fixes the one failing test. */
+async function haltedLoop(key: string) {
+  const loop = await createLoop(key, ["parse.empty"]);
+  const lease = await proposeAndLease(loop.loop_id, key);
+  const report = await postJson(`/v1/leases/${lease.lease_id}/report`, { fencing_token: lease.fencing_token, observation: observationOf([]) });
+  expect(report.status).toBe(200);
+  return LoopSummary.parse(((await report.json()) as { loop: unknown }).loop);
+}
+
+describe("receipts", () => {
+  it("a loop that halts gets its final receipt, which verifies against the published keys and re-derives every verdict", async () => {
+    const loop = await haltedLoop("final");
+    expect(loop).toMatchObject({ status: "halted", halt: { halt_reason: "success_condition_met" }, receipt_id: expect.stringMatching(/^rc_[0-9a-f]{32}$/) });
+    const receipt = await fetchReceipt(loop.receipt_id ?? "");
+    expect(receipt.headers.get("Cache-Control")).toBe("public, max-age=31536000, immutable");
+    const result = await verifyReceipt({ ...receipt, verify: verifyEd25519 });
+    expect(result.first_failure).toBeNull();
+    const signed = result.statement?.predicate.log;
+    expect(result.statement?.predicate).toMatchObject({ kind: "final", loop_id: loop.loop_id, best: { candidate_id: "c1", failing: 0 } });
+    // The receipt signs the log up to the halt; its own receipt_issued event comes after, as the loop's head.
+    expect(receipt.events.at(-1)).toMatchObject({ ...signed, type: "halted" });
+    const full = new TextDecoder().decode(await (await call(`/v1/loops/${loop.loop_id}/events`)).arrayBuffer()).trim().split("\n");
+    const issued = LoopEvent.parse(JSON.parse(full.at(-1) ?? "{}"));
+    expect(issued).toMatchObject({ seq: loop.head.seq, type: "receipt_issued", data: { receipt_id: loop.receipt_id, kind: "final", head: signed } });
+  });
+
+  it("issues an interim receipt on demand while the loop runs, over the log as it is", async () => {
+    const loop = await createLoop("interim", ["parse.empty", "parse.nested"]);
+    const answer = await postJson(`/v1/loops/${loop.loop_id}/receipts`, {});
+    expect(answer.status).toBe(201);
+    const issued = ReceiptIssued.parse(await answer.json());
+    expect(issued.url).toBe(`http://lw.test/r/${issued.receipt_id}`);
+    expect(issued.head).toEqual(loop.head);
+    const receipt = await fetchReceipt(issued.receipt_id);
+    const result = await verifyReceipt({ ...receipt, verify: verifyEd25519 });
+    expect(result.ok).toBe(true);
+    expect(result.statement?.predicate).toMatchObject({ kind: "interim", halt: null, confirm: null, iterations: { total: 0 } });
+    // The loop goes on: an interim receipt decides nothing.
+    expect((await proposeAndLease(loop.loop_id, "interim-next")).job.candidate_id).toBe("c1");
+  });
+
+  it("publishes the active key and the retired ones, each named by its thumbprint; a receipt signed before a rotation still verifies", async () => {
+    const keys = KeySet.parse(await (await call("/.well-known/loopwarden/keys.json")).json());
+    expect(keys.keys.map((key) => key.status)).toEqual(["active", "retired"]);
+    for (const key of keys.keys) expect(key.kid).toBe(jwkThumbprint(key));
+    const active = await receiptKeyOf(env);
+    expect(keys.keys[0]?.kid).toBe(active?.publicJwk.kid);
+
+    // A receipt the retired key signed, over a real loop's log, as the coordinator did before the rotation.
+    const loop = await haltedLoop("rotation");
+    const lines = new TextDecoder().decode(await (await call(`/v1/loops/${loop.loop_id}/events`)).arrayBuffer()).trim().split("\n");
+    const events = lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((event) => event.type !== "receipt_issued");
+    const state = foldEvents(events.map((event) => LoopEvent.parse(event)));
+    const retired = await receiptKeyOf({ RECEIPT_SIGNING_KEY: env.TEST_RETIRED_SIGNING_KEY });
+    const last = events.at(-1) as { seq: number; hash: string } | undefined;
+    if (!state || !retired || !last) throw new Error("no state, key or events");
+    const statement = receiptStatement(state, { seq: last.seq, hash: last.hash }, { kind: "final", issued_at: new Date().toISOString(), version: "0.0.9" });
+    const old = await signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, retired.signer);
+    const result = await verifyReceipt({ envelope: old, events, keys, verify: verifyEd25519 });
+    expect(result.ok).toBe(true);
+    expect(result.key).toMatchObject({ kid: retired.publicJwk.kid, status: "retired" });
+  });
+
+  it("answers 404 for an unknown or malformed receipt id, and stores nothing", async () => {
+    for (const path of [`/r/rc_${"0".repeat(32)}.json`, `/r/rc_${"0".repeat(32)}/events.jsonl`, "/r/rc_nothex.json", "/r/../v1/loops.json"]) {
+      const response = await call(path);
+      expect(response.status, path).toBe(404);
+    }
+  });
+
+  it("signs the statement's canonical JSON, whose subjects are the best and t0 commits", async () => {
+    const loop = await haltedLoop("subjects");
+    const { envelope } = await fetchReceipt(loop.receipt_id ?? "");
+    const payload = new TextDecoder().decode(fromBase64(envelope.payload));
+    const statement = ReceiptStatement.parse(JSON.parse(payload));
+    expect(payload).toBe(canonicalJson(statement));
+    expect(statement.subject.map((subject) => subject.name)).toEqual([`loop-subjects@best`, `loop-subjects@t0`]);
+    const state = await runInDurableObject(loopObject(loop.loop_id), (_instance, storage) =>
+      storage.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM events WHERE type = 'receipt_issued'").one().n,
+    );
+    expect(state).toBe(1);
+  });
+});

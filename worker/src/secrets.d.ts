@@ -1,0 +1,10 @@
+// Secrets are not in wrangler.toml (so not in the generated worker-configuration.d.ts): set them with
+// `wrangler secret put` when deployed; the local coordinator passes its own (README, "Receipts").
+declare namespace Cloudflare {
+  interface Env {
+    /** The receipt signing key (Ed25519): a private JWK, or PKCS8 as PEM or base64. Without it no receipt is issued. */
+    RECEIPT_SIGNING_KEY?: string;
+    /** Public keys that signed earlier receipts: a JSON key set `{ "keys": [...] }` or an array of public JWKs. */
+    RECEIPT_RETIRED_KEYS?: string;
+  }
+}
