@@ -10,6 +10,7 @@ import {
   Lease,
   LoopSummary,
   ProposeCandidateResponse,
+  ReceiptIssued,
   ReportResponse,
   type CreateLoopRequest,
   type HeartbeatRequest,
@@ -152,6 +153,11 @@ export class Client {
 
   createLoop(request: CreateLoopRequest) {
     return this.json("POST", "/v1/loops", CreateLoopResponse, request);
+  }
+
+  /** `POST /v1/loops/:id/receipts`: an interim receipt over the log as it is now. */
+  issueReceipt(loopId: string) {
+    return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/receipts`, ReceiptIssued, {});
   }
 
   getLoop(loopId: string) {

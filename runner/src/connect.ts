@@ -10,6 +10,8 @@ export interface Connection {
   client: Client;
   url: string;
   local: boolean;
+  /** Whether this process started the coordinator and `close` stops it: its URLs answer only until then. */
+  ephemeral: boolean;
   close(): Promise<void>;
 }
 
@@ -31,12 +33,12 @@ export async function connect(options: ServerOptions, mode: OutputMode): Promise
   const server = options.server ?? process.env.LOOPWARDEN_SERVER;
   const token = options.token ?? process.env.LOOPWARDEN_TOKEN;
   if (server) {
-    return { client: new Client(server, { token, onRetry }), url: server, local: false, close: async () => {} };
+    return { client: new Client(server, { token, onRetry }), url: server, local: false, ephemeral: false, close: async () => {} };
   }
   const stateDir = options.state ? path.resolve(options.state) : defaultStateDir();
   const running = await findRunningCoordinator(stateDir);
   if (running) {
-    return { client: new Client(running, { token, onRetry }), url: running, local: true, close: async () => {} };
+    return { client: new Client(running, { token, onRetry }), url: running, local: true, ephemeral: false, close: async () => {} };
   }
   progress(mode, `starting the local coordinator (state: ${stateDir})…`);
   const coordinator = await startLocalCoordinator({ stateDir, onNote: (text) => progress(mode, text) });
@@ -45,6 +47,7 @@ export async function connect(options: ServerOptions, mode: OutputMode): Promise
     client: new Client(coordinator.url, { token, onRetry }),
     url: coordinator.url,
     local: true,
+    ephemeral: true,
     close: async () => {
       unregister();
       await coordinator.stop();

@@ -4,6 +4,7 @@ import path from "node:path";
 import type { Readable } from "node:stream";
 import type { Miniflare } from "miniflare";
 import { Client } from "./client.js";
+import { localSigningKey } from "./local-signing-key.js";
 import { loadWorkerConfig, type WorkerConfig } from "./coordinator-config.js";
 import { UserError } from "./errors.js";
 import { freePort, isPortFree } from "./free-port.js";
@@ -129,7 +130,12 @@ export async function startLocalCoordinator(options: { stateDir: string; port?: 
   // Loading Miniflare takes a few hundred milliseconds: start it while the bundle is checked.
   const loading = import("miniflare");
   await ensureWorkerBundle(() => options.onNote?.("building the worker bundle (dist/worker) from its sources…"));
-  const [{ Miniflare, Log, LogLevel }, config, contents] = await Promise.all([loading, loadWorkerConfig(), readFile(BUNDLE_FILE, "utf8")]);
+  const [{ Miniflare, Log, LogLevel }, config, contents, signingKey] = await Promise.all([
+    loading,
+    loadWorkerConfig(),
+    readFile(BUNDLE_FILE, "utf8"),
+    localSigningKey(stateDir),
+  ]);
 
   class FileLog extends Log {
     override log(message: string): void {
@@ -160,7 +166,8 @@ export async function startLocalCoordinator(options: { stateDir: string; port?: 
         durableObjects: config.durableObjects,
         d1Databases: config.d1Databases,
         r2Buckets: config.r2Buckets,
-        bindings: config.bindings as Record<string, never>,
+        // The receipt signing key, a secret when deployed, is this state directory's own here.
+        bindings: { ...(config.bindings as Record<string, never>), RECEIPT_SIGNING_KEY: signingKey },
       },
     ],
   });

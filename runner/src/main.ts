@@ -133,6 +133,29 @@ loopCommand(
   async () => (await import("./commands/explain.js")).explainCommand,
 );
 
+program
+  .command("receipt")
+  .description("issue a signed interim receipt over the loop's event log as it is now and print its public URL (default: this repository's current loop)")
+  .argument("[loop]", "loop id")
+  .option("--save <dir>", "also write the receipt, its log and the key set to DIR, for verifying offline")
+  .action(async (loop: string | undefined, options: { save?: string }) => {
+    const { receiptCommand } = await import("./commands/receipt.js");
+    exitCode = await receiptCommand(loop, { ...globals(), ...options, cwd: process.cwd() });
+  });
+
+program
+  .command("verify")
+  .description(
+    "verify a receipt: the signature against the published (or --key) key, the hash chain up to the signed head, every verdict and the halt re-derived, the attested figures; exit 0 valid, 13 invalid",
+  )
+  .argument("<receipt>", "a receipt URL (…/r/<id>) or a saved envelope file")
+  .option("--events <file>", "the log the receipt file signs (JSONL), for a receipt file")
+  .option("--key <file>", "verify against this public key (a JWK) or key set instead of the coordinator's published keys")
+  .action(async (receipt: string, options: { events?: string; key?: string }) => {
+    const { verifyCommand } = await import("./commands/verify.js");
+    exitCode = await verifyCommand(receipt, { ...globals(), ...options });
+  });
+
 function flakeRate(value: string): number {
   const parsed = Number(value);
   if (!Number.isFinite(parsed) || parsed <= 0 || parsed >= 1) throw new InvalidArgumentError("must be a fraction between 0 and 1, e.g. 0.05 for 5%");

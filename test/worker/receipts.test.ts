@@ -105,6 +105,19 @@ describe("receipts", () => {
     expect(result.key).toMatchObject({ kid: retired.publicJwk.kid, status: "retired" });
   });
 
+  it("takes the signing key as PKCS8 PEM too (what `openssl genpkey -algorithm ed25519` prints), named by the same thumbprint", async () => {
+    const pair = (await crypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"])) as CryptoKeyPair;
+    const pkcs8 = new Uint8Array((await crypto.subtle.exportKey("pkcs8", pair.privateKey)) as ArrayBuffer);
+    const body = btoa(String.fromCharCode(...pkcs8));
+    const pem = `-----BEGIN PRIVATE KEY-----\n${body.match(/.{1,64}/g)?.join("\n")}\n-----END PRIVATE KEY-----\n`;
+    const key = await receiptKeyOf({ RECEIPT_SIGNING_KEY: pem });
+    const { x } = (await crypto.subtle.exportKey("jwk", pair.publicKey)) as JsonWebKey;
+    if (!key || !x) throw new Error("the PEM key did not load");
+    expect(key.publicJwk.kid).toBe(jwkThumbprint({ x }));
+    const message = new TextEncoder().encode("signed");
+    expect(await verifyEd25519(key.publicJwk, message, await key.signer.sign(message))).toBe(true);
+  });
+
   it("answers 404 for an unknown or malformed receipt id, and stores nothing", async () => {
     for (const path of [`/r/rc_${"0".repeat(32)}.json`, `/r/rc_${"0".repeat(32)}/events.jsonl`, "/r/rc_nothex.json", "/r/../v1/loops.json"]) {
       const response = await call(path);

@@ -3,7 +3,7 @@ import path from "node:path";
 import { parseDuration } from "../../../shared/duration.js";
 import { HALT_EXIT_CODES } from "../../../shared/engine/index.js";
 import type { LoopSummary } from "../../../shared/wire/api.js";
-import type { ServerOptions } from "../connect.js";
+import type { Connection, ServerOptions } from "../connect.js";
 import { childEnv } from "../environment.js";
 import { runCommand } from "../exec.js";
 import { UserError } from "../errors.js";
@@ -25,8 +25,11 @@ export interface RunOptions extends ContractOptions, ServerOptions, OutputMode {
   cwd: string;
 }
 
-/** Prints a loop's halt (or, with `--once`, where it stands) and answers the exit code (DESIGN §7). */
-export function reportOutcome(mode: OutputMode, loop: LoopSummary): number {
+/**
+ * Prints a loop's halt (or, with `--once`, where it stands) and answers the exit code (DESIGN §7). A
+ * halted loop's final receipt is named by its URL on `connection`'s coordinator.
+ */
+export function reportOutcome(mode: OutputMode, loop: LoopSummary, connection: Pick<Connection, "url" | "ephemeral">): number {
   const halt = loop.halt;
   if (!halt) {
     emitResult(mode, { status: "running", loop_id: loop.loop_id, iteration: loop.iteration }, [
@@ -35,6 +38,7 @@ export function reportOutcome(mode: OutputMode, loop: LoopSummary): number {
     return 0;
   }
   const exitCode = HALT_EXIT_CODES[halt.halt_reason];
+  const receiptUrl = loop.receipt_id ? `${connection.url}/r/${loop.receipt_id}` : null;
   emitResult(
     mode,
     {
@@ -44,11 +48,16 @@ export function reportOutcome(mode: OutputMode, loop: LoopSummary): number {
       halt_reason: halt.halt_reason,
       exit_class: exitCode,
       ...(halt.still_improving === undefined ? {} : { still_improving: halt.still_improving }),
+      ...(receiptUrl ? { receipt_url: receiptUrl } : {}),
     },
     [
       `loop ${loop.loop_id} halted: ${paint(halt.halt_reason, halt.halt_reason === "success_condition_met" ? "green" : "yellow")} (exit ${exitCode}) after ${loop.iteration} iteration(s)`,
       `  ${halt.detail}`,
       `  best: ${loop.best.candidate_id} at ${loop.best.commit.slice(0, 10)}${loop.iteration > 0 ? ` on branch ${loopBranch(loop.loop_id)}` : ""}`,
+      ...(receiptUrl ? [`  receipt: ${receiptUrl}`, `  verify it: loopwarden verify ${receiptUrl}`] : []),
+      ...(receiptUrl && connection.ephemeral
+        ? [`  (this run's local coordinator stops now: \`loopwarden serve\` serves the receipt at http://127.0.0.1:8787/r/${loop.receipt_id})`]
+        : []),
     ],
   );
   return exitCode;
@@ -104,7 +113,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
       ran++;
     }
     if (ran === 0 && session.resumed && session.loop.halt) progress(mode, HALTED_BEFORE);
-    return reportOutcome(mode, session.loop);
+    return reportOutcome(mode, session.loop, session.connection);
   } finally {
     await session.connection.close();
   }

@@ -16,7 +16,7 @@ export async function stepLoop(options: ContractOptions & ServerOptions & Output
   try {
     if (session.loop.status !== "running") {
       progress(session.mode, HALTED_BEFORE);
-      return reportOutcome(session.mode, session.loop);
+      return reportOutcome(session.mode, session.loop, session.connection);
     }
     if ((await dirtyPaths(session.repo)).length === 0) {
       throw new UserError("the working tree has no changes to evaluate; make a change, then run loopwarden step", 2);
@@ -25,7 +25,7 @@ export async function stepLoop(options: ContractOptions & ServerOptions & Output
     const iteration = session.loop.iteration + 1;
     const { commit, key } = await commitCandidate(session, iteration, null);
     await decideCandidate(session, await buildProposal(session, { commit, key, proposer: { kind: "step" }, agent: null }), iteration);
-    return reportOutcome(session.mode, session.loop);
+    return reportOutcome(session.mode, session.loop, session.connection);
   } finally {
     await session.connection.close();
   }

@@ -1,0 +1,46 @@
+import { verifyReceipt } from "../../../shared/receipts/index.js";
+import { UserError } from "../errors.js";
+import { emitResult, paint, type OutputMode } from "../output.js";
+import { verifyEd25519 } from "../receipt-crypto.js";
+import { fetchReceipt, readReceiptFiles } from "../receipt-documents.js";
+
+/** Exit code of an invalid receipt: the `objective_unverified` class (DESIGN §7, §13). */
+const INVALID = 13;
+
+/**
+ * `loopwarden verify <url | file> [--events FILE] [--key FILE]` (DESIGN §9): checks a receipt offline
+ * once its documents are fetched — the DSSE signature against the published (or pinned) key, the hash
+ * chain up to the signed head, every verdict and the halt re-derived with the engine, the attested
+ * figures against the log. Exit 0 when valid, 13 naming the first failed check otherwise.
+ */
+export async function verifyCommand(receipt: string, options: OutputMode & { events?: string | undefined; key?: string | undefined }): Promise<number> {
+  const isUrl = /^https?:\/\//i.test(receipt);
+  if (!isUrl && (options.events === undefined || options.key === undefined)) {
+    throw new UserError("a receipt file is verified with its log and a key: loopwarden verify FILE --events EVENTS.jsonl --key KEYS.json", 2);
+  }
+  if (isUrl && options.events !== undefined) throw new UserError("--events is for a receipt file; a receipt URL serves its own log", 2);
+  const documents = isUrl ? await fetchReceipt(receipt, options.key) : await readReceiptFiles(receipt, options.events ?? "", options.key ?? "");
+  const result = await verifyReceipt({ envelope: documents.envelope, events: documents.events, keys: documents.keys, verify: verifyEd25519 });
+  const predicate = result.statement?.predicate;
+  const mark = (ok: boolean | null) => (ok === true ? paint("ok", "green") : ok === false ? paint("FAILED", "red") : paint("not checked", "dim"));
+  emitResult(
+    options,
+    {
+      status: result.ok ? "ok" : "error",
+      valid: result.ok,
+      ...(predicate ? { loop_id: predicate.loop_id, iteration: predicate.iterations.total } : {}),
+      ...(predicate?.halt ? { halt_reason: predicate.halt.halt_reason, exit_class: predicate.halt.exit_class } : {}),
+      receipt: isUrl ? receipt : { envelope: receipt, events: options.events, key: options.key },
+      key: result.key?.kid ?? null,
+      checks: result.checks,
+      errors: result.first_failure ? [result.first_failure] : [],
+    },
+    [
+      ...result.checks.map((check) => `  ${check.check.padEnd(9)} ${mark(check.ok)}  ${check.detail}`),
+      result.ok
+        ? `valid: ${predicate?.kind} receipt of loop ${predicate?.loop_id} (${predicate?.halt ? predicate.halt.halt_reason : "running"}), signed by ${result.key?.kid}`
+        : `INVALID: ${result.first_failure}`,
+    ],
+  );
+  return result.ok ? 0 : INVALID;
+}

@@ -1,0 +1,114 @@
+import { readFile } from "node:fs/promises";
+import { jwkThumbprint, KeySet, PublicJwk } from "../../shared/receipts/index.js";
+import { UserError } from "./errors.js";
+
+// The three documents a receipt is verified from (DESIGN §9): its envelope, the event log up to the
+// head it signs, and the key set that verifies it — fetched from a receipt URL, or read from files for
+// verifying offline.
+
+/** A receipt's documents, as text (what was fetched or read) and parsed. */
+export interface ReceiptDocuments {
+  envelopeText: string;
+  eventsText: string;
+  keysText: string;
+  envelope: unknown;
+  events: Record<string, unknown>[];
+  keys: KeySet;
+}
+
+/** The receipt page URL (`…/r/<id>`) of a URL naming the receipt, its envelope (`.json`) or its log. */
+export function receiptBase(url: string): URL {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new UserError(`not a URL: ${url}`, 2);
+  }
+  const match = /^(.*\/r\/rc_[0-9a-f]{32})(\.json|\/events\.jsonl|\/)?$/.exec(parsed.pathname);
+  if (!match?.[1]) throw new UserError(`${url} is not a receipt URL (…/r/rc_<32 hex digits>)`, 2);
+  parsed.pathname = match[1];
+  parsed.search = "";
+  parsed.hash = "";
+  return parsed;
+}
+
+async function fetchText(url: string): Promise<string> {
+  let response: Response;
+  try {
+    response = await fetch(url, { signal: AbortSignal.timeout(60_000) });
+  } catch (error) {
+    throw new UserError(`cannot fetch ${url} (${(error as { cause?: { code?: string } }).cause?.code ?? (error as Error).message})`);
+  }
+  if (response.status === 404) throw new UserError(`no receipt at ${url} (HTTP 404)`);
+  if (!response.ok) throw new UserError(`fetching ${url} answered HTTP ${response.status}`);
+  return response.text();
+}
+
+/** JSONL text as objects; a line that is not a JSON object is named. */
+function eventsOf(text: string, where: string): Record<string, unknown>[] {
+  return text
+    .split("\n")
+    .filter((line) => line.trim().length > 0)
+    .map((line, index) => {
+      try {
+        const value = JSON.parse(line) as unknown;
+        if (value && typeof value === "object" && !Array.isArray(value)) return value as Record<string, unknown>;
+      } catch {
+        // named below
+      }
+      throw new UserError(`${where}: line ${index + 1} is not a JSON object`);
+    });
+}
+
+function jsonOf(text: string, where: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    throw new UserError(`${where} is not JSON`);
+  }
+}
+
+/** A key set from a file or response: a set `{ keys: [...] }`, or one public JWK (a pinned key; its kid is its thumbprint). */
+export function keySetOf(text: string, where: string): KeySet {
+  const value = jsonOf(text, where);
+  const set = KeySet.safeParse(value);
+  if (set.success) return set.data;
+  const one = PublicJwk.omit({ kid: true }).extend({ kid: PublicJwk.shape.kid.optional() }).safeParse(value);
+  if (!one.success) throw new UserError(`${where} is neither a key set ({ "keys": [...] }) nor a public Ed25519 JWK`);
+  return { keys: [{ ...one.data, kid: one.data.kid ?? jwkThumbprint(one.data) }] };
+}
+
+/** Fetches a receipt's envelope, log and (unless a pinned key set is given) the coordinator's published keys. */
+export async function fetchReceipt(url: string, pinnedKeys?: string): Promise<ReceiptDocuments> {
+  const base = receiptBase(url);
+  const [envelopeText, eventsText, keysText] = await Promise.all([
+    fetchText(`${base.href}.json`),
+    fetchText(`${base.href}/events.jsonl`),
+    pinnedKeys === undefined ? fetchText(`${base.origin}/.well-known/loopwarden/keys.json`) : readFile(pinnedKeys, "utf8"),
+  ]);
+  return {
+    envelopeText,
+    eventsText,
+    keysText,
+    envelope: jsonOf(envelopeText, `${base.href}.json`),
+    events: eventsOf(eventsText, `${base.href}/events.jsonl`),
+    keys: keySetOf(keysText, pinnedKeys ?? `${base.origin}/.well-known/loopwarden/keys.json`),
+  };
+}
+
+/** Reads a receipt saved as files: the envelope, its log and the key set (or a pinned key). */
+export async function readReceiptFiles(envelopeFile: string, eventsFile: string, keyFile: string): Promise<ReceiptDocuments> {
+  const read = (file: string) =>
+    readFile(file, "utf8").catch((error: NodeJS.ErrnoException) => {
+      throw new UserError(`cannot read ${file} (${error.code ?? error.message})`);
+    });
+  const [envelopeText, eventsText, keysText] = await Promise.all([read(envelopeFile), read(eventsFile), read(keyFile)]);
+  return {
+    envelopeText,
+    eventsText,
+    keysText,
+    envelope: jsonOf(envelopeText, envelopeFile),
+    events: eventsOf(eventsText, eventsFile),
+    keys: keySetOf(keysText, keyFile),
+  };
+}

@@ -1,0 +1,97 @@
+import { cpSync, readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ROOT, makeRepo, runCli, startCoordinator, tempDir, type CliResult, type TestCoordinator } from "../support/cli.js";
+import { verifyIndependently } from "../support/independent-verifier.js";
+
+// Receipts end to end (DESIGN §9): the demo loop converges against a running local coordinator, which
+// signs its final receipt; `loopwarden verify` checks it from its URL and from saved files, fails on a
+// tampered copy naming what failed, and a verifier written from the specs alone agrees.
+
+describe("a loop's receipt, verified by anyone", () => {
+  const tmp = tempDir("receipts");
+  const repo = path.join(tmp.dir, "repo");
+  const saved = path.join(tmp.dir, "saved");
+  let coordinator: TestCoordinator;
+  let run: CliResult;
+  let receiptUrl = "";
+
+  beforeAll(async () => {
+    coordinator = await startCoordinator(path.join(tmp.dir, "state"));
+    cpSync(path.join(ROOT, "examples", "demo"), repo, { recursive: true });
+    makeRepo(repo, {});
+    run = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], { cwd: repo });
+    receiptUrl = (JSON.parse(run.stdout) as { receipt_url?: string }).receipt_url ?? "";
+  }, 120_000);
+  afterAll(async () => {
+    await coordinator.stop();
+    tmp.cleanup();
+  });
+
+  it("the run ends by naming its final receipt's URL", () => {
+    expect(run.code, run.stderr).toBe(10);
+    expect(receiptUrl).toMatch(new RegExp(`^${coordinator.url}/r/rc_[0-9a-f]{32}$`));
+  });
+
+  it("verify checks it from its URL: exit 0, every check passed", async () => {
+    const human = await runCli(["verify", receiptUrl], { cwd: tmp.dir });
+    expect(human.code, human.stderr).toBe(0);
+    expect(human.stdout).toMatch(/^valid: final receipt of loop lp_[0-9a-f]{24} \(success_condition_met\), signed by /m);
+    const json = await runCli(["--json", "verify", receiptUrl], { cwd: tmp.dir });
+    expect(json.code).toBe(0);
+    const result = JSON.parse(json.stdout) as { valid: boolean; halt_reason: string; checks: { check: string; ok: boolean }[] };
+    expect(result).toMatchObject({ status: "ok", valid: true, halt_reason: "success_condition_met", errors: [] });
+    expect(result.checks.map((check) => check.ok)).toEqual([true, true, true, true, true, true]);
+  });
+
+  it("a verifier written from the DSSE, in-toto and RFC 8785 texts alone accepts it", async () => {
+    const [envelope, eventsJsonl, keys] = await Promise.all([
+      fetch(`${receiptUrl}.json`).then((response) => response.json() as Promise<unknown>),
+      fetch(`${receiptUrl}/events.jsonl`).then((response) => response.text()),
+      fetch(`${coordinator.url}/.well-known/loopwarden/keys.json`).then((response) => response.json() as Promise<unknown>),
+    ]);
+    expect(verifyIndependently({ envelope, eventsJsonl, keys })).toMatchObject({ ok: true, failures: [] });
+  });
+
+  it("receipt issues an interim one and saves its documents; verify checks the files offline", async () => {
+    const issued = await runCli(["--json", "--server", coordinator.url, "receipt", "--save", saved], { cwd: repo });
+    expect(issued.code, issued.stderr).toBe(0);
+    const answer = JSON.parse(issued.stdout) as { receipt_url: string; receipt_id: string; saved: string[] };
+    expect(answer.saved.map((file) => path.basename(file))).toEqual([`${answer.receipt_id}.json`, `${answer.receipt_id}.events.jsonl`, "keys.json"]);
+    const [envelope, events, keys] = answer.saved as [string, string, string];
+    const offline = await runCli(["verify", envelope, "--events", events, "--key", keys], { cwd: tmp.dir });
+    expect(offline.code, offline.stdout + offline.stderr).toBe(0);
+    expect(offline.stdout).toContain("valid: interim receipt");
+  });
+
+  it("a tampered copy exits 13 and names the first failed check", async () => {
+    const issued = JSON.parse((await runCli(["--json", "--server", coordinator.url, "receipt", "--save", path.join(tmp.dir, "tamper")], { cwd: repo })).stdout) as {
+      saved: [string, string, string];
+    };
+    const [envelope, events, keys] = issued.saved;
+    const lines = readFileSync(events, "utf8").trim().split("\n");
+    const verdictIndex = lines.findIndex((line) => line.includes('"type":"verdict"'));
+    lines[verdictIndex] = (lines[verdictIndex] ?? "").replace('"decision":"rejected"', '"decision":"promoted"');
+    const forged = path.join(tmp.dir, "forged.events.jsonl");
+    writeFileSync(forged, `${lines.join("\n")}\n`);
+    const result = await runCli(["--json", "verify", envelope, "--events", forged, "--key", keys], { cwd: tmp.dir });
+    expect(result.code).toBe(13);
+    expect(JSON.parse(result.stdout)).toMatchObject({ valid: false, errors: [`chain: event ${verdictIndex + 1} does not match its hash`] });
+
+    const signed = JSON.parse(readFileSync(envelope, "utf8")) as { payload: string };
+    const payload = Buffer.from(signed.payload, "base64").toString("utf8").replace('"kind":"interim"', '"kind":"final"');
+    const reSigned = path.join(tmp.dir, "edited.json");
+    writeFileSync(reSigned, JSON.stringify({ ...signed, payload: Buffer.from(payload).toString("base64") }));
+    const edited = await runCli(["verify", reSigned, "--events", events, "--key", keys], { cwd: tmp.dir });
+    expect(edited.code).toBe(13);
+    expect(edited.stdout).toContain("INVALID: signature: no signature verifies with a published key");
+  });
+
+  it("refuses what is not a receipt as a usage error", async () => {
+    expect((await runCli(["verify", `${coordinator.url}/v1/loops`], { cwd: tmp.dir })).code).toBe(2);
+    expect((await runCli(["verify", "receipt.json"], { cwd: tmp.dir })).code).toBe(2);
+    const missing = await runCli(["verify", `${coordinator.url}/r/rc_${"0".repeat(32)}`], { cwd: tmp.dir });
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain("no receipt at");
+  });
+});
