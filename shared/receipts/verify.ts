@@ -202,7 +202,8 @@ export async function verifyReceipt(input: {
     return done(statement, signature.key);
   }
   const verdicts = parsed.filter((event) => event.type === "verdict").length;
-  checks.push({ check: "verdicts", ok: true, detail: `all ${verdicts} verdict(s) and the halt re-derived with the engine` });
+  const halt = derived.state.halt ? " and the halt" : "";
+  checks.push({ check: "verdicts", ok: true, detail: `all ${verdicts} verdict(s)${halt} re-derived with the engine` });
 
   const { predicate } = statement;
   const recomputed = receiptStatement(derived.state, signed, { kind: predicate.kind, issued_at: predicate.issued_at, version: predicate.coordinator.version });
