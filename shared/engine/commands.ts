@@ -103,13 +103,14 @@ export function proposeCandidate(
     },
   };
   const events: EventDraft[] = [proposed];
-  const after = applyEvent(state, proposed);
+  // Only a candidate decided at once needs the loop with it in (its agent's cost counts for the budget).
+  const after = () => applyEvent(state, proposed);
   const { agent } = proposal;
   if (agent && (agent.timed_out || agent.exit_code !== 0)) {
     const how = agent.timed_out ? "timed out" : `exited with ${agent.exit_code === null ? "a signal" : agent.exit_code}`;
-    events.push(...decideUnevaluated(after, candidateId, "agent_failed", `the agent command ${how}`, context.at).events);
+    events.push(...decideUnevaluated(after(), candidateId, "agent_failed", `the agent command ${how}`, context.at).events);
   } else if (proposal.empty) {
-    events.push(...decideUnevaluated(after, candidateId, "no_change", "the agent changed nothing", context.at).events);
+    events.push(...decideUnevaluated(after(), candidateId, "no_change", "the agent changed nothing", context.at).events);
   }
   return { ok: true, events, value: { candidate_id: candidateId, replayed: false } };
 }
@@ -236,7 +237,8 @@ export function reportObservation(
       request_hash: input.request_hash,
     },
   };
-  const after = applyEvent(state, reported);
-  const decision = decide(after, after.contract, candidate.candidate_id, observation, input.at);
+  // Decided on the loop as it stands: a decision never reads the candidate's own report, so the loop
+  // need not be copied to record it first.
+  const decision = decide(state, state.contract, candidate.candidate_id, observation, input.at);
   return { ok: true, events: [reported, ...decision.events], value: decision.verdict };
 }

@@ -5,7 +5,7 @@ import type { EventDraft, Halt, Verdict } from "./events.js";
 import { exitCodeFor, type HaltReason } from "./halt-reasons.js";
 import { checkGuards } from "./guards.js";
 import { compareSamples } from "./statistics.js";
-import { applyEvent, median, type LoopState } from "./state.js";
+import { loopAfterVerdict, median, type LoopState } from "./state.js";
 import { changedOutcomes, regressedTests, standingOf, type TestStanding } from "./test-sets.js";
 import { formatList } from "../format-list.js";
 
@@ -83,7 +83,7 @@ export function decide(
     if ((contract.guards?.on_violation ?? "halt") === "halt") {
       return { verdict, events: [verdictEvent, { type: "halted", at, data: halt(violation.halt_reason, violation.detail) }] };
     }
-    return { verdict, events: withHalt(state, verdictEvent) };
+    return { verdict, events: withHalt(state, verdictEvent, now) };
   }
   // The same tree measured twice must give the same outcomes (DESIGN §6.5): a flip means the check is
   // an untrusted oracle, and every verdict it gave is in doubt.
@@ -106,7 +106,7 @@ export function decide(
   const verdict = contract.mode === "optimize" ? decideOptimize(state, candidateId, observation, now) : decideCheckFixpoint(state, candidateId, now);
   const verdictEvent: EventDraft = { type: "verdict", at, data: verdict };
   // need_samples is not a decision yet: no iteration is counted, no halt considered.
-  return { verdict, events: verdict.decision === "need_samples" ? [verdictEvent] : withHalt(state, verdictEvent) };
+  return { verdict, events: verdict.decision === "need_samples" ? [verdictEvent] : withHalt(state, verdictEvent, now) };
 }
 
 const percent = (value: number) => `${(value * 100).toFixed(1)}%`;
@@ -279,7 +279,7 @@ export function decideUnevaluated(
     failing_after: null,
     regressed: [],
   };
-  return { verdict, events: withHalt(state, { type: "verdict", at, data: verdict }) };
+  return { verdict, events: withHalt(state, { type: "verdict", at, data: verdict }, null) };
 }
 
 /** Consecutive agent failures that halt the loop with `execution_failure`. */
@@ -329,8 +329,9 @@ export function haltAfter(state: LoopState, at: string): Halt | null {
   return null;
 }
 
-function withHalt(state: LoopState, verdictEvent: EventDraft): EventDraft[] {
-  const after = applyEvent(state, verdictEvent);
+/** The verdict's event, and the halt that follows it, if any: judged on the loop as the verdict leaves it. */
+function withHalt(state: LoopState, verdictEvent: Extract<EventDraft, { type: "verdict" }>, tests: TestStanding | null): EventDraft[] {
+  const after = loopAfterVerdict(state, verdictEvent.data, tests);
   const computed = haltAfter(after, verdictEvent.at);
   return computed ? [verdictEvent, { type: "halted", at: verdictEvent.at, data: computed }] : [verdictEvent];
 }

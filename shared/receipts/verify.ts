@@ -5,7 +5,7 @@ import { verifyChain, type ChainHead } from "../engine/chain.js";
 import { createLoop, proposeCandidate } from "../engine/commands.js";
 import { decide } from "../engine/decide.js";
 import { LoopEvent, type EventDraft } from "../engine/events.js";
-import { applyEvent, type LoopState } from "../engine/state.js";
+import { stepwiseFold, type LoopState } from "../engine/state.js";
 import { Envelope, fromBase64, IN_TOTO_PAYLOAD_TYPE, pae } from "./dsse.js";
 import { jwkThumbprint, type KeySet, type PublicJwk } from "./keys.js";
 import { receiptStatement, ReceiptStatement } from "./statement.js";
@@ -70,6 +70,8 @@ async function checkSignature(envelope: Envelope, keys: KeySet, verify: Ed25519V
  * that the engine did not produce. Answers the folded state, or the first event that differs.
  */
 export function rederive(events: readonly LoopEvent[]): { ok: true; state: LoopState | null } | { ok: false; detail: string } {
+  // One fold written in place, so the whole check stays linear in the log.
+  const fold = stepwiseFold();
   let state: LoopState | null = null;
   let expected: EventDraft[] = [];
   for (const event of events) {
@@ -83,8 +85,9 @@ export function rederive(events: readonly LoopEvent[]): { ok: true; state: LoopS
       return { ok: false, detail: `event ${event.seq}: recorded ${describeDraft(draft)}, which the engine did not produce here` };
     }
     try {
-      const produced = producedAfter(state, draft);
-      state = applyEvent(state, draft);
+      const before = producedBefore(state, draft);
+      state = fold.apply(draft);
+      const produced = before ?? producedAfter(state, draft);
       if (produced) expected = produced;
     } catch (error) {
       return { ok: false, detail: `event ${event.seq}: cannot be applied (${(error as Error).message})` };
@@ -95,8 +98,11 @@ export function rederive(events: readonly LoopEvent[]): { ok: true; state: LoopS
   return { ok: true, state };
 }
 
-/** The events the engine appends right after `draft` (a creation, proposal or report), or null for any other event. */
-function producedAfter(state: LoopState | null, draft: EventDraft): EventDraft[] | null {
+/**
+ * The events the engine appends right after a creation or a proposal, computed from the loop before it
+ * (the command is re-run and must produce the recorded event first); null for any other event.
+ */
+function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[] | null {
   if (draft.type === "loop_created") {
     const { data } = draft;
     if (data.contract_hash !== sha256Hex(canonicalJson(data.contract))) throw new Error("its contract hash is not the hash of its contract");
@@ -104,8 +110,7 @@ function producedAfter(state: LoopState | null, draft: EventDraft): EventDraft[]
     if (!created.ok) throw new Error(`the engine refuses this creation (${created.error.message})`);
     return created.events.slice(1);
   }
-  if (!state) return null;
-  if (draft.type === "candidate_proposed") {
+  if (state && draft.type === "candidate_proposed") {
     const { data } = draft;
     const proposal = {
       idempotency_key: data.idempotency_key,
@@ -123,11 +128,13 @@ function producedAfter(state: LoopState | null, draft: EventDraft): EventDraft[]
     if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("the engine proposes this candidate differently");
     return rest;
   }
-  if (draft.type === "observation_reported") {
-    const after = applyEvent(state, draft);
-    return decide(after, after.contract, draft.data.candidate_id, draft.data.observation, draft.at).events;
-  }
   return null;
+}
+
+/** The verdict (and halt) the engine gives a reported observation, from the loop with the report recorded; null for any other event. */
+function producedAfter(state: LoopState, draft: EventDraft): EventDraft[] | null {
+  if (draft.type !== "observation_reported") return null;
+  return decide(state, state.contract, draft.data.candidate_id, draft.data.observation, draft.at).events;
 }
 
 /** Verifies a receipt: its envelope, against the key set, over the events of its log. */
