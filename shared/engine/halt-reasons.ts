@@ -31,3 +31,26 @@ export const HALT_REASONS = Object.keys(HALT_EXIT_CODES) as [HaltReason, ...Halt
 export function exitCodeFor(reason: HaltReason): number {
   return HALT_EXIT_CODES[reason];
 }
+
+/** What each halt means, in plain words (for `explain` and the receipt page). */
+export const HALT_MEANINGS: Record<HaltReason, string> = {
+  success_condition_met: "every gate passes on the best candidate",
+  human_required: "the loop needs a person's decision",
+  no_actionable_tasks: "no task is left that the agent can act on",
+  max_iterations_reached: "the loop used all its iterations",
+  blocked_path_modified: "a candidate changed a protected file (a test, the contract, CI or a lockfile)",
+  metric_integrity_violation: "a candidate weakened the measurement: tests disappeared, or coverage fell",
+  objective_unverified: "the outcome could not be verified",
+  check_flaky: "the same change gave different test outcomes: the check is not deterministic",
+  check_has_side_effects: "the check changes its own outcome when re-run in the same place",
+  check_inadequate: "the check cannot tell a broken change from a good one",
+  escalation_pending: "a judgment is pending",
+  no_progress_detected: "no candidate was promoted for `stop.no_progress` iterations in a row",
+  oscillation_detected: "candidates keep breaking a test that already passes",
+  unsatisfiable_constraints: "fixing one test always broke another: the two may be mutually exclusive",
+  budget_exceeded: "the cost or wall-time budget ran out",
+  heartbeat_stale: "the runner stopped reporting",
+  workspace_invalid: "the candidate's contract differs from the pinned one",
+  execution_failure: "the agent command kept failing",
+  internal_error: "the coordinator failed",
+};

@@ -1,31 +1,31 @@
-import { foldEvents, LoopEvent, type HaltReason, type LoopState } from "../../../shared/engine/index.js";
+import { foldEvents, HALT_MEANINGS, LoopEvent, type HaltReason, type LoopState } from "../../../shared/engine/index.js";
 import { connect, type ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
 import { emitResult, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
 import { formatList } from "../../../shared/format-list.js";
 
-/** What a halt means, and what to do about it: raise a limit, fix the setup, or do not retry as is. */
-const ADVICE: Record<HaltReason, { meaning: string; next: string; retry: "raise_limit" | "fix_then_retry" | "do_not_retry" | "done" }> = {
-  success_condition_met: { meaning: "every gate passes on the best candidate", next: "review and merge the loop's branch", retry: "done" },
-  human_required: { meaning: "the loop needs a person's decision", next: "look at the evidence, then acknowledge", retry: "fix_then_retry" },
-  no_actionable_tasks: { meaning: "no task is left that the agent can act on", next: "add or unblock tasks", retry: "fix_then_retry" },
-  max_iterations_reached: { meaning: "the loop used all its iterations", next: "", retry: "raise_limit" },
-  blocked_path_modified: { meaning: "a candidate changed a protected file (a test, the contract, CI or a lockfile)", next: "tell the agent those files are off limits (program.md), then start a new loop", retry: "fix_then_retry" },
-  metric_integrity_violation: { meaning: "a candidate weakened the measurement: tests disappeared, or coverage fell", next: "tell the agent never to delete or skip tests, then start a new loop", retry: "fix_then_retry" },
-  objective_unverified: { meaning: "the outcome could not be verified", next: "re-run the verification", retry: "fix_then_retry" },
-  check_flaky: { meaning: "the same change gave different test outcomes: the check is not deterministic", next: "make the flipping tests deterministic (loopwarden probe finds them), then start a new loop", retry: "fix_then_retry" },
-  check_has_side_effects: { meaning: "the check changes its own outcome when re-run in the same place", next: "make the gates independent of leftover state (loopwarden doctor)", retry: "fix_then_retry" },
-  check_inadequate: { meaning: "the check cannot tell a broken change from a good one", next: "strengthen the tests (loopwarden doctor --mutate)", retry: "fix_then_retry" },
-  escalation_pending: { meaning: "a judgment is pending", next: "answer it; the loop resumes", retry: "fix_then_retry" },
-  no_progress_detected: { meaning: "no candidate was promoted for `stop.no_progress` iterations in a row", next: "do not retry as is: change the agent's instructions or the approach", retry: "do_not_retry" },
-  oscillation_detected: { meaning: "candidates keep breaking a test that already passes", next: "do not retry as is: tell the agent which test it keeps breaking", retry: "do_not_retry" },
-  unsatisfiable_constraints: { meaning: "fixing one test always broke another: the two may be mutually exclusive", next: "do not retry as is: check that both tests can pass together", retry: "do_not_retry" },
-  budget_exceeded: { meaning: "the cost or wall-time budget ran out", next: "", retry: "raise_limit" },
-  heartbeat_stale: { meaning: "the runner stopped reporting", next: "check the runner's machine, then run again", retry: "fix_then_retry" },
-  workspace_invalid: { meaning: "the candidate's contract differs from the pinned one", next: "keep loop.yaml out of the agent's reach; a new contract is a new loop", retry: "fix_then_retry" },
-  execution_failure: { meaning: "the agent command kept failing", next: "run the agent command by hand and fix it (see .loopwarden/logs/)", retry: "fix_then_retry" },
-  internal_error: { meaning: "the coordinator failed", next: "report it with the event log", retry: "fix_then_retry" },
+/** What to do about a halt: raise a limit, fix the setup, or do not retry as is (what it means: HALT_MEANINGS). */
+const ADVICE: Record<HaltReason, { next: string; retry: "raise_limit" | "fix_then_retry" | "do_not_retry" | "done" }> = {
+  success_condition_met: { next: "review and merge the loop's branch", retry: "done" },
+  human_required: { next: "look at the evidence, then acknowledge", retry: "fix_then_retry" },
+  no_actionable_tasks: { next: "add or unblock tasks", retry: "fix_then_retry" },
+  max_iterations_reached: { next: "", retry: "raise_limit" },
+  blocked_path_modified: { next: "tell the agent those files are off limits (program.md), then start a new loop", retry: "fix_then_retry" },
+  metric_integrity_violation: { next: "tell the agent never to delete or skip tests, then start a new loop", retry: "fix_then_retry" },
+  objective_unverified: { next: "re-run the verification", retry: "fix_then_retry" },
+  check_flaky: { next: "make the flipping tests deterministic (loopwarden probe finds them), then start a new loop", retry: "fix_then_retry" },
+  check_has_side_effects: { next: "make the gates independent of leftover state (loopwarden doctor)", retry: "fix_then_retry" },
+  check_inadequate: { next: "strengthen the tests (loopwarden doctor --mutate)", retry: "fix_then_retry" },
+  escalation_pending: { next: "answer it; the loop resumes", retry: "fix_then_retry" },
+  no_progress_detected: { next: "do not retry as is: change the agent's instructions or the approach", retry: "do_not_retry" },
+  oscillation_detected: { next: "do not retry as is: tell the agent which test it keeps breaking", retry: "do_not_retry" },
+  unsatisfiable_constraints: { next: "do not retry as is: check that both tests can pass together", retry: "do_not_retry" },
+  budget_exceeded: { next: "", retry: "raise_limit" },
+  heartbeat_stale: { next: "check the runner's machine, then run again", retry: "fix_then_retry" },
+  workspace_invalid: { next: "keep loop.yaml out of the agent's reach; a new contract is a new loop", retry: "fix_then_retry" },
+  execution_failure: { next: "run the agent command by hand and fix it (see .loopwarden/logs/)", retry: "fix_then_retry" },
+  internal_error: { next: "report it with the event log", retry: "fix_then_retry" },
 };
 
 function listed(items: string[], limit = 10): string {
@@ -46,7 +46,7 @@ export function explainState(state: LoopState): { lines: string[]; retry: string
   }
   const { halt_reason: reason, detail, still_improving: stillImproving } = state.halt;
   const advice = ADVICE[reason];
-  lines.push("", `halted: ${reason} (exit ${state.halt.exit_class}): ${advice.meaning}`, `  evidence: ${detail}`);
+  lines.push("", `halted: ${reason} (exit ${state.halt.exit_class}): ${HALT_MEANINGS[reason]}`, `  evidence: ${detail}`);
   const recent = decided.slice(-Math.min(decided.length, state.contract.stop.no_progress));
   if (recent.length > 0) {
     lines.push("  last verdicts:");

@@ -1,10 +1,15 @@
 import { eq } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import { Hono } from "hono";
+import { utf8 } from "@scure/base";
+import { foldEvents, LoopEvent } from "../../../shared/engine/index.js";
+import { Envelope, fromBase64, ReceiptStatement } from "../../../shared/receipts/index.js";
 import { ReceiptId } from "../../../shared/wire/api.js";
-import { receipts } from "../db/schema.js";
+import { VERIFY_SCRIPT } from "../../../dist/page/verify-script.js";
+import { receipts, type ReceiptRow } from "../db/schema.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import { loopStub } from "../loops.js";
+import { receiptPage } from "../page/receipt-page.js";
 import { keySetOf } from "../receipt-keys.js";
 
 // The public face of a loop (DESIGN §8, §9): a receipt's envelope and the log it signs, by the
@@ -34,10 +39,9 @@ receiptRoutes.get("/r/:file{rc_[0-9a-f]+\\.json}", async (c) => {
   return c.body(row.envelope, 200, { "Content-Type": "application/json; charset=utf-8", "Cache-Control": IMMUTABLE });
 });
 
-receiptRoutes.get("/r/:id/events.jsonl", async (c) => {
-  const row = await receiptOf(c.env, c.req.param("id"));
-  const stub = loopStub(c.env, row.loopId);
-  // The log up to the signed head, page by page (pages are bounded in bytes): exactly what was signed.
+/** The loop's log up to the receipt's signed head, page by page (pages are bounded in bytes): exactly what was signed. */
+async function signedLog(env: Env, row: Pick<ReceiptRow, "id" | "loopId" | "headSeq">): Promise<string[]> {
+  const stub = loopStub(env, row.loopId);
   const lines: string[] = [];
   while (lines.length < row.headSeq) {
     const page = await stub.events({ after: lines.length, limit: Math.min(1_000, row.headSeq - lines.length) });
@@ -45,5 +49,26 @@ receiptRoutes.get("/r/:id/events.jsonl", async (c) => {
     if (page.events.length === 0) throw new Error(`loop ${row.loopId} has fewer events than its receipt ${row.id} signs`);
     lines.push(...page.events);
   }
+  return lines;
+}
+
+receiptRoutes.get("/r/:id/events.jsonl", async (c) => {
+  const row = await receiptOf(c.env, c.req.param("id"));
+  const lines = await signedLog(c.env, row);
   return c.body(lines.map((line) => `${line}\n`).join(""), 200, { "Content-Type": "application/x-ndjson; charset=utf-8", "Cache-Control": IMMUTABLE });
+});
+
+// The page's verifier: the shared verifier bundled for browsers at build time (dist/page).
+receiptRoutes.get("/r/assets/verify.js", (c) =>
+  c.body(VERIFY_SCRIPT, 200, { "Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "public, max-age=3600" }),
+);
+
+receiptRoutes.get("/r/:id{rc_[0-9a-f]{32}}", async (c) => {
+  const row = await receiptOf(c.env, c.req.param("id"));
+  const envelope = Envelope.parse(JSON.parse(row.envelope));
+  const statement = ReceiptStatement.parse(JSON.parse(utf8.encode(fromBase64(envelope.payload))));
+  const state = foldEvents((await signedLog(c.env, row)).map((line) => LoopEvent.parse(JSON.parse(line))));
+  if (!state) throw new Error(`receipt ${row.id}: the loop's log is empty`);
+  c.header("Cache-Control", IMMUTABLE);
+  return c.html(receiptPage({ receiptId: row.id, statement, state, url: new URL(c.req.url).href }));
 });

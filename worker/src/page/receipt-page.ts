@@ -1,0 +1,136 @@
+import { html } from "hono/html";
+import { HALT_MEANINGS, type LoopState } from "../../../shared/engine/index.js";
+import type { ReceiptStatement } from "../../../shared/receipts/index.js";
+
+// The public receipt page (DESIGN §9): what the loop set out to do, why it stopped, the baseline against
+// the best, every candidate with its verdict, and the metric over iterations — rendered on the server,
+// so it reads without JavaScript. Only the verification panel runs in the browser (/r/assets/verify.js):
+// everything else on the page is what the signed statement and its log say, and the panel checks them.
+
+/** One point of the chart: an iteration's candidate and the value it was judged on. */
+interface Point {
+  iteration: number;
+  candidate: string;
+  value: number;
+  promoted: boolean;
+}
+
+/** The value a loop is judged on for each decided candidate: the failing count, or the metric in optimize mode. */
+function pointsOf(state: LoopState): Point[] {
+  const points: Point[] = [];
+  for (const id of state.candidate_order) {
+    const verdict = state.candidates[id]?.verdict;
+    if (!verdict) continue;
+    const value = state.contract.mode === "optimize" ? (verdict.metric?.candidate_median ?? null) : verdict.failing_after;
+    if (value !== null) points.push({ iteration: points.length + 1, candidate: id, value, promoted: verdict.decision === "promoted" });
+  }
+  return points;
+}
+
+/** The metric (or failing count) over iterations as inline SVG: every candidate a dot, the best-so-far a staircase. */
+function chart(state: LoopState, baseline: number | null) {
+  const points = pointsOf(state);
+  if (points.length === 0 || baseline === null) return html`<p class="muted">No candidate was measured yet.</p>`;
+  const width = 640;
+  const height = 200;
+  const pad = 32;
+  const values = [baseline, ...points.map((point) => point.value)];
+  const low = Math.min(...values);
+  const high = Math.max(...values);
+  const x = (iteration: number) => pad + ((width - 2 * pad) * iteration) / Math.max(1, points.length);
+  const y = (value: number) => (high === low ? height / 2 : height - pad - ((height - 2 * pad) * (value - low)) / (high - low));
+  let best = baseline;
+  const stairs = [`M ${x(0)} ${y(best)}`];
+  for (const point of points) {
+    if (point.promoted) {
+      stairs.push(`H ${x(point.iteration)}`, `V ${y(point.value)}`);
+      best = point.value;
+    }
+  }
+  stairs.push(`H ${x(points.length)}`);
+  const label = state.contract.mode === "optimize" ? (state.contract.metric?.name ?? "metric") : "failing tests";
+  return html`<svg class="chart" viewBox="0 0 ${width} ${height}" role="img" aria-label="${label} over iterations, the best-so-far as a staircase">
+    <text x="${pad}" y="16" class="axis">${label} (best-so-far: line; each candidate: dot, green when promoted)</text>
+    <text x="4" y="${y(high) + 4}" class="axis">${high}</text>
+    <text x="4" y="${y(low) + 4}" class="axis">${low}</text>
+    <path d="${stairs.join(" ")}" class="best" />
+    ${points.map(
+      (point) => html`<circle cx="${x(point.iteration)}" cy="${y(point.value)}" r="4" class="${point.promoted ? "promoted" : "rejected"}"><title>${point.candidate}: ${point.value}</title></circle>`,
+    )}
+  </svg>`;
+}
+
+const percent = (value: number) => `${(value * 100).toFixed(1)}%`;
+
+/** The HTML of a receipt's page, from its signed statement and the loop's state at the signed head. */
+export function receiptPage(input: { receiptId: string; statement: ReceiptStatement; state: LoopState; url: string }) {
+  const { receiptId, statement, state, url } = input;
+  const { predicate } = statement;
+  const optimize = predicate.mode === "optimize";
+  const metric = predicate.best.verdict?.metric;
+  const halt = predicate.halt;
+  const decided = state.candidate_order.map((id) => state.candidates[id]).filter((candidate) => candidate?.verdict);
+  return html`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Receipt: ${predicate.name}</title>
+<style>
+body { font: 15px/1.5 system-ui, sans-serif; max-width: 52rem; margin: 2rem auto; padding: 0 1rem; color: #1b1b1b; }
+h1 { font-size: 1.5rem; margin-bottom: 0.2rem; } .muted { color: #666; } code { font-size: 0.9em; }
+table { border-collapse: collapse; width: 100%; } td, th { text-align: left; padding: 0.25rem 0.5rem; border-bottom: 1px solid #ddd; vertical-align: top; }
+.promoted { color: #17703a; fill: #1f9d55; } .rejected { color: #9b1c1c; fill: #aaa; } .best { fill: none; stroke: #1f9d55; stroke-width: 2; }
+.axis { font-size: 11px; fill: #666; } .chart { width: 100%; height: auto; border: 1px solid #eee; }
+#verification { border: 2px solid #999; padding: 0.5rem 1rem; border-radius: 6px; }
+#verification[data-result="valid"] { border-color: #1f9d55; } #verification[data-result="invalid"], #verification[data-result="error"] { border-color: #c0392b; }
+#verification li.ok { color: #17703a; } #verification li.failed { color: #9b1c1c; } #verification li.skipped { color: #666; }
+</style>
+</head>
+<body>
+<p class="muted">loopwarden receipt · ${predicate.kind} · issued ${predicate.issued_at} · coordinator ${predicate.coordinator.version}</p>
+<h1>${predicate.name}</h1>
+${predicate.objective ? html`<p>${predicate.objective}</p>` : ""}
+<p><strong>${halt ? `Halted: ${halt.halt_reason}` : "Still running"}</strong>${halt ? html` (exit ${halt.exit_class}) — ${HALT_MEANINGS[halt.halt_reason]}. <span class="muted">${halt.detail}</span>` : ""}</p>
+
+<section id="verification" data-receipt="${receiptId}">
+<h2>Verification</h2>
+<p data-status>Verifying in this browser…</p>
+<ul data-checks></ul>
+<noscript><p>The rest of this page reads without JavaScript; verifying it here needs it. Or run <code>loopwarden verify ${url}</code>.</p></noscript>
+<p class="muted">The same checks offline: <code>loopwarden verify ${url}</code></p>
+</section>
+
+<h2>Baseline and best</h2>
+<table>
+<tr><th></th><th>commit</th><th>failing</th><th>passing</th>${optimize ? html`<th>${state.contract.metric?.name ?? "metric"}</th>` : ""}</tr>
+<tr><td>t0 (baseline)</td><td><code>${predicate.t0.commit.slice(0, 12)}</code></td><td>${predicate.t0.failing}</td><td>${predicate.t0.passing}</td>${optimize ? html`<td>${predicate.t0.metric ?? "–"}</td>` : ""}</tr>
+<tr><td>best: ${predicate.best.candidate_id}</td><td><code>${predicate.best.commit.slice(0, 12)}</code></td><td>${predicate.best.failing}</td><td>${predicate.best.passing}</td>${optimize ? html`<td>${predicate.best.metric ?? "–"}</td>` : ""}</tr>
+</table>
+${
+  optimize
+    ? html`<p>${
+        metric
+          ? html`The best's last step: ${percent(metric.estimate)} better than the best before it${metric.interval ? html`, interval [${percent(metric.interval[0] ?? 0)}, ${percent(metric.interval[1] ?? 0)}]` : ""} over ${metric.pairs} interleaved pair(s).`
+          : "No candidate improved on the baseline."
+      } <strong>Not a gain over t0:</strong> a confirm measurement of t0 against the final best is not part of this version, so this receipt claims no overall speed-up.</p>`
+    : ""
+}
+<p class="muted">Iterations: ${predicate.iterations.total} of ${predicate.iterations.max} (${predicate.iterations.promoted} promoted, ${predicate.iterations.rejected} rejected).
+Signed head: event ${predicate.log.seq}, <code>${predicate.log.hash.slice(0, 16)}…</code>. Contract <code>${predicate.contract_hash.slice(0, 16)}…</code>.</p>
+
+<h2>Over the iterations</h2>
+${chart(state, optimize ? state.t0.metric : state.t0.failing.length)}
+
+<h2>Candidates</h2>
+<table>
+<tr><th>candidate</th><th>commit</th><th>verdict</th><th>why</th></tr>
+${decided.map(
+  (candidate) => html`<tr><td>${candidate?.candidate_id}</td><td><code>${candidate?.commit.slice(0, 10)}</code></td><td class="${candidate?.verdict?.decision}">${candidate?.verdict?.decision} (${candidate?.verdict?.reason})</td><td>${candidate?.verdict?.detail}</td></tr>`,
+)}
+</table>
+<p class="muted">Documents: <a href="/r/${receiptId}.json">envelope (DSSE)</a> · <a href="/r/${receiptId}/events.jsonl">event log</a> · <a href="/.well-known/loopwarden/keys.json">keys</a></p>
+<script type="module" src="/r/assets/verify.js"></script>
+</body>
+</html>`;
+}
