@@ -156,6 +156,20 @@ program
     exitCode = await verifyCommand(receipt, { ...globals(), ...options });
   });
 
+contractOptions(
+  program
+    .command("replay")
+    .description(
+      "verify a receipt, then re-run its loop's gates (and metric) on the best commit in a clean clone of this repository and compare the fingerprint (gate exit codes, collected and failing test sets, the metric within the recorded precision); exit 0 match, 13 differs",
+    )
+    .argument("<receipt>", "a receipt URL (…/r/<id>) or a saved envelope file")
+    .option("--events <file>", "the log the receipt file signs (JSONL), for a receipt file")
+    .option("--key <file>", "verify against this public key (a JWK) or key set instead of the coordinator's published keys"),
+).action(async (receipt: string, options: ContractFlags & { events?: string; key?: string }) => {
+  const { replayCommand } = await import("./commands/replay.js");
+  exitCode = await replayCommand(receipt, { ...globals(), ...options, cwd: process.cwd() });
+});
+
 function flakeRate(value: string): number {
   const parsed = Number(value);
   if (!Number.isFinite(parsed) || parsed <= 0 || parsed >= 1) throw new InvalidArgumentError("must be a fraction between 0 and 1, e.g. 0.05 for 5%");

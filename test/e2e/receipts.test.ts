@@ -95,3 +95,55 @@ describe("a loop's receipt, verified by anyone", () => {
     expect(missing.stderr).toContain("no receipt at");
   });
 });
+
+describe("replay: the receipt's best commit re-run, its fingerprint compared", () => {
+  const tmp = tempDir("replay");
+  const repo = path.join(tmp.dir, "repo");
+  // The check passes once src/value.txt says "fixed" — unless REPLAY_BREAK is set, which stands in for
+  // a machine where the recorded result does not hold.
+  const flags = ["--check", "node check.mjs", "--exec", "node agent.mjs", "--max-iterations", "5"];
+  let coordinator: TestCoordinator;
+  let url = "";
+
+  beforeAll(async () => {
+    coordinator = await startCoordinator(path.join(tmp.dir, "state"));
+    makeRepo(repo, {
+      "check.mjs": `import { readFileSync } from "node:fs";\nprocess.exit(readFileSync("src/value.txt", "utf8").trim() === "fixed" && !process.env.REPLAY_BREAK ? 0 : 1);\n`,
+      "agent.mjs": `import { writeFileSync } from "node:fs";\nwriteFileSync("src/value.txt", "fixed\\n");\n`,
+      "src/value.txt": "broken\n",
+    });
+    const run = await runCli(["--json", "--server", coordinator.url, "run", ...flags], { cwd: repo });
+    expect(run.code, run.stderr).toBe(10);
+    url = (JSON.parse(run.stdout) as { receipt_url: string }).receipt_url;
+  }, 120_000);
+  afterAll(async () => {
+    await coordinator.stop();
+    tmp.cleanup();
+  });
+
+  it("matches when the gates give what the receipt records: exit 0", async () => {
+    const replay = await runCli(["--json", "replay", url, ...flags], { cwd: repo });
+    expect(replay.code, replay.stderr).toBe(0);
+    expect(JSON.parse(replay.stdout)).toMatchObject({ status: "ok", match: true, comparisons: [{ part: "gates", match: true }, { part: "tests", match: true }] });
+  });
+
+  it("differs when they do not: exit 13, naming the gate", async () => {
+    const replay = await runCli(["replay", url, ...flags], { cwd: repo, env: { REPLAY_BREAK: "1" } });
+    expect(replay.code).toBe(13);
+    expect(replay.stdout).toContain("check exit 0 → 1");
+    expect(replay.stdout).toMatch(/^DIFFERS: re-running c1 at [0-9a-f]{10} does not give what the receipt records$/m);
+  });
+
+  it("runs only the loop's own contract: other flags are refused before anything runs", async () => {
+    const replay = await runCli(["replay", url, "--check", "node -e 'process.exit(0)'", "--exec", "node agent.mjs", "--max-iterations", "5"], { cwd: repo });
+    expect(replay.code).toBe(2);
+    expect(replay.stderr).toContain("replay runs only a contract of this checkout");
+  });
+
+  it("needs the best commit in this repository", async () => {
+    const other = makeRepo(path.join(tmp.dir, "other"), { "README.md": "another repository\n" });
+    const replay = await runCli(["replay", url, ...flags], { cwd: other });
+    expect(replay.code).toBe(1);
+    expect(replay.stderr).toMatch(/best commit [0-9a-f]{40} is not in this repository/);
+  });
+});
