@@ -10,6 +10,7 @@ import {
   createLoopBody,
   drainOutbox,
   observationOf,
+  ndjson,
   parseJsonl,
   postJson,
   proposeAndLease,
@@ -144,7 +145,7 @@ describe("a check_fixpoint loop through HTTP", () => {
     const events = await call(`/v1/loops/${id}/events`);
     expect(events.status).toBe(200);
     expect(events.headers.get("content-type")).toContain("application/x-ndjson");
-    const log = parseJsonl(await events.text());
+    const log = parseJsonl(await ndjson(events));
     expect(log.map((event) => event.type)).toEqual([
       "loop_created",
       "candidate_proposed",
@@ -165,7 +166,7 @@ describe("a check_fixpoint loop through HTTP", () => {
     expect(verifyChain(log)).toEqual({ ok: true, head: final.loop.head });
 
     // `?after=seq` serves the tail, which chains on from the event before it.
-    const tail = parseJsonl(await (await call(`/v1/loops/${id}/events?after=12`)).text());
+    const tail = parseJsonl(await ndjson(await call(`/v1/loops/${id}/events?after=12`)));
     expect(tail.map((event) => event.seq)).toEqual([13, 14, 15]);
     expect(tail[0]?.prev).toBe(log[11]?.hash);
   });

@@ -138,6 +138,11 @@ export async function projectionRows(loopId: string): Promise<{ loops: number; c
   };
 }
 
+/** An NDJSON response's text, decoded by hand: workerd warns about `.text()` on an NDJSON body. */
+export async function ndjson(response: Response): Promise<string> {
+  return new TextDecoder().decode(await response.arrayBuffer());
+}
+
 /** Parses a JSONL body into raw event objects. */
 export function parseJsonl(text: string): Record<string, unknown>[] {
   return text
