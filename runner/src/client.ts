@@ -4,6 +4,8 @@ import { LoopEvent } from "../../shared/engine/events.js";
 import { sha256Hex } from "../../shared/hash.js";
 import {
   ArtifactIntentResponse,
+  ConfirmResponse,
+  type ConfirmRequest,
   CreateLoopResponse,
   ErrorBody,
   Health,
@@ -153,6 +155,11 @@ export class Client {
 
   createLoop(request: CreateLoopRequest) {
     return this.json("POST", "/v1/loops", CreateLoopResponse, request);
+  }
+
+  /** `POST /v1/loops/:id/confirm`: a confirm measurement of t0 against the best (cumulative readings). */
+  confirm(loopId: string, body: ConfirmRequest) {
+    return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/confirm`, ConfirmResponse, body);
   }
 
   /** `POST /v1/loops/:id/receipts`: an interim receipt over the log as it is now. */

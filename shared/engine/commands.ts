@@ -2,9 +2,12 @@ import type { Contract } from "../wire/contract.js";
 import type { Observation } from "../wire/observation.js";
 import { decide, decideUnevaluated, haltAfter } from "./decide.js";
 import type { AgentReport } from "../wire/agent-report.js";
-import type { AgentRun, Baseline, EventDraft, Proposer, Verdict } from "./events.js";
+import type { AgentRun, Baseline, ConfirmReadings, Confirmation, EventDraft, Proposer, Verdict } from "./events.js";
+import { compareSamples } from "./statistics.js";
+import { percentValue } from "../wire/contract.js";
+import { canonicalJson } from "../canonical-json.js";
 import { unsupportedFeatures } from "./support.js";
-import { applyEvent, type CandidateState, type LeaseState, type LoopState } from "./state.js";
+import { applyEvent, BASELINE_ID, type CandidateState, type LeaseState, type LoopState } from "./state.js";
 import { compactTests, deltaProblem } from "./test-sets.js";
 import { isDeltaTests } from "../wire/observation.js";
 
@@ -20,7 +23,9 @@ export interface EngineError {
     | "lease_not_found"
     | "stale_lease"
     | "already_reported"
-    | "invalid_observation";
+    | "invalid_observation"
+    | "confirm_inapplicable"
+    | "confirm_stale";
   message: string;
 }
 
@@ -241,4 +246,53 @@ export function reportObservation(
   // need not be copied to record it first.
   const decision = decide(state, state.contract, candidate.candidate_id, observation, input.at);
   return { ok: true, events: [reported, ...decision.events], value: decision.verdict };
+}
+
+/** What a confirm report answers: more pairs wanted, or the measurement recorded. */
+export type ConfirmAnswer = { status: "need_samples"; more: number; pairs: number } | { status: "recorded"; confirm: Confirmation };
+
+/**
+ * Records the confirm measurement of an optimize loop (DESIGN §6.3): t0 against the current best,
+ * interleaved by one runner, judged by the sequential comparison of promotions — more pairs while it is
+ * undecided and under `samples.max`, then recorded with its estimate, interval and pairs. The runner
+ * only measures; the estimate is computed here. A retry of the recorded readings answers the record.
+ */
+export function confirmBest(state: LoopState, input: { candidate_id: string; samples: ConfirmReadings }, at: string): Outcome<ConfirmAnswer> {
+  const metric = state.contract.metric;
+  if (state.contract.mode !== "optimize" || !metric) return refuse("confirm_inapplicable", "only an optimize loop's best is confirmed against t0");
+  if (state.best.candidate_id === BASELINE_ID) return refuse("confirm_inapplicable", "the best is t0 itself: there is no gain over t0 to confirm");
+  if (input.candidate_id !== state.best.candidate_id) {
+    return refuse("confirm_stale", `the best is now ${state.best.candidate_id}, not ${input.candidate_id}: measure it against t0 instead`);
+  }
+  const { t0, best } = input.samples;
+  if (t0.length === 0 || t0.length !== best.length || t0.length > metric.samples.max) {
+    return refuse("invalid_observation", `a confirm measurement is 1 to samples.max (${metric.samples.max}) pairs of readings, t0's and the best's; got ${t0.length} and ${best.length}`);
+  }
+  const recorded = state.confirm;
+  if (recorded?.candidate_id === input.candidate_id && canonicalJson(recorded.samples) === canonicalJson(input.samples)) {
+    const { samples: _samples, ...confirm } = recorded;
+    return { ok: true, events: [], value: { status: "recorded", confirm } };
+  }
+  const result = compareSamples({
+    best: t0,
+    candidate: best,
+    direction: metric.direction,
+    minEffect: percentValue(metric.min_effect),
+    confidence: metric.confidence,
+    samples: metric.samples,
+  });
+  if (result.decision === "need_samples" && result.pairs < metric.samples.max) {
+    return { ok: true, events: [], value: { status: "need_samples", more: Math.max(1, result.more), pairs: result.pairs } };
+  }
+  const confirm: Confirmation = {
+    candidate_id: state.best.candidate_id,
+    commit: state.best.commit,
+    t0_commit: state.t0.commit,
+    metric: metric.name,
+    estimate: result.estimate,
+    interval: result.interval,
+    level: result.level,
+    pairs: result.pairs,
+  };
+  return { ok: true, events: [{ type: "confirm_measured", at, data: { ...confirm, samples: input.samples } }], value: { status: "recorded", confirm } };
 }

@@ -144,6 +144,38 @@ const ObservationReported = z.strictObject({
 });
 const VerdictIssued = z.strictObject({ type: z.literal("verdict"), at, data: Verdict });
 const Halted = z.strictObject({ type: z.literal("halted"), at, data: Halt });
+/**
+ * The confirm measurement (DESIGN §6.3): t0 against the best, interleaved on one runner (pair i is
+ * (t0[i], best[i]), t0 measured first), judged by the same sequential comparison as a promotion. The
+ * receipt's headline gain over t0 is this, never a product of step-wise estimates.
+ */
+export const ConfirmReadings = z.strictObject({
+  t0: z.array(z.number().positive().finite()).max(10_000),
+  best: z.array(z.number().positive().finite()).max(10_000),
+});
+export type ConfirmReadings = z.infer<typeof ConfirmReadings>;
+
+/** What a confirm measurement concluded, as recorded and attested. */
+export const Confirmation = z.strictObject({
+  /** The best it confirms, and the two commits measured. */
+  candidate_id: z.string(),
+  commit: GitCommit,
+  t0_commit: GitCommit,
+  metric: z.string(),
+  /** Relative improvement of the best over t0 (0.8: 80% better), with its interval at the contract's confidence. */
+  estimate: z.number(),
+  interval: z.array(z.number()).length(2).nullable(),
+  level: z.number().nullable(),
+  pairs: z.number().int().min(1),
+});
+export type Confirmation = z.infer<typeof Confirmation>;
+
+const ConfirmMeasured = z.strictObject({
+  type: z.literal("confirm_measured"),
+  at,
+  data: z.strictObject({ ...Confirmation.shape, samples: ConfirmReadings }),
+});
+
 /** A signed receipt over the log up to `head` (DESIGN §9): recorded after it, so the log says what was attested and when. */
 const ReceiptIssued = z.strictObject({
   type: z.literal("receipt_issued"),
@@ -170,6 +202,7 @@ export const EventDraft = z.discriminatedUnion("type", [
   VerdictIssued,
   Halted,
   ReceiptIssued,
+  ConfirmMeasured,
 ]);
 export type EventDraft = z.infer<typeof EventDraft>;
 export type EventType = EventDraft["type"];
@@ -187,5 +220,6 @@ export const LoopEvent = z.discriminatedUnion("type", [
   VerdictIssued.extend(sealed),
   Halted.extend(sealed),
   ReceiptIssued.extend(sealed),
+  ConfirmMeasured.extend(sealed),
 ]);
 export type LoopEvent = z.infer<typeof LoopEvent>;

@@ -1,6 +1,6 @@
 import type { Contract } from "../wire/contract.js";
 import type { AgentReport } from "../wire/agent-report.js";
-import type { AgentRun, EventDraft, Halt, Verdict } from "./events.js";
+import type { AgentRun, ConfirmReadings, Confirmation, EventDraft, Halt, Verdict } from "./events.js";
 import { baselineGuards, type BaselineGuards } from "./guards.js";
 import { standingOf, testBaseOf, type TestBase, type TestStanding } from "./test-sets.js";
 
@@ -97,6 +97,10 @@ export interface LoopState {
   halted_at: string | null;
   /** The receipt issued at the halt (DESIGN §9), once it is. */
   final_receipt: string | null;
+  /** Whether something a final receipt attests changed since it was issued (a confirm measurement came in). */
+  final_receipt_outdated: boolean;
+  /** The last confirm measurement of t0 against a best (DESIGN §6.3), with its readings. */
+  confirm: (Confirmation & { samples: ConfirmReadings }) | null;
 }
 
 /** The id the baseline carries wherever a candidate id is expected (e.g. as a parent). */
@@ -184,6 +188,8 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       halt: null,
       halted_at: null,
       final_receipt: null,
+      final_receipt_outdated: false,
+      confirm: null,
     };
     // Its containers are new: the fold owns them from the start.
     OWNED.set(created, new Set([created.candidates, created.candidate_order, created.idempotency, created.lease_index, created.regressions_since_promotion]));
@@ -266,7 +272,14 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       state.halted_at = event.at;
       return state;
     case "receipt_issued":
-      if (event.data.kind === "final") state.final_receipt = event.data.receipt_id;
+      if (event.data.kind === "final") {
+        state.final_receipt = event.data.receipt_id;
+        state.final_receipt_outdated = false;
+      }
+      return state;
+    case "confirm_measured":
+      state.confirm = event.data;
+      state.final_receipt_outdated = state.final_receipt !== null;
       return state;
   }
 }

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import type { ChainHead } from "../engine/chain.js";
-import { Halt, Verdict } from "../engine/events.js";
+import { Confirmation, Halt, Verdict } from "../engine/events.js";
 import type { LoopState } from "../engine/state.js";
 import { GitCommit, Sha256 } from "../wire/observation.js";
 
@@ -41,10 +41,11 @@ export const ReceiptPredicate = z.strictObject({
     verdict: Verdict.nullable(),
   }),
   /**
-   * The confirm job's measurement of t0 against the final best (DESIGN §6.3), the only figure a receipt
-   * may claim as a gain over t0. Not built yet: always null, and a chain of step-wise estimates is not it.
+   * The confirm measurement of t0 against the best (DESIGN §6.3), interleaved on one runner: the only
+   * figure a receipt claims as a gain over t0 (a chain of step-wise estimates is not one). Null until one
+   * is recorded for the current best, and in modes without a metric.
    */
-  confirm: z.null(),
+  confirm: Confirmation.nullable(),
   iterations: z.strictObject({ total: Count, promoted: Count, rejected: Count, max: Count }),
 });
 export type ReceiptPredicate = z.infer<typeof ReceiptPredicate>;
@@ -63,6 +64,14 @@ export interface Issuance {
   kind: "final" | "interim";
   issued_at: string;
   version: string;
+}
+
+/** The recorded confirm measurement, when it is of the current best. */
+function confirmationOf(state: LoopState): Confirmation | null {
+  const recorded = state.confirm;
+  if (!recorded || recorded.candidate_id !== state.best.candidate_id) return null;
+  const { samples: _samples, ...confirm } = recorded;
+  return confirm;
 }
 
 /** The statement of a loop's state at `head` (the fold of its log up to there). */
@@ -102,7 +111,7 @@ export function receiptStatement(state: LoopState, head: ChainHead, issuance: Is
         metric: state.best.metric,
         verdict: best?.verdict ?? null,
       },
-      confirm: null,
+      confirm: confirmationOf(state),
       iterations: {
         total: state.iterations,
         promoted: candidates.filter((candidate) => candidate?.status === "promoted").length,

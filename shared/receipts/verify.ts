@@ -2,7 +2,7 @@ import { utf8 } from "@scure/base";
 import { canonicalJson } from "../canonical-json.js";
 import { sha256Hex } from "../hash.js";
 import { verifyChain, type ChainHead } from "../engine/chain.js";
-import { createLoop, proposeCandidate } from "../engine/commands.js";
+import { confirmBest, createLoop, proposeCandidate } from "../engine/commands.js";
 import { decide } from "../engine/decide.js";
 import { LoopEvent, type EventDraft } from "../engine/events.js";
 import { stepwiseFold, type LoopState } from "../engine/state.js";
@@ -41,6 +41,7 @@ export interface ReceiptVerification {
 function describeDraft(draft: EventDraft): string {
   if (draft.type === "verdict") return `verdict ${draft.data.decision} (${draft.data.reason}) for ${draft.data.candidate_id}`;
   if (draft.type === "halted") return `halt ${draft.data.halt_reason}`;
+  if (draft.type === "confirm_measured") return `confirm of ${draft.data.candidate_id} (${(draft.data.estimate * 100).toFixed(1)}% over ${draft.data.pairs} pairs)`;
   return draft.type;
 }
 
@@ -127,6 +128,15 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     const [recomputed, ...rest] = proposed.events;
     if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("the engine proposes this candidate differently");
     return rest;
+  }
+  if (state && draft.type === "confirm_measured") {
+    // The estimate is recomputed from the recorded readings: a confirm figure is the engine's, never the runner's.
+    const confirmed = confirmBest(state, { candidate_id: draft.data.candidate_id, samples: draft.data.samples }, draft.at);
+    if (!confirmed.ok) throw new Error(`the engine records no confirm measurement here (${confirmed.error.message})`);
+    const [recomputed] = confirmed.events;
+    if (!recomputed) throw new Error("the engine wants more pairs before it records a confirm measurement");
+    if (canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error(`recorded ${describeDraft(draft)}, recomputed ${describeDraft(recomputed)}`);
+    return [];
   }
   return null;
 }

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { Baseline, Halt, ProposalFields, Verdict } from "../engine/events.js";
+import { Baseline, ConfirmReadings, Confirmation, Halt, ProposalFields, Verdict } from "../engine/events.js";
 import { Contract } from "./contract.js";
 import { GitCommit, Observation, Sha256 } from "./observation.js";
 
@@ -159,3 +159,14 @@ export const ReceiptIssued = z.object({
   head: z.object({ seq: z.number().int(), hash: Sha256 }),
 });
 export type ReceiptIssued = z.infer<typeof ReceiptIssued>;
+
+/** `POST /v1/loops/:id/confirm`: t0 and the best measured interleaved by a runner (cumulative readings). */
+export const ConfirmRequest = z.strictObject({ candidate_id: z.string(), samples: ConfirmReadings });
+export type ConfirmRequest = z.infer<typeof ConfirmRequest>;
+
+/** `POST /v1/loops/:id/confirm` answer: more pairs wanted, or the measurement recorded (with the loop after it). */
+export const ConfirmResponse = z.discriminatedUnion("status", [
+  z.object({ status: z.literal("need_samples"), more: z.number().int().min(1), pairs: z.number().int() }),
+  z.object({ status: z.literal("recorded"), confirm: Confirmation, loop: LoopSummary }),
+]);
+export type ConfirmResponse = z.infer<typeof ConfirmResponse>;

@@ -89,6 +89,30 @@ describe("an optimize loop", () => {
     const rss = report.data.observation.samples?.secondary?.rss_mb;
     expect(rss?.best.length).toBe(report.data.observation.samples?.best.length);
 
+    // The halt is followed by the confirm measurement of t0 against the best, interleaved on this
+    // runner (DESIGN §6.3): the receipt's headline, recomputed by the coordinator from the readings.
+    const confirmed = events.find((event) => event.type === "confirm_measured");
+    if (confirmed?.type !== "confirm_measured") throw new Error("no confirm measurement after the halt");
+    const proposedC1 = events.find((event) => event.type === "candidate_proposed" && event.data.candidate_id === "c1");
+    expect(confirmed.data).toMatchObject({ candidate_id: "c1", commit: proposedC1?.type === "candidate_proposed" ? proposedC1.data.commit : "", metric: "work_ms" });
+    expect(confirmed.data.t0_commit).toBe(events[0]?.type === "loop_created" ? events[0].data.t0.commit : "");
+    expect(confirmed.data.pairs).toBeGreaterThanOrEqual(5);
+    expect(confirmed.data.samples.t0).toHaveLength(confirmed.data.pairs);
+    // Half the delay is a real gain: the interval's lower end is above zero (an interval, not a point estimate).
+    expect(confirmed.data.interval?.[0] ?? Number.NEGATIVE_INFINITY).toBeGreaterThan(0);
+    // The final receipt, re-issued after the measurement, carries it as its headline and verifies.
+    const loop = (await (await fetch(`${coordinator.url}/v1/loops/${output.loop_id}`)).json()) as { receipt_id: string };
+    const receiptUrl = `${coordinator.url}/r/${loop.receipt_id}`;
+    const verified = await runCli(["--json", "verify", receiptUrl], { cwd: repo });
+    expect(verified.code, verified.stdout).toBe(0);
+    const statement = JSON.parse(Buffer.from(((await (await fetch(`${receiptUrl}.json`)).json()) as { payload: string }).payload, "base64").toString("utf8")) as {
+      predicate: { confirm: { estimate: number; pairs: number } | null };
+    };
+    expect(statement.predicate.confirm).toMatchObject({ estimate: confirmed.data.estimate, pairs: confirmed.data.pairs });
+    // The public page leads with that figure.
+    const page = await (await fetch(receiptUrl)).text();
+    expect(page).toMatch(/Confirmed against t0:<\/strong> c1 is [\d.]+% better on work_ms \[[\d.-]+%, [\d.-]+%\]/);
+
     // autoresearch's ledger carries each commit's median reading of the metric.
     const tsv = await runCli(["--server", coordinator.url, "export", "--format", "results.tsv"], { cwd: repo });
     const rows = tsv.stdout.trim().split("\n").map((line) => line.split("\t"));

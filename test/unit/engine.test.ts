@@ -2,6 +2,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
   applyEvent,
+  confirmBest,
   createLoop,
   foldEvents,
   haltAfter,
@@ -779,6 +780,45 @@ describe("engine: optimize mode (DESIGN §6.1, §6.3)", () => {
     if (!leased.ok || !leased.value) throw new Error("no lease");
     return leased.value;
   };
+
+  describe("the confirm measurement (DESIGN §6.3)", () => {
+    const promoted = () => {
+      const harness = optimizeLoop();
+      harness.report(leaseFor(harness, "faster"), measured(readings(100, 8), readings(70, 8, 3)));
+      return harness;
+    };
+
+    it("asks for pairs until the comparison decides, then records t0 against the best with estimate, interval and pairs", () => {
+      const harness = promoted();
+      const early = confirmBest(harness.state, { candidate_id: "c1", samples: { t0: readings(100, 3), best: readings(70, 3, 3) } }, harness.now());
+      expect(early).toMatchObject({ ok: true, events: [], value: { status: "need_samples", more: 2, pairs: 3 } });
+      const done = harness.apply(confirmBest(harness.state, { candidate_id: "c1", samples: { t0: readings(100, 8), best: readings(70, 8, 3) } }, harness.now()));
+      if (!done.ok || done.value.status !== "recorded") throw new Error("not recorded");
+      expect(done.value.confirm).toMatchObject({ candidate_id: "c1", commit: harness.state.best.commit, t0_commit: harness.state.t0.commit, metric: "parse_ms", pairs: 8 });
+      expect(done.value.confirm.estimate).toBeGreaterThan(0.3);
+      expect(done.value.confirm.interval?.[0]).toBeGreaterThan(0.3);
+      expect(harness.state.confirm).toMatchObject({ candidate_id: "c1", samples: { t0: readings(100, 8) } });
+      // The same readings again answer the record and append nothing.
+      const count = harness.events.length;
+      expect(harness.apply(confirmBest(harness.state, { candidate_id: "c1", samples: { t0: readings(100, 8), best: readings(70, 8, 3) } }, harness.now()))).toMatchObject({
+        ok: true,
+        value: { status: "recorded" },
+      });
+      expect(harness.events).toHaveLength(count);
+    });
+
+    it("refuses what it cannot confirm: another mode, a best that is t0, a best that moved on, readings that do not pair", () => {
+      expect(confirmBest(new LoopHarness([A]).state, { candidate_id: "c1", samples: { t0: [1], best: [1] } }, "2026-03-01T10:00:00.000Z")).toMatchObject({
+        ok: false,
+        error: { code: "confirm_inapplicable" },
+      });
+      const unpromoted = optimizeLoop();
+      expect(confirmBest(unpromoted.state, { candidate_id: "t0", samples: { t0: [1], best: [1] } }, unpromoted.now())).toMatchObject({ ok: false, error: { code: "confirm_inapplicable" } });
+      const harness = promoted();
+      expect(confirmBest(harness.state, { candidate_id: "c9", samples: { t0: [1], best: [1] } }, harness.now())).toMatchObject({ ok: false, error: { code: "confirm_stale" } });
+      expect(confirmBest(harness.state, { candidate_id: "c1", samples: { t0: [1, 2], best: [1] } }, harness.now())).toMatchObject({ ok: false, error: { code: "invalid_observation" } });
+    });
+  });
 
   it("keeps t0's median reading as the best metric, and does not halt success at creation when every gate passes", () => {
     const harness = optimizeLoop();

@@ -1,7 +1,7 @@
 import { webcrypto } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { canonicalJson } from "../../shared/canonical-json.js";
-import { foldEvents, sealEvent, type ChainHead, type EventDraft, type LoopEvent } from "../../shared/engine/index.js";
+import { confirmBest, foldEvents, sealEvent, type ChainHead, type EventDraft, type LoopEvent } from "../../shared/engine/index.js";
 import {
   IN_TOTO_PAYLOAD_TYPE,
   jwkThumbprint,
@@ -166,6 +166,39 @@ describe("receipts", async () => {
     expect(result.first_failure).toBe(
       `verdicts: event ${original.seq}: recorded verdict promoted (fewer_failures) for ${original.data.candidate_id}, recomputed verdict rejected (regressed) for ${original.data.candidate_id}`,
     );
+  });
+
+  it("re-derives a confirm measurement from its readings: a recorded figure the readings do not give is named", async () => {
+    const harness = new LoopHarness([], {
+      mode: "optimize",
+      metric: { run: "node bench.js", name: "parse_ms", direction: "lower", min_effect: "2%", samples: { min: 5, max: 40 } },
+    });
+    const created = harness.events[0];
+    if (created?.type !== "loop_created") throw new Error("no loop_created");
+    const readings = (center: number, count: number) => Array.from({ length: count }, (_, index) => center * (1 + 0.01 * Math.sin(index)));
+    created.data.t0.observation = { ...created.data.t0.observation, samples: { best: [], candidate: readings(100, 5) } };
+    harness.state = foldEvents([created]) ?? harness.state;
+    harness.propose("faster");
+    const leased = harness.lease();
+    if (!leased.ok || !leased.value) throw new Error("no lease");
+    harness.report(leased.value, { ...created.data.t0.observation, samples: { best: readings(100, 8), candidate: readings(70, 8) } });
+    harness.apply(confirmBest(harness.state, { candidate_id: "c1", samples: { t0: readings(100, 8), best: readings(70, 8) } }, harness.now()));
+    const sealed = (drafts: readonly EventDraft[]) => {
+      let head: ChainHead | null = null;
+      return drafts.map((draft) => {
+        const event = sealEvent(draft, head);
+        head = { seq: event.seq, hash: event.hash };
+        return event;
+      });
+    };
+    const honest = sealed(harness.events);
+    expect((await verify({ envelope: await receiptOf(honest, key.signer), events: asRecords(honest) })).ok).toBe(true);
+    // Inflate the headline and re-chain: the readings do not give it.
+    const inflated = harness.events.map((draft) => (draft.type === "confirm_measured" ? { ...draft, data: { ...draft.data, estimate: 9 } } : draft));
+    const forged = sealed(inflated);
+    const result = await verify({ envelope: await receiptOf(forged, key.signer), events: asRecords(forged) });
+    const seq = forged.findIndex((event) => event.type === "confirm_measured") + 1;
+    expect(result.first_failure).toMatch(new RegExp(`^verdicts: event ${seq}: cannot be applied \\(recorded confirm of c1 \\(900\\.0% over 8 pairs\\), recomputed confirm of c1`));
   });
 
   it("names the attested figure that the log does not support", async () => {

@@ -17,7 +17,7 @@ import {
 } from "../../shared/receipts/index.js";
 import { ReceiptIssued, LoopSummary } from "../../shared/wire/api.js";
 import { receiptKeyOf } from "../../worker/src/receipt-keys.js";
-import { call, createLoop, loopObject, observationOf, postJson, proposeAndLease } from "./fixtures.js";
+import { call, createLoop, createLoopBody, loopObject, observationOf, postJson, proposeAndLease } from "./fixtures.js";
 
 // Receipts from the coordinator (DESIGN §8, §9): issued at the halt and on demand, served by an
 // unguessable id with the log they sign and the keys that verify them, and valid under the verifier
@@ -116,6 +116,41 @@ describe("receipts", () => {
     expect(key.publicJwk.kid).toBe(jwkThumbprint({ x }));
     const message = new TextEncoder().encode("signed");
     expect(await verifyEd25519(key.publicJwk, message, await key.signer.sign(message))).toBe(true);
+  });
+
+  it("a confirm measurement of t0 against the best is computed here from the readings, and the final receipt is re-issued to carry it", async () => {
+    const readings = (center: number, count: number) => Array.from({ length: count }, (_, index) => center * (1 + 0.01 * Math.sin(index)));
+    const metric = { run: "node bench.js", name: "parse_ms", direction: "lower" as const, min_effect: "2%", samples: { min: 5, max: 40 } };
+    const body = createLoopBody("confirm", [], { mode: "optimize", metric, stop: { max_iterations: 1 } });
+    const created = await postJson("/v1/loops", { ...body, t0: { ...body.t0, observation: { ...body.t0.observation, samples: { best: [], candidate: readings(100, 5) } } } });
+    expect(created.status).toBe(201);
+    const loop = LoopSummary.parse(((await created.json()) as { loop: unknown }).loop);
+    const lease = await proposeAndLease(loop.loop_id, "confirm");
+    const report = await postJson(`/v1/leases/${lease.lease_id}/report`, {
+      fencing_token: lease.fencing_token,
+      observation: { ...observationOf([]), samples: { best: readings(100, 8), candidate: readings(70, 8) } },
+    });
+    const halted = LoopSummary.parse(((await report.json()) as { loop: unknown }).loop);
+    expect(halted).toMatchObject({ status: "halted", best: { candidate_id: "c1" }, receipt_id: expect.any(String) });
+
+    const confirm = (candidate: string, count: number) =>
+      postJson(`/v1/loops/${loop.loop_id}/confirm`, { candidate_id: candidate, samples: { t0: readings(100, count), best: readings(70, count) } });
+    expect(await (await confirm("c1", 3)).json()).toEqual({ status: "need_samples", more: 2, pairs: 3 });
+    expect((await confirm("t0", 8)).status).toBe(409);
+    const recorded = (await (await confirm("c1", 8)).json()) as { status: string; confirm: { estimate: number; pairs: number }; loop: LoopSummary };
+    expect(recorded).toMatchObject({ status: "recorded", confirm: { pairs: 8 } });
+    expect(recorded.confirm.estimate).toBeGreaterThan(0.3);
+    // A new final receipt, with the figure as its headline; the one issued at the halt stays valid.
+    expect(recorded.loop.receipt_id).not.toBe(halted.receipt_id);
+    const receipt = await fetchReceipt(recorded.loop.receipt_id ?? "");
+    const result = await verifyReceipt({ ...receipt, verify: verifyEd25519 });
+    expect(result.first_failure).toBeNull();
+    expect(result.statement?.predicate.confirm).toMatchObject({ candidate_id: "c1", estimate: recorded.confirm.estimate, pairs: 8 });
+    expect((await verifyReceipt({ ...(await fetchReceipt(halted.receipt_id ?? "")), verify: verifyEd25519 })).ok).toBe(true);
+
+    const other = await createLoop("confirm-fixpoint", ["parse.empty"]);
+    const refused = await postJson(`/v1/loops/${other.loop_id}/confirm`, { candidate_id: "c1", samples: { t0: [1], best: [1] } });
+    expect(refused.status).toBe(422);
   });
 
   it("answers 404 for an unknown or malformed receipt id, and stores nothing", async () => {

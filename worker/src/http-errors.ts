@@ -35,6 +35,9 @@ const REFUSAL_STATUS: Record<Refusal["code"], ContentfulStatusCode> = {
   stale_lease: 409,
   already_reported: 409,
   invalid_observation: 422,
+  confirm_inapplicable: 422,
+  // The best moved on since the runner measured: measure the new one.
+  confirm_stale: 409,
   // A limit of the loop's storage, not a fault of the request's form, and no retry can help: not a 5xx
   // the runner retries (500, 502-504), but one it reports as it is.
   storage_limit: 507,

@@ -1,5 +1,6 @@
 import { DurableObject } from "cloudflare:workers";
 import {
+  confirmBest,
   createLoop,
   expireLeases,
   foldEvents,
@@ -11,6 +12,8 @@ import {
   sealEvent,
   type Baseline,
   type ChainHead,
+  type ConfirmAnswer,
+  type ConfirmReadings,
   type EngineError,
   type EventDraft,
   type LoopEvent,
@@ -325,6 +328,19 @@ export class LoopObject extends DurableObject<Env> {
     return { ok: true, verdict: outcome.value, loop: this.summary() };
   }
 
+  /** Records a runner's confirm measurement of t0 against the best (DESIGN §6.3), or asks for more pairs. */
+  async confirm(input: { candidate_id: string; samples: ConfirmReadings }): Promise<Answer<{ answer: ConfirmAnswer; loop: LoopSummary }>> {
+    if (!this.state) return NOT_FOUND;
+    const outcome = confirmBest(this.state, input, new Date().toISOString());
+    if (!outcome.ok) return { ok: false, ...outcome.error };
+    const appended = this.tryAppend(outcome.events);
+    if ("ok" in appended) return appended;
+    // A halted loop's final receipt is re-issued to carry the confirm figure.
+    await this.issueFinalReceipt();
+    await this.scheduleAlarm();
+    return { ok: true, answer: outcome.value, loop: this.summary() };
+  }
+
   /** Events after `after`, as stored (the exact bytes that were hashed), at most `limit`. */
   async events(input: { after: number; limit: number }): Promise<Answer<{ events: string[]; more: boolean }>> {
     if (!this.state) return NOT_FOUND;
@@ -381,10 +397,14 @@ export class LoopObject extends DurableObject<Env> {
     return { ok: true, receipt_id: receiptId, envelope, head };
   }
 
-  /** The receipt of a halted loop, issued once (DESIGN §9) when a signing key is configured; the alarm retries one that failed. */
+  /**
+   * The receipt of a halted loop (DESIGN §9), when a signing key is configured: issued at the halt, and
+   * again when what it attests changed (a confirm measurement came in); the alarm retries one that failed.
+   */
   private async issueFinalReceipt(): Promise<void> {
     if (this.finalReceipt) return this.finalReceipt;
-    if (!this.state?.halt || this.state.final_receipt !== null || !receiptKeyOf(this.env)) return;
+    const state = this.state;
+    if (!state?.halt || (state.final_receipt !== null && !state.final_receipt_outdated) || !receiptKeyOf(this.env)) return;
     this.finalReceipt = (async () => {
       try {
         const issued = await this.issueReceipt({ kind: "final" });

@@ -12,12 +12,13 @@ import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { agentEnv, readAgentReport, writeAgentContext } from "../agent-context.js";
 import { commitCandidate } from "../candidate-commits.js";
 import type { ContractOptions } from "../contract-resolution.js";
+import { confirmAgainstT0 } from "../confirm-job.js";
 import { foldLoop } from "../event-log.js";
 import { settleInterruptedIteration } from "../interrupted-iteration.js";
 import { buildProposal, decideCandidate, enterLoopBranch, openSession } from "../session.js";
 
 /** What `run` and `step` add when the loop they found had already halted (DESIGN §6.6). */
-export const HALTED_BEFORE = "this loop had already halted, so nothing was run; `loopwarden run --new` starts another loop (from a commit you made)";
+export const HALTED_BEFORE = "this loop had already halted, so no iteration was run; `loopwarden run --new` starts another loop (from a commit you made)";
 
 /** Options of `loopwarden run`. */
 export interface RunOptions extends ContractOptions, ServerOptions, OutputMode {
@@ -113,6 +114,9 @@ export async function runLoop(options: RunOptions): Promise<number> {
       ran++;
     }
     if (ran === 0 && session.resumed && session.loop.halt) progress(mode, HALTED_BEFORE);
+    // A halted optimize loop's gain over t0 is measured once, here (DESIGN §6.3); a run that resumes a
+    // halted loop whose confirm is missing (interrupted) measures it then.
+    session.loop = (await confirmAgainstT0(session)) ?? session.loop;
     return reportOutcome(mode, session.loop, session.connection);
   } finally {
     await session.connection.close();

@@ -61,13 +61,28 @@ function chart(state: LoopState, baseline: number | null) {
 }
 
 const percent = (value: number) => `${(value * 100).toFixed(1)}%`;
+const range = (interval: number[] | null) => (interval ? ` [${percent(interval[0] ?? 0)}, ${percent(interval[1] ?? 0)}]` : "");
+
+/**
+ * An optimize loop's headline: the confirm measurement of t0 against the best (DESIGN §6.3) when there
+ * is one — never a product of step-wise estimates, which are shown as what they are.
+ */
+function headline(predicate: ReceiptStatement["predicate"]) {
+  const { confirm } = predicate;
+  if (confirm) {
+    return html`<p class="headline"><strong>Confirmed against t0:</strong> ${predicate.best.candidate_id} is ${percent(confirm.estimate)} better on ${confirm.metric}${range(confirm.interval)}${confirm.level === null ? "" : ` (${Math.round(confirm.level * 100)}% interval)`}, t0 and the best measured interleaved over ${confirm.pairs} pair(s) on one runner.</p>`;
+  }
+  const step = predicate.best.verdict?.metric;
+  return html`<p>${
+    step ? `The best's last step: ${percent(step.estimate)} better than the best before it${range(step.interval)} over ${step.pairs} interleaved pair(s).` : "No candidate improved on the baseline."
+  } <strong>No gain over t0 is claimed:</strong> t0 and the best were not measured against each other (no confirm measurement).</p>`;
+}
 
 /** The HTML of a receipt's page, from its signed statement and the loop's state at the signed head. */
 export function receiptPage(input: { receiptId: string; statement: ReceiptStatement; state: LoopState; url: string }) {
   const { receiptId, statement, state, url } = input;
   const { predicate } = statement;
   const optimize = predicate.mode === "optimize";
-  const metric = predicate.best.verdict?.metric;
   const halt = predicate.halt;
   const decided = state.candidate_order.map((id) => state.candidates[id]).filter((candidate) => candidate?.verdict);
   return html`<!doctype html>
@@ -107,15 +122,7 @@ ${predicate.objective ? html`<p>${predicate.objective}</p>` : ""}
 <tr><td>t0 (baseline)</td><td><code>${predicate.t0.commit.slice(0, 12)}</code></td><td>${predicate.t0.failing}</td><td>${predicate.t0.passing}</td>${optimize ? html`<td>${predicate.t0.metric ?? "–"}</td>` : ""}</tr>
 <tr><td>best: ${predicate.best.candidate_id}</td><td><code>${predicate.best.commit.slice(0, 12)}</code></td><td>${predicate.best.failing}</td><td>${predicate.best.passing}</td>${optimize ? html`<td>${predicate.best.metric ?? "–"}</td>` : ""}</tr>
 </table>
-${
-  optimize
-    ? html`<p>${
-        metric
-          ? html`The best's last step: ${percent(metric.estimate)} better than the best before it${metric.interval ? html`, interval [${percent(metric.interval[0] ?? 0)}, ${percent(metric.interval[1] ?? 0)}]` : ""} over ${metric.pairs} interleaved pair(s).`
-          : "No candidate improved on the baseline."
-      } <strong>Not a gain over t0:</strong> a confirm measurement of t0 against the final best is not part of this version, so this receipt claims no overall speed-up.</p>`
-    : ""
-}
+${optimize ? headline(predicate) : ""}
 <p class="muted">Iterations: ${predicate.iterations.total} of ${predicate.iterations.max} (${predicate.iterations.promoted} promoted, ${predicate.iterations.rejected} rejected).
 Signed head: event ${predicate.log.seq}, <code>${predicate.log.hash.slice(0, 16)}…</code>. Contract <code>${predicate.contract_hash.slice(0, 16)}…</code>.</p>
 

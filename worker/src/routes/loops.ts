@@ -12,6 +12,8 @@ import {
   type LoopList,
   type ProposeCandidateResponse,
   type ReceiptIssued,
+  ConfirmRequest,
+  type ConfirmResponse,
 } from "../../../shared/wire/api.js";
 import { loops } from "../db/schema.js";
 import { ApiError, refusalError } from "../http-errors.js";
@@ -120,4 +122,13 @@ loopRoutes.post("/:id/receipts", async (c) => {
   if (!answer.ok) throw refusalError(answer);
   const response: ReceiptIssued = { receipt_id: answer.receipt_id, url: `${new URL(c.req.url).origin}/r/${answer.receipt_id}`, head: answer.head };
   return c.json(response, 201);
+});
+
+loopRoutes.post("/:id/confirm", async (c) => {
+  const stub = loopStub(c.env, c.req.param("id"));
+  const body = await readJson(c, ConfirmRequest);
+  const answer = await stub.confirm(body);
+  if (!answer.ok) throw refusalError(answer);
+  const response: ConfirmResponse = answer.answer.status === "recorded" ? { ...answer.answer, loop: answer.loop } : answer.answer;
+  return c.json(response);
 });

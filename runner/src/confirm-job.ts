@@ -1,0 +1,55 @@
+import { BASELINE_ID } from "../../shared/engine/index.js";
+import type { LoopSummary } from "../../shared/wire/api.js";
+import { withClone } from "./clone.js";
+import { foldLoop } from "./event-log.js";
+import { shortCommit } from "./git.js";
+import { liveStatus, progress } from "./output.js";
+import { samplePairs, type PairedSamples } from "./sampling.js";
+import type { Session } from "./session.js";
+
+// The confirm job (DESIGN §6.3): a chain of step-wise gains is not a gain over the baseline, so when an
+// optimize loop halts, this runner measures t0 against the final best, interleaved (t0, then best) in two
+// clean clones, and reports the readings until the coordinator's sequential comparison records the
+// figure — the receipt's headline. The runner measures; the coordinator computes the estimate.
+
+const percent = (value: number) => `${(value * 100).toFixed(1)}%`;
+
+/**
+ * Measures the halted optimize loop's best against t0 unless that is recorded already; answers the loop
+ * after the record (its final receipt re-issued with the figure), or null when there is nothing to
+ * confirm or a reading failed (said on stderr; the loop's halt stands either way).
+ */
+export async function confirmAgainstT0(session: Session): Promise<LoopSummary | null> {
+  const { loop, mode } = session;
+  const contract = session.loaded.contract;
+  const metric = contract.metric;
+  if (loop.status !== "halted" || contract.mode !== "optimize" || !metric || loop.best.candidate_id === BASELINE_ID) return null;
+  const state = await foldLoop(session);
+  if (state.confirm?.candidate_id === loop.best.candidate_id) return null;
+  const best = loop.best.candidate_id;
+  progress(mode, `confirming ${best} against t0: ${metric.name} interleaved (t0 at ${shortCommit(state.t0.commit)}, then ${best} at ${shortCommit(loop.best.commit)})…`);
+  return withClone(session.repo, state.t0.commit, "confirm-t0", (t0) =>
+    withClone(session.repo, loop.best.commit, "confirm-best", async (bestClone) => {
+      // samplePairs measures its "best" first: here that is t0.
+      const samples: PairedSamples = { best: [], candidate: [] };
+      let wanted = metric.samples.min;
+      for (;;) {
+        await samplePairs(samples, wanted, { best: t0, candidate: bestClone }, contract, (done, of) =>
+          liveStatus(mode, `confirm: ${metric.name} pair ${done}/${of} (t0, then ${best})`),
+        );
+        if (samples.error !== undefined) {
+          progress(mode, `confirm: no figure recorded, a reading failed (${samples.error.replace(/^best-so-far/, "t0").replace(/^candidate/, best)})`);
+          return null;
+        }
+        const answer = await session.client.confirm(loop.loop_id, { candidate_id: best, samples: { t0: samples.best, best: samples.candidate } });
+        if (answer.status === "recorded") {
+          const { confirm } = answer;
+          const range = confirm.interval ? ` [${percent(confirm.interval[0] ?? 0)}, ${percent(confirm.interval[1] ?? 0)}]` : "";
+          progress(mode, `confirmed against t0: ${best} ${confirm.metric} ${percent(confirm.estimate)} better${range} over ${confirm.pairs} interleaved pair(s)`);
+          return answer.loop;
+        }
+        wanted = samples.best.length + answer.more;
+      }
+    }),
+  );
+}
