@@ -205,3 +205,21 @@ export async function setAsideChanges(repo: string, ref: string, message: string
   await git(repo, ["reset", "-q", "--hard", "HEAD"]);
   await git(repo, ["clean", "-q", "-fd"]);
 }
+
+/**
+ * How a receipt names the repository (DESIGN §9): its `origin` remote, without any credentials a URL
+ * carries; undefined when it has none (the receipt then names the loop).
+ */
+export async function repositoryName(repo: string): Promise<string | undefined> {
+  const url = (await git(repo, ["remote", "get-url", "origin"]).catch(() => "")).trim();
+  if (url === "") return undefined;
+  try {
+    const parsed = new URL(url);
+    parsed.username = "";
+    parsed.password = "";
+    return parsed.href.slice(0, 500);
+  } catch {
+    // scp-like (git@host:org/repo.git) or a path: no password to strip.
+    return url.slice(0, 500);
+  }
+}

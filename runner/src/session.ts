@@ -15,7 +15,7 @@ import { resolveContract, resumedContract, type ContractOptions } from "./contra
 import { UserError } from "./errors.js";
 import { evaluateIn, hardGatesPassed, uploadLogs, type Evaluation } from "./evaluate.js";
 import { faultPoint } from "./fault.js";
-import { currentBranch, diffOf, dirtyPaths, excludeStateDir, headCommit, loopBranch, rejectedRef, repoRoot, revertTo, shortCommit, switchToLoopBranch } from "./git.js";
+import { currentBranch, diffOf, dirtyPaths, excludeStateDir, headCommit, loopBranch, rejectedRef, repoRoot, repositoryName, revertTo, shortCommit, switchToLoopBranch } from "./git.js";
 import { evaluateUntilDecided, verdictLine } from "./lease-job.js";
 import { liveStatus, progress, type OutputMode } from "./output.js";
 import { clearPendingCreate, loadPendingCreate, savePendingCreate } from "./pending-create.js";
@@ -139,7 +139,12 @@ export async function openSession(
     } else {
       const baseline = await measureBaseline(repo, t0Commit, loaded, mode);
       pending = {
-        request: { idempotency_key: `run-${randomBytes(16).toString("hex")}`, contract: loaded.contract, t0: { commit: t0Commit, observation: baseline.observation } },
+        request: {
+          idempotency_key: `run-${randomBytes(16).toString("hex")}`,
+          contract: loaded.contract,
+          t0: { commit: t0Commit, observation: baseline.observation },
+          repository: await repositoryName(repo),
+        },
         logs: baseline.logs,
       };
       await savePendingCreate(repo, source, pending);

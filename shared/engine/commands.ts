@@ -46,6 +46,7 @@ export function createLoop(input: {
   contract: Contract;
   contract_hash: string;
   t0: Baseline;
+  repository?: string | undefined;
   at: string;
 }): Outcome<null> {
   const unsupported = unsupportedFeatures(input.contract);
@@ -53,7 +54,14 @@ export function createLoop(input: {
   const created: EventDraft = {
     type: "loop_created",
     at: input.at,
-    data: { loop_id: input.loop_id, contract: input.contract, contract_hash: input.contract_hash, t0: input.t0 },
+    // The repository only when given, so logs written before it existed hash the same.
+    data: {
+      loop_id: input.loop_id,
+      contract: input.contract,
+      contract_hash: input.contract_hash,
+      t0: input.t0,
+      ...(input.repository === undefined ? {} : { repository: input.repository }),
+    },
   };
   const events: EventDraft[] = [created];
   const initialHalt = haltAfter(applyEvent(null, created), input.at);

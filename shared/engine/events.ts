@@ -14,6 +14,9 @@ import { HALT_REASONS } from "./halt-reasons.js";
 export const Baseline = z.strictObject({ commit: GitCommit, observation: FullObservation });
 export type Baseline = z.infer<typeof Baseline>;
 
+/** A repository's name as a runner gives it (a remote URL without credentials): informative, never used to decide. */
+export const Repository = z.string().min(1).max(500);
+
 /** Who proposed a candidate: the contract's agent command run by the runner, or an agent driving `loopwarden step` itself. */
 export const Proposer = z.discriminatedUnion("kind", [
   z.strictObject({ kind: z.literal("command"), command: z.string().max(4_000) }),
@@ -97,7 +100,14 @@ const at = z.iso.datetime();
 const LoopCreated = z.strictObject({
   type: z.literal("loop_created"),
   at,
-  data: z.strictObject({ loop_id: z.string(), contract: Contract, contract_hash: Sha256, t0: Baseline }),
+  data: z.strictObject({
+    loop_id: z.string(),
+    contract: Contract,
+    contract_hash: Sha256,
+    t0: Baseline,
+    /** The repository the loop runs in, as its runner names it (its origin remote); absent when it has none. */
+    repository: Repository.optional(),
+  }),
 });
 const CandidateProposed = z.strictObject({
   type: z.literal("candidate_proposed"),

@@ -63,6 +63,8 @@ export function median(values: readonly number[]): number | null {
 /** A loop's state: always `foldEvents(events)`, never edited directly. */
 export interface LoopState {
   loop_id: string;
+  /** The repository as its runner named it at creation; null when it gave none. */
+  repository: string | null;
   contract: Contract;
   contract_hash: string;
   created_at: string;
@@ -168,6 +170,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
     };
     const created: LoopState = {
       loop_id: data.loop_id,
+      repository: data.repository ?? null,
       contract: data.contract,
       contract_hash: data.contract_hash,
       created_at: event.at,

@@ -19,6 +19,8 @@ const Count = z.number().int().min(0);
 /** The predicate of a receipt. */
 export const ReceiptPredicate = z.strictObject({
   loop_id: z.string(),
+  /** The repository the loop ran in, as its runner named it; null when it gave none. */
+  repository: z.string().nullable(),
   name: z.string(),
   objective: z.string().nullable(),
   mode: z.string(),
@@ -80,13 +82,15 @@ export function receiptStatement(state: LoopState, head: ChainHead, issuance: Is
   const best = state.candidates[state.best.candidate_id];
   return {
     _type: STATEMENT_TYPE,
+    // The repository (or, when its runner named none, the loop) and which commit each one is.
     subject: [
-      { name: `${state.contract.name}@best`, digest: { gitCommit: state.best.commit } },
-      { name: `${state.contract.name}@t0`, digest: { gitCommit: state.t0.commit } },
+      { name: `${state.repository ?? state.contract.name}@best`, digest: { gitCommit: state.best.commit } },
+      { name: `${state.repository ?? state.contract.name}@t0`, digest: { gitCommit: state.t0.commit } },
     ],
     predicateType: RECEIPT_PREDICATE_TYPE,
     predicate: {
       loop_id: state.loop_id,
+      repository: state.repository,
       name: state.contract.name,
       objective: state.contract.objective ?? null,
       mode: state.contract.mode,

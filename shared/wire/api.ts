@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { Baseline, ConfirmReadings, Confirmation, Halt, ProposalFields, Verdict } from "../engine/events.js";
+import { Baseline, ConfirmReadings, Confirmation, Halt, ProposalFields, Repository, Verdict } from "../engine/events.js";
 import { Contract } from "./contract.js";
 import { GitCommit, Observation, Sha256 } from "./observation.js";
 
@@ -27,6 +27,8 @@ export const CreateLoopRequest = z.strictObject({
   idempotency_key: IdempotencyKey,
   contract: Contract,
   t0: Baseline,
+  /** The repository the loop runs in (e.g. its origin remote, without credentials): named in receipts. */
+  repository: Repository.optional(),
 });
 export type CreateLoopRequest = z.infer<typeof CreateLoopRequest>;
 

@@ -167,6 +167,17 @@ describe("receipts", () => {
     const statement = ReceiptStatement.parse(JSON.parse(payload));
     expect(payload).toBe(canonicalJson(statement));
     expect(statement.subject.map((subject) => subject.name)).toEqual([`loop-subjects@best`, `loop-subjects@t0`]);
+    expect(statement.predicate.repository).toBeNull();
+  });
+
+  it("names the repository its runner gave as the subjects' name", async () => {
+    const body = { ...createLoopBody("named-repo", []), repository: "https://github.com/acme/parser.git" };
+    const created = await postJson("/v1/loops", body);
+    const loop = LoopSummary.parse(((await created.json()) as { loop: unknown }).loop);
+    const { envelope } = await fetchReceipt(loop.receipt_id ?? "");
+    const statement = ReceiptStatement.parse(JSON.parse(new TextDecoder().decode(fromBase64(envelope.payload))));
+    expect(statement.subject.map((subject) => subject.name)).toEqual(["https://github.com/acme/parser.git@best", "https://github.com/acme/parser.git@t0"]);
+    expect(statement.predicate.repository).toBe("https://github.com/acme/parser.git");
     const state = await runInDurableObject(loopObject(loop.loop_id), (_instance, storage) =>
       storage.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM events WHERE type = 'receipt_issued'").one().n,
     );

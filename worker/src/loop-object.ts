@@ -231,6 +231,7 @@ export class LoopObject extends DurableObject<Env> {
     contract: Contract;
     contract_hash: string;
     t0: Baseline;
+    repository?: string | undefined;
   }): Promise<Answer<{ created: boolean; loop: LoopSummary }>> {
     if (this.state) {
       const stored = this.sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = 'create_request'").toArray()[0];

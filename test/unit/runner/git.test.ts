@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { cloneAt } from "../../../runner/src/git.js";
+import { cloneAt, repositoryName } from "../../../runner/src/git.js";
 import { childEnv } from "../../../runner/src/environment.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "lw-git-"));
@@ -38,5 +38,22 @@ describe("git calls on clones", () => {
     expect(git(path.join(dir, "clone"), "remote").trim()).toBe("");
     // The clone runs no hook of the repository's: its own config points hooks nowhere.
     expect(git(path.join(dir, "clone"), "config", "--local", "core.hooksPath").trim()).toBe("/dev/null");
+  });
+});
+
+describe("the repository a receipt names", () => {
+  const repo = mkdtempSync(path.join(os.tmpdir(), "lw-remote-"));
+  afterAll(() => rmSync(repo, { recursive: true, force: true }));
+  git(repo, "init", "-q");
+
+  it("is none without an origin remote (the receipt then names the loop)", async () => {
+    expect(await repositoryName(repo)).toBeUndefined();
+  });
+
+  it("is the origin remote, without the credentials a URL may carry", async () => {
+    git(repo, "remote", "add", "origin", "https://user:s3cret@github.com/acme/parser.git");
+    expect(await repositoryName(repo)).toBe("https://github.com/acme/parser.git");
+    git(repo, "remote", "set-url", "origin", "git@github.com:acme/parser.git");
+    expect(await repositoryName(repo)).toBe("git@github.com:acme/parser.git");
   });
 });

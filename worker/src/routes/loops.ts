@@ -33,6 +33,7 @@ loopRoutes.post("/", async (c) => {
     contract: body.contract,
     contract_hash: sha256Hex(canonicalJson(body.contract)),
     t0: body.t0,
+    repository: body.repository,
   });
   if (!answer.ok) throw refusalError(answer);
   const response: CreateLoopResponse = { loop: answer.loop, created: answer.created };
