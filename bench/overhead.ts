@@ -53,7 +53,8 @@ function loopwardenRun(check: string, where: string[]): number {
   const result = spawnSync(
     process.execPath,
     [bin, "--quiet", ...where, "run", "--check", check, "--exec", AGENT, "--max-iterations", String(ITERATIONS)],
-    { cwd: repo.dir, encoding: "utf8", env: { ...process.env, NO_COLOR: "1" } },
+    // On demand means a coordinator for this run only (LOOPWARDEN_IDLE=0), as this comparison was defined.
+    { cwd: repo.dir, encoding: "utf8", env: { ...process.env, NO_COLOR: "1", LOOPWARDEN_IDLE: "0" } },
   );
   const elapsed = performance.now() - started;
   repo.cleanup();

@@ -1,6 +1,9 @@
 import path from "node:path";
 import { Client } from "./client.js";
+import { VERSION } from "../../shared/version.js";
 import { findRunningCoordinator, startLocalCoordinator } from "./local-coordinator.js";
+import { describeIdle, idleMs, keepActive, startWarmCoordinator, stopCoordinator, touchActivity } from "./warm-coordinator.js";
+import { bundleStamp, ensureWorkerBundle } from "./worker-bundle.js";
 import { progress, type OutputMode } from "./output.js";
 import { defaultStateDir } from "./paths.js";
 import { onShutdown } from "./shutdown.js";
@@ -24,7 +27,9 @@ export interface ServerOptions {
 
 /**
  * Connects to `--server` (or LOOPWARDEN_SERVER); without one, to the local coordinator for the state
- * directory, starting it on demand and stopping it on close.
+ * directory: the one already serving it, else a warm one started on demand that stays up until
+ * LOOPWARDEN_IDLE (15 minutes) passes without use — or, with LOOPWARDEN_IDLE=0, one in this process,
+ * stopped on close.
  */
 export async function connect(options: ServerOptions, mode: OutputMode): Promise<Connection> {
   const onRetry = (reason: string, attempt: number) => {
@@ -36,10 +41,24 @@ export async function connect(options: ServerOptions, mode: OutputMode): Promise
     return { client: new Client(server, { token, onRetry }), url: server, local: false, ephemeral: false, close: async () => {} };
   }
   const stateDir = options.state ? path.resolve(options.state) : defaultStateDir();
-  const running = await findRunningCoordinator(stateDir);
-  if (running) {
-    return { client: new Client(running, { token, onRetry }), url: running, local: true, ephemeral: false, close: async () => {} };
+  const idle = idleMs();
+  let running = await findRunningCoordinator(stateDir);
+  if (running?.daemon && (running.version !== VERSION || running.bundle !== (await currentBundle()))) {
+    // A warm coordinator of another version (or, in a source checkout, of older worker code) is replaced.
+    progress(mode, `the warm local coordinator runs ${running.version === VERSION ? "an older worker bundle" : `version ${running.version ?? "unknown"}`}: restarting it`);
+    await stopCoordinator(stateDir);
+    running = null;
   }
+  if (!running && idle > 0) {
+    progress(mode, `starting the local coordinator (state: ${stateDir}; ${describeIdle(idle)})…`);
+    running = await startWarmCoordinator(stateDir, idle);
+  }
+  if (running) {
+    const release = keepActive(stateDir);
+    await touchActivity(stateDir);
+    return { client: new Client(running.url, { token, onRetry }), url: running.url, local: true, ephemeral: false, close: release };
+  }
+  // LOOPWARDEN_IDLE=0: a coordinator in this process, for this command only.
   progress(mode, `starting the local coordinator (state: ${stateDir})…`);
   const coordinator = await startLocalCoordinator({ stateDir, onNote: (text) => progress(mode, text) });
   const unregister = onShutdown(() => coordinator.stop());
@@ -53,4 +72,10 @@ export async function connect(options: ServerOptions, mode: OutputMode): Promise
       await coordinator.stop();
     },
   };
+}
+
+/** The worker bundle a coordinator started now would run (rebuilt first in a source checkout whose sources changed). */
+async function currentBundle(): Promise<string> {
+  await ensureWorkerBundle();
+  return bundleStamp();
 }

@@ -10,7 +10,8 @@ import { UserError } from "./errors.js";
 import { freePort, isPortFree } from "./free-port.js";
 import { PACKAGE_ROOT } from "./paths.js";
 import { isProcessAlive } from "./processes.js";
-import { BUNDLE_DIR, BUNDLE_FILE, ensureWorkerBundle } from "./worker-bundle.js";
+import { VERSION } from "../../shared/version.js";
+import { BUNDLE_DIR, BUNDLE_FILE, bundleStamp, ensureWorkerBundle } from "./worker-bundle.js";
 
 // The local coordinator is the very worker that `wrangler deploy` ships (its bundle, dist/worker), run in
 // workerd through Miniflare's API in this process, with wrangler.toml's bindings and its D1, R2 and
@@ -29,10 +30,18 @@ export interface LocalCoordinator {
 }
 
 /** What `coordinator.json` in the state directory records, so other commands can find a running one. */
-interface CoordinatorRecord {
+/** What `coordinator.json` in a state directory says of the coordinator serving it. */
+export interface CoordinatorRecord {
   url: string;
+  /** The process hosting it. */
   pid: number;
   runtime_pid?: number | null;
+  /** The loopwarden version and worker bundle it runs (a warm one of another is restarted). */
+  version?: string;
+  bundle?: string;
+  /** A warm coordinator started on demand, which stops itself after `idle_ms` without use. */
+  daemon?: boolean;
+  idle_ms?: number;
 }
 
 /** The log is kept to this size; past it, it moves to `coordinator.log.1` (one generation) and starts again. */
@@ -119,7 +128,13 @@ async function runtimeChildPid(): Promise<number | null> {
 }
 
 /** Starts the coordinator on 127.0.0.1 with state under `stateDir`, and waits until `/healthz` answers. */
-export async function startLocalCoordinator(options: { stateDir: string; port?: number; onNote?: (text: string) => void }): Promise<LocalCoordinator> {
+export async function startLocalCoordinator(options: {
+  stateDir: string;
+  port?: number;
+  onNote?: (text: string) => void;
+  /** Recorded in coordinator.json besides where it is (a warm coordinator says so, and its idle period). */
+  record?: Pick<CoordinatorRecord, "daemon" | "idle_ms">;
+}): Promise<LocalCoordinator> {
   const { stateDir } = options;
   await mkdir(path.join(stateDir, "logs"), { recursive: true });
   const log = new BoundedLog(path.join(stateDir, "logs", "coordinator.log"));
@@ -188,7 +203,7 @@ export async function startLocalCoordinator(options: { stateDir: string; port?: 
     const url = `http://127.0.0.1:${port}`;
     if (!(await new Client(url).isHealthy())) throw new Error(`the local coordinator at ${url} does not answer /healthz (log: ${log.file})`);
     const runtimePid = await runtimeChildPid();
-    const record: CoordinatorRecord = { url, pid: process.pid, runtime_pid: runtimePid };
+    const record: CoordinatorRecord = { url, pid: process.pid, runtime_pid: runtimePid, version: VERSION, bundle: await bundleStamp(), ...options.record };
     await writeFile(path.join(stateDir, "coordinator.json"), JSON.stringify(record));
     return { url, pid: process.pid, runtimePid, stop };
   } catch (error) {
@@ -202,7 +217,7 @@ export async function startLocalCoordinator(options: { stateDir: string; port?: 
  * host process died without stopping it (SIGKILL) leaves its workerd behind: that orphan is stopped
  * here, by the pid recorded for it, rather than served by a process nobody will stop.
  */
-export async function findRunningCoordinator(stateDir: string): Promise<string | null> {
+export async function findRunningCoordinator(stateDir: string): Promise<CoordinatorRecord | null> {
   const file = path.join(stateDir, "coordinator.json");
   const text = await readFile(file, "utf8").catch(() => null);
   if (!text) return null;
@@ -212,7 +227,7 @@ export async function findRunningCoordinator(stateDir: string): Promise<string |
   } catch {
     return null;
   }
-  if (isProcessAlive(record.pid)) return (await new Client(record.url).isHealthy()) ? record.url : null;
+  if (isProcessAlive(record.pid)) return (await new Client(record.url).isHealthy()) ? record : null;
   const orphan = record.runtime_pid;
   if (orphan && isProcessAlive(orphan) && (await readFile(`/proc/${orphan}/cmdline`, "utf8").catch(() => "")).includes("workerd")) {
     process.kill(orphan, "SIGKILL");

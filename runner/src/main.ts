@@ -48,11 +48,14 @@ let exitCode = 0;
 
 program
   .command("serve")
-  .description("run the local coordinator (workerd) in the foreground on 127.0.0.1; prints its URL")
-  .addOption(new Option("--port <port>", "port to listen on").argParser(port).default(8787))
-  .action(async (options: { port: number }) => {
+  .description("run the local coordinator (workerd) in the foreground on 127.0.0.1; prints its URL. --stop stops the one serving the state directory")
+  .addOption(new Option("--port <port>", "port to listen on (default 8787)").argParser(port))
+  .option("--stop", "stop the local coordinator serving the state directory (a warm one, or another serve), by its pid", false)
+  .addOption(new Option("--daemon", "run as a warm coordinator a command started: stop after --idle without use").hideHelp())
+  .addOption(new Option("--idle <ms>", "with --daemon: idle period in milliseconds").argParser(positiveInt).hideHelp())
+  .action(async (options: { port?: number; stop: boolean; daemon?: boolean; idle?: number }) => {
     const { serveCommand } = await import("./commands/serve.js");
-    exitCode = await serveCommand({ ...globals(), port: options.port });
+    exitCode = await serveCommand({ ...globals(), ...options, port: options.port ?? (options.daemon ? undefined : 8787) });
   });
 
 const contractOptions = (command: Command) =>

@@ -124,6 +124,11 @@ async function withBuildLock<T>(build: () => Promise<T>): Promise<T> {
   }
 }
 
+/** What the built bundle was built from (its sources stamp); "" when it has none. */
+export async function bundleStamp(): Promise<string> {
+  return (await readFile(STAMP_FILE, "utf8").catch(() => "")).trim();
+}
+
 /**
  * Makes sure dist/worker/index.js is the bundle of the current sources, building it when it is missing
  * or stale; answers whether it built. One process builds at a time, into a directory of its own that is

@@ -57,12 +57,19 @@ export interface CliResult {
   stderr: string;
 }
 
+/**
+ * The CLI's environment in tests: a command's local coordinator lives in its own process and stops
+ * with it (LOOPWARDEN_IDLE=0), so no test leaves a warm one behind; the warm coordinator's own tests
+ * set an idle period and stop it by its pid.
+ */
+const CLI_ENV = { NO_COLOR: "1", LOOPWARDEN_IDLE: "0" };
+
 /** Runs the loopwarden CLI to completion. */
 export function runCli(args: string[], options: { cwd: string; env?: NodeJS.ProcessEnv }): Promise<CliResult> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [BIN, ...args], {
       cwd: options.cwd,
-      env: { ...process.env, NO_COLOR: "1", ...options.env },
+      env: { ...process.env, ...CLI_ENV, ...options.env },
       stdio: ["ignore", "pipe", "pipe"],
     });
     let stdout = "";
@@ -78,7 +85,7 @@ export function runCli(args: string[], options: { cwd: string; env?: NodeJS.Proc
 export function startCli(args: string[], options: { cwd: string; env?: NodeJS.ProcessEnv }): ChildProcess & { output(): string } {
   const child = spawn(process.execPath, [BIN, ...args], {
     cwd: options.cwd,
-    env: { ...process.env, NO_COLOR: "1", ...options.env },
+    env: { ...process.env, ...CLI_ENV, ...options.env },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let output = "";

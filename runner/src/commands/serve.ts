@@ -1,21 +1,60 @@
 import path from "node:path";
-import { startLocalCoordinator } from "../local-coordinator.js";
+import { formatDuration } from "../../../shared/duration.js";
+import { findRunningCoordinator, startLocalCoordinator } from "../local-coordinator.js";
 import { emitResult, progress, type OutputMode } from "../output.js";
 import { defaultStateDir } from "../paths.js";
+import { lastActivity, stopCoordinator } from "../warm-coordinator.js";
 
-/** `loopwarden serve`: the local coordinator (workerd through Miniflare) in the foreground until SIGINT/SIGTERM. */
-export async function serveCommand(options: OutputMode & { port: number; state?: string | undefined }): Promise<number> {
+/**
+ * `loopwarden serve`: the local coordinator (workerd through Miniflare) in the foreground until
+ * SIGINT/SIGTERM. `--daemon --idle MS` is how a command starts a warm one (in a process of its own):
+ * it also stops itself once no command has used it for MS. `--stop` stops whichever serves the state.
+ */
+export async function serveCommand(
+  options: OutputMode & { port?: number | undefined; state?: string | undefined; stop?: boolean; daemon?: boolean; idle?: number | undefined },
+): Promise<number> {
   const stateDir = options.state ? path.resolve(options.state) : defaultStateDir();
+  if (options.stop) {
+    const pid = await stopCoordinator(stateDir);
+    emitResult(options, { status: "ok", stopped: pid, state_dir: stateDir }, [
+      pid === null ? `no local coordinator is running for ${stateDir}` : `stopped the local coordinator for ${stateDir} (pid ${pid})`,
+    ]);
+    return 0;
+  }
+  const idle = options.daemon ? (options.idle ?? 0) : 0;
+  if (options.daemon) {
+    // Started by a command that found none: if another is serving this state by now, that one serves.
+    const running = await findRunningCoordinator(stateDir);
+    if (running) return 0;
+  }
   progress(options, `starting the local coordinator (state: ${stateDir})…`);
-  const coordinator = await startLocalCoordinator({ stateDir, port: options.port, onNote: (text) => progress(options, text) });
+  const coordinator = await startLocalCoordinator({
+    stateDir,
+    ...(options.port === undefined ? {} : { port: options.port }),
+    onNote: (text) => progress(options, text),
+    ...(options.daemon ? { record: { daemon: true, idle_ms: idle } } : {}),
+  });
   emitResult(options, { status: "ok", url: coordinator.url, pid: coordinator.pid, runtime_pid: coordinator.runtimePid, state_dir: stateDir }, [
     `loopwarden coordinator listening on ${coordinator.url}`,
     `  state: ${stateDir} (log: ${path.join(stateDir, "logs", "coordinator.log")})`,
-    `  use it from another shell with --server ${coordinator.url} (or LOOPWARDEN_SERVER); stop with Ctrl-C`,
+    options.daemon
+      ? `  stops after ${formatDuration(idle)} without use, or with \`loopwarden serve --stop\``
+      : `  use it from another shell with --server ${coordinator.url} (or LOOPWARDEN_SERVER); stop with Ctrl-C`,
   ]);
+  const started = Date.now();
   await new Promise<void>((resolve) => {
     process.once("SIGINT", () => resolve());
     process.once("SIGTERM", () => resolve());
+    if (!options.daemon || idle <= 0) return;
+    // Idle: no command has touched the state's activity mark for `idle`.
+    const timer = setInterval(
+      () =>
+        void lastActivity(stateDir).then((last) => {
+          if (Date.now() - Math.max(last, started) > idle) resolve();
+        }),
+      Math.min(10_000, Math.max(250, Math.floor(idle / 4))),
+    );
+    timer.unref();
   });
   progress(options, "stopping the coordinator…");
   await coordinator.stop();
