@@ -1,7 +1,7 @@
 import path from "node:path";
 import { Client } from "./client.js";
 import { VERSION } from "../../shared/version.js";
-import { findRunningCoordinator, startLocalCoordinator } from "./local-coordinator.js";
+import { assertWorkersRuntime, findRunningCoordinator, startLocalCoordinator } from "./local-coordinator.js";
 import { describeIdle, idleMs, keepActive, startWarmCoordinator, stopCoordinator, touchActivity } from "./warm-coordinator.js";
 import { bundleStamp, ensureWorkerBundle } from "./worker-bundle.js";
 import { progress, type OutputMode } from "./output.js";
@@ -50,6 +50,7 @@ export async function connect(options: ServerOptions, mode: OutputMode): Promise
     running = null;
   }
   if (!running && idle > 0) {
+    await assertWorkersRuntime();
     progress(mode, `starting the local coordinator (state: ${stateDir}; ${describeIdle(idle)})…`);
     running = await startWarmCoordinator(stateDir, idle);
   }

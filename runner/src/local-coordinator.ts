@@ -127,6 +127,22 @@ async function runtimeChildPid(): Promise<number | null> {
   return null;
 }
 
+/**
+ * Refuses clearly when the Workers runtime (miniflare, an optional dependency) is not installed: a
+ * runner-only install (--omit=optional) talks to a deployed coordinator and cannot run a local one.
+ */
+export async function assertWorkersRuntime(): Promise<void> {
+  try {
+    import.meta.resolve("miniflare");
+  } catch {
+    const manifest = JSON.parse(await readFile(path.join(PACKAGE_ROOT, "package.json"), "utf8")) as { optionalDependencies?: Record<string, string> };
+    const version = manifest.optionalDependencies?.miniflare ?? "4";
+    throw new UserError(
+      `the local coordinator needs the Workers runtime, which this install left out (--omit=optional): add it with \`npm install miniflare@${version}\`, or use a deployed coordinator with --server URL (or LOOPWARDEN_SERVER)`,
+    );
+  }
+}
+
 /** Starts the coordinator on 127.0.0.1 with state under `stateDir`, and waits until `/healthz` answers. */
 export async function startLocalCoordinator(options: {
   stateDir: string;
@@ -143,6 +159,7 @@ export async function startLocalCoordinator(options: {
     throw new UserError(`port ${port} on 127.0.0.1 is in use; choose another with --port`);
   }
   // Loading Miniflare takes a few hundred milliseconds: start it while the bundle is checked.
+  await assertWorkersRuntime();
   const loading = import("miniflare");
   await ensureWorkerBundle(() => options.onNote?.("building the worker bundle (dist/worker) from its sources…"));
   const [{ Miniflare, Log, LogLevel }, config, contents, signingKey] = await Promise.all([
