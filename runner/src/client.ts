@@ -22,19 +22,10 @@ import {
 } from "../../shared/wire/api.js";
 import type { Contract } from "../../shared/wire/contract.js";
 import type { ArtifactRef } from "../../shared/wire/observation.js";
-import { UserError } from "./errors.js";
+import { CoordinatorError, UserError } from "./errors.js";
 
-/** What the coordinator answered instead of a result: a 4xx refusal, or a 5xx still there after the retries, with its JSON error envelope. */
-export class CoordinatorError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-    this.name = "CoordinatorError";
-  }
-}
+// Defined with the other errors (main.ts catches it without loading the client and its schemas).
+export { CoordinatorError };
 
 /** JSON bodies larger than this are sent gzip-encoded. */
 export const GZIP_ABOVE_BYTES = 64 * 1024;

@@ -11,3 +11,15 @@ export class UserError extends Error {
     this.name = "UserError";
   }
 }
+
+/** What the coordinator answered instead of a result: a 4xx refusal, or a 5xx still there after the retries, with its JSON error envelope. */
+export class CoordinatorError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "CoordinatorError";
+  }
+}

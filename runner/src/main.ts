@@ -1,7 +1,7 @@
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import { VERSION } from "../../shared/version.js";
-import { CoordinatorError } from "./client.js";
-import { UserError } from "./errors.js";
+// Only what every command needs: the commands, the client and their schemas load lazily.
+import { CoordinatorError, UserError } from "./errors.js";
 import { emitResult, type OutputMode } from "./output.js";
 
 // Commands are loaded lazily, so `--version` and `--help` never load the worker tooling.
