@@ -16,9 +16,7 @@ const loading = performance.now();
 if (how === "miniflare") await import("miniflare");
 const started = performance.now();
 const coordinator =
-  how === "miniflare"
-    ? await startLocalCoordinator({ stateDir })
-    : await startWranglerDev(path.join(stateDir, "data"), path.join(stateDir, "logs"));
+  how === "miniflare" ? await startLocalCoordinator({ stateDir }) : await startWranglerDev(path.join(stateDir, "data"), path.join(stateDir, "logs"));
 const healthy = performance.now();
 await new Client(coordinator.url).createLoop({
   idempotency_key: `bench-${process.pid}-${Date.now()}`,

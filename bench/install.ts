@@ -57,7 +57,9 @@ const say = (line = "") => {
   console.log(line);
 };
 try {
-  const packed = JSON.parse(execFileSync("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", work], { cwd: root, encoding: "utf8" })) as [{ filename: string }];
+  const packed = JSON.parse(execFileSync("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", work], { cwd: root, encoding: "utf8" })) as [
+    { filename: string },
+  ];
   const tarball = path.join(work, packed[0].filename);
   const thin = install(tarball, "runner-only", ["--omit=dev", "--omit=optional"]);
   const full = install(tarball, "full", ["--omit=dev"]);
@@ -67,12 +69,17 @@ try {
   const repo = path.join(work, "repo");
   const state = path.join(work, "state");
   cpSync(path.join(root, "examples", "demo"), repo, { recursive: true });
-  const git = (...args: string[]) => execFileSync("git", ["-c", "user.name=bench", "-c", "user.email=bench@localhost", ...args], { cwd: repo, stdio: "ignore" });
+  const git = (...args: string[]) =>
+    execFileSync("git", ["-c", "user.name=bench", "-c", "user.email=bench@localhost", ...args], { cwd: repo, stdio: "ignore" });
   git("init", "-q", "-b", "main");
   git("add", "-A");
   git("commit", "-q", "-m", "demo");
   const warm = { LOOPWARDEN_IDLE: "5m", NO_COLOR: "1" };
-  spawnSync(bin(full.dir), ["--state", state, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], { cwd: repo, env: { ...process.env, ...warm }, stdio: "ignore" });
+  spawnSync(bin(full.dir), ["--state", state, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], {
+    cwd: repo,
+    env: { ...process.env, ...warm },
+    stdio: "ignore",
+  });
   try {
     const node = timed(process.execPath, ["-e", "0"]);
     const version = timed(bin(thin.dir), ["--version"]);
@@ -81,7 +88,9 @@ try {
 
     say("# Installing loopwarden");
     say();
-    say(`\`npm run bench:install\`, ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${os.cpus().length} cores; start-up times are medians of ${RUNS} fresh processes.`);
+    say(
+      `\`npm run bench:install\`, ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${os.cpus().length} cores; start-up times are medians of ${RUNS} fresh processes.`,
+    );
     say();
     say("| | |");
     say("|---|---:|");

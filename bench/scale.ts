@@ -87,7 +87,9 @@ const logBytes = async (loopId: string) => (await client.eventLines(loopId)).red
 try {
   say("# Coordinator cost at scale");
   say();
-  say(`\`npm run bench:scale\`, ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${os.cpus().length} cores; local coordinator (Miniflare), fresh state.`);
+  say(
+    `\`npm run bench:scale\`, ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${os.cpus().length} cores; local coordinator (Miniflare), fresh state.`,
+  );
   say();
   say("## Report round trip by suite size");
   say();

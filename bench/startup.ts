@@ -70,10 +70,16 @@ function coordinatorStarts(how: "miniflare" | "wrangler"): { fresh: Start[]; war
   }
   return starts;
 }
-const median = (starts: Start[], key: keyof Start) => at(starts.map((start) => start[key]).sort((a, b) => a - b), 0.5);
+const median = (starts: Start[], key: keyof Start) =>
+  at(
+    starts.map((start) => start[key]).sort((a, b) => a - b),
+    0.5,
+  );
 const miniflare = coordinatorStarts("miniflare");
 const wrangler = coordinatorStarts("wrangler");
-console.log(`\non-demand local coordinator, ${COORDINATOR_RUNS} starts each in a fresh process (medians; healthy and first loop counted after loading Miniflare)`);
+console.log(
+  `\non-demand local coordinator, ${COORDINATOR_RUNS} starts each in a fresh process (medians; healthy and first loop counted after loading Miniflare)`,
+);
 console.log("started with                   state   load Miniflare   healthy   first loop   total to first loop");
 for (const [label, starts] of [
   ["Miniflare API (loopwarden)", miniflare],
@@ -81,11 +87,16 @@ for (const [label, starts] of [
 ] as const) {
   for (const which of ["fresh", "warm"] as const) {
     const runs = starts[which];
-    const total = at(runs.map((start) => start.load_ms + start.created_ms).sort((a, b) => a - b), 0.5);
+    const total = at(
+      runs.map((start) => start.load_ms + start.created_ms).sort((a, b) => a - b),
+      0.5,
+    );
     console.log(
       `${label.padEnd(30)} ${which.padEnd(5)} ${median(runs, "load_ms").toFixed(0).padStart(10)} ms ${median(runs, "healthy_ms").toFixed(0).padStart(6)} ms ${median(runs, "created_ms").toFixed(0).padStart(9)} ms ${total.toFixed(0).padStart(14)} ms`,
     );
   }
 }
 const ratio = (which: "fresh" | "warm", key: "healthy_ms" | "created_ms") => (median(miniflare[which], key) / median(wrangler[which], key)).toFixed(2);
-console.log(`ratio Miniflare / wrangler dev, once loaded: healthy ${ratio("warm", "healthy_ms")} (warm), ${ratio("fresh", "healthy_ms")} (fresh); first loop ${ratio("warm", "created_ms")} (warm)`);
+console.log(
+  `ratio Miniflare / wrangler dev, once loaded: healthy ${ratio("warm", "healthy_ms")} (warm), ${ratio("fresh", "healthy_ms")} (fresh); first loop ${ratio("warm", "created_ms")} (warm)`,
+);

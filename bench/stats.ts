@@ -40,15 +40,19 @@ const out = (line = "") => lines.push(line);
 
 out("# Sequential comparison of numeric metrics: measured by simulation");
 out();
-out(`Produced by \`npm run bench:stats\` (bench/stats.ts) on ${new Date().toISOString().slice(0, 10)}: node ${process.version}, ` +
-  `${os.platform()} ${os.arch()}, ${os.cpus().length} × ${os.cpus()[0]?.model.trim() ?? "unknown CPU"}. Seeded (mulberry32, test/support/prng.ts), ` +
-  "so every figure but the run time is the same on any machine. The method is in shared/engine/STATISTICS.md.");
+out(
+  `Produced by \`npm run bench:stats\` (bench/stats.ts) on ${new Date().toISOString().slice(0, 10)}: node ${process.version}, ` +
+    `${os.platform()} ${os.arch()}, ${os.cpus().length} × ${os.cpus()[0]?.model.trim() ?? "unknown CPU"}. Seeded (mulberry32, test/support/prng.ts), ` +
+    "so every figure but the run time is the same on any machine. The method is in shared/engine/STATISTICS.md.",
+);
 out();
-out("Each comparison runs as a loop does: pairs (best, then candidate) are read one at a time and `compareSamples` decides " +
-  "after each pair from samples.min on, until it promotes or rejects. Readings are 100 units for the best-so-far and " +
-  "100/(1 + improvement) for the candidate (lower is better), times the noise. Gaussian noise: value·(1 + 0.05·Z); " +
-  "log-normal: value·exp(σZ) with σ = √ln(1 + 0.05²), also a 5% coefficient of variation. Figures in brackets are exact " +
-  "(Clopper-Pearson) 95% bounds on the true rate given the simulated count.");
+out(
+  "Each comparison runs as a loop does: pairs (best, then candidate) are read one at a time and `compareSamples` decides " +
+    "after each pair from samples.min on, until it promotes or rejects. Readings are 100 units for the best-so-far and " +
+    "100/(1 + improvement) for the candidate (lower is better), times the noise. Gaussian noise: value·(1 + 0.05·Z); " +
+    "log-normal: value·exp(σZ) with σ = √ln(1 + 0.05²), also a 5% coefficient of variation. Figures in brackets are exact " +
+    "(Clopper-Pearson) 95% bounds on the true rate given the simulated count.",
+);
 out();
 
 // ---- 1. the sequential design on the scenarios of the issue ----
@@ -63,17 +67,23 @@ for (const noise of NOISES) {
     main.set(`${noise} ${improvement}`, summary);
     const side = improvement >= 0.05 ? "lower" : "upper";
     const early = summary.pairs.filter((pairs) => pairs < BASE.samples.max).length / summary.comparisons;
-    out(`| ${noise} | ${effect(improvement)} | ${rate(summary, side)} | ${mean(summary.pairs).toFixed(1)} | ${quantile(summary.pairs, 0.9)} | ${pct(early, 1)} |`);
+    out(
+      `| ${noise} | ${effect(improvement)} | ${rate(summary, side)} | ${mean(summary.pairs).toFixed(1)} | ${quantile(summary.pairs, 0.9)} | ${pct(early, 1)} |`,
+    );
   }
 }
 out();
-out("A promotion with no real improvement, or with exactly min_effect, is a false promote: the guarantee is ≤ 5% " +
-  "(1 − confidence) for any true improvement ≤ min_effect. Promotions of +5% are not required (it is above min_effect, " +
-  "but 40 pairs at 5% noise cannot show it clearly); +10% is the issue's power target (≥ 95%).");
+out(
+  "A promotion with no real improvement, or with exactly min_effect, is a false promote: the guarantee is ≤ 5% " +
+    "(1 − confidence) for any true improvement ≤ min_effect. Promotions of +5% are not required (it is above min_effect, " +
+    "but 40 pairs at 5% noise cannot show it clearly); +10% is the issue's power target (≥ 95%).",
+);
 out();
 
 // ---- 2. robustness ----
-out(`## 2. Robustness: log-normal 5% noise unless stated, min_effect 2%, confidence 0.95, samples 5..40 (${COMPARISONS.toLocaleString("en")} comparisons each)`);
+out(
+  `## 2. Robustness: log-normal 5% noise unless stated, min_effect 2%, confidence 0.95, samples 5..40 (${COMPARISONS.toLocaleString("en")} comparisons each)`,
+);
 out();
 out("| situation | true improvement | promoted | mean pairs | p90 pairs |");
 out("|---|---|---|---|---|");
@@ -87,7 +97,9 @@ const robustness: { label: string; change: Partial<Scenario> }[] = [
 for (const { label, change } of robustness) {
   for (const improvement of [0, 0.02, 0.1]) {
     const summary = run({ ...BASE, noise: "lognormal", improvement, ...change });
-    out(`| ${label} | ${effect(improvement)} | ${rate(summary, improvement > BASE.minEffect ? "lower" : "upper")} | ${mean(summary.pairs).toFixed(1)} | ${quantile(summary.pairs, 0.9)} |`);
+    out(
+      `| ${label} | ${effect(improvement)} | ${rate(summary, improvement > BASE.minEffect ? "lower" : "upper")} | ${mean(summary.pairs).toFixed(1)} | ${quantile(summary.pairs, 0.9)} |`,
+    );
   }
 }
 out();
@@ -110,15 +122,19 @@ function fixedDesign(noise: Noise, alpha: number, power: number): { n: number; p
 }
 out("## 3. Against a fixed-size design with the same error rates");
 out();
-out("A fixed design reads N pairs, then decides once with the same signed-rank interval (promote when its lower bound " +
-  "is above min_effect). Its N is the smallest whose false-promote rate at a true improvement of exactly min_effect " +
-  "(exact, from the signed-rank distribution) is at most the stated α and whose power at +10% (simulated, " +
-  `${COMPARISONS.toLocaleString("en")} comparisons per N) is at least the stated power. **Matched** takes the sequential ` +
-  "design's measured rates from table 1: its false-promote rate at exactly min_effect (where a false promote is most " +
-  "likely) and its power at +10%. **Nominal** takes only the issue's targets, 5% and 95%, which the sequential design " +
-  "more than meets; it is the cheapest fixed design that would pass the same acceptance test.");
+out(
+  "A fixed design reads N pairs, then decides once with the same signed-rank interval (promote when its lower bound " +
+    "is above min_effect). Its N is the smallest whose false-promote rate at a true improvement of exactly min_effect " +
+    "(exact, from the signed-rank distribution) is at most the stated α and whose power at +10% (simulated, " +
+    `${COMPARISONS.toLocaleString("en")} comparisons per N) is at least the stated power. **Matched** takes the sequential ` +
+    "design's measured rates from table 1: its false-promote rate at exactly min_effect (where a false promote is most " +
+    "likely) and its power at +10%. **Nominal** takes only the issue's targets, 5% and 95%, which the sequential design " +
+    "more than meets; it is the cheapest fixed design that would pass the same acceptance test.",
+);
 out();
-out("| noise | fixed design for | fixed N | its false-promote at min_effect | its power at +10% | sequential mean pairs: no effect / = min_effect / +5% / +10% / +20% |");
+out(
+  "| noise | fixed design for | fixed N | its false-promote at min_effect | its power at +10% | sequential mean pairs: no effect / = min_effect / +5% / +10% / +20% |",
+);
 out("|---|---|---|---|---|---|");
 const fixedRows: { noise: Noise; label: string; n: number }[] = [];
 for (const noise of NOISES) {
@@ -130,8 +146,10 @@ for (const noise of NOISES) {
   ] as const) {
     const fixed = fixedDesign(noise, alpha, power);
     fixedRows.push({ noise, label, n: fixed.n });
-    out(`| ${noise} | ${label}: α ${pct(alpha)}, power ${pct(power)} | **${fixed.n}** | ${pct(exactFalsePromote(fixed.n, alpha))} | ` +
-      `${pct(fixed.power)} | ${sequentialPairs} |`);
+    out(
+      `| ${noise} | ${label}: α ${pct(alpha)}, power ${pct(power)} | **${fixed.n}** | ${pct(exactFalsePromote(fixed.n, alpha))} | ` +
+        `${pct(fixed.power)} | ${sequentialPairs} |`,
+    );
   }
 }
 out();
@@ -139,13 +157,15 @@ out();
   const meanAt = (improvement: number) => mean((main.get(`gaussian ${improvement}`) as SimulationSummary).pairs).toFixed(1);
   const matched = fixedRows.find((row) => row.noise === "gaussian" && row.label === "matched")?.n;
   const nominal = fixedRows.find((row) => row.noise === "gaussian" && row.label === "nominal")?.n;
-  out(`With the same error rates a fixed design spends ${matched} pairs on every candidate. The sequential design averages ` +
-    `${meanAt(0)} on a change that does nothing (the most common candidate in a loop), ${meanAt(0.2)} at +20%, ${meanAt(0.1)} at ` +
-    `+10% and ${meanAt(0.02)} at exactly min_effect; only at +5%, an improvement above min_effect that 40 pairs at this noise ` +
-    `can rarely show, does it average more (${meanAt(0.05)}), because it keeps sampling instead of deciding. (Gaussian figures; ` +
-    `log-normal alike.) The cheapest fixed design that merely meets the 5% / 95% targets needs ${nominal} pairs: the ` +
-    "sequential design uses fewer on no-op candidates and large wins, about as many at +10%, and more near min_effect; " +
-    "it also errs far less (table 1).");
+  out(
+    `With the same error rates a fixed design spends ${matched} pairs on every candidate. The sequential design averages ` +
+      `${meanAt(0)} on a change that does nothing (the most common candidate in a loop), ${meanAt(0.2)} at +20%, ${meanAt(0.1)} at ` +
+      `+10% and ${meanAt(0.02)} at exactly min_effect; only at +5%, an improvement above min_effect that 40 pairs at this noise ` +
+      `can rarely show, does it average more (${meanAt(0.05)}), because it keeps sampling instead of deciding. (Gaussian figures; ` +
+      `log-normal alike.) The cheapest fixed design that merely meets the 5% / 95% targets needs ${nominal} pairs: the ` +
+      "sequential design uses fewer on no-op candidates and large wins, about as many at +10%, and more near min_effect; " +
+      "it also errs far less (table 1).",
+  );
 }
 out();
 
@@ -171,8 +191,10 @@ for (const noise of NOISES) {
 out();
 {
   const falsePromotes = NOISES.map((noise) => pct((main.get(`${noise} 0`) as SimulationSummary).promoted / COMPARISONS)).join(" and ");
-  out("Under pure noise the greedy rule keeps about half of all no-op changes (and still more than a third when it asks for " +
-    `a 2% gain), so a loop that runs it chases noise; the sequential design keeps ${falsePromotes} of them (table 1).`);
+  out(
+    "Under pure noise the greedy rule keeps about half of all no-op changes (and still more than a third when it asks for " +
+      `a 2% gain), so a loop that runs it chases noise; the sequential design keeps ${falsePromotes} of them (table 1).`,
+  );
 }
 out();
 

@@ -56,7 +56,13 @@ function logOf(size: number): LoopEvent[] {
     for (const event of events) state = applyEvent(state, event);
     drafts.push(...events);
   };
-  const created = createLoop({ loop_id: "lp_0123456789abcdef01234567", contract, contract_hash: sha256Hex(canonicalJson(contract)), t0: { commit: "a".repeat(40), observation: observation(3) }, at: at() });
+  const created = createLoop({
+    loop_id: "lp_0123456789abcdef01234567",
+    contract,
+    contract_hash: sha256Hex(canonicalJson(contract)),
+    t0: { commit: "a".repeat(40), observation: observation(3) },
+    at: at(),
+  });
   if (!created.ok) throw new Error(created.error.message);
   append(created.events);
   for (let iteration = 1; drafts.length < size; iteration++) {
@@ -144,13 +150,19 @@ try {
     // Peak memory from one more run under GNU time, whose line (KiB) is the last of stderr.
     const timed = execFileSync(
       "sh",
-      ["-c", `/usr/bin/time -f %M "${process.execPath}" "${path.join(root, "runner", "bin", "loopwarden.js")}" --json verify "${files.envelope}" --events "${files.events}" --key "${files.keys}" 2>&1 >/dev/null`],
+      [
+        "-c",
+        `/usr/bin/time -f %M "${process.execPath}" "${path.join(root, "runner", "bin", "loopwarden.js")}" --json verify "${files.envelope}" --events "${files.events}" --key "${files.keys}" 2>&1 >/dev/null`,
+      ],
       { encoding: "utf8" },
     );
     const peakKiB = Number(timed.trim().split("\n").at(-1));
 
     const inProcess: number[] = [];
-    const records = readFileSync(files.events, "utf8").trim().split("\n").map((line) => JSON.parse(line) as Record<string, unknown>);
+    const records = readFileSync(files.events, "utf8")
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
     for (let run = 0; run < RUNS; run++) {
       const started = performance.now();
       const result = await verifyReceipt({ envelope, events: records, keys, verify: verifyEd25519 });

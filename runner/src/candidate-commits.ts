@@ -20,7 +20,9 @@ export async function refuseCandidateBaseline(repo: string, head: string, branch
   const prefix = loopBranch("");
   const loopId = trailers[TRAILER.loop] ?? (branch?.startsWith(prefix) ? branch.slice(prefix.length) : undefined);
   if (loopId === undefined) return;
-  const where = trailers[TRAILER.loop] ? `HEAD (${shortCommit(head)}) is a candidate commit of loop ${loopId}` : `the working tree is on ${branch}, the branch of loop ${loopId}`;
+  const where = trailers[TRAILER.loop]
+    ? `HEAD (${shortCommit(head)}) is a candidate commit of loop ${loopId}`
+    : `the working tree is on ${branch}, the branch of loop ${loopId}`;
   throw new UserError(
     `${where}; a new loop's baseline must be a commit you made. Switch to your own branch (git switch main), ` +
       `after merging what you want to keep of the loop (git merge --no-ff ${loopBranch(loopId)})`,
@@ -47,10 +49,7 @@ export async function commitCandidate(session: Session, iteration: number, agent
 }
 
 /** Reads back a candidate commit's trailers; null when the commit is not a candidate of this loop. */
-export async function candidateTrailers(
-  session: Session,
-  commit: string,
-): Promise<{ key: string; iteration: number; agent: AgentRun | null } | null> {
+export async function candidateTrailers(session: Session, commit: string): Promise<{ key: string; iteration: number; agent: AgentRun | null } | null> {
   const trailers = await readTrailers(session.repo, commit);
   const key = trailers[TRAILER.proposal];
   if (trailers[TRAILER.loop] !== session.loop.loop_id || !key) return null;

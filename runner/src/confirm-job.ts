@@ -27,7 +27,10 @@ export async function confirmAgainstT0(session: Session): Promise<LoopSummary | 
   const state = await foldLoop(session);
   if (state.confirm?.candidate_id === loop.best.candidate_id) return null;
   const best = loop.best.candidate_id;
-  progress(mode, `confirming ${best} against t0: ${metric.name} interleaved (t0 at ${shortCommit(state.t0.commit)}, then ${best} at ${shortCommit(loop.best.commit)})…`);
+  progress(
+    mode,
+    `confirming ${best} against t0: ${metric.name} interleaved (t0 at ${shortCommit(state.t0.commit)}, then ${best} at ${shortCommit(loop.best.commit)})…`,
+  );
   return withClone(session.repo, state.t0.commit, "confirm-t0", (t0) =>
     withClone(session.repo, loop.best.commit, "confirm-best", async (bestClone) => {
       // samplePairs measures its "best" first: here that is t0.
@@ -45,7 +48,10 @@ export async function confirmAgainstT0(session: Session): Promise<LoopSummary | 
         if (answer.status === "recorded") {
           const { confirm } = answer;
           const range = confirm.interval ? ` [${percent(confirm.interval[0] ?? 0)}, ${percent(confirm.interval[1] ?? 0)}]` : "";
-          progress(mode, `confirmed against t0: ${best} ${confirm.metric} ${percent(confirm.estimate)} better${range} over ${confirm.pairs} interleaved pair(s)`);
+          progress(
+            mode,
+            `confirmed against t0: ${best} ${confirm.metric} ${percent(confirm.estimate)} better${range} over ${confirm.pairs} interleaved pair(s)`,
+          );
           return answer.loop;
         }
         wanted = samples.best.length + answer.more;

@@ -45,7 +45,10 @@ export async function connect(options: ServerOptions, mode: OutputMode): Promise
   let running = await findRunningCoordinator(stateDir);
   if (running?.daemon && (running.version !== VERSION || running.bundle !== (await currentBundle()))) {
     // A warm coordinator of another version (or, in a source checkout, of older worker code) is replaced.
-    progress(mode, `the warm local coordinator runs ${running.version === VERSION ? "an older worker bundle" : `version ${running.version ?? "unknown"}`}: restarting it`);
+    progress(
+      mode,
+      `the warm local coordinator runs ${running.version === VERSION ? "an older worker bundle" : `version ${running.version ?? "unknown"}`}: restarting it`,
+    );
     await stopCoordinator(stateDir);
     running = null;
   }

@@ -28,10 +28,47 @@ export function contractHash(contract: Contract): string {
 
 // Every key the contract knows, for "did you mean" hints on misspelt keys.
 const KNOWN_KEYS = [
-  "name", "mode", "objective", "gates", "run", "tests", "junit", "tap", "timeout", "soft", "metric", "max", "min",
-  "direction", "min_effect", "confidence", "samples", "target", "secondary", "max_regression", "guards", "protected",
-  "tests_never_shrink", "coverage", "lcov", "floor", "on_violation", "stop", "max_iterations", "no_progress",
-  "budget", "wall", "cost_usd", "agent", "artifacts", "exec", "network", "tasks", "id", "title", "check",
+  "name",
+  "mode",
+  "objective",
+  "gates",
+  "run",
+  "tests",
+  "junit",
+  "tap",
+  "timeout",
+  "soft",
+  "metric",
+  "max",
+  "min",
+  "direction",
+  "min_effect",
+  "confidence",
+  "samples",
+  "target",
+  "secondary",
+  "max_regression",
+  "guards",
+  "protected",
+  "tests_never_shrink",
+  "coverage",
+  "lcov",
+  "floor",
+  "on_violation",
+  "stop",
+  "max_iterations",
+  "no_progress",
+  "budget",
+  "wall",
+  "cost_usd",
+  "agent",
+  "artifacts",
+  "exec",
+  "network",
+  "tasks",
+  "id",
+  "title",
+  "check",
 ];
 
 function distance(a: string, b: string): number {
@@ -55,10 +92,7 @@ function suggestion(key: string): string {
 
 /** `gates[1].timeout` from a zod path. */
 export function formatPath(pathParts: readonly PropertyKey[]): string {
-  return pathParts.reduce<string>(
-    (text, part) => (typeof part === "number" ? `${text}[${part}]` : text ? `${text}.${String(part)}` : String(part)),
-    "",
-  );
+  return pathParts.reduce<string>((text, part) => (typeof part === "number" ? `${text}[${part}]` : text ? `${text}.${String(part)}` : String(part)), "");
 }
 
 function valueAt(doc: Document, parts: readonly PropertyKey[]): unknown {
@@ -74,9 +108,7 @@ function describeIssues(error: z.ZodError, file: string, doc: Document | null, l
     const range = isNode(node) ? node.range : undefined;
     const position = range && lines ? `:${lines.linePos(range[0]).line}` : "";
     if (issue.code === "unrecognized_keys") {
-      return issue.keys
-        .map((key) => `${file}${position} ${where ? `${where}.` : ""}${key}: unknown key${suggestion(key)}`)
-        .join("\n");
+      return issue.keys.map((key) => `${file}${position} ${where ? `${where}.` : ""}${key}: unknown key${suggestion(key)}`).join("\n");
     }
     const value = doc ? valueAt(doc, issue.path) : undefined;
     const shown = value === undefined || value === "" || typeof value === "object" ? "" : ` ${JSON.stringify(value)}`;
@@ -109,7 +141,8 @@ export function validateContract(input: unknown, source: string, doc: Document |
     throw new UserError(`invalid contract:\n${describeIssues(parsed.error, source, doc, lines).join("\n")}`, 2);
   }
   const unsupported = unsupportedFeatures(parsed.data);
-  if (unsupported.length > 0) throw new UserError(`the contract asks for more than this version enforces:\n${unsupported.map((line) => `${source} ${line}`).join("\n")}`, 2);
+  if (unsupported.length > 0)
+    throw new UserError(`the contract asks for more than this version enforces:\n${unsupported.map((line) => `${source} ${line}`).join("\n")}`, 2);
   return { contract: parsed.data, hash: contractHash(parsed.data), source };
 }
 

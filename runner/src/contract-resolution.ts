@@ -36,7 +36,8 @@ export async function resolveContract(repo: string, options: ContractOptions): P
     throw new UserError("flag-only mode needs both --check CMD and --exec CMD (or neither, to use loop.yaml)", 2);
   }
   if (options.contract !== undefined) throw new UserError("use either --contract FILE or --check/--exec, not both", 2);
-  if (options.junit !== undefined && options.tap !== undefined) throw new UserError("the check has one test report: give --junit PATH or --tap PATH, not both", 2);
+  if (options.junit !== undefined && options.tap !== undefined)
+    throw new UserError("the check has one test report: give --junit PATH or --tap PATH, not both", 2);
   const base = validateContract(
     {
       name: options.name ?? path.basename(repo),
@@ -93,7 +94,10 @@ export async function resumedContract(repo: string, source: string, options: Con
   const refuse = (what: string, differences: string[]) =>
     new UserError(
       `loop ${loopId} (${source === FLAGS_SOURCE ? "flag-only" : source}) is still running, and ${what} would change the contract it pinned:\n` +
-        differences.slice(0, 12).map((line) => `  ${line}`).join("\n") +
+        differences
+          .slice(0, 12)
+          .map((line) => `  ${line}`)
+          .join("\n") +
         "\nresume it with `loopwarden run` and no contract flags, or start another loop with --new",
       2,
     );

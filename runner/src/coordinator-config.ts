@@ -29,10 +29,19 @@ const WranglerToml = z.looseObject({
   name: z.string().min(1),
   compatibility_date: z.string().min(1),
   compatibility_flags: z.array(z.string()).default([]),
-  durable_objects: z.strictObject({ bindings: z.array(z.looseObject({ name: z.string(), class_name: z.string(), script_name: z.string().optional() })) }).optional(),
+  durable_objects: z
+    .strictObject({ bindings: z.array(z.looseObject({ name: z.string(), class_name: z.string(), script_name: z.string().optional() })) })
+    .optional(),
   migrations: z.array(z.looseObject({ tag: z.string(), new_sqlite_classes: z.array(z.string()).optional() })).default([]),
   d1_databases: z
-    .array(z.looseObject({ binding: z.string(), database_id: z.string(), preview_database_id: z.string().optional(), migrations_dir: z.string().default("migrations") }))
+    .array(
+      z.looseObject({
+        binding: z.string(),
+        database_id: z.string(),
+        preview_database_id: z.string().optional(),
+        migrations_dir: z.string().default("migrations"),
+      }),
+    )
     .default([]),
   r2_buckets: z.array(z.looseObject({ binding: z.string(), bucket_name: z.string(), preview_bucket_name: z.string().optional() })).default([]),
   vars: z.record(z.string(), z.unknown()).default({}),
@@ -68,14 +77,17 @@ export function workerConfigOf(text: string, file = "wrangler.toml"): WorkerConf
   const raw = parseToml(text);
   const unknown = Object.keys(raw).filter((key) => !NOT_BINDINGS.has(key));
   if (unknown.length > 0) {
-    throw new Error(`${file} declares ${unknown.join(", ")}, which the local coordinator does not map to its worker; add the mapping in runner/src/coordinator-config.ts`);
+    throw new Error(
+      `${file} declares ${unknown.join(", ")}, which the local coordinator does not map to its worker; add the mapping in runner/src/coordinator-config.ts`,
+    );
   }
   const parsed = WranglerToml.safeParse(raw);
   if (!parsed.success) throw new Error(`${file} is not a worker configuration the local coordinator can run: ${z.prettifyError(parsed.error)}`);
   const config = parsed.data;
   const sqlite = new Set(config.migrations.flatMap((migration) => migration.new_sqlite_classes ?? []));
   const foreign = config.durable_objects?.bindings.filter((binding) => binding.script_name !== undefined) ?? [];
-  if (foreign.length > 0) throw new Error(`${file}: Durable Object bindings to other scripts (${foreign.map((binding) => binding.name).join(", ")}) cannot run locally`);
+  if (foreign.length > 0)
+    throw new Error(`${file}: Durable Object bindings to other scripts (${foreign.map((binding) => binding.name).join(", ")}) cannot run locally`);
   return {
     name: config.name,
     compatibilityDate: config.compatibility_date,

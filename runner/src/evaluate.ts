@@ -195,7 +195,9 @@ async function withTasks(clone: Clone, options: EvaluationOptions, evaluation: E
     const ref: ArtifactRef = { sha256: sha256Hex(bytes), size: bytes.length, name: `task-${task.id}.log`, content_type: "text/plain; charset=utf-8" };
     evaluation.logs.push({ ref, bytes });
     results.push({ name: task.id, exit_code: result.exit_code, signal: result.signal, timed_out: result.timed_out, duration_ms: result.duration_ms, log: ref });
-    options.onNote?.(`task ${task.id}: ${result.exit_code === 0 && !result.timed_out ? "done" : result.timed_out ? "timed out" : `not done (exit ${result.exit_code ?? result.signal})`}`);
+    options.onNote?.(
+      `task ${task.id}: ${result.exit_code === 0 && !result.timed_out ? "done" : result.timed_out ? "timed out" : `not done (exit ${result.exit_code ?? result.signal})`}`,
+    );
   }
   evaluation.observation.tasks = results;
   return evaluation;

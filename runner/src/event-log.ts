@@ -13,7 +13,8 @@ export async function foldLoop(session: Session): Promise<LoopState> {
   const after = session.folded?.seq ?? 0;
   const events = (await session.client.eventLines(session.loop.loop_id, after)).map((line) => LoopEvent.parse(JSON.parse(line)));
   const last = events.at(-1);
-  if (last && last.seq !== after + events.length) throw new Error(`loop ${session.loop.loop_id}: events after ${after} are not contiguous (last is ${last.seq})`);
+  if (last && last.seq !== after + events.length)
+    throw new Error(`loop ${session.loop.loop_id}: events after ${after} are not contiguous (last is ${last.seq})`);
   const state = events.length === 0 ? (session.folded?.state ?? null) : foldEvents(events, session.folded?.state ?? null);
   if (!state) throw new Error(`loop ${session.loop.loop_id} has no events`);
   session.folded = { seq: last?.seq ?? after, state };

@@ -57,9 +57,7 @@ function tryPrefix(prefix: string[]): Promise<{ ok: true } | { ok: false; reason
  * brings the namespace's loopback up with iproute2's `ip`. Exported with its binaries as parameters
  * for tests; commands use `networkIsolation()`, which probes once per process.
  */
-export async function probeNetworkIsolation(
-  binaries: { unshare?: string | null; ip?: string | null } = {},
-): Promise<NetworkIsolation> {
+export async function probeNetworkIsolation(binaries: { unshare?: string | null; ip?: string | null } = {}): Promise<NetworkIsolation> {
   if (process.platform !== "linux") return { available: false, reason: `network namespaces are a Linux feature and this is ${process.platform}` };
   const unshare = binaries.unshare === undefined ? await findExecutable("unshare") : binaries.unshare;
   if (!unshare) return { available: false, reason: "util-linux's unshare is not installed (or not on PATH)" };

@@ -1,4 +1,15 @@
-import { BASELINE_ID, foldEvents, median, type AgentRun, type CandidateState, type EventDraft, type LoopState, type Proposer, type TestStanding, type Verdict } from "../../shared/engine/index.js";
+import {
+  BASELINE_ID,
+  foldEvents,
+  median,
+  type AgentRun,
+  type CandidateState,
+  type EventDraft,
+  type LoopState,
+  type Proposer,
+  type TestStanding,
+  type Verdict,
+} from "../../shared/engine/index.js";
 import type { AgentReport } from "../../shared/wire/agent-report.js";
 import type { GateResult, Observation } from "../../shared/wire/observation.js";
 
@@ -45,8 +56,7 @@ function historyOf(events: readonly EventDraft[]): History {
     if (event.type === "loop_created") t0 = event.data.t0.observation;
     else if (event.type === "candidate_proposed") {
       proposals.set(event.data.candidate_id, { proposer: event.data.proposer, agent_report_error: event.data.agent_report_error ?? null });
-    }
-    else if (event.type === "observation_reported") observations.set(event.data.candidate_id, event.data.observation);
+    } else if (event.type === "observation_reported") observations.set(event.data.candidate_id, event.data.observation);
     else if (event.type === "verdict") decided.set(event.data.candidate_id, event.at);
   }
   if (!t0) throw new Error("the loop has no loop_created event");
@@ -184,7 +194,10 @@ function benchmarkTable(history: History): string[][] {
         : [],
     ),
   ];
-  const gates = gateNames(history.state, rows.map((row) => row.observation));
+  const gates = gateNames(
+    history.state,
+    rows.map((row) => row.observation),
+  );
   // Columns by (gate, metric): a gate `a.b` with metric `c` and a gate `a` with `b.c` stay two columns.
   const metricColumns = gates.flatMap((gate) => {
     const names = new Set<string>();

@@ -27,16 +27,27 @@ const SAFE_CONFIG = ["-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=fal
 // clone included, act on the user's repository: `remote remove origin` in a fresh clone would remove
 // the user's own origin. The runner always names the repository by its working directory instead.
 const REPO_LOCATING_GIT_ENV = new Set([
-  "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_OBJECT_DIRECTORY",
-  "GIT_DIR", "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE", "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS",
-  "GIT_REPLACE_REF_BASE", "GIT_PREFIX", "GIT_INTERNAL_SUPER_PREFIX", "GIT_SHALLOW_FILE", "GIT_COMMON_DIR",
+  "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+  "GIT_CONFIG",
+  "GIT_CONFIG_PARAMETERS",
+  "GIT_CONFIG_COUNT",
+  "GIT_OBJECT_DIRECTORY",
+  "GIT_DIR",
+  "GIT_WORK_TREE",
+  "GIT_IMPLICIT_WORK_TREE",
+  "GIT_GRAFT_FILE",
+  "GIT_INDEX_FILE",
+  "GIT_NO_REPLACE_OBJECTS",
+  "GIT_REPLACE_REF_BASE",
+  "GIT_PREFIX",
+  "GIT_INTERNAL_SUPER_PREFIX",
+  "GIT_SHALLOW_FILE",
+  "GIT_COMMON_DIR",
 ]);
 
 /** `env` without the variables that point git at a particular repository (GIT_DIR, GIT_WORK_TREE, …). */
 export function withoutRepoLocatingGitEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
-  return Object.fromEntries(
-    Object.entries(env).filter(([name]) => !REPO_LOCATING_GIT_ENV.has(name) && !/^GIT_CONFIG_(KEY|VALUE)_\d+$/.test(name)),
-  );
+  return Object.fromEntries(Object.entries(env).filter(([name]) => !REPO_LOCATING_GIT_ENV.has(name) && !/^GIT_CONFIG_(KEY|VALUE)_\d+$/.test(name)));
 }
 
 /** Runs git in `cwd` and returns stdout. */

@@ -34,11 +34,7 @@ async function readContractFile(clone: string, contractFile: string | null): Pro
 }
 
 /** Readings taken right after checkout, before any gate runs. */
-export async function readGuardsBeforeGates(
-  clone: string,
-  contract: Contract,
-  contractFile: string | null,
-): Promise<Omit<GuardReadings, "coverage_percent">> {
+export async function readGuardsBeforeGates(clone: string, contract: Contract, contractFile: string | null): Promise<Omit<GuardReadings, "coverage_percent">> {
   return {
     protected_files: await hashProtectedFiles(clone, contract, contractFile),
     contract: await readContractFile(clone, contractFile),

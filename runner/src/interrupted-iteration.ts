@@ -52,10 +52,16 @@ export async function settleInterruptedIteration(session: Session): Promise<void
   if (session.loop.status !== "running") {
     const ref = `${interruptedRefPrefix(session)}/${trailers.key}`;
     await revertTo(session.repo, best, { ref, commit: head });
-    progress(session.mode, `[${trailers.iteration}] the loop halted before the interrupted candidate at ${shortCommit(head)} was judged: kept at ${ref}, the working tree restored to ${shortCommit(best)}`);
+    progress(
+      session.mode,
+      `[${trailers.iteration}] the loop halted before the interrupted candidate at ${shortCommit(head)} was judged: kept at ${ref}, the working tree restored to ${shortCommit(best)}`,
+    );
     return;
   }
-  progress(session.mode, `[${trailers.iteration}] finishing the interrupted candidate ${known?.candidate_id ?? "(not yet registered)"} at ${shortCommit(head)}`);
+  progress(
+    session.mode,
+    `[${trailers.iteration}] finishing the interrupted candidate ${known?.candidate_id ?? "(not yet registered)"} at ${shortCommit(head)}`,
+  );
   // The proposal as it was first sent, when the crash left it on disk; otherwise rebuilt from the trailers
   // (a crash between the commit and writing the proposal: nothing was sent yet, so nothing can differ).
   const saved = await readFile(pendingProposalFile(session, trailers.key), "utf8").then(

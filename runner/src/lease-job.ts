@@ -32,12 +32,15 @@ async function evaluateLease(session: Session, lease: Lease, iteration: number):
     );
   }
   let lost = false;
-  const heartbeat = setInterval(() => {
-    client.heartbeat(lease.lease_id, { fencing_token: lease.fencing_token }).catch((error: unknown) => {
-      if (error instanceof CoordinatorError && error.status === 409) lost = true;
-      else progress(mode, `heartbeat failed (${(error as Error).message}); will retry`);
-    });
-  }, Math.max(1_000, Math.floor(lease.ttl_ms / 4)));
+  const heartbeat = setInterval(
+    () => {
+      client.heartbeat(lease.lease_id, { fencing_token: lease.fencing_token }).catch((error: unknown) => {
+        if (error instanceof CoordinatorError && error.status === 409) lost = true;
+        else progress(mode, `heartbeat failed (${(error as Error).message}); will retry`);
+      });
+    },
+    Math.max(1_000, Math.floor(lease.ttl_ms / 4)),
+  );
   const label = `[${iteration}] ${lease.job.candidate_id}`;
   try {
     progress(mode, `${label} evaluating ${shortCommit(lease.job.commit)} in a clean clone…`);
@@ -75,7 +78,8 @@ async function evaluateLease(session: Session, lease: Lease, iteration: number):
           wanted = samples.best.length + Math.max(1, verdict.metric?.more ?? 1);
         }
       });
-    });  } catch (error) {
+    });
+  } catch (error) {
     if (error instanceof CoordinatorError && error.status === 409 && error.code !== "loop_halted") {
       progress(mode, `${label} lease lost (${error.code}); leasing again`);
       return null;
@@ -97,7 +101,11 @@ function evaluationOptions(session: Session, label: string): Omit<EvaluationOpti
       const outcome = result.timed_out ? `timed out after ${gate.timeout}` : `exit ${result.exit_code ?? result.signal}`;
       const testCounts = tests ? `, ${tests.passing} passing / ${tests.failing} failing tests` : "";
       const report = result.report_error ? `, report unreadable: ${result.report_error}` : "";
-      const metrics = result.metrics ? `, ${Object.entries(result.metrics).map(([name, value]) => `${name}=${value}`).join(" ")}` : "";
+      const metrics = result.metrics
+        ? `, ${Object.entries(result.metrics)
+            .map(([name, value]) => `${name}=${value}`)
+            .join(" ")}`
+        : "";
       progress(mode, `${label}   gate ${gate.name}: ${outcome} (${formatDuration(result.duration_ms)})${testCounts}${metrics}${report}`);
       for (const error of metricErrors) progress(mode, `${label}   gate ${gate.name}: malformed METRIC ${error}`);
     },

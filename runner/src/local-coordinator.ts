@@ -87,7 +87,10 @@ export class BoundedLog {
  */
 async function applyD1Migrations(mf: Miniflare, config: WorkerConfig, stateDir: string): Promise<void> {
   const marker = path.join(stateDir, "migrations-applied.json");
-  const recorded = await readFile(marker, "utf8").then((text) => JSON.parse(text) as string[], (): string[] => []);
+  const recorded = await readFile(marker, "utf8").then(
+    (text) => JSON.parse(text) as string[],
+    (): string[] => [],
+  );
   const shippedBy = await Promise.all(
     Object.entries(config.d1MigrationsDir).map(async ([binding, dir]) => ({
       binding,
@@ -98,7 +101,9 @@ async function applyD1Migrations(mf: Miniflare, config: WorkerConfig, stateDir: 
   if (shippedBy.every(({ binding, shipped }) => shipped.every((name) => recorded.includes(`${binding}/${name}`)))) return;
   for (const { binding, dir, shipped } of shippedBy) {
     const db = await mf.getD1Database(binding);
-    await db.exec("CREATE TABLE IF NOT EXISTS d1_migrations(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE, applied_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL);");
+    await db.exec(
+      "CREATE TABLE IF NOT EXISTS d1_migrations(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE, applied_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL);",
+    );
     const rows = (await db.prepare("SELECT name FROM d1_migrations").all()).results as { name: string }[];
     const applied = new Set(rows.map((row) => row.name));
     for (const name of shipped.filter((file) => !applied.has(file))) {

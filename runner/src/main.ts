@@ -191,7 +191,9 @@ program
 
 program
   .command("doctor")
-  .description("check contract, git, working tree, coordinator (with --server), and that the gates are deterministic, free of side effects and (with --mutate) adequate")
+  .description(
+    "check contract, git, working tree, coordinator (with --server), and that the gates are deterministic, free of side effects and (with --mutate) adequate",
+  )
   .option("--mutate <cmd>", "a command that breaks the code: the gates must turn red on the tree it leaves (else exit 15 check_inadequate)")
   .option("--runs <n>", "runs of the determinism probe (default 3)", positiveInt)
   .action(async (options: { mutate?: string; runs?: number }) => {
@@ -203,11 +205,7 @@ program
   .command("export")
   .description("export a loop's history as candidates.jsonl, benchmark.csv or results.tsv (default: this repository's current loop)")
   .argument("[loop]", "loop id")
-  .addOption(
-    new Option("--format <format>", "the export format")
-      .choices(["candidates.jsonl", "benchmark.csv", "results.tsv"])
-      .makeOptionMandatory(),
-  )
+  .addOption(new Option("--format <format>", "the export format").choices(["candidates.jsonl", "benchmark.csv", "results.tsv"]).makeOptionMandatory())
   .option("--output <file>", "write to FILE instead of stdout (required with --json)")
   .action(async (loop: string | undefined, options: { format: string; output?: string }) => {
     const { exportCommand } = await import("./commands/export.js");

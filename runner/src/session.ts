@@ -15,7 +15,20 @@ import { resolveContract, resumedContract, type ContractOptions } from "./contra
 import { UserError } from "./errors.js";
 import { evaluateIn, hardGatesPassed, uploadLogs, type Evaluation } from "./evaluate.js";
 import { faultPoint } from "./fault.js";
-import { currentBranch, diffOf, dirtyPaths, excludeStateDir, headCommit, loopBranch, rejectedRef, repoRoot, repositoryName, revertTo, shortCommit, switchToLoopBranch } from "./git.js";
+import {
+  currentBranch,
+  diffOf,
+  dirtyPaths,
+  excludeStateDir,
+  headCommit,
+  loopBranch,
+  rejectedRef,
+  repoRoot,
+  repositoryName,
+  revertTo,
+  shortCommit,
+  switchToLoopBranch,
+} from "./git.js";
 import { evaluateUntilDecided, verdictLine } from "./lease-job.js";
 import { liveStatus, progress, type OutputMode } from "./output.js";
 import { clearPendingCreate, loadPendingCreate, savePendingCreate } from "./pending-create.js";
@@ -41,7 +54,10 @@ export interface Session {
 }
 
 function newRunnerId(): string {
-  return `${os.hostname().replace(/[^A-Za-z0-9_.:-]/g, "-").slice(0, 60)}-${randomBytes(4).toString("hex")}`;
+  return `${os
+    .hostname()
+    .replace(/[^A-Za-z0-9_.:-]/g, "-")
+    .slice(0, 60)}-${randomBytes(4).toString("hex")}`;
 }
 
 /** Measures t0 (DESIGN §2): the gates, the guard readings and, in optimize mode, the metric, in a clean clone of `commit`. */
@@ -74,9 +90,7 @@ async function measureBaseline(repo: string, commit: string, loaded: LoadedContr
  * at HEAD, which must be a commit the user made. `run` refuses a dirty tree for a new loop (a revert
  * must never touch the user's work); `step` evaluates exactly that.
  */
-export async function openSession(
-  options: ContractOptions & ServerOptions & OutputMode & { cwd: string; purpose: "run" | "step" },
-): Promise<Session> {
+export async function openSession(options: ContractOptions & ServerOptions & OutputMode & { cwd: string; purpose: "run" | "step" }): Promise<Session> {
   const mode: OutputMode = options;
   const repo = await repoRoot(options.cwd);
   await headCommit(repo);
@@ -119,9 +133,7 @@ export async function openSession(
     if (options.purpose === "run") {
       const dirty = await dirtyPaths(repo);
       if (dirty.length > 0) {
-        throw new UserError(
-          `the working tree has uncommitted changes (${formatList(dirty)}); commit or stash them first, so a revert never loses your work`,
-        );
+        throw new UserError(`the working tree has uncommitted changes (${formatList(dirty)}); commit or stash them first, so a revert never loses your work`);
       }
     }
     const startedFrom = await currentBranch(repo);

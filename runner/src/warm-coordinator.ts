@@ -102,7 +102,8 @@ export async function startWarmCoordinator(stateDir: string, idle: number): Prom
       if (exited !== null) {
         throw new Error(`the local coordinator exited (${exited}) before it answered; see ${path.join(stateDir, "logs", "coordinator.log")}`);
       }
-      if (Date.now() > deadline) throw new Error(`the local coordinator did not answer within ${START_TIMEOUT_MS / 1_000}s; see ${path.join(stateDir, "logs", "coordinator.log")}`);
+      if (Date.now() > deadline)
+        throw new Error(`the local coordinator did not answer within ${START_TIMEOUT_MS / 1_000}s; see ${path.join(stateDir, "logs", "coordinator.log")}`);
       await sleep(100);
     }
   } finally {

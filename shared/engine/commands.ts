@@ -137,10 +137,7 @@ export interface GrantedLease extends LeaseState {
  * Leases the oldest queued candidate to a runner. A runner that asks again while holding a live lease
  * gets the same lease back, so a lost response never strands a job.
  */
-export function grantLease(
-  state: LoopState,
-  input: { runner_id: string; at: string; ttl_ms: number },
-): Outcome<GrantedLease | null> {
+export function grantLease(state: LoopState, input: { runner_id: string; at: string; ttl_ms: number }): Outcome<GrantedLease | null> {
   if (state.halt) return { ok: true, events: [], value: null };
   const now = Date.parse(input.at);
   for (const id of state.candidate_order) {
@@ -170,10 +167,7 @@ function findLease(state: LoopState, leaseId: string): CandidateState | undefine
  * Extends a lease (heartbeat). A lease is valid until the coordinator reclaims it (the alarm does at
  * its deadline) or another lease supersedes it; then it answers `stale_lease`: stop work.
  */
-export function renewLease(
-  state: LoopState,
-  input: { lease_id: string; fencing_token: number; at: string; ttl_ms: number },
-): Outcome<GrantedLease> {
+export function renewLease(state: LoopState, input: { lease_id: string; fencing_token: number; at: string; ttl_ms: number }): Outcome<GrantedLease> {
   const candidate = findLease(state, input.lease_id);
   if (!candidate) return refuse("lease_not_found", `no lease ${input.lease_id}`);
   const lease = candidate.lease;
@@ -274,7 +268,10 @@ export function confirmBest(state: LoopState, input: { candidate_id: string; sam
   }
   const { t0, best } = input.samples;
   if (t0.length === 0 || t0.length !== best.length || t0.length > metric.samples.max) {
-    return refuse("invalid_observation", `a confirm measurement is 1 to samples.max (${metric.samples.max}) pairs of readings, t0's and the best's; got ${t0.length} and ${best.length}`);
+    return refuse(
+      "invalid_observation",
+      `a confirm measurement is 1 to samples.max (${metric.samples.max}) pairs of readings, t0's and the best's; got ${t0.length} and ${best.length}`,
+    );
   }
   const recorded = state.confirm;
   if (recorded?.candidate_id === input.candidate_id && canonicalJson(recorded.samples) === canonicalJson(input.samples)) {

@@ -30,9 +30,7 @@ export function describeFailingChange(before: readonly string[], after: readonly
   };
   const was = count(before);
   const now = count(after);
-  const parts = (["tests", "gates", "tasks"] as const)
-    .filter((kind) => was[kind] > 0 || now[kind] > 0)
-    .map((kind) => `${kind} ${was[kind]} → ${now[kind]}`);
+  const parts = (["tests", "gates", "tasks"] as const).filter((kind) => was[kind] > 0 || now[kind] > 0).map((kind) => `${kind} ${was[kind]} → ${now[kind]}`);
   return `failing ${parts.length > 0 ? parts.join(", ") : "tests 0 → 0"}`;
 }
 
@@ -100,7 +98,10 @@ export function decide(
     };
     return {
       verdict,
-      events: [{ type: "verdict", at, data: verdict }, { type: "halted", at, data: halt("check_flaky", verdict.detail) }],
+      events: [
+        { type: "verdict", at, data: verdict },
+        { type: "halted", at, data: halt("check_flaky", verdict.detail) },
+      ],
     };
   }
   const verdict = contract.mode === "optimize" ? decideOptimize(state, candidateId, observation, now) : decideCheckFixpoint(state, candidateId, now);
@@ -253,7 +254,10 @@ function mutuallyExclusivePair(recent: LoopState["regressions_since_promotion"])
       const key = attempts.join(",");
       if (!brokenInAll.has(key)) {
         const others = attempts.slice(1).map((other) => brokenSets[other] ?? new Set<string>());
-        brokenInAll.set(key, entry.broken.find((id) => others.every((set) => set.has(id))));
+        brokenInAll.set(
+          key,
+          entry.broken.find((id) => others.every((set) => set.has(id))),
+        );
       }
       const broken = brokenInAll.get(key);
       if (broken !== undefined) return { fixed, broken, count: attempts.length };

@@ -67,7 +67,7 @@ export function compareSamples(input: SampleComparison): ComparisonResult {
   const look = lookAt(n, samples.min, samples.max, alpha);
   const walshCount = (n * (n + 1)) / 2;
   // The interval on the log scale, where the decisions are made; reported as improvements.
-  const bounds = look.critical < 0 ? null : [walshAverage(logs, look.critical + 1), walshAverage(logs, walshCount - look.critical)] as const;
+  const bounds = look.critical < 0 ? null : ([walshAverage(logs, look.critical + 1), walshAverage(logs, walshCount - look.critical)] as const);
   const interval: [number, number] | null = bounds ? [improvementOf(bounds[0]), improvementOf(bounds[1])] : null;
   const level = bounds ? 1 - 2 * look.tail : null;
   const shown =
@@ -103,7 +103,10 @@ function assertValid(input: SampleComparison): void {
     throw new Error(`compareSamples: ${best.length} best readings but ${candidate.length} candidate readings; samples come in pairs`);
   }
   if (best.length === 0) throw new Error("compareSamples: no pairs to compare");
-  for (const [name, values] of [["best", best], ["candidate", candidate]] as const) {
+  for (const [name, values] of [
+    ["best", best],
+    ["candidate", candidate],
+  ] as const) {
     const bad = values.findIndex((value) => !(Number.isFinite(value) && value > 0));
     if (bad >= 0) throw new Error(`compareSamples: ${name}[${bad}] is ${String(values[bad])}; readings must be positive finite numbers`);
   }
@@ -299,12 +302,24 @@ function medianOfSorted(x: Float64Array): number {
 }
 
 // Wichura's AS 241 (PPND16) coefficients, lowest power first, as the nearest doubles.
-const CENTRAL_NUM = [3.3871328727963665, 133.14166789178438, 1971.5909503065513, 13731.69376550946, 45921.95393154987, 67265.7709270087, 33430.57558358813, 2509.0809287301227];
+const CENTRAL_NUM = [
+  3.3871328727963665, 133.14166789178438, 1971.5909503065513, 13731.69376550946, 45921.95393154987, 67265.7709270087, 33430.57558358813, 2509.0809287301227,
+];
 const CENTRAL_DEN = [1, 42.31333070160091, 687.1870074920579, 5394.196021424751, 21213.794301586597, 39307.89580009271, 28729.085735721943, 5226.495278852546];
-const NEAR_NUM = [1.4234371107496835, 4.630337846156546, 5.769497221460691, 3.6478483247632045, 1.2704582524523684, 0.2417807251774506, 0.022723844989269184, 0.0007745450142783414];
-const NEAR_DEN = [1, 2.053191626637759, 1.6763848301838038, 0.6897673349851, 0.14810397642748008, 0.015198666563616457, 0.0005475938084995345, 1.0507500716444169e-9];
-const FAR_NUM = [6.657904643501103, 5.463784911164114, 1.7848265399172913, 0.29656057182850487, 0.026532189526576124, 0.0012426609473880784, 0.000027115555687434876, 2.0103343992922881e-7];
-const FAR_DEN = [1, 0.599832206555888, 0.1369298809227358, 0.014875361290850615, 0.0007868691311456133, 0.000018463183175100548, 1.421511758316446e-7, 2.0442631033899397e-15];
+const NEAR_NUM = [
+  1.4234371107496835, 4.630337846156546, 5.769497221460691, 3.6478483247632045, 1.2704582524523684, 0.2417807251774506, 0.022723844989269184,
+  0.0007745450142783414,
+];
+const NEAR_DEN = [
+  1, 2.053191626637759, 1.6763848301838038, 0.6897673349851, 0.14810397642748008, 0.015198666563616457, 0.0005475938084995345, 1.0507500716444169e-9,
+];
+const FAR_NUM = [
+  6.657904643501103, 5.463784911164114, 1.7848265399172913, 0.29656057182850487, 0.026532189526576124, 0.0012426609473880784, 0.000027115555687434876,
+  2.0103343992922881e-7,
+];
+const FAR_DEN = [
+  1, 0.599832206555888, 0.1369298809227358, 0.014875361290850615, 0.0007868691311456133, 0.000018463183175100548, 1.421511758316446e-7, 2.0442631033899397e-15,
+];
 
 function polynomial(coefficients: readonly number[], x: number): number {
   return coefficients.reduceRight((sum, coefficient) => sum * x + coefficient, 0);

@@ -263,7 +263,10 @@ export function reportedCounts(standing: TestStanding): { passing: number; faili
  * What identifies an observation's reported test outcomes, for comparing a re-run of the same commit
  * (`replay`): the digests (`testSetDigest`) of its collected set and of its failing set, with their sizes.
  */
-export function testFingerprint(observation: Observation, base: TestBase): { collected: string; failing: string; collected_count: number; failing_count: number } {
+export function testFingerprint(
+  observation: Observation,
+  base: TestBase,
+): { collected: string; failing: string; collected_count: number; failing_count: number } {
   const difference = differenceOf(observation.tests, base);
   const collected = sortedUnique([...base.ids.filter((id) => !difference.removed.has(id)), ...difference.added]);
   const failing = [...difference.failing].sort();

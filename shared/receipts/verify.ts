@@ -41,7 +41,8 @@ export interface ReceiptVerification {
 function describeDraft(draft: EventDraft): string {
   if (draft.type === "verdict") return `verdict ${draft.data.decision} (${draft.data.reason}) for ${draft.data.candidate_id}`;
   if (draft.type === "halted") return `halt ${draft.data.halt_reason}`;
-  if (draft.type === "confirm_measured") return `confirm of ${draft.data.candidate_id} (${(draft.data.estimate * 100).toFixed(1)}% over ${draft.data.pairs} pairs)`;
+  if (draft.type === "confirm_measured")
+    return `confirm of ${draft.data.candidate_id} (${(draft.data.estimate * 100).toFixed(1)}% over ${draft.data.pairs} pairs)`;
   return draft.type;
 }
 

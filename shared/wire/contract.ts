@@ -23,9 +23,7 @@ export function percentValue(text: string): number {
   return Number(text.slice(0, -1)) / 100;
 }
 
-const GateName = z
-  .string()
-  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/, "is not a gate name; use letters, digits, '.', '_' or '-' (at most 64)");
+const GateName = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/, "is not a gate name; use letters, digits, '.', '_' or '-' (at most 64)");
 
 const MetricName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_.]{0,63}$/, "is not a metric name; use letters, digits, '_' or '.'");
 
@@ -72,20 +70,19 @@ export type Mode = z.infer<typeof Mode>;
 const Direction = z.enum(["lower", "higher"], { error: "is not a direction; use lower or higher" });
 
 /** The primary metric of an optimize loop (DESIGN §5, §6.3). */
-export const MetricSpec = z
-  .strictObject({
-    run: z.string().min(1).max(4_000),
-    name: MetricName,
-    direction: Direction,
-    min_effect: Percent.default("1%"),
-    confidence: z.number().gt(0.5).lt(1).default(0.95),
-    samples: z
-      .strictObject({ min: z.number().int().min(2).max(1_000).default(5), max: z.number().int().min(2).max(10_000).default(40) })
-      .refine((samples) => samples.min <= samples.max, { message: "min must not exceed max" })
-      .default({ min: 5, max: 40 }),
-    target: z.number().finite().optional(),
-    timeout: Timeout.default("10m"),
-  });
+export const MetricSpec = z.strictObject({
+  run: z.string().min(1).max(4_000),
+  name: MetricName,
+  direction: Direction,
+  min_effect: Percent.default("1%"),
+  confidence: z.number().gt(0.5).lt(1).default(0.95),
+  samples: z
+    .strictObject({ min: z.number().int().min(2).max(1_000).default(5), max: z.number().int().min(2).max(10_000).default(40) })
+    .refine((samples) => samples.min <= samples.max, { message: "min must not exceed max" })
+    .default({ min: 5, max: 40 }),
+  target: z.number().finite().optional(),
+  timeout: Timeout.default("10m"),
+});
 
 /** A secondary metric: tracked as a guardrail, never optimised. */
 export const SecondaryMetric = z.strictObject({ name: MetricName, direction: Direction, max_regression: Percent });
@@ -94,9 +91,7 @@ export const SecondaryMetric = z.strictObject({ name: MetricName, direction: Dir
 export const Guards = z.strictObject({
   protected: z.array(z.string().min(1).max(500)).max(1_000).optional(),
   tests_never_shrink: z.boolean().default(true),
-  coverage: z
-    .strictObject({ lcov: RepoPath, floor: z.union([z.literal("t0"), Percent]).default("t0") })
-    .optional(),
+  coverage: z.strictObject({ lcov: RepoPath, floor: z.union([z.literal("t0"), Percent]).default("t0") }).optional(),
   on_violation: z.enum(["halt", "reject"], { error: "use halt or reject" }).default("halt"),
 });
 
@@ -104,9 +99,7 @@ export const Guards = z.strictObject({
 export const StopConditions = z.strictObject({
   max_iterations: z.number().int().min(1).max(100_000).default(50),
   no_progress: z.number().int().min(1).max(100_000).default(10),
-  budget: z
-    .strictObject({ wall: Duration.optional(), cost_usd: z.number().positive().optional() })
-    .optional(),
+  budget: z.strictObject({ wall: Duration.optional(), cost_usd: z.number().positive().optional() }).optional(),
 });
 
 /** The agent command and its time limit. */

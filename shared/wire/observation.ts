@@ -34,10 +34,7 @@ export type GateResult = z.infer<typeof GateResult>;
 export const TestId = z.string().min(1).max(1_000);
 
 /** The contract file as found in the evaluated commit: its hash, or why there is none. */
-export const ContractReading = z.union([
-  z.strictObject({ hash: Sha256 }),
-  z.strictObject({ error: z.enum(["missing", "invalid"]) }),
-]);
+export const ContractReading = z.union([z.strictObject({ hash: Sha256 }), z.strictObject({ error: z.enum(["missing", "invalid"]) })]);
 
 /**
  * What the guards need (DESIGN §6.4), measured in the evaluated commit's clean clone. The runner
@@ -112,10 +109,7 @@ const observationFields = {
       error: z.string().max(2_000).optional(),
       /** The contract's secondary metrics, read from the same runs, paired the same way. */
       secondary: z
-        .record(
-          z.string().max(64),
-          z.strictObject({ best: z.array(z.number().finite()).max(10_000), candidate: z.array(z.number().finite()).max(10_000) }),
-        )
+        .record(z.string().max(64), z.strictObject({ best: z.array(z.number().finite()).max(10_000), candidate: z.array(z.number().finite()).max(10_000) }))
         .optional(),
     })
     .optional(),
@@ -136,9 +130,7 @@ function noTestBothPassingAndFailing(observation: { tests: FullTests | DeltaTest
  * An observation: what a runner measured on one commit (DESIGN §2). Never a decision (invariant 1).
  * Its tests are in full (t0, and logs of the first format) or a difference from t0's collected set.
  */
-export const Observation = z
-  .strictObject({ ...observationFields, tests: z.union([FullTests, DeltaTests]) })
-  .superRefine(noTestBothPassingAndFailing);
+export const Observation = z.strictObject({ ...observationFields, tests: z.union([FullTests, DeltaTests]) }).superRefine(noTestBothPassingAndFailing);
 export type Observation = z.infer<typeof Observation>;
 
 /** An observation with its tests in full: what a runner measures, and how t0 is sent and recorded. */

@@ -20,7 +20,7 @@ describe("the agent's side of the loop", () => {
     "console.log(`last verdict: ${last ? last.decision + ' ' + last.reason : 'none'}`);",
     "const directions = [['double the value', '2'], ['set the value to 7', '7']];",
     "const rejected = new Set(history.filter((h) => h.status === 'rejected').map((h) => h.description));",
-    "for (const [name] of directions) if (rejected.has(name)) console.log(`skipping \"${name}\": rejected before`);",
+    'for (const [name] of directions) if (rejected.has(name)) console.log(`skipping "${name}": rejected before`);',
     "const [description, value] = directions.find(([name]) => !rejected.has(name)) ?? directions[0];",
     "writeFileSync('value.txt', value + '\\n');",
     "const cost = Number(process.env.AGENT_COST ?? '0.25');",
@@ -58,7 +58,9 @@ describe("the agent's side of the loop", () => {
     expect(second).toContain("last verdict: rejected no_improvement");
     expect(second).toContain('skipping "double the value": rejected before');
 
-    const history = readFileSync(path.join(repo, ".loopwarden", "agent", "history.jsonl"), "utf8").trim().split("\n");
+    const history = readFileSync(path.join(repo, ".loopwarden", "agent", "history.jsonl"), "utf8")
+      .trim()
+      .split("\n");
     expect(JSON.parse(history[0] ?? "{}")).toMatchObject({
       candidate_id: "c1",
       parent: "t0",
@@ -93,7 +95,10 @@ describe("the agent's side of the loop", () => {
   });
 
   it("an invalid report is not recorded, and the reason is", async () => {
-    const repo = project({ "agent.mjs": "import { writeFileSync } from 'node:fs';\nwriteFileSync('value.txt', '7\\n');\nwriteFileSync(process.env.LOOPWARDEN_AGENT_REPORT, JSON.stringify({ cost: { usd: -1 } }));\n" });
+    const repo = project({
+      "agent.mjs":
+        "import { writeFileSync } from 'node:fs';\nwriteFileSync('value.txt', '7\\n');\nwriteFileSync(process.env.LOOPWARDEN_AGENT_REPORT, JSON.stringify({ cost: { usd: -1 } }));\n",
+    });
     const result = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs"], { cwd: repo });
     expect(result.code, result.stderr).toBe(10);
     const { loop_id: loopId } = JSON.parse(result.stdout) as { loop_id: string };

@@ -145,7 +145,8 @@ function nodeProject(gate: string, checker?: string): Project {
       ].join("\n"),
     },
     ...(checker && {
-      prepare: (dir: string) => execFileSync("npm", ["install", "--offline", "--no-audit", "--no-fund"], { cwd: dir, env: { ...process.env, ...NO_NPM_ENV }, stdio: "ignore" }),
+      prepare: (dir: string) =>
+        execFileSync("npm", ["install", "--offline", "--no-audit", "--no-fund"], { cwd: dir, env: { ...process.env, ...NO_NPM_ENV }, stdio: "ignore" }),
     }),
   };
 }
@@ -334,8 +335,7 @@ describe("cheating agents against real test runners", () => {
     const INSTALLING = "npm install --offline --no-audit --no-fund && npm test";
 
     it("(a) the gate installs in the clone: the clone's own checker runs the tests, no_progress_detected (17)", () =>
-      expectPlantIgnored(nodeProject(INSTALLING, checkerPackage()), "node_modules/.bin/checker", "src/sum.js", /(not ok \d+ - |✖ )sum adds/),
-    );
+      expectPlantIgnored(nodeProject(INSTALLING, checkerPackage()), "node_modules/.bin/checker", "src/sum.js", /(not ok \d+ - |✖ )sum adds/));
 
     it("(a) honest fix in src converges (10)", () => expectHonestFixConverges(nodeProject(INSTALLING, checkerPackage()), "src/sum.js"));
 
@@ -345,8 +345,7 @@ describe("cheating agents against real test runners", () => {
         PATH: onPath(path.join(repo, "node_modules", ".bin")),
         INIT_CWD: repo,
         npm_config_local_prefix: repo,
-      })),
-    );
+      })));
   });
 
   describe(`6. a success-printing pytest planted in the working tree's ignored, activated .venv${skipped(PYTEST_ON_PATH, "pytest")}`, () => {
@@ -360,8 +359,6 @@ describe("cheating agents against real test runners", () => {
       expectPlantIgnored(project(), ".venv/bin/pytest", "src/calc.py", /1 failed, 1 passed/, activated),
     );
 
-    it.skipIf(!PYTEST_ON_PATH)("honest fix in src converges (10) in the same environment", () =>
-      expectHonestFixConverges(project(), "src/calc.py", activated),
-    );
+    it.skipIf(!PYTEST_ON_PATH)("honest fix in src converges (10) in the same environment", () => expectHonestFixConverges(project(), "src/calc.py", activated));
   });
 });

@@ -71,7 +71,20 @@ describe("a loop.yaml contract", () => {
     const repo = demoRepo();
     writeFileSync(
       path.join(repo, "loop.yaml"),
-      ["name: bad", "mode: check_fixpoint", "gates:", "  - name: unit", "    run: node --test", "    timout: 2m", "  - name: lint", "    run: true", '    timeout: 2 minutes', "agent:", "  run: node agent.mjs", ""].join("\n"),
+      [
+        "name: bad",
+        "mode: check_fixpoint",
+        "gates:",
+        "  - name: unit",
+        "    run: node --test",
+        "    timout: 2m",
+        "  - name: lint",
+        "    run: true",
+        "    timeout: 2 minutes",
+        "agent:",
+        "  run: node agent.mjs",
+        "",
+      ].join("\n"),
     );
     gitIn(repo, "add", "-A");
     gitIn(repo, "commit", "-qm", "bad contract");
@@ -106,7 +119,7 @@ describe("a loop.yaml contract", () => {
       [
         "import { readFileSync, writeFileSync } from 'node:fs';",
         "const fixes = [",
-        "  ['replace(/[^a-z0-9]/g, \"-\")', 'replace(/[^a-z0-9]+/g, \"-\").replace(/^-+|-+$/g, \"\")'],",
+        '  [\'replace(/[^a-z0-9]/g, "-")\', \'replace(/[^a-z0-9]+/g, "-").replace(/^-+|-+$/g, "")\'],',
         "  ['replace(/\\\\b\\\\w/,', 'replace(/\\\\b\\\\w/g,'],",
         "  ['split(\" \").length', 'split(/\\\\s+/).filter(Boolean).length'],",
         "];",

@@ -17,10 +17,7 @@ describe("a flag-only loop converges end to end", () => {
   beforeAll(async () => {
     cpSync(path.join(ROOT, "examples", "demo"), repo, { recursive: true });
     makeRepo(repo, {});
-    result = await runCli(
-      ["--json", "--state", state, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"],
-      { cwd: repo },
-    );
+    result = await runCli(["--json", "--state", state, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], { cwd: repo });
   });
   afterAll(() => tmp.cleanup());
 
@@ -84,9 +81,7 @@ describe("a flag-only loop converges end to end", () => {
 
       // The D1 projection lists the loop (drained by the LoopObject's alarm).
       const list = LoopList.parse(await (await fetch(`${coordinator.url}/v1/loops`)).json());
-      expect(list.loops).toContainEqual(
-        expect.objectContaining({ loop_id: loopId, status: "halted", halt_reason: "success_condition_met", iteration: 3 }),
-      );
+      expect(list.loops).toContainEqual(expect.objectContaining({ loop_id: loopId, status: "halted", halt_reason: "success_condition_met", iteration: 3 }));
 
       const status = await runCli(["--json", "--server", coordinator.url, "status", loopId], { cwd: repo });
       expect(status.code).toBe(0);

@@ -20,10 +20,10 @@ describe("a coordinator crash mid-loop", () => {
   it("loses nothing: the runner retries, the loop resumes, every candidate appears once", async () => {
     const { repo, signals } = makeLevelProject(tmp.dir);
     coordinator = await startCoordinator(path.join(tmp.dir, "state"));
-    const runner = startCli(
-      ["--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs", "--max-iterations", "5"],
-      { cwd: repo, env: { LEVEL_SIGNALS: signals } },
-    );
+    const runner = startCli(["--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs", "--max-iterations", "5"], {
+      cwd: repo,
+      env: { LEVEL_SIGNALS: signals },
+    });
 
     await waitFor(() => existsSync(path.join(signals, "check.pid")), "the first candidate's evaluation");
     await coordinator.crash();

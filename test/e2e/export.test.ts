@@ -41,7 +41,7 @@ describe("loopwarden export", () => {
         "import { writeFileSync } from 'node:fs';",
         "const level = process.env.LOOPWARDEN_ITERATION;",
         "writeFileSync('level.txt', `${level}\\n`);",
-        "writeFileSync(process.env.LOOPWARDEN_AGENT_REPORT, JSON.stringify({ description: `raise the level to ${level}, \"carefully\" — ✓` }));",
+        'writeFileSync(process.env.LOOPWARDEN_AGENT_REPORT, JSON.stringify({ description: `raise the level to ${level}, "carefully" — ✓` }));',
       ].join("\n"),
       ".gitignore": ".loopwarden/\n",
     });
@@ -90,7 +90,10 @@ describe("loopwarden export", () => {
       ],
     });
 
-    const results = readFileSync(path.join(tmp.dir, "out-results.tsv"), "utf8").trim().split("\n").map((line) => line.split("\t"));
+    const results = readFileSync(path.join(tmp.dir, "out-results.tsv"), "utf8")
+      .trim()
+      .split("\n")
+      .map((line) => line.split("\t"));
     expect(results.map((fields) => [fields[1], fields[3], fields[4]])).toEqual([
       ["failing_tests", "status", "description"],
       ["1", "keep", "baseline"],

@@ -57,7 +57,7 @@ describe("guards through the CLI", () => {
         "  'import assert from \"node:assert/strict\";',",
         "  'import { test } from \"node:test\";',",
         "  'import { slugify } from \"../src/text.js\";',",
-        "  'test(\"slugify joins words with single hyphens\", () => assert.equal(slugify(\"Hello, World!\"), \"hello-world\"));',",
+        '  \'test("slugify joins words with single hyphens", () => assert.equal(slugify("Hello, World!"), "hello-world"));\',',
         "].join('\\n'));",
         "writeFileSync('src/text.js', readFileSync('src/text.js', 'utf8').replace('replace(/[^a-z0-9]/g, \"-\")', 'replace(/[^a-z0-9]+/g, \"-\").replace(/^-+|-+$/g, \"\")'));",
       ].join("\n"),
@@ -97,7 +97,9 @@ describe("guards through the CLI", () => {
     expect(output).toMatchObject({ halt_reason: "max_iterations_reached", still_improving: true, iteration: 2 });
     const loopId = output.loop_id as string;
     const watch = await runCli(["--server", coordinator.url, "watch", loopId], { cwd: repo });
-    expect(watch.stdout).toMatch(/c2 rejected \(regressed\): broke 1 passing test\(s\): test::slugify|c2 rejected \(regressed\): broke 1 passing test\(s\): slugify joins words/);
+    expect(watch.stdout).toMatch(
+      /c2 rejected \(regressed\): broke 1 passing test\(s\): test::slugify|c2 rejected \(regressed\): broke 1 passing test\(s\): slugify joins words/,
+    );
     // Restored to the promoted c1: slugify's fix is back, wordCount's broken version too.
     const source = readFileSync(path.join(repo, "src", "text.js"), "utf8");
     expect(source).toContain('.replace(/^-+|-+$/g, "")');

@@ -27,7 +27,11 @@ describe("the package, installed runner-only", () => {
   let coordinator: TestCoordinator;
   const cli = (args: string[], cwd = app) => {
     try {
-      return { code: 0, stdout: execFileSync(bin, args, { cwd, encoding: "utf8", env: { ...process.env, NO_COLOR: "1", LOOPWARDEN_IDLE: "0" }, stdio: "pipe" }), stderr: "" };
+      return {
+        code: 0,
+        stdout: execFileSync(bin, args, { cwd, encoding: "utf8", env: { ...process.env, NO_COLOR: "1", LOOPWARDEN_IDLE: "0" }, stdio: "pipe" }),
+        stderr: "",
+      };
     } catch (error) {
       const failed = error as { status: number; stdout: string; stderr: string };
       return { code: failed.status, stdout: failed.stdout, stderr: failed.stderr };
@@ -41,12 +45,18 @@ describe("the package, installed runner-only", () => {
     mkdirSync(app);
     writeFileSync(path.join(app, "package.json"), JSON.stringify({ name: "app", private: true }));
     const started = performance.now();
-    execFileSync("npm", ["install", path.join(tmp.dir, filename), "--omit=dev", "--omit=optional", "--no-audit", "--no-fund", "--cache", path.join(tmp.dir, "npm-cache")], {
-      cwd: app,
-      stdio: "ignore",
-    });
+    execFileSync(
+      "npm",
+      ["install", path.join(tmp.dir, filename), "--omit=dev", "--omit=optional", "--no-audit", "--no-fund", "--cache", path.join(tmp.dir, "npm-cache")],
+      {
+        cwd: app,
+        stdio: "ignore",
+      },
+    );
     const seconds = (performance.now() - started) / 1_000;
-    console.log(`runner-only install: tarball ${(statSync(path.join(tmp.dir, filename)).size / 1024).toFixed(0)} KiB, installed ${(sizeOf(path.join(app, "node_modules")) / 1024 / 1024).toFixed(1)} MiB in ${seconds.toFixed(1)} s`);
+    console.log(
+      `runner-only install: tarball ${(statSync(path.join(tmp.dir, filename)).size / 1024).toFixed(0)} KiB, installed ${(sizeOf(path.join(app, "node_modules")) / 1024 / 1024).toFixed(1)} MiB in ${seconds.toFixed(1)} s`,
+    );
     coordinator = await startCoordinator(path.join(tmp.dir, "state"));
   }, 180_000);
   afterAll(async () => {
@@ -60,7 +70,9 @@ describe("the package, installed runner-only", () => {
   });
 
   it("answers --version and --help from the compiled CLI", () => {
-    expect(cli(["--version"]).stdout.trim()).toBe(JSON.parse(execFileSync("node", ["-p", "JSON.stringify(require('./package.json').version)"], { cwd: ROOT, encoding: "utf8" })));
+    expect(cli(["--version"]).stdout.trim()).toBe(
+      JSON.parse(execFileSync("node", ["-p", "JSON.stringify(require('./package.json').version)"], { cwd: ROOT, encoding: "utf8" })),
+    );
     const help = cli(["--help"]);
     expect(help.code).toBe(0);
     expect(help.stdout).toContain("verify [options] <receipt>");

@@ -20,7 +20,8 @@ describe("an optimize loop", () => {
         "}",
         "",
       ].join("\n"),
-      "test/work.test.js": "import assert from 'node:assert/strict';\nimport { test } from 'node:test';\nimport { work } from '../src/work.js';\ntest('work answers 42', () => assert.equal(work(), 42));\n",
+      "test/work.test.js":
+        "import assert from 'node:assert/strict';\nimport { test } from 'node:test';\nimport { work } from '../src/work.js';\ntest('work answers 42', () => assert.equal(work(), 42));\n",
       "bench.mjs": [
         "import { work } from './src/work.js';",
         "const started = performance.now();",
@@ -94,7 +95,11 @@ describe("an optimize loop", () => {
     const confirmed = events.find((event) => event.type === "confirm_measured");
     if (confirmed?.type !== "confirm_measured") throw new Error("no confirm measurement after the halt");
     const proposedC1 = events.find((event) => event.type === "candidate_proposed" && event.data.candidate_id === "c1");
-    expect(confirmed.data).toMatchObject({ candidate_id: "c1", commit: proposedC1?.type === "candidate_proposed" ? proposedC1.data.commit : "", metric: "work_ms" });
+    expect(confirmed.data).toMatchObject({
+      candidate_id: "c1",
+      commit: proposedC1?.type === "candidate_proposed" ? proposedC1.data.commit : "",
+      metric: "work_ms",
+    });
     expect(confirmed.data.t0_commit).toBe(events[0]?.type === "loop_created" ? events[0].data.t0.commit : "");
     expect(confirmed.data.pairs).toBeGreaterThanOrEqual(5);
     expect(confirmed.data.samples.t0).toHaveLength(confirmed.data.pairs);
@@ -105,7 +110,9 @@ describe("an optimize loop", () => {
     const receiptUrl = `${coordinator.url}/r/${loop.receipt_id}`;
     const verified = await runCli(["--json", "verify", receiptUrl], { cwd: repo });
     expect(verified.code, verified.stdout).toBe(0);
-    const statement = JSON.parse(Buffer.from(((await (await fetch(`${receiptUrl}.json`)).json()) as { payload: string }).payload, "base64").toString("utf8")) as {
+    const statement = JSON.parse(
+      Buffer.from(((await (await fetch(`${receiptUrl}.json`)).json()) as { payload: string }).payload, "base64").toString("utf8"),
+    ) as {
       predicate: { confirm: { estimate: number; pairs: number } | null };
     };
     expect(statement.predicate.confirm).toMatchObject({ estimate: confirmed.data.estimate, pairs: confirmed.data.pairs });
@@ -115,7 +122,10 @@ describe("an optimize loop", () => {
 
     // autoresearch's ledger carries each commit's median reading of the metric.
     const tsv = await runCli(["--server", coordinator.url, "export", "--format", "results.tsv"], { cwd: repo });
-    const rows = tsv.stdout.trim().split("\n").map((line) => line.split("\t"));
+    const rows = tsv.stdout
+      .trim()
+      .split("\n")
+      .map((line) => line.split("\t"));
     expect(rows[0]).toEqual(["commit", "work_ms", "memory_gb", "status", "description"]);
     expect(rows.slice(1).map((row) => row[3])).toEqual(["keep", "keep", "discard"]);
     const [t0Ms, fasterMs] = [Number(rows[1]?.[1]), Number(rows[2]?.[1])];

@@ -79,7 +79,13 @@ describe("probe and doctor", () => {
 
   it("probe refuses bad flags with a usage error (2) and one JSON object", async () => {
     const repo = repoWith({ "loop.yaml": contract(["  - name: unit", "    run: 'true'"]) });
-    for (const args of [["--runs", "0"], ["--runs", "2000"], ["--max-flake-rate", "1.5"], ["--max-flake-rate", "0.0001"], ["--runs", "5", "--max-flake-rate", "0.1"]]) {
+    for (const args of [
+      ["--runs", "0"],
+      ["--runs", "2000"],
+      ["--max-flake-rate", "1.5"],
+      ["--max-flake-rate", "0.0001"],
+      ["--runs", "5", "--max-flake-rate", "0.1"],
+    ]) {
       const result = await cli(repo, "probe", ...args);
       expect(result.code, args.join(" ")).toBe(2);
       expect(one(result.stdout)).toMatchObject({ status: "error", errors: [expect.any(String)] });
@@ -196,7 +202,10 @@ describe("probe and doctor", () => {
       const bin = path.join(tmp.dir, `bin-${serial}`);
       mkdirSync(bin);
       symlinkSync(process.execPath, path.join(bin, "node"));
-      const git = (process.env.PATH ?? "").split(path.delimiter).map((dir) => path.join(dir, "git")).find((file) => existsSync(file));
+      const git = (process.env.PATH ?? "")
+        .split(path.delimiter)
+        .map((dir) => path.join(dir, "git"))
+        .find((file) => existsSync(file));
       symlinkSync(git ?? "/usr/bin/git", path.join(bin, "git"));
       const result = await runCli(["--json", "--contract", "isolated.yaml", "probe", "--runs", "1"], { cwd: repo, env: { PATH: bin } });
       expect(result.code, result.stderr).toBe(2);

@@ -24,11 +24,21 @@ describe("the receipt page", () => {
     coordinator = await startCoordinator(path.join(tmp.dir, "state"));
     cpSync(path.join(ROOT, "examples", "demo"), repo, { recursive: true });
     makeRepo(repo, {});
-    const run = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], { cwd: repo });
+    const run = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], {
+      cwd: repo,
+    });
     url = (JSON.parse(run.stdout) as { receipt_url: string }).receipt_url;
     browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+      args: [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+      ],
     });
   }, 120_000);
   afterAll(async () => {
@@ -56,7 +66,10 @@ describe("the receipt page", () => {
     const page = await browser.newPage();
     await page.goto(url);
     const panel = page.locator("#verification");
-    await panel.locator("[data-status]").filter({ hasText: /Verified in this browser|NOT verified|Could not verify/ }).waitFor({ timeout: 30_000 });
+    await panel
+      .locator("[data-status]")
+      .filter({ hasText: /Verified in this browser|NOT verified|Could not verify/ })
+      .waitFor({ timeout: 30_000 });
     await page.screenshot({ path: path.join(SHOTS, "receipt-page-valid.png"), fullPage: true });
     expect(await panel.getAttribute("data-result")).toBe("valid");
     const keys = (await (await fetch(`${coordinator.url}/.well-known/loopwarden/keys.json`)).json()) as { keys: { kid: string }[] };
@@ -74,7 +87,10 @@ describe("the receipt page", () => {
     });
     await page.goto(url);
     const panel = page.locator("#verification");
-    await panel.locator("[data-status]").filter({ hasText: /Verified in this browser|NOT verified|Could not verify/ }).waitFor({ timeout: 30_000 });
+    await panel
+      .locator("[data-status]")
+      .filter({ hasText: /Verified in this browser|NOT verified|Could not verify/ })
+      .waitFor({ timeout: 30_000 });
     await page.screenshot({ path: path.join(SHOTS, "receipt-page-tampered.png"), fullPage: true });
     expect(await panel.getAttribute("data-result")).toBe("invalid");
     expect(await panel.locator("[data-status]").textContent()).toMatch(/^NOT verified: chain: event \d+ does not match its hash/);

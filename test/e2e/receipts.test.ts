@@ -20,7 +20,9 @@ describe("a loop's receipt, verified by anyone", () => {
     coordinator = await startCoordinator(path.join(tmp.dir, "state"));
     cpSync(path.join(ROOT, "examples", "demo"), repo, { recursive: true });
     makeRepo(repo, {});
-    run = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], { cwd: repo });
+    run = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], {
+      cwd: repo,
+    });
     receiptUrl = (JSON.parse(run.stdout) as { receipt_url?: string }).receipt_url ?? "";
   }, 120_000);
   afterAll(async () => {
@@ -65,7 +67,9 @@ describe("a loop's receipt, verified by anyone", () => {
   });
 
   it("a tampered copy exits 13 and names the first failed check", async () => {
-    const issued = JSON.parse((await runCli(["--json", "--server", coordinator.url, "receipt", "--save", path.join(tmp.dir, "tamper")], { cwd: repo })).stdout) as {
+    const issued = JSON.parse(
+      (await runCli(["--json", "--server", coordinator.url, "receipt", "--save", path.join(tmp.dir, "tamper")], { cwd: repo })).stdout,
+    ) as {
       saved: [string, string, string];
     };
     const [envelope, events, keys] = issued.saved;
@@ -124,7 +128,14 @@ describe("replay: the receipt's best commit re-run, its fingerprint compared", (
   it("matches when the gates give what the receipt records: exit 0", async () => {
     const replay = await runCli(["--json", "replay", url, ...flags], { cwd: repo });
     expect(replay.code, replay.stderr).toBe(0);
-    expect(JSON.parse(replay.stdout)).toMatchObject({ status: "ok", match: true, comparisons: [{ part: "gates", match: true }, { part: "tests", match: true }] });
+    expect(JSON.parse(replay.stdout)).toMatchObject({
+      status: "ok",
+      match: true,
+      comparisons: [
+        { part: "gates", match: true },
+        { part: "tests", match: true },
+      ],
+    });
   });
 
   it("differs when they do not: exit 13, naming the gate", async () => {

@@ -43,7 +43,20 @@ describe("a loop on a 100,000-test suite", () => {
       ".gitignore": "out/\n",
     });
     result = await runCli(
-      ["--json", "--state", path.join(tmp.dir, "state"), "run", "--check", "node check.mjs", "--junit", "out/junit.xml", "--exec", "node agent.mjs", "--max-iterations", "10"],
+      [
+        "--json",
+        "--state",
+        path.join(tmp.dir, "state"),
+        "run",
+        "--check",
+        "node check.mjs",
+        "--junit",
+        "out/junit.xml",
+        "--exec",
+        "node agent.mjs",
+        "--max-iterations",
+        "10",
+      ],
       { cwd: repo, env: { LOOPWARDEN_TRACE_HTTP: "1" } },
     );
   }, 600_000);
@@ -67,7 +80,9 @@ describe("a loop on a 100,000-test suite", () => {
   it("sends t0's collected set once, gzip-encoded, and each report as a few KB of difference", () => {
     const created = requests().filter((request) => request.method === "POST" && request.path === "/v1/loops");
     const reports = requests().filter((request) => request.method === "POST" && request.path.endsWith("/report"));
-    console.log(`100,000-test suite: creation sent ${created.map((request) => request.bytes).join(", ")} B (gzip); reports sent ${reports.map((request) => request.bytes).join(", ")} B`);
+    console.log(
+      `100,000-test suite: creation sent ${created.map((request) => request.bytes).join(", ")} B (gzip); reports sent ${reports.map((request) => request.bytes).join(", ")} B`,
+    );
     expect(created).toHaveLength(1);
     expect(created[0]).toMatchObject({ status: 201, gzip: true });
     expect(created[0]?.bytes).toBeLessThan(1024 * 1024);

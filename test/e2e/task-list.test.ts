@@ -8,7 +8,18 @@ describe("a task_list loop", () => {
   const { tmp, coordinator } = sharedCoordinator("tasks");
 
   const contract = (tasks: string[]) =>
-    ["name: two-tasks", "mode: task_list", "gates:", "  - name: syntax", "    run: node --check notes.mjs", "tasks:", ...tasks, "agent:", "  run: node agent.mjs", ""].join("\n");
+    [
+      "name: two-tasks",
+      "mode: task_list",
+      "gates:",
+      "  - name: syntax",
+      "    run: node --check notes.mjs",
+      "tasks:",
+      ...tasks,
+      "agent:",
+      "  run: node agent.mjs",
+      "",
+    ].join("\n");
 
   it("completes one task per iteration and converges when every task's check passes", async () => {
     const repo = makeRepo(path.join(tmp.dir, "repo"), {

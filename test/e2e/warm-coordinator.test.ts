@@ -33,7 +33,10 @@ describe("the warm local coordinator", () => {
   beforeAll(async () => {
     cpSync(path.join(ROOT, "examples", "demo"), repo, { recursive: true });
     makeRepo(repo, {});
-    run = await runCli(["--json", "--state", state, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], { cwd: repo, env: warm });
+    run = await runCli(["--json", "--state", state, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], {
+      cwd: repo,
+      env: warm,
+    });
     const pid = recordOf()?.pid;
     if (pid) started.add(pid);
   }, 120_000);

@@ -22,7 +22,21 @@ export async function startWranglerDev(persistTo: string, logDir: string): Promi
   const inspectorPort = await freePort();
   const child = spawn(
     process.execPath,
-    [wrangler, "dev", "--ip", "127.0.0.1", "--port", String(port), "--inspector-port", String(inspectorPort), "--persist-to", persistTo, "--log-level", "warn", "--show-interactive-dev-session=false"],
+    [
+      wrangler,
+      "dev",
+      "--ip",
+      "127.0.0.1",
+      "--port",
+      String(port),
+      "--inspector-port",
+      String(inspectorPort),
+      "--persist-to",
+      persistTo,
+      "--log-level",
+      "warn",
+      "--show-interactive-dev-session=false",
+    ],
     {
       cwd: ROOT,
       env: { ...process.env, WRANGLER_SEND_METRICS: "false", XDG_CONFIG_HOME: path.join(logDir, "config"), WRANGLER_LOG_PATH: logDir, CI: "true" },
@@ -42,7 +56,10 @@ export async function startWranglerDev(persistTo: string, logDir: string): Promi
   };
   const deadline = Date.now() + 60_000;
   for (;;) {
-    const healthy = await fetch(`${url}/healthz`).then((response) => response.ok, () => false);
+    const healthy = await fetch(`${url}/healthz`).then(
+      (response) => response.ok,
+      () => false,
+    );
     if (healthy) return { url, pid, stop };
     if (child.exitCode !== null || Date.now() > deadline) {
       await stop();

@@ -19,18 +19,37 @@ describe("Contract", () => {
   it.each([
     ["a top-level key the contract does not have", { ...minimal, metrics: { name: "parse_ms" } }, [], "metrics"],
     ["a misspelt gate key", { ...minimal, gates: [{ name: "unit", run: "npm test", timout: "2m" }] }, ["gates", 0], "timout"],
-    ["a key on the second gate", { ...minimal, gates: [{ name: "unit", run: "a" }, { name: "lint", run: "b", sof: {} }] }, ["gates", 1], "sof"],
+    [
+      "a key on the second gate",
+      {
+        ...minimal,
+        gates: [
+          { name: "unit", run: "a" },
+          { name: "lint", run: "b", sof: {} },
+        ],
+      },
+      ["gates", 1],
+      "sof",
+    ],
     ["a stop condition the contract does not have", { ...minimal, stop: { max_iterations: 5, budgets: { wall: "8h" } } }, ["stop"], "budgets"],
     ["an agent key", { ...minimal, agent: { run: "x", model: "big" } }, ["agent"], "model"],
   ])("refuses %s and names where it is", (_what, input, path, key) => {
-    expect(issuesOf(input)).toEqual([
-      expect.objectContaining({ code: "unrecognized_keys", path, keys: [key], message: expect.stringContaining(key) }),
-    ]);
+    expect(issuesOf(input)).toEqual([expect.objectContaining({ code: "unrecognized_keys", path, keys: [key], message: expect.stringContaining(key) })]);
   });
 
   it.each([
     ["gates[0].timeout", { ...minimal, gates: [{ name: "unit", run: "npm test", timeout: "2 minutes" }] }, ["gates", 0, "timeout"]],
-    ["gates[1].timeout", { ...minimal, gates: [{ name: "unit", run: "a" }, { name: "lint", run: "b", timeout: "10" }] }, ["gates", 1, "timeout"]],
+    [
+      "gates[1].timeout",
+      {
+        ...minimal,
+        gates: [
+          { name: "unit", run: "a" },
+          { name: "lint", run: "b", timeout: "10" },
+        ],
+      },
+      ["gates", 1, "timeout"],
+    ],
     ["agent.timeout", { ...minimal, agent: { run: "x", timeout: "0s" } }, ["agent", "timeout"]],
   ])("refuses a bad duration at %s with its path and a hint", (_where, input, path) => {
     expect(issuesOf(input)).toEqual([expect.objectContaining({ path, message: expect.stringContaining("e.g. 90s, 10m") })]);
@@ -49,10 +68,15 @@ describe("Contract", () => {
   });
 
   it("refuses two gates with the same name, pointing at the second", () => {
-    const input = { ...minimal, gates: [{ name: "unit", run: "a" }, { name: "lint", run: "b" }, { name: "unit", run: "c" }] };
-    expect(issuesOf(input)).toEqual([
-      expect.objectContaining({ path: ["gates", 2, "name"], message: 'duplicate gate name "unit"' }),
-    ]);
+    const input = {
+      ...minimal,
+      gates: [
+        { name: "unit", run: "a" },
+        { name: "lint", run: "b" },
+        { name: "unit", run: "c" },
+      ],
+    };
+    expect(issuesOf(input)).toEqual([expect.objectContaining({ path: ["gates", 2, "name"], message: 'duplicate gate name "unit"' })]);
   });
 
   it("requires a metric in optimize mode and a check on every task in task_list mode", () => {

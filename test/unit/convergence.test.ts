@@ -60,8 +60,6 @@ describe("no-convergence halts", () => {
       { candidate_id: "c1", fixed: ["a", "b"], broken: ["x", "y"] },
       { candidate_id: "c2", fixed: ["b"], broken: ["y", "z"] },
     ];
-    expect(halted(recent)).toBe(
-      "unsatisfiable_constraints: fixing b broke y in all 2 attempts since the last promotion: the two look mutually exclusive",
-    );
+    expect(halted(recent)).toBe("unsatisfiable_constraints: fixing b broke y in all 2 attempts since the last promotion: the two look mutually exclusive");
   });
 });

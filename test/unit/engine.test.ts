@@ -347,9 +347,7 @@ describe("engine: leases", () => {
     expect(harness.expire(9_999)).toEqual([]);
     expect(harness.state.candidates.c1?.status).toBe("leased");
     const expired = harness.expire(1);
-    expect(expired).toEqual([
-      { type: "lease_expired", at: expect.any(String), data: { lease_id: leased.value.lease_id, candidate_id: "c1" } },
-    ]);
+    expect(expired).toEqual([{ type: "lease_expired", at: expect.any(String), data: { lease_id: leased.value.lease_id, candidate_id: "c1" } }]);
     expect(harness.state.candidates.c1).toMatchObject({ status: "queued", lease: null });
     expect(harness.expire(60_000)).toEqual([]);
   });
@@ -497,7 +495,10 @@ describe("engine: gates are tests the report cannot overrule", () => {
     ["times out", gateOnly(0, true)],
     ["is killed by a signal", gateOnly(null)],
     ["exits non-zero while the report calls everything passing", gateOnly(1, false, { passing: [A, GATE], failing: [] })],
-    ["did not run at all", { gates: [{ name: "other", exit_code: 0, signal: null, timed_out: false, duration_ms: 5, log: null }], tests: { passing: [], failing: [] } }],
+    [
+      "did not run at all",
+      { gates: [{ name: "other", exit_code: 0, signal: null, timed_out: false, duration_ms: 5, log: null }], tests: { passing: [], failing: [] } },
+    ],
   ])("a candidate whose gate %s is not promoted and never halts success", (_name, observation) => {
     const harness = new LoopHarness([A]);
     harness.propose("red");
@@ -547,9 +548,7 @@ describe("engine: soft gates and unsupported contract features", () => {
     expect(sets.failing.includes("gate:lint")).toBe(!passes);
   });
 
-  it.each([
-    ["artifacts", { artifacts: ["profile/*.svg"] }],
-  ])("refuses a contract asking for %s, which this engine cannot enforce yet", (path, overrides) => {
+  it.each([["artifacts", { artifacts: ["profile/*.svg"] }]])("refuses a contract asking for %s, which this engine cannot enforce yet", (path, overrides) => {
     const outcome = createLoop({
       loop_id: "lp_0123456789abcdef01234567",
       contract: contractOf(overrides),
@@ -594,7 +593,11 @@ describe("engine: budgets", () => {
 
 describe("engine: guards dominate success (DESIGN §6.4)", () => {
   const FILE_HASH = sha256Hex("test file");
-  const readings = (files: Record<string, string> = { "test/a.test.js": FILE_HASH }, coverage: number | null = 80, contract: GuardReadings["contract"] = { hash: sha256Hex("loop.yaml") }): GuardReadings => ({
+  const readings = (
+    files: Record<string, string> = { "test/a.test.js": FILE_HASH },
+    coverage: number | null = 80,
+    contract: GuardReadings["contract"] = { hash: sha256Hex("loop.yaml") },
+  ): GuardReadings => ({
     protected_files: files,
     coverage_percent: coverage,
     contract,
@@ -629,16 +632,35 @@ describe("engine: guards dominate success (DESIGN §6.4)", () => {
   it.each<[string, Observation, string, string]>([
     ["a protected test file is edited", green(readings({ "test/a.test.js": sha256Hex("weakened") })), "blocked_path_modified", "modified test/a.test.js"],
     ["a protected test file is deleted", green(readings({})), "blocked_path_modified", "deleted test/a.test.js"],
-    ["a protected file is added", green(readings({ "test/a.test.js": FILE_HASH, ".github/workflows/x.yml": FILE_HASH })), "blocked_path_modified", "added .github/workflows/x.yml"],
-    ["the failing test is deleted (the collected set loses it)", green(readings(), [A]), "metric_integrity_violation", "1 collected test(s) disappeared: suite.b"],
-    ["the guard readings are missing", { ...green(readings()), guards: undefined } as unknown as Observation, "metric_integrity_violation", "no guard readings"],
+    [
+      "a protected file is added",
+      green(readings({ "test/a.test.js": FILE_HASH, ".github/workflows/x.yml": FILE_HASH })),
+      "blocked_path_modified",
+      "added .github/workflows/x.yml",
+    ],
+    [
+      "the failing test is deleted (the collected set loses it)",
+      green(readings(), [A]),
+      "metric_integrity_violation",
+      "1 collected test(s) disappeared: suite.b",
+    ],
+    [
+      "the guard readings are missing",
+      { ...green(readings()), guards: undefined } as unknown as Observation,
+      "metric_integrity_violation",
+      "no guard readings",
+    ],
     ["the contract file changed", green(readings(undefined, 80, { hash: sha256Hex("other") })), "workspace_invalid", "differs from the pinned one"],
     ["the contract file was deleted", green(readings(undefined, 80, { error: "missing" })), "workspace_invalid", "is missing"],
   ])("green gates with a violated guard halt the guard's reason, never success: %s", (_name, observation, reason, detail) => {
     const harness = loopWith();
     const outcome = evaluateWith(harness, observation);
     expect(outcome).toMatchObject({ ok: true, value: { decision: "rejected", reason: "guard_violated" } });
-    expect(harness.state.halt).toMatchObject({ halt_reason: reason, exit_class: reason === "workspace_invalid" ? 30 : 13, detail: expect.stringContaining(detail) });
+    expect(harness.state.halt).toMatchObject({
+      halt_reason: reason,
+      exit_class: reason === "workspace_invalid" ? 30 : 13,
+      detail: expect.stringContaining(detail),
+    });
     expect(harness.state.best.candidate_id).toBe("t0");
   });
 
@@ -673,7 +695,17 @@ describe("engine: guards dominate success (DESIGN §6.4)", () => {
   it("a gate that failed before writing its report skips the collected-set guard: the candidate is simply not promoted", () => {
     const harness = loopWith({ gates: [{ name: "unit", run: "npm test", tests: { junit: "out/junit.xml" } }] });
     const broken: Observation = {
-      gates: [{ name: "unit", exit_code: 2, signal: null, timed_out: false, duration_ms: 5, log: null, report_error: "out/junit.xml: the gate did not write its test report" }],
+      gates: [
+        {
+          name: "unit",
+          exit_code: 2,
+          signal: null,
+          timed_out: false,
+          duration_ms: 5,
+          log: null,
+          report_error: "out/junit.xml: the gate did not write its test report",
+        },
+      ],
       tests: { passing: [], failing: [] },
       guards: readings(),
     };
@@ -682,7 +714,11 @@ describe("engine: guards dominate success (DESIGN §6.4)", () => {
   });
 
   it("property: no history ever halts success_condition_met with a guard-violating observation promoted", () => {
-    const violation = fc.constantFrom<GuardReadings>(readings({}), readings({ "test/a.test.js": sha256Hex("x") }), readings(undefined, 80, { error: "invalid" }));
+    const violation = fc.constantFrom<GuardReadings>(
+      readings({}),
+      readings({ "test/a.test.js": sha256Hex("x") }),
+      readings(undefined, 80, { error: "invalid" }),
+    );
     const step = fc.oneof(
       fc.record({ clean: fc.constant(true), passing: fc.subarray([A, B]) }),
       fc.record({ clean: fc.constant(false), passing: fc.subarray([A, B]), guards: violation }),
@@ -760,8 +796,7 @@ describe("engine: no convergence and untrusted checks (DESIGN §6.2, §6.5)", ()
 describe("engine: optimize mode (DESIGN §6.1, §6.3)", () => {
   const metric = { run: "node bench.js", name: "parse_ms", direction: "lower" as const, min_effect: "2%", samples: { min: 5, max: 40 } };
   /** Readings around `center` with a small deterministic spread (±1%). */
-  const readings = (center: number, count: number, offset = 0) =>
-    Array.from({ length: count }, (_, index) => center * (1 + 0.01 * Math.sin(index + offset)));
+  const readings = (center: number, count: number, offset = 0) => Array.from({ length: count }, (_, index) => center * (1 + 0.01 * Math.sin(index + offset)));
   const measured = (best: number[], candidate: number[], failing: string[] = []): Observation => ({
     ...observationOf(failing),
     samples: { best, candidate },
@@ -792,15 +827,25 @@ describe("engine: optimize mode (DESIGN §6.1, §6.3)", () => {
       const harness = promoted();
       const early = confirmBest(harness.state, { candidate_id: "c1", samples: { t0: readings(100, 3), best: readings(70, 3, 3) } }, harness.now());
       expect(early).toMatchObject({ ok: true, events: [], value: { status: "need_samples", more: 2, pairs: 3 } });
-      const done = harness.apply(confirmBest(harness.state, { candidate_id: "c1", samples: { t0: readings(100, 8), best: readings(70, 8, 3) } }, harness.now()));
+      const done = harness.apply(
+        confirmBest(harness.state, { candidate_id: "c1", samples: { t0: readings(100, 8), best: readings(70, 8, 3) } }, harness.now()),
+      );
       if (!done.ok || done.value.status !== "recorded") throw new Error("not recorded");
-      expect(done.value.confirm).toMatchObject({ candidate_id: "c1", commit: harness.state.best.commit, t0_commit: harness.state.t0.commit, metric: "parse_ms", pairs: 8 });
+      expect(done.value.confirm).toMatchObject({
+        candidate_id: "c1",
+        commit: harness.state.best.commit,
+        t0_commit: harness.state.t0.commit,
+        metric: "parse_ms",
+        pairs: 8,
+      });
       expect(done.value.confirm.estimate).toBeGreaterThan(0.3);
       expect(done.value.confirm.interval?.[0]).toBeGreaterThan(0.3);
       expect(harness.state.confirm).toMatchObject({ candidate_id: "c1", samples: { t0: readings(100, 8) } });
       // The same readings again answer the record and append nothing.
       const count = harness.events.length;
-      expect(harness.apply(confirmBest(harness.state, { candidate_id: "c1", samples: { t0: readings(100, 8), best: readings(70, 8, 3) } }, harness.now()))).toMatchObject({
+      expect(
+        harness.apply(confirmBest(harness.state, { candidate_id: "c1", samples: { t0: readings(100, 8), best: readings(70, 8, 3) } }, harness.now())),
+      ).toMatchObject({
         ok: true,
         value: { status: "recorded" },
       });
@@ -813,10 +858,19 @@ describe("engine: optimize mode (DESIGN §6.1, §6.3)", () => {
         error: { code: "confirm_inapplicable" },
       });
       const unpromoted = optimizeLoop();
-      expect(confirmBest(unpromoted.state, { candidate_id: "t0", samples: { t0: [1], best: [1] } }, unpromoted.now())).toMatchObject({ ok: false, error: { code: "confirm_inapplicable" } });
+      expect(confirmBest(unpromoted.state, { candidate_id: "t0", samples: { t0: [1], best: [1] } }, unpromoted.now())).toMatchObject({
+        ok: false,
+        error: { code: "confirm_inapplicable" },
+      });
       const harness = promoted();
-      expect(confirmBest(harness.state, { candidate_id: "c9", samples: { t0: [1], best: [1] } }, harness.now())).toMatchObject({ ok: false, error: { code: "confirm_stale" } });
-      expect(confirmBest(harness.state, { candidate_id: "c1", samples: { t0: [1, 2], best: [1] } }, harness.now())).toMatchObject({ ok: false, error: { code: "invalid_observation" } });
+      expect(confirmBest(harness.state, { candidate_id: "c9", samples: { t0: [1], best: [1] } }, harness.now())).toMatchObject({
+        ok: false,
+        error: { code: "confirm_stale" },
+      });
+      expect(confirmBest(harness.state, { candidate_id: "c1", samples: { t0: [1, 2], best: [1] } }, harness.now())).toMatchObject({
+        ok: false,
+        error: { code: "invalid_observation" },
+      });
     });
   });
 
@@ -861,13 +915,17 @@ describe("engine: optimize mode (DESIGN §6.1, §6.3)", () => {
   it("rejects a candidate that breaks a test that passed at t0, whatever its speed", () => {
     const harness = optimizeLoop();
     const lease = leaseFor(harness, "fast-but-wrong");
-    expect(harness.report(lease, measured(readings(100, 8), readings(50, 8), [A]))).toMatchObject({ value: { decision: "rejected", reason: "regressed", regressed: [GATE, A] } });
+    expect(harness.report(lease, measured(readings(100, 8), readings(50, 8), [A]))).toMatchObject({
+      value: { decision: "rejected", reason: "regressed", regressed: [GATE, A] },
+    });
   });
 
   it("rejects a candidate without paired readings as no_samples", () => {
     const harness = optimizeLoop();
     const lease = leaseFor(harness, "no-bench");
-    expect(harness.report(lease, { ...observationOf([]), samples: { best: [], candidate: [], error: "the metric command printed no parse_ms" } })).toMatchObject({
+    expect(
+      harness.report(lease, { ...observationOf([]), samples: { best: [], candidate: [], error: "the metric command printed no parse_ms" } }),
+    ).toMatchObject({
       value: { decision: "rejected", reason: "no_samples", detail: expect.stringContaining("printed no parse_ms") },
     });
   });
@@ -934,9 +992,7 @@ describe("engine: properties", () => {
         let best = passingIds(harness.state.t0, base);
         for (const event of harness.events) {
           if (event.type !== "verdict" || event.data.decision !== "promoted") continue;
-          const report = harness.events.find(
-            (other) => other.type === "observation_reported" && other.data.candidate_id === event.data.candidate_id,
-          );
+          const report = harness.events.find((other) => other.type === "observation_reported" && other.data.candidate_id === event.data.candidate_id);
           if (report?.type !== "observation_reported") throw new Error("a promotion without an observation");
           // Recorded as a difference from t0's collected set: read through the same standing the engine uses.
           const passing = new Set(passingIds(standingOf(contract, report.data.observation, base), base));

@@ -12,7 +12,11 @@ function history(steps: { failing: number[]; agentFails: boolean }[]): LoopHarne
   steps.forEach((step, index) => {
     if (harness.state.halt) return;
     if (step.agentFails) harness.propose(`agent-${index}`, { agent: { exit_code: 1, timed_out: false, duration_ms: 5 } });
-    else harness.evaluate(`step-${index}`, step.failing.map((i) => TEST_IDS[i % TEST_IDS.length] ?? ""));
+    else
+      harness.evaluate(
+        `step-${index}`,
+        step.failing.map((i) => TEST_IDS[i % TEST_IDS.length] ?? ""),
+      );
   });
   return harness;
 }
@@ -36,7 +40,11 @@ describe("fold", () => {
   });
 
   it("applyEvent leaves the state it is given as it was", () => {
-    const { events } = history([{ failing: [0], agentFails: false }, { failing: [], agentFails: true }, { failing: [], agentFails: false }]);
+    const { events } = history([
+      { failing: [0], agentFails: false },
+      { failing: [], agentFails: true },
+      { failing: [], agentFails: false },
+    ]);
     let state = foldEvents(events.slice(0, 1));
     for (const event of events.slice(1)) {
       const before = structuredClone(state);

@@ -107,13 +107,21 @@ describe("receipts", async () => {
       () => ({ envelope: { ...envelope, payload: payload((s) => ((s.predicate as { iterations: { total: number } }).iterations.total = 2)) } }),
       "signature",
     ],
-    ["one byte of the signature", () => ({ envelope: { ...envelope, signatures: [{ keyid: key.jwk.kid, sig: flip(envelope.signatures[0]?.sig ?? "", 10) }] } }), "signature"],
+    [
+      "one byte of the signature",
+      () => ({ envelope: { ...envelope, signatures: [{ keyid: key.jwk.kid, sig: flip(envelope.signatures[0]?.sig ?? "", 10) }] } }),
+      "signature",
+    ],
     ["the payloadType", () => ({ envelope: { ...envelope, payloadType: "application/json" } }), "envelope"],
     ["the keyid alone", () => ({ envelope: { ...envelope, signatures: [{ keyid: "someone-else", sig: envelope.signatures[0]?.sig ?? "" }] } }), "signature"],
     ["one byte of an event", () => ({ events: eventsWith((list) => ((list[4] as { at: string }).at = "2026-03-01T09:00:05.001Z")) }), "chain"],
     ["an event dropped", () => ({ events: eventsWith((list) => list.splice(3, 1)) }), "chain"],
     ["an event duplicated", () => ({ events: eventsWith((list) => list.splice(3, 0, list[3] as Record<string, unknown>)) }), "chain"],
-    ["two events reordered", () => ({ events: eventsWith((list) => list.splice(2, 2, list[3] as Record<string, unknown>, list[2] as Record<string, unknown>)) }), "chain"],
+    [
+      "two events reordered",
+      () => ({ events: eventsWith((list) => list.splice(2, 2, list[3] as Record<string, unknown>, list[2] as Record<string, unknown>)) }),
+      "chain",
+    ],
     ["the log cut before the signed head", () => ({ events: eventsWith((list) => list.pop()) }), "chain"],
   ])("fails when %s is changed, naming the %s check", async (_what, change, failing) => {
     const result = await verify(change());
@@ -198,7 +206,9 @@ describe("receipts", async () => {
     const forged = sealed(inflated);
     const result = await verify({ envelope: await receiptOf(forged, key.signer), events: asRecords(forged) });
     const seq = forged.findIndex((event) => event.type === "confirm_measured") + 1;
-    expect(result.first_failure).toMatch(new RegExp(`^verdicts: event ${seq}: cannot be applied \\(recorded confirm of c1 \\(900\\.0% over 8 pairs\\), recomputed confirm of c1`));
+    expect(result.first_failure).toMatch(
+      new RegExp(`^verdicts: event ${seq}: cannot be applied \\(recorded confirm of c1 \\(900\\.0% over 8 pairs\\), recomputed confirm of c1`),
+    );
   });
 
   it("names the attested figure that the log does not support", async () => {

@@ -17,7 +17,10 @@ type Outcome = "passed" | "failed" | "skipped" | "absent";
 
 /** An observation of one reporting gate; `exit` defaults to what the outcomes imply, but a gate may lie. */
 function observed(outcomes: Partial<Record<string, Outcome>>, exit?: number): FullObservation {
-  const of = (wanted: Outcome) => Object.entries(outcomes).filter(([, outcome]) => outcome === wanted).map(([id]) => id);
+  const of = (wanted: Outcome) =>
+    Object.entries(outcomes)
+      .filter(([, outcome]) => outcome === wanted)
+      .map(([id]) => id);
   const failing = of("failed");
   return {
     gates: [{ name: "unit", exit_code: exit ?? (failing.length > 0 ? 1 : 0), signal: null, timed_out: false, duration_ms: 5, log: null }],
@@ -46,7 +49,11 @@ function evaluate(harness: LoopHarness, observation: FullObservation) {
 
 describe("skipped and deselected tests (DESIGN §6.4)", () => {
   it.each<[string, Partial<Record<string, Outcome>>, string]>([
-    ["the failing test is skipped (a conftest.py marks it skip; a runner config's name pattern excludes it)", { [A]: "passed", [B]: "skipped", [D]: "skipped" }, `1 test(s) that t0 ran are skipped now (a skipped test is never a fix): ${B}`],
+    [
+      "the failing test is skipped (a conftest.py marks it skip; a runner config's name pattern excludes it)",
+      { [A]: "passed", [B]: "skipped", [D]: "skipped" },
+      `1 test(s) that t0 ran are skipped now (a skipped test is never a fix): ${B}`,
+    ],
     ["a passing test is skipped", { [A]: "skipped", [B]: "passed", [D]: "skipped" }, `skipped now (a skipped test is never a fix): ${A}`],
     ["the failing test is deselected (no longer collected)", { [A]: "passed", [D]: "skipped" }, `1 collected test(s) disappeared: ${B}`],
   ])("green gates halt metric_integrity_violation (13) when %s", (_name, outcomes, detail) => {

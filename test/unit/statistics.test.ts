@@ -114,12 +114,21 @@ describe("compareSamples: decisions", () => {
   });
 
   it("mirrors a higher-is-better metric: throughput 1/t decides exactly as time t does", () => {
-    for (const [seed, improvement] of [[10, 0.2], [20, 0.03], [30, -0.1], [40, 0]] as const) {
+    for (const [seed, improvement] of [
+      [10, 0.2],
+      [20, 0.03],
+      [30, -0.1],
+      [40, 0],
+    ] as const) {
       const best = readings(20, 100, 0.05, seed);
       const candidate = readings(20, 100 / (1 + improvement), 0.05, seed + 1);
       for (let n = 5; n <= 20; n++) {
         const time = compare(best.slice(0, n), candidate.slice(0, n));
-        const throughput = compare(best.slice(0, n).map((t) => 1 / t), candidate.slice(0, n).map((t) => 1 / t), { direction: "higher" });
+        const throughput = compare(
+          best.slice(0, n).map((t) => 1 / t),
+          candidate.slice(0, n).map((t) => 1 / t),
+          { direction: "higher" },
+        );
         expect(throughput.decision).toBe(time.decision);
         expect(throughput.estimate).toBeCloseTo(time.estimate, 12);
         expect(throughput.level).toBe(time.level);
@@ -230,10 +239,16 @@ describe("compareSamples: the method", () => {
           const candidate = readings(n, 100 / (1 + improvement), 0.05, seed + 1);
           const before = compare(best, candidate).decision;
           // Any pair getting better keeps a promotion a promotion.
-          const better = compare(best, candidate.map((value, i) => value / perPair[i]!)).decision;
+          const better = compare(
+            best,
+            candidate.map((value, i) => value / perPair[i]!),
+          ).decision;
           if (before === "promote") expect(better).toBe("promote");
           // The whole candidate getting better by one factor never moves the decision down.
-          const scaled = compare(best, candidate.map((value) => value / uniform)).decision;
+          const scaled = compare(
+            best,
+            candidate.map((value) => value / uniform),
+          ).decision;
           expect(rank[scaled]).toBeGreaterThanOrEqual(rank[before]);
         },
       ),

@@ -68,14 +68,22 @@ describe("POST /v1/loops", () => {
   it("halts a loop whose baseline already passes with success_condition_met", async () => {
     const loop = await createLoop("already-green", []);
     // loop_created, halted, then the final receipt's receipt_issued.
-    expect(loop).toMatchObject({ status: "halted", halt: { halt_reason: "success_condition_met", exit_class: 10 }, head: { seq: 3 }, receipt_id: expect.any(String) });
+    expect(loop).toMatchObject({
+      status: "halted",
+      halt: { halt_reason: "success_condition_met", exit_class: 10 },
+      head: { seq: 3 },
+      receipt_id: expect.any(String),
+    });
     const proposed = await postJson(`/v1/loops/${loop.loop_id}/candidates`, candidateBody("already-green"));
     expect(proposed.status).toBe(409);
     expect(await errorOf(proposed)).toMatchObject({ code: "loop_halted" });
   });
 
   it("creates a task_list loop whose tasks, not yet checked at t0, all count as failing", async () => {
-    const response = await postJson("/v1/loops", createLoopBody("task-list", [A], { mode: "task_list", tasks: [{ id: "t1", title: "one", check: "node t1.js" }] }));
+    const response = await postJson(
+      "/v1/loops",
+      createLoopBody("task-list", [A], { mode: "task_list", tasks: [{ id: "t1", title: "one", check: "node t1.js" }] }),
+    );
     expect(response.status).toBe(201);
     // suite.a, the gate that reported it, and task:t1 (no task result was observed at t0).
     expect(await response.json()).toMatchObject({ loop: { mode: "task_list", status: "running", t0: { failing: 3 } } });

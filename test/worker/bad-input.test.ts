@@ -77,7 +77,12 @@ describe("bad input against an existing loop changes nothing", () => {
   });
 
   const cases: { name: string; status: number; code: string; send: () => Promise<Response>; issuePath?: string }[] = [
-    { name: "malformed JSON proposing a candidate", status: 400, code: "invalid_json", send: () => jsonPost(`/v1/loops/${loopId}/candidates`, '{"idempotency_key": "abc') },
+    {
+      name: "malformed JSON proposing a candidate",
+      status: 400,
+      code: "invalid_json",
+      send: () => jsonPost(`/v1/loops/${loopId}/candidates`, '{"idempotency_key": "abc'),
+    },
     { name: "an empty body asking for a lease", status: 400, code: "invalid_json", send: () => jsonPost(`/v1/loops/${loopId}/leases`, "") },
     {
       name: "a candidate whose commit is not a commit id",
@@ -107,7 +112,10 @@ describe("bad input against an existing loop changes nothing", () => {
       issuePath: "observation.gates.0.exit_code",
       send: () => {
         const observation = observationOf([]);
-        return postJson(`/v1/leases/${leaseId}/report`, { fencing_token: 1, observation: { ...observation, gates: [{ ...observation.gates[0], exit_code: 0.5 }] } });
+        return postJson(`/v1/leases/${leaseId}/report`, {
+          fencing_token: 1,
+          observation: { ...observation, gates: [{ ...observation.gates[0], exit_code: 0.5 }] },
+        });
       },
     },
     {
@@ -133,8 +141,15 @@ describe("bad input against an existing loop changes nothing", () => {
       status: 413,
       code: "body_too_large",
       send: () => {
-        const padded = { fencing_token: 1, observation: { ...observationOf([]), tests: { passing: Array.from({ length: 240_000 }, (_v, i) => `t${i}`.padEnd(20, "x")), failing: [] } } };
-        return call(`/v1/leases/${leaseId}/report`, { method: "POST", body: chunked(new TextEncoder().encode(JSON.stringify(padded))), duplex: "half" } as RequestInit);
+        const padded = {
+          fencing_token: 1,
+          observation: { ...observationOf([]), tests: { passing: Array.from({ length: 240_000 }, (_v, i) => `t${i}`.padEnd(20, "x")), failing: [] } },
+        };
+        return call(`/v1/leases/${leaseId}/report`, {
+          method: "POST",
+          body: chunked(new TextEncoder().encode(JSON.stringify(padded))),
+          duplex: "half",
+        } as RequestInit);
       },
     },
     {
@@ -147,7 +162,12 @@ describe("bad input against an existing loop changes nothing", () => {
           observation: { ...observationOf([]), tests: { base: "0".repeat(64), added: [], removed: [], failing: [], skipped: [] } },
         }),
     },
-    { name: "a lease id of this loop that was never granted", status: 404, code: "lease_not_found", send: () => postJson(`/v1/leases/${loopId}-L99/report`, { fencing_token: 99, observation: observationOf([]) }) },
+    {
+      name: "a lease id of this loop that was never granted",
+      status: 404,
+      code: "lease_not_found",
+      send: () => postJson(`/v1/leases/${loopId}-L99/report`, { fencing_token: 99, observation: observationOf([]) }),
+    },
   ];
 
   it.each(cases)("$name → $status $code", async ({ send, status, code, issuePath }) => {
@@ -163,8 +183,20 @@ describe("bad input that names no existing loop creates nothing", () => {
   const cases: { name: string; status: number; code: string; send: () => Promise<Response>; loopId: string; issuePath?: string }[] = [
     { name: "GET an unknown loop", status: 404, code: "not_found", loopId: UNKNOWN_ID, send: () => call(`/v1/loops/${UNKNOWN_ID}`) },
     { name: "GET the events of an unknown loop", status: 404, code: "not_found", loopId: UNKNOWN_ID, send: () => call(`/v1/loops/${UNKNOWN_ID}/events`) },
-    { name: "propose to an unknown loop", status: 404, code: "not_found", loopId: UNKNOWN_ID, send: () => postJson(`/v1/loops/${UNKNOWN_ID}/candidates`, candidateBody("unknown")) },
-    { name: "lease from an unknown loop", status: 404, code: "not_found", loopId: UNKNOWN_ID, send: () => postJson(`/v1/loops/${UNKNOWN_ID}/leases`, { runner_id: "laptop" }) },
+    {
+      name: "propose to an unknown loop",
+      status: 404,
+      code: "not_found",
+      loopId: UNKNOWN_ID,
+      send: () => postJson(`/v1/loops/${UNKNOWN_ID}/candidates`, candidateBody("unknown")),
+    },
+    {
+      name: "lease from an unknown loop",
+      status: 404,
+      code: "not_found",
+      loopId: UNKNOWN_ID,
+      send: () => postJson(`/v1/loops/${UNKNOWN_ID}/leases`, { runner_id: "laptop" }),
+    },
     {
       name: "an artifact intent for an unknown loop",
       status: 404,
@@ -172,10 +204,28 @@ describe("bad input that names no existing loop creates nothing", () => {
       loopId: UNKNOWN_ID,
       send: () => postJson(`/v1/loops/${UNKNOWN_ID}/artifacts`, { sha256: "a".repeat(64), size: 1, content_type: "text/plain" }),
     },
-    { name: "report under a lease of an unknown loop", status: 404, code: "not_found", loopId: UNKNOWN_ID, send: () => postJson(`/v1/leases/${UNKNOWN_ID}-L1/report`, { fencing_token: 1, observation: observationOf([]) }) },
+    {
+      name: "report under a lease of an unknown loop",
+      status: 404,
+      code: "not_found",
+      loopId: UNKNOWN_ID,
+      send: () => postJson(`/v1/leases/${UNKNOWN_ID}-L1/report`, { fencing_token: 1, observation: observationOf([]) }),
+    },
     { name: "GET a malformed loop id", status: 404, code: "not_found", loopId: "lp_NOT-HEX", send: () => call("/v1/loops/lp_NOT-HEX") },
-    { name: "propose to a malformed loop id", status: 404, code: "not_found", loopId: "loop-1", send: () => postJson("/v1/loops/loop-1/candidates", candidateBody("malformed")) },
-    { name: "heartbeat on a malformed lease id", status: 404, code: "lease_not_found", loopId: "lp_x", send: () => postJson("/v1/leases/lp_x-L1/heartbeat", { fencing_token: 1 }) },
+    {
+      name: "propose to a malformed loop id",
+      status: 404,
+      code: "not_found",
+      loopId: "loop-1",
+      send: () => postJson("/v1/loops/loop-1/candidates", candidateBody("malformed")),
+    },
+    {
+      name: "heartbeat on a malformed lease id",
+      status: 404,
+      code: "lease_not_found",
+      loopId: "lp_x",
+      send: () => postJson("/v1/leases/lp_x-L1/heartbeat", { fencing_token: 1 }),
+    },
     {
       name: "create with malformed JSON",
       status: 400,
@@ -197,7 +247,8 @@ describe("bad input that names no existing loop creates nothing", () => {
       code: "invalid_request",
       issuePath: "contract",
       loopId: loopIdFor("loop-key-unknown-key"),
-      send: () => postJson("/v1/loops", { ...createLoopBody("unknown-key", [A]), contract: { ...createLoopBody("unknown-key", [A]).contract, metrics: { name: "ms" } } }),
+      send: () =>
+        postJson("/v1/loops", { ...createLoopBody("unknown-key", [A]), contract: { ...createLoopBody("unknown-key", [A]).contract, metrics: { name: "ms" } } }),
     },
     {
       name: "create with an over-4-MiB body (the route's own cap) streamed without Content-Length",

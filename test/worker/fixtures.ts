@@ -93,11 +93,15 @@ export function loopObject(loopId: string) {
 }
 
 /** What a LoopObject holds: its tables, and its event count and head when it has a log. */
-export async function readLoopObject(loopId: string): Promise<{ tables: string[]; events: number; head: { seq: number; hash: string } | null; outbox: number }> {
+export async function readLoopObject(
+  loopId: string,
+): Promise<{ tables: string[]; events: number; head: { seq: number; hash: string } | null; outbox: number }> {
   return runInDurableObject(loopObject(loopId), (_instance, state) => {
     const sql = state.storage.sql;
     const tables = sql
-      .exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_cf%' ESCAPE '\\' AND name NOT LIKE 'sqlite%' ORDER BY name")
+      .exec<{ name: string }>(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_cf%' ESCAPE '\\' AND name NOT LIKE 'sqlite%' ORDER BY name",
+      )
       .toArray()
       .map((row) => row.name);
     if (!tables.includes("events")) return { tables, events: 0, head: null, outbox: 0 };

@@ -63,7 +63,10 @@ async function readLog(loopId: string): Promise<{ lines: string[]; pages: number
     const response = await call(`/v1/loops/${loopId}/events?after=${after}&limit=1000`);
     expect(response.status).toBe(200);
     // Decoded by hand: workerd warns about `.text()` on an NDJSON body.
-    const page = new TextDecoder().decode(await response.arrayBuffer()).split("\n").filter(Boolean);
+    const page = new TextDecoder()
+      .decode(await response.arrayBuffer())
+      .split("\n")
+      .filter(Boolean);
     // A page ends past EVENTS_PAGE_BYTES only when its one event is longer than that.
     if (page.length > 1) expect(page.join("\n").length).toBeLessThan(EVENTS_PAGE_BYTES + 1024 * 1024);
     lines.push(...page);

@@ -59,8 +59,16 @@ function proposeInput(key: string) {
 /** Reads the object's own tables synchronously, as one consistent picture. */
 function storedIn(sql: SqlStorage) {
   const events = sql.exec<{ seq: number; body: string; hash: string }>("SELECT seq, body, hash FROM events ORDER BY seq").toArray();
-  const outbox = sql.exec<{ item: string }>("SELECT item FROM outbox ORDER BY id").toArray().map((row) => JSON.parse(row.item) as OutboxItem);
-  const tables = sql.exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_cf%' ESCAPE '\\' AND name NOT LIKE 'sqlite%' ORDER BY name").toArray().map((row) => row.name);
+  const outbox = sql
+    .exec<{ item: string }>("SELECT item FROM outbox ORDER BY id")
+    .toArray()
+    .map((row) => JSON.parse(row.item) as OutboxItem);
+  const tables = sql
+    .exec<{ name: string }>(
+      "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_cf%' ESCAPE '\\' AND name NOT LIKE 'sqlite%' ORDER BY name",
+    )
+    .toArray()
+    .map((row) => row.name);
   return { events, outbox, tables };
 }
 
@@ -109,9 +117,7 @@ describe("LoopObject storage", () => {
     expect(await projectionRows(input.loop_id)).toEqual({ loops: 0, candidates: 0, events: 0 });
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect(await projectionRows(input.loop_id)).toEqual({ loops: 1, candidates: 1, events: 2 });
-    const row = await env.DB.prepare("SELECT status, iteration, head_seq, head_hash, best_candidate_id FROM loops WHERE id = ?")
-      .bind(input.loop_id)
-      .first();
+    const row = await env.DB.prepare("SELECT status, iteration, head_seq, head_hash, best_candidate_id FROM loops WHERE id = ?").bind(input.loop_id).first();
     expect(row).toEqual({ status: "running", iteration: 0, head_seq: 2, head_hash: second.events[1]?.hash, best_candidate_id: "t0" });
     const drained = await runInDurableObject(stub, async (_instance, state) => ({
       outbox: storedIn(state.storage.sql).outbox.length,
@@ -232,7 +238,12 @@ describe("writeProjection (the outbox → D1 drain)", () => {
     const rows = await projectionOf(reversed);
     // The two loops differ only in their id, and so in every hash of their chains.
     const normalized = (projection: typeof rows) =>
-      JSON.parse(JSON.stringify(projection).replaceAll(reversed, "LOOP").replaceAll(inOrder, "LOOP").replace(/[0-9a-f]{64}/g, "HASH")) as unknown;
+      JSON.parse(
+        JSON.stringify(projection)
+          .replaceAll(reversed, "LOOP")
+          .replaceAll(inOrder, "LOOP")
+          .replace(/[0-9a-f]{64}/g, "HASH"),
+      ) as unknown;
     expect(normalized(rows)).toEqual(normalized(expected));
     expect(rows.loops).toEqual([expect.objectContaining({ head_seq: 5, iteration: 1 })]);
   });
@@ -265,7 +276,10 @@ describe("LoopObject alarm: lease expiry", () => {
     }
 
     const log = await runInDurableObject(stub, (_instance, state) =>
-      state.storage.sql.exec<{ body: string }>("SELECT body FROM events ORDER BY seq").toArray().map((row) => JSON.parse(row.body) as LoopEvent),
+      state.storage.sql
+        .exec<{ body: string }>("SELECT body FROM events ORDER BY seq")
+        .toArray()
+        .map((row) => JSON.parse(row.body) as LoopEvent),
     );
     expect(log.at(-1)).toMatchObject({ type: "lease_expired", data: { lease_id: lease.lease_id, candidate_id: "c1" } });
     expect(verifyChain(log as unknown as Record<string, unknown>[]).ok).toBe(true);

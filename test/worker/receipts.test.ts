@@ -33,7 +33,10 @@ async function fetchReceipt(id: string): Promise<{ envelope: Envelope; events: R
   expect(envelopeResponse.status).toBe(200);
   const log = await call(`/r/${id}/events.jsonl`);
   expect(log.status).toBe(200);
-  const lines = new TextDecoder().decode(await log.arrayBuffer()).trim().split("\n");
+  const lines = new TextDecoder()
+    .decode(await log.arrayBuffer())
+    .trim()
+    .split("\n");
   return {
     envelope: (await envelopeResponse.json()) as Envelope,
     events: lines.map((line) => JSON.parse(line) as Record<string, unknown>),
@@ -63,7 +66,10 @@ describe("receipts", () => {
     expect(result.statement?.predicate).toMatchObject({ kind: "final", loop_id: loop.loop_id, best: { candidate_id: "c1", failing: 0 } });
     // The receipt signs the log up to the halt; its own receipt_issued event comes after, as the loop's head.
     expect(receipt.events.at(-1)).toMatchObject({ ...signed, type: "halted" });
-    const full = new TextDecoder().decode(await (await call(`/v1/loops/${loop.loop_id}/events`)).arrayBuffer()).trim().split("\n");
+    const full = new TextDecoder()
+      .decode(await (await call(`/v1/loops/${loop.loop_id}/events`)).arrayBuffer())
+      .trim()
+      .split("\n");
     const issued = LoopEvent.parse(JSON.parse(full.at(-1) ?? "{}"));
     expect(issued).toMatchObject({ seq: loop.head.seq, type: "receipt_issued", data: { receipt_id: loop.receipt_id, kind: "final", head: signed } });
   });
@@ -92,7 +98,10 @@ describe("receipts", () => {
 
     // A receipt the retired key signed, over a real loop's log, as the coordinator did before the rotation.
     const loop = await haltedLoop("rotation");
-    const lines = new TextDecoder().decode(await (await call(`/v1/loops/${loop.loop_id}/events`)).arrayBuffer()).trim().split("\n");
+    const lines = new TextDecoder()
+      .decode(await (await call(`/v1/loops/${loop.loop_id}/events`)).arrayBuffer())
+      .trim()
+      .split("\n");
     const events = lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((event) => event.type !== "receipt_issued");
     const state = foldEvents(events.map((event) => LoopEvent.parse(event)));
     const retired = await receiptKeyOf({ RECEIPT_SIGNING_KEY: env.TEST_RETIRED_SIGNING_KEY });
@@ -122,7 +131,10 @@ describe("receipts", () => {
     const readings = (center: number, count: number) => Array.from({ length: count }, (_, index) => center * (1 + 0.01 * Math.sin(index)));
     const metric = { run: "node bench.js", name: "parse_ms", direction: "lower" as const, min_effect: "2%", samples: { min: 5, max: 40 } };
     const body = createLoopBody("confirm", [], { mode: "optimize", metric, stop: { max_iterations: 1 } });
-    const created = await postJson("/v1/loops", { ...body, t0: { ...body.t0, observation: { ...body.t0.observation, samples: { best: [], candidate: readings(100, 5) } } } });
+    const created = await postJson("/v1/loops", {
+      ...body,
+      t0: { ...body.t0, observation: { ...body.t0.observation, samples: { best: [], candidate: readings(100, 5) } } },
+    });
     expect(created.status).toBe(201);
     const loop = LoopSummary.parse(((await created.json()) as { loop: unknown }).loop);
     const lease = await proposeAndLease(loop.loop_id, "confirm");
@@ -178,8 +190,9 @@ describe("receipts", () => {
     const statement = ReceiptStatement.parse(JSON.parse(new TextDecoder().decode(fromBase64(envelope.payload))));
     expect(statement.subject.map((subject) => subject.name)).toEqual(["https://github.com/acme/parser.git@best", "https://github.com/acme/parser.git@t0"]);
     expect(statement.predicate.repository).toBe("https://github.com/acme/parser.git");
-    const state = await runInDurableObject(loopObject(loop.loop_id), (_instance, storage) =>
-      storage.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM events WHERE type = 'receipt_issued'").one().n,
+    const state = await runInDurableObject(
+      loopObject(loop.loop_id),
+      (_instance, storage) => storage.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM events WHERE type = 'receipt_issued'").one().n,
     );
     expect(state).toBe(1);
   });

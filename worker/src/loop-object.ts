@@ -65,7 +65,7 @@ interface EventRow extends Record<string, SqlStorageValue> {
 export function splitText(text: string, size: number): string[] {
   if (text.length <= size) return [text];
   const pieces: string[] = [];
-  for (let start = 0; start < text.length; ) {
+  for (let start = 0; start < text.length;) {
     let end = Math.min(start + size, text.length);
     const last = text.charCodeAt(end - 1);
     if (end < text.length && last >= 0xd800 && last <= 0xdbff) end--;
@@ -209,9 +209,7 @@ export class LoopObject extends DurableObject<Env> {
   private async scheduleAlarm(retryDrainInMs = 0): Promise<void> {
     const pending = this.hasSchema() && this.sql.exec("SELECT 1 FROM outbox LIMIT 1").toArray().length > 0;
     const deadline = this.state ? nextLeaseDeadline(this.state) : null;
-    const candidates = [pending ? Date.now() + retryDrainInMs : null, deadline ? Date.parse(deadline) : null].filter(
-      (time): time is number => time !== null,
-    );
+    const candidates = [pending ? Date.now() + retryDrainInMs : null, deadline ? Date.parse(deadline) : null].filter((time): time is number => time !== null);
     if (candidates.length === 0) {
       await this.ctx.storage.deleteAlarm();
       return;
@@ -260,9 +258,7 @@ export class LoopObject extends DurableObject<Env> {
   }
 
   /** Registers a candidate (idempotent by key). */
-  async propose(input: { proposal: Proposal; request_hash: string }): Promise<
-    Answer<{ candidate: CandidateView; replayed: boolean; loop: LoopSummary }>
-  > {
+  async propose(input: { proposal: Proposal; request_hash: string }): Promise<Answer<{ candidate: CandidateView; replayed: boolean; loop: LoopSummary }>> {
     const state = this.state;
     if (!state) return NOT_FOUND;
     const outcome = proposeCandidate(state, input.proposal, { request_hash: input.request_hash, at: new Date().toISOString() });
@@ -372,7 +368,11 @@ export class LoopObject extends DurableObject<Env> {
     if (!state || !head) return NOT_FOUND;
     const key = receiptKeyOf(this.env);
     if (!key) {
-      return { ok: false, code: "signing_unconfigured", message: "this coordinator has no receipt signing key (the RECEIPT_SIGNING_KEY secret; see the README, Receipts)" };
+      return {
+        ok: false,
+        code: "signing_unconfigured",
+        message: "this coordinator has no receipt signing key (the RECEIPT_SIGNING_KEY secret; see the README, Receipts)",
+      };
     }
     const { signer } = await key;
     const issuedAt = new Date().toISOString();
@@ -385,7 +385,16 @@ export class LoopObject extends DurableObject<Env> {
       data: { receipt_id: receiptId, kind: input.kind, head, keyid: signer.kid, envelope_sha256: envelopeDigest(envelope) },
     };
     const appended = this.tryAppend([issued], () => {
-      const row = { id: receiptId, loopId: state.loop_id, kind: input.kind, headSeq: head.seq, headHash: head.hash, keyid: signer.kid, envelope: JSON.stringify(envelope), issuedAt };
+      const row = {
+        id: receiptId,
+        loopId: state.loop_id,
+        kind: input.kind,
+        headSeq: head.seq,
+        headHash: head.hash,
+        keyid: signer.kid,
+        envelope: JSON.stringify(envelope),
+        issuedAt,
+      };
       this.sql.exec("INSERT INTO outbox (item) VALUES (?)", JSON.stringify({ kind: "receipt", row } satisfies OutboxItem));
     });
     if ("ok" in appended) return appended;
@@ -439,9 +448,11 @@ export class LoopObject extends DurableObject<Env> {
       const rows = this.sql.exec<{ id: number; item: string }>("SELECT id, item FROM outbox ORDER BY id LIMIT ?", DRAIN_BATCH).toArray();
       const last = rows.at(-1);
       if (!last) return;
-      await writeProjection(this.env.DB, rows.map((row) => JSON.parse(row.item) as OutboxItem));
+      await writeProjection(
+        this.env.DB,
+        rows.map((row) => JSON.parse(row.item) as OutboxItem),
+      );
       this.sql.exec("DELETE FROM outbox WHERE id <= ?", last.id);
     }
   }
 }
-

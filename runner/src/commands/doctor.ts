@@ -144,7 +144,14 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
     if (isolation.available) {
       report({ check: "network isolation", status: "ok", detail: `gates run in a network namespace of their own (${isolation.how}; loopback only)` });
     } else {
-      report({ check: "network isolation", status: "fail", detail: `exec.network: none cannot be enforced here: ${isolation.reason}; remove exec from the contract or run where network namespaces are available` }, 2);
+      report(
+        {
+          check: "network isolation",
+          status: "fail",
+          detail: `exec.network: none cannot be enforced here: ${isolation.reason}; remove exec from the contract or run where network namespaces are available`,
+        },
+        2,
+      );
       gatesRunnable = false;
     }
   }
@@ -154,7 +161,11 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
     report(
       dirty.length === 0
         ? { check: "working tree", status: "ok", detail: "clean" }
-        : { check: "working tree", status: "warn", detail: `${dirty.length} uncommitted path(s) (${formatList(dirty)}); doctor checks HEAD (${short(head)}) as committed, and \`run\` refuses a dirty tree` },
+        : {
+            check: "working tree",
+            status: "warn",
+            detail: `${dirty.length} uncommitted path(s) (${formatList(dirty)}); doctor checks HEAD (${short(head)}) as committed, and \`run\` refuses a dirty tree`,
+          },
     );
   } else {
     report({ check: "working tree", status: "skip", detail: "needs a repository with a commit" });
@@ -167,7 +178,14 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
   } else if (await new Client(server).isHealthy()) {
     report({ check: "coordinator", status: "ok", detail: `${server} answers` });
   } else {
-    report({ check: "coordinator", status: "fail", detail: `${server} does not answer /healthz; check --server (or LOOPWARDEN_SERVER), or start one with loopwarden serve` }, 1);
+    report(
+      {
+        check: "coordinator",
+        status: "fail",
+        detail: `${server} does not answer /healthz; check --server (or LOOPWARDEN_SERVER), or start one with loopwarden serve`,
+      },
+      1,
+    );
   }
 
   if (!gatesRunnable || !repo || !head || !loaded) {
@@ -245,7 +263,10 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
         }
         const changed = await dirtyPaths(clone.dir);
         if (changed.length === 0) return { error: "the --mutate command changed nothing in the clone, so there is nothing for the gates to catch" } as const;
-        const sets = testSetsOf(contract, (await runGates(clone, contract, { onGateStart: (gate) => liveStatus(options, `adequacy: gate ${gate.name}`) })).observation);
+        const sets = testSetsOf(
+          contract,
+          (await runGates(clone, contract, { onGateStart: (gate) => liveStatus(options, `adequacy: gate ${gate.name}`) })).observation,
+        );
         const outcomeOf = outcomeReader(sets);
         const caught = green.filter((id) => outcomeOf(id) !== "passed").map((id) => `${id} ${outcomeWord(outcomeOf(id))}`);
         return { changed, caught } as const;
@@ -263,7 +284,11 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
           exitCodeFor("check_inadequate"),
         );
       } else {
-        report({ check: "adequacy", status: "ok", detail: `after \`${mutate}\` (changed ${formatList(outcome.changed)}) the gates catch it: ${formatList(outcome.caught)}` });
+        report({
+          check: "adequacy",
+          status: "ok",
+          detail: `after \`${mutate}\` (changed ${formatList(outcome.changed)}) the gates catch it: ${formatList(outcome.caught)}`,
+        });
       }
     }
   }

@@ -39,7 +39,9 @@ export function explainState(state: LoopState): { lines: string[]; retry: string
   const promoted = decided.filter((c) => c?.verdict?.decision === "promoted").length;
   lines.push(`loop ${state.loop_id} (${state.contract.name}): ${state.iterations} iteration(s), ${promoted} promoted`);
   lines.push(`  baseline ${state.t0.commit.slice(0, 10)}: ${state.t0.failing.length} failing`);
-  lines.push(`  best     ${state.best.candidate_id} at ${state.best.commit.slice(0, 10)}: ${state.best.failing.length} failing (${listed(state.best.failing, 5)})`);
+  lines.push(
+    `  best     ${state.best.candidate_id} at ${state.best.commit.slice(0, 10)}: ${state.best.failing.length} failing (${listed(state.best.failing, 5)})`,
+  );
   if (!state.halt) {
     lines.push("  still running: nothing to explain yet (loopwarden watch follows it)");
     return { lines, retry: null };
@@ -56,7 +58,9 @@ export function explainState(state: LoopState): { lines: string[]; retry: string
     }
   }
   if (state.contract.stop.budget?.cost_usd !== undefined || state.cost_usd > 0) {
-    lines.push(`  reported cost: $${state.cost_usd.toFixed(2)}${state.contract.stop.budget?.cost_usd !== undefined ? ` of $${state.contract.stop.budget.cost_usd.toFixed(2)}` : ""}`);
+    lines.push(
+      `  reported cost: $${state.cost_usd.toFixed(2)}${state.contract.stop.budget?.cost_usd !== undefined ? ` of $${state.contract.stop.budget.cost_usd.toFixed(2)}` : ""}`,
+    );
   }
   let retry: string = advice.retry;
   let next = advice.next;

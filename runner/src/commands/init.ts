@@ -47,7 +47,10 @@ function reportLines(gate: StarterGate): string {
   const howTo =
     gate.advice.length > 0
       ? gate.advice
-      : ["For per-test progress, have the command write a JUnit XML or TAP report and name it:", `tests: { junit: ${REPORT_DIR}/junit.xml }   (or { tap: PATH })`];
+      : [
+          "For per-test progress, have the command write a JUnit XML or TAP report and name it:",
+          `tests: { junit: ${REPORT_DIR}/junit.xml }   (or { tap: PATH })`,
+        ];
   return comments(["Exit code only: the gate is one test, so only a candidate that turns all of it green is progress.", ...howTo], "    ");
 }
 

@@ -45,7 +45,10 @@ export function probeRuns(options: { runs?: number | undefined; maxFlakeRate?: n
     }
     const runs = runsForFlakeRate(rate);
     if (runs > MAX_PROBE_RUNS) {
-      throw new UserError(`--max-flake-rate ${rate} needs ${runs} runs (⌈3/R⌉); the most a probe makes is ${MAX_PROBE_RUNS}, so R must be at least ${3 / MAX_PROBE_RUNS}`, 2);
+      throw new UserError(
+        `--max-flake-rate ${rate} needs ${runs} runs (⌈3/R⌉); the most a probe makes is ${MAX_PROBE_RUNS}, so R must be at least ${3 / MAX_PROBE_RUNS}`,
+        2,
+      );
     }
     return runs;
   }
@@ -167,7 +170,12 @@ export async function probeCommand(options: ProbeOptions): Promise<number> {
       `${report.failures} of ${runs} run(s) at ${short(commit)} deviated from the consensus outcome`,
       `flake rate: at most ${formatRate(bound)} (one-sided ${FLAKE_CONFIDENCE * 100}% upper bound)`,
       ...(flaky
-        ? [`flipping tests (${report.flipping.length}):`, ...report.flipping.map((flip) => `  ${describeFlip(flip)}`), `gate logs of every run: ${path.relative(options.cwd, logsDir) || logsDir}`, "check_flaky (exit 14)"]
+        ? [
+            `flipping tests (${report.flipping.length}):`,
+            ...report.flipping.map((flip) => `  ${describeFlip(flip)}`),
+            `gate logs of every run: ${path.relative(options.cwd, logsDir) || logsDir}`,
+            "check_flaky (exit 14)",
+          ]
         : ["flipping tests: none"]),
     ],
   );

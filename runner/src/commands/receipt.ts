@@ -10,7 +10,10 @@ import { resolveTarget } from "../target.js";
  * (DESIGN §9) and prints its public URL. With --save, also writes the receipt's three documents — the
  * envelope, the log it signs and the key set — for verifying offline (`verify FILE --events … --key …`).
  */
-export async function receiptCommand(loopArg: string | undefined, options: ServerOptions & OutputMode & { cwd: string; save?: string | undefined }): Promise<number> {
+export async function receiptCommand(
+  loopArg: string | undefined,
+  options: ServerOptions & OutputMode & { cwd: string; save?: string | undefined },
+): Promise<number> {
   const { loopId, server } = await resolveTarget(loopArg, options);
   const connection = await connect(server, options);
   try {
@@ -35,9 +38,13 @@ export async function receiptCommand(loopArg: string | undefined, options: Serve
       `receipt ${issued.receipt_id}: loop ${loopId}, events 1-${issued.head.seq}`,
       `  ${issued.url}`,
       `  verify: loopwarden verify ${issued.url}`,
-      ...(envelopeFile && eventsFile && keysFile ? [`  saved; verify offline: loopwarden verify ${envelopeFile} --events ${eventsFile} --key ${keysFile}`] : []),
+      ...(envelopeFile && eventsFile && keysFile
+        ? [`  saved; verify offline: loopwarden verify ${envelopeFile} --events ${eventsFile} --key ${keysFile}`]
+        : []),
       ...(connection.ephemeral
-        ? [`  (the local coordinator started for this command stops with it: \`loopwarden serve\` serves this receipt at http://127.0.0.1:8787/r/${issued.receipt_id}, or use --save DIR)`]
+        ? [
+            `  (the local coordinator started for this command stops with it: \`loopwarden serve\` serves this receipt at http://127.0.0.1:8787/r/${issued.receipt_id}, or use --save DIR)`,
+          ]
         : []),
     ]);
     return 0;

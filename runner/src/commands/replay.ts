@@ -1,12 +1,4 @@
-import {
-  changedOutcomes,
-  foldEvents,
-  LoopEvent,
-  median,
-  standingOf,
-  testFingerprint,
-  type LoopState,
-} from "../../../shared/engine/index.js";
+import { changedOutcomes, foldEvents, LoopEvent, median, standingOf, testFingerprint, type LoopState } from "../../../shared/engine/index.js";
 import type { Observation } from "../../../shared/wire/observation.js";
 import { verifyReceipt } from "../../../shared/receipts/index.js";
 import { percentValue } from "../../../shared/wire/contract.js";
@@ -63,7 +55,9 @@ export async function replayCommand(
   const documents = isUrl ? await fetchReceipt(receipt, options.key) : await readReceiptFiles(receipt, options.events ?? "", options.key ?? "");
   const verified = await verifyReceipt({ envelope: documents.envelope, events: documents.events, keys: documents.keys, verify: verifyEd25519 });
   if (!verified.ok || !verified.statement) {
-    emitResult(options, { status: "error", match: false, errors: [`the receipt does not verify: ${verified.first_failure}`] }, [`INVALID receipt, nothing replayed: ${verified.first_failure}`]);
+    emitResult(options, { status: "error", match: false, errors: [`the receipt does not verify: ${verified.first_failure}`] }, [
+      `INVALID receipt, nothing replayed: ${verified.first_failure}`,
+    ]);
     return MISMATCH;
   }
   const { predicate } = verified.statement;
@@ -73,7 +67,9 @@ export async function replayCommand(
   const recorded = recordedObservation(events, state);
   const commit = state.best.commit;
   await git(repo, ["cat-file", "-e", `${commit}^{commit}`]).catch(() => {
-    throw new UserError(`the receipt's best commit ${commit} is not in this repository: fetch it (e.g. the loop's branch loopwarden/${predicate.loop_id}) and replay again`);
+    throw new UserError(
+      `the receipt's best commit ${commit} is not in this repository: fetch it (e.g. the loop's branch loopwarden/${predicate.loop_id}) and replay again`,
+    );
   });
 
   progress(options, `replaying ${state.best.candidate_id} at ${shortCommit(commit)} (loop ${predicate.loop_id}) in a clean clone…`);
@@ -98,16 +94,25 @@ export async function replayCommand(
   });
 
   const comparisons: Comparison[] = [];
-  const exitCodes = (observation: Observation) => state.contract.gates.map((gate) => observation.gates.find((result) => result.name === gate.name)?.exit_code ?? null);
+  const exitCodes = (observation: Observation) =>
+    state.contract.gates.map((gate) => observation.gates.find((result) => result.name === gate.name)?.exit_code ?? null);
   const before = exitCodes(recorded);
   const now = exitCodes(replayed.observation);
-  const gateDiffs = state.contract.gates.flatMap((gate, index) => (before[index] === now[index] ? [] : [`${gate.name} exit ${before[index] ?? "none"} → ${now[index] ?? "none"}`]));
-  comparisons.push({ part: "gates", match: gateDiffs.length === 0, detail: gateDiffs.length === 0 ? `exit codes ${now.join(", ")} as recorded` : gateDiffs.join("; ") });
+  const gateDiffs = state.contract.gates.flatMap((gate, index) =>
+    before[index] === now[index] ? [] : [`${gate.name} exit ${before[index] ?? "none"} → ${now[index] ?? "none"}`],
+  );
+  comparisons.push({
+    part: "gates",
+    match: gateDiffs.length === 0,
+    detail: gateDiffs.length === 0 ? `exit codes ${now.join(", ")} as recorded` : gateDiffs.join("; "),
+  });
 
   const base = state.t0_base;
   const was = testFingerprint(recorded, base);
   const is = testFingerprint(replayed.observation, base);
-  const changed = changedOutcomes(standingOf(state.contract, recorded, base), standingOf(state.contract, replayed.observation, base), base).filter((id) => !id.startsWith("gate:"));
+  const changed = changedOutcomes(standingOf(state.contract, recorded, base), standingOf(state.contract, replayed.observation, base), base).filter(
+    (id) => !id.startsWith("gate:"),
+  );
   const testsMatch = was.collected === is.collected && was.failing === is.failing;
   comparisons.push({
     part: "tests",
@@ -125,7 +130,11 @@ export async function replayCommand(
     // The recorded precision: the smallest effect the loop acts on, or the half-width of the best's interval when wider.
     const tolerance = Math.max(percentValue(metric.min_effect), interval ? ((interval[1] ?? 0) - (interval[0] ?? 0)) / 2 : 0);
     if (recordedMedian === null || replayedMedian === null) {
-      comparisons.push({ part: "metric", match: false, detail: `${metric.name}: ${replayed.samples?.error ?? (recordedMedian === null ? "no recorded reading" : "no reading (a hard gate failed)")}` });
+      comparisons.push({
+        part: "metric",
+        match: false,
+        detail: `${metric.name}: ${replayed.samples?.error ?? (recordedMedian === null ? "no recorded reading" : "no reading (a hard gate failed)")}`,
+      });
     } else {
       const drift = replayedMedian / recordedMedian - 1;
       comparisons.push({

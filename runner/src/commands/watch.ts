@@ -27,7 +27,10 @@ export function describeEvent(event: LoopEvent, state: LoopState | null = null):
     case "observation_reported": {
       const { observation } = event.data;
       const gates = observation.gates
-        .map((gate) => `${gate.name} ${gate.timed_out ? "timed out" : `exit ${gate.exit_code ?? gate.signal}`}${gate.report_error ? " (test report unreadable)" : ""}`)
+        .map(
+          (gate) =>
+            `${gate.name} ${gate.timed_out ? "timed out" : `exit ${gate.exit_code ?? gate.signal}`}${gate.report_error ? " (test report unreadable)" : ""}`,
+        )
         .join(", ");
       // A report is a difference from t0's collected set: its counts are read from the folded standing.
       const standing = state?.candidates[event.data.candidate_id]?.report?.tests;

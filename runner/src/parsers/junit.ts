@@ -55,10 +55,16 @@ export function parseJUnit(xml: string, source: string): TestReport {
     throw new ParseError(source, "empty file, expected JUnit XML (a <testsuites> or <testsuite> root); did the test command write a report?");
   }
   if (looksLikeHtml(text)) {
-    throw new ParseError(source, "an HTML page, not JUnit XML (expected a <testsuites> or <testsuite> root); did a server or proxy answer instead of the test tool?");
+    throw new ParseError(
+      source,
+      "an HTML page, not JUnit XML (expected a <testsuites> or <testsuite> root); did a server or proxy answer instead of the test tool?",
+    );
   }
   if (!text.trimStart().startsWith("<")) {
-    throw new ParseError(source, `not XML (it starts with ${excerpt(text)}), expected JUnit XML with a <testsuites> or <testsuite> root; did the test command write a report?`);
+    throw new ParseError(
+      source,
+      `not XML (it starts with ${excerpt(text)}), expected JUnit XML with a <testsuites> or <testsuite> root; did the test command write a report?`,
+    );
   }
   const verdict = XMLValidator.validate(text);
   if (verdict !== true) throw malformed(verdict.err, source);
@@ -122,9 +128,16 @@ function malformed(error: { code: string; msg: string; line: number }, source: s
   // fast-xml-parser reports elements left open at the end of the input as "Invalid '[...names]' found."
   const open = error.code === "InvalidXml" && error.msg.startsWith("Invalid '[") ? [...error.msg.matchAll(/"([^"]+)"/g)].map((m) => `<${m[1]}>`) : [];
   if (open.length > 0) {
-    return new ParseError(source, `the XML ends inside ${open.join(" > ")}, expected a complete JUnit report; was the file truncated, or the test command killed while writing it?`);
+    return new ParseError(
+      source,
+      `the XML ends inside ${open.join(" > ")}, expected a complete JUnit report; was the file truncated, or the test command killed while writing it?`,
+    );
   }
-  return new ParseError(source, `not well-formed XML (${error.msg}), expected a JUnit report; was it truncated or written by two processes at once?`, error.line);
+  return new ParseError(
+    source,
+    `not well-formed XML (${error.msg}), expected a JUnit report; was it truncated or written by two processes at once?`,
+    error.line,
+  );
 }
 
 function excerpt(text: string): string {

@@ -147,9 +147,21 @@ export function parseLcov(text: string, source: string): LcovReport {
   const perFile: LcovReport["files"] = {};
   for (const [path, record] of files) {
     const summary = record.summary;
-    const lines = tally([...record.lines.values()].map((hits) => hits > 0), summary.LF, summary.LH, `${path}: LH`, source);
+    const lines = tally(
+      [...record.lines.values()].map((hits) => hits > 0),
+      summary.LF,
+      summary.LH,
+      `${path}: LH`,
+      source,
+    );
     const branches = tally([...record.branches.values()], summary.BRF, summary.BRH, `${path}: BRH`, source);
-    const functions = tally([...record.functions.values()].map((calls) => calls > 0), summary.FNF, summary.FNH, `${path}: FNH`, source);
+    const functions = tally(
+      [...record.functions.values()].map((calls) => calls > 0),
+      summary.FNF,
+      summary.FNH,
+      `${path}: FNH`,
+      source,
+    );
     perFile[path] = { lines };
     add(totals.lines, lines);
     add(totals.branches, branches);

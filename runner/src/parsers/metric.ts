@@ -80,7 +80,7 @@ export function parseMetrics(output: string): MetricReadout {
 }
 
 function valueProblem(value: string): string | undefined {
-  if (value === "") return "no value after \"=\"";
+  if (value === "") return 'no value after "="';
   if (NUMBER.test(value)) {
     return Number.isFinite(Number(value)) ? undefined : `value ${value} is too large to be a finite number`;
   }

@@ -62,11 +62,7 @@ describe("parseJUnit on reports written by real tools", () => {
         "tests.test_calc.TestCalc::test_adds",
         "tests.test_calc::test_smoke",
       ],
-      failing: [
-        "tests.test_calc.TestCalc::test_divides_by_zero",
-        "tests.test_calc.TestCalc::test_rounds",
-        "tests.test_calc::test_uses_broken_fixture",
-      ],
+      failing: ["tests.test_calc.TestCalc::test_divides_by_zero", "tests.test_calc.TestCalc::test_rounds", "tests.test_calc::test_uses_broken_fixture"],
       skipped: ["tests.test_calc.TestCalc::test_complex", "tests.test_calc.TestCalc::test_multiplies_big_numbers"],
     });
   });
@@ -177,7 +173,11 @@ describe("parseJUnit refuses what is not a JUnit report, naming the file and the
     ["an empty file", "  \n", /^r\.xml: empty file, expected JUnit XML/],
     ["plain text", "Error: Cannot find module 'vitest'", /^r\.xml: not XML \(it starts with "Error: Cannot find module 'vitest'"\), expected JUnit XML/],
     ["JSON", `{"numFailedTests": 0}`, /^r\.xml: not XML \(it starts with "\{\\"numFailedTests\\": 0\}"\)/],
-    ["another XML document", `<?xml version="1.0"?><coverage line-rate="0.9"/>`, /^r\.xml: not JUnit XML \(root element <coverage>, expected <testsuite> or <testsuites>\)/],
+    [
+      "another XML document",
+      `<?xml version="1.0"?><coverage line-rate="0.9"/>`,
+      /^r\.xml: not JUnit XML \(root element <coverage>, expected <testsuite> or <testsuites>\)/,
+    ],
     ["well-formed XHTML", `<html><body><p>502</p></body></html>`, /^r\.xml: an HTML page, not JUnit XML/],
     ["two reports in one file", `<testsuite name="a"/><testsuite name="b"/>`, /^r\.xml: more than one root element/],
     ["mismatched tags", `<testsuites>\n<testsuite name="a">\n</testsuites>`, /^r\.xml:3: not well-formed XML \(Expected closing tag 'testsuite'/],

@@ -66,12 +66,39 @@ describe("parseLcov", () => {
   });
 
   it("merges the records of one file written once per test name, summing hits by line", () => {
-    const text = ["TN:first", "SF:a.js", "DA:1,1", "DA:2,0", "LF:2", "LH:1", "end_of_record", "TN:second", "SF:a.js", "DA:2,3", "DA:3,0", "LF:2", "LH:1", "end_of_record"].join("\n");
+    const text = [
+      "TN:first",
+      "SF:a.js",
+      "DA:1,1",
+      "DA:2,0",
+      "LF:2",
+      "LH:1",
+      "end_of_record",
+      "TN:second",
+      "SF:a.js",
+      "DA:2,3",
+      "DA:3,0",
+      "LF:2",
+      "LH:1",
+      "end_of_record",
+    ].join("\n");
     expect(parseLcov(text, "c.info").files).toEqual({ "a.js": { lines: { found: 3, hit: 2 } } });
   });
 
   it("reads lcov 2 records: VER header, FN with an end line, FNL/FNA, and a BRDA branch given as an expression", () => {
-    const text = ["VER:2.0", "SF:src/x.py", "FN:3,9,parse", "FNL:0,12,20", "FNA:0,0,unused", "FNDA:2,parse", "BRDA:4,0,jump to line 6,1", "BRDA:4,0,jump to line 8,0", "DA:3,2", "DA:4,2", "end_of_record"].join("\n");
+    const text = [
+      "VER:2.0",
+      "SF:src/x.py",
+      "FN:3,9,parse",
+      "FNL:0,12,20",
+      "FNA:0,0,unused",
+      "FNDA:2,parse",
+      "BRDA:4,0,jump to line 6,1",
+      "BRDA:4,0,jump to line 8,0",
+      "DA:3,2",
+      "DA:4,2",
+      "end_of_record",
+    ].join("\n");
     expect(parseLcov(text, "c.info")).toMatchObject({
       lines: { found: 2, hit: 2 },
       branches: { found: 2, hit: 1 },

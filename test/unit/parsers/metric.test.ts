@@ -47,15 +47,12 @@ describe("parseMetrics", () => {
     expect(parseMetrics(`noise\n${line}\nmore noise`)).toEqual({ metrics, errors: [] });
   });
 
-  it.each([
-    ["METRICS parse_ms=1"],
-    ["metric parse_ms=1"],
-    ["# METRIC parse_ms=1"],
-    ["result: METRIC parse_ms=1"],
-    ["METRIC_parse_ms=1"],
-  ])("ignores %j: not a METRIC line", (line) => {
-    expect(parseMetrics(line)).toEqual({ metrics: {}, errors: [] });
-  });
+  it.each([["METRICS parse_ms=1"], ["metric parse_ms=1"], ["# METRIC parse_ms=1"], ["result: METRIC parse_ms=1"], ["METRIC_parse_ms=1"]])(
+    "ignores %j: not a METRIC line",
+    (line) => {
+      expect(parseMetrics(line)).toEqual({ metrics: {}, errors: [] });
+    },
+  );
 
   it.each([
     ["METRIC big=1e999", "big: value 1e999 is too large to be a finite number"],

@@ -146,8 +146,16 @@ describe("parseTap refuses incomplete or foreign output, naming the file and the
     ["only a version line", "TAP version 14\n", /^t\.tap: no plan line \(1\.\.N\) after 0 test\(s\)/],
     ["more tests than planned", lines("1..1", "ok 1 - a", "ok 2 - b"), /^t\.tap:1: plan 1\.\.1 but 2 tests ran/],
     ["a subtest short of its plan", lines("1..1", "    1..3", "    ok 1 - a", "ok 1 - s"), /^t\.tap:2: plan 1\.\.3 \(in a subtest\) but only 1 test\(s\) ran/],
-    ["a subtest never closed", lines("TAP version 14", "# Subtest: s", "    ok 1 - a", "    1..1"), /^t\.tap: the subtest that starts at line 3 is never closed by a test point/],
-    ["an unterminated YAML block", lines("1..1", "not ok 1 - a", "  ---", "  message: boom"), /^t\.tap: the YAML diagnostic block opened at line 3 is not closed/],
+    [
+      "a subtest never closed",
+      lines("TAP version 14", "# Subtest: s", "    ok 1 - a", "    1..1"),
+      /^t\.tap: the subtest that starts at line 3 is never closed by a test point/,
+    ],
+    [
+      "an unterminated YAML block",
+      lines("1..1", "not ok 1 - a", "  ---", "  message: boom"),
+      /^t\.tap: the YAML diagnostic block opened at line 3 is not closed/,
+    ],
     ["two plans", lines("1..1", "ok 1 - a", "1..1"), /^t\.tap:3: a second plan \(1\.\.1\) after the one at line 1/],
     ["an empty file", "", /^t\.tap: not TAP output/],
   ])("%s", (_what, tap, message) => {

@@ -23,7 +23,11 @@ describe("Client errors", () => {
         request.on("end", () => {
           const wire = Buffer.concat(chunks);
           const gzipped = request.headers["content-encoding"] === "gzip";
-          received = { encoding: request.headers["content-encoding"] ?? "identity", wireBytes: wire.length, json: JSON.parse((gzipped ? gunzipSync(wire) : wire).toString()) };
+          received = {
+            encoding: request.headers["content-encoding"] ?? "identity",
+            wireBytes: wire.length,
+            json: JSON.parse((gzipped ? gunzipSync(wire) : wire).toString()),
+          };
           response.writeHead(422, { "Content-Type": "application/json" });
           response.end(JSON.stringify({ error: { code: "seen", message: "received" } }));
         });

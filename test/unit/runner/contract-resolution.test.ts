@@ -23,7 +23,10 @@ describe("flag-only contracts", () => {
   });
 
   it("refuses both reports at once as a usage error", async () => {
-    await expect(resolveContract(repo, { ...flags, junit: "a.xml", tap: "b.tap" })).rejects.toMatchObject({ exitCode: 2, message: expect.stringContaining("not both") });
+    await expect(resolveContract(repo, { ...flags, junit: "a.xml", tap: "b.tap" })).rejects.toMatchObject({
+      exitCode: 2,
+      message: expect.stringContaining("not both"),
+    });
   });
 
   it("a running loop refuses a report flag that would change its pinned contract, naming the difference", async () => {

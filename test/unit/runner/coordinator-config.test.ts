@@ -38,11 +38,18 @@ binding = "BUCKET"
 bucket_name = "prod-bucket"
 preview_bucket_name = "dev-bucket"
 `);
-    expect(config).toMatchObject({ compatibilityFlags: ["nodejs_compat"], d1Databases: { DB: "preview" }, r2Buckets: { BUCKET: "dev-bucket" }, bindings: { MODE: "local" } });
+    expect(config).toMatchObject({
+      compatibilityFlags: ["nodejs_compat"],
+      d1Databases: { DB: "preview" },
+      r2Buckets: { BUCKET: "dev-bucket" },
+      bindings: { MODE: "local" },
+    });
   });
 
   it("refuses a binding kind it does not map, naming it, rather than run a worker without it", () => {
-    expect(() => workerConfigOf('name = "x"\ncompatibility_date = "2026-01-01"\n[[kv_namespaces]]\nbinding = "KV"\nid = "1"\n')).toThrow(/declares kv_namespaces, which the local coordinator does not map/);
+    expect(() => workerConfigOf('name = "x"\ncompatibility_date = "2026-01-01"\n[[kv_namespaces]]\nbinding = "KV"\nid = "1"\n')).toThrow(
+      /declares kv_namespaces, which the local coordinator does not map/,
+    );
   });
 });
 

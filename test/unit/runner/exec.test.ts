@@ -10,7 +10,6 @@ import { UserError } from "../../../runner/src/errors.js";
 const dir = mkdtempSync(path.join(os.tmpdir(), "lw-exec-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-
 describe("runCommand", () => {
   it("captures stdout and stderr once, in order, with the exit code", async () => {
     const result = await runCommand("echo one; echo two >&2; exit 3", { cwd: dir, timeoutMs: 10_000 });

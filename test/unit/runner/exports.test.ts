@@ -101,7 +101,7 @@ function readCsv(text: string): string[][] {
   for (;;) {
     let field = "";
     if (text[i] === '"') {
-      for (i++; ; ) {
+      for (i++; ;) {
         if (i >= text.length) throw new Error("unterminated quoted field");
         if (text[i] !== '"') field += text[i++];
         else if (text[i + 1] === '"') {
@@ -254,7 +254,12 @@ describe("candidates.jsonl", () => {
     const text = candidatesJsonl(loop.events);
     // Exact contents, key order included; a newline inside a value is escaped, so each line is one object.
     expect(text).toBe(expected.map((line) => `${JSON.stringify(line)}\n`).join(""));
-    expect(text.split("\n").slice(0, -1).map((line) => JSON.parse(line) as unknown)).toEqual(expected);
+    expect(
+      text
+        .split("\n")
+        .slice(0, -1)
+        .map((line) => JSON.parse(line) as unknown),
+    ).toEqual(expected);
   });
 
   it("lists a candidate still being evaluated, without a verdict or an observation", () => {

@@ -9,14 +9,7 @@ import { Lexer, parse as parseYaml } from "yaml";
 import { DEFAULT_PROTECTED_GLOBS } from "../../../shared/engine/index.js";
 import { AgentReportFile } from "../../../shared/wire/agent-report.js";
 import { initCommand, starterContract, starterProgram, starterProtectedFiles, yamlString } from "../../../runner/src/commands/init.js";
-import {
-  detectTestGate,
-  nextestJunit,
-  nodeTestArgs,
-  toolsOnPath,
-  type ProjectFacts,
-  type StarterGate,
-} from "../../../runner/src/commands/init-runners.js";
+import { detectTestGate, nextestJunit, nodeTestArgs, toolsOnPath, type ProjectFacts, type StarterGate } from "../../../runner/src/commands/init-runners.js";
 import { loadContractFile, validateContract } from "../../../runner/src/contract-file.js";
 import { protectedFiles } from "../../../runner/src/protected-files.js";
 
@@ -133,9 +126,19 @@ const PROJECTS: { project: string; facts: ProjectFacts; runner: StarterGate["run
     runner: "cargo nextest",
     run: "cargo nextest run --no-fail-fast",
   },
-  { project: "cargo, without cargo-nextest (exit code only)", facts: facts({ files: ["Cargo.toml"], nextestConfig: NEXTEST_CI }), runner: "cargo test", run: "cargo test" },
+  {
+    project: "cargo, without cargo-nextest (exit code only)",
+    facts: facts({ files: ["Cargo.toml"], nextestConfig: NEXTEST_CI }),
+    runner: "cargo test",
+    run: "cargo test",
+  },
   { project: "nothing init knows", facts: facts({ files: ["README.md", "main.c"] }), runner: null, run: "" },
-  { project: "npm init's placeholder test script", facts: facts({ packageJson: { scripts: { test: 'echo "Error: no test specified" && exit 1' } } }), runner: null, run: "" },
+  {
+    project: "npm init's placeholder test script",
+    facts: facts({ packageJson: { scripts: { test: 'echo "Error: no test specified" && exit 1' } } }),
+    runner: null,
+    run: "",
+  },
   { project: "a package.json that is not JSON", facts: facts({ packageJson: "{ not json" }), runner: null, run: "" },
   { project: "python files outside tests/", facts: facts({ files: ["tests/helpers.py", "test_x.py"] }), runner: null, run: "" },
 ];
@@ -150,7 +153,9 @@ describe("detectTestGate", () => {
 
   it("says how to get per-test results when the runner writes no report, naming the tool to add", () => {
     const advice = (projectFacts: ProjectFacts) => detectTestGate(projectFacts).advice.join("\n");
-    expect(advice(facts({ packageJson: { scripts: { test: "jest" }, devDependencies: { jest: "1" } } }))).toMatch(/jest-junit[\s\S]*--reporters=jest-junit[\s\S]*tests: \{ junit: /);
+    expect(advice(facts({ packageJson: { scripts: { test: "jest" }, devDependencies: { jest: "1" } } }))).toMatch(
+      /jest-junit[\s\S]*--reporters=jest-junit[\s\S]*tests: \{ junit: /,
+    );
     expect(advice(facts({ files: ["go.mod"] }))).toContain("go install gotest.tools/gotestsum@latest");
     expect(advice(facts({ files: ["Cargo.toml"] }))).toMatch(/cargo install cargo-nextest[\s\S]*\[profile\.ci\.junit\][\s\S]*target\/nextest\/ci\/junit\.xml/);
     expect(advice(facts({ files: ["Cargo.toml"], onPath: ["cargo-nextest"] }))).toContain("nextest writes JUnit only when a profile asks for it");
@@ -176,11 +181,23 @@ describe("nextestJunit", () => {
   it.each([
     ["a [profile.ci.junit] table", NEXTEST_CI, { profile: "ci", report: "target/nextest/ci/junit.xml" }],
     ["a dotted key", '[profile.ci]\njunit.path = "reports/junit.xml" # for CI\n', { profile: "ci", report: "target/nextest/ci/reports/junit.xml" }],
-    ["an inline table", "[profile.nightly]\njunit = { path = 'junit.xml', store-success-output = true }\n", { profile: "nightly", report: "target/nextest/nightly/junit.xml" }],
-    ["several profiles (ci wins)", '[profile.default.junit]\npath = "d.xml"\n[profile.ci.junit]\npath = "c.xml"\n', { profile: "ci", report: "target/nextest/ci/c.xml" }],
-    ["a store directory of its own", '[store]\ndir = "build/nextest"\n[profile.ci.junit]\npath = "junit.xml"\n', { profile: "ci", report: "build/nextest/ci/junit.xml" }],
+    [
+      "an inline table",
+      "[profile.nightly]\njunit = { path = 'junit.xml', store-success-output = true }\n",
+      { profile: "nightly", report: "target/nextest/nightly/junit.xml" },
+    ],
+    [
+      "several profiles (ci wins)",
+      '[profile.default.junit]\npath = "d.xml"\n[profile.ci.junit]\npath = "c.xml"\n',
+      { profile: "ci", report: "target/nextest/ci/c.xml" },
+    ],
+    [
+      "a store directory of its own",
+      '[store]\ndir = "build/nextest"\n[profile.ci.junit]\npath = "junit.xml"\n',
+      { profile: "ci", report: "build/nextest/ci/junit.xml" },
+    ],
     ["a store directory outside the workspace", '[store]\ndir = "/var/nextest"\n[profile.ci.junit]\npath = "junit.xml"\n', null],
-    ["no JUnit section", "[profile.ci]\nfail-fast = false\n# [profile.ci.junit]\n# path = \"junit.xml\"\n", null],
+    ["no JUnit section", '[profile.ci]\nfail-fast = false\n# [profile.ci.junit]\n# path = "junit.xml"\n', null],
   ])("%s", (_name, config, expected) => {
     expect(nextestJunit(config)).toEqual(expected);
   });
@@ -220,7 +237,12 @@ describe("starterContract", () => {
     `sh -c 'echo "it'"'"'s done"' # a comment`,
   ];
   const variants = PROJECTS.flatMap(({ project, facts: projectFacts }) =>
-    AGENTS.map((agent) => ({ project, agent, gate: detectTestGate(projectFacts), text: starterContract({ name: "textkit", gate: detectTestGate(projectFacts), agent }) })),
+    AGENTS.map((agent) => ({
+      project,
+      agent,
+      gate: detectTestGate(projectFacts),
+      text: starterContract({ name: "textkit", gate: detectTestGate(projectFacts), agent }),
+    })),
   );
 
   it("passes prettier --check as written, for every project and agent command", async () => {
@@ -263,18 +285,30 @@ describe("starterContract", () => {
 
   it("quotes any name or command so that prettier keeps it and YAML reads it back unchanged", async () => {
     await fc.assert(
-      fc.asyncProperty(fc.oneof(fc.string({ unit: "grapheme" }), fc.string({ unit: fc.constantFrom('"', "'", " ", "\\", "#", ":", "\n", "\t", "a") })), async (text) => {
-        const yaml = `agent:\n  run: ${yamlString(text)}\n`;
-        expect(await prettier.check(yaml, { parser: "yaml" })).toBe(true);
-        expect((parseYaml(yaml) as { agent: { run: string } }).agent.run).toBe(text);
-      }),
+      fc.asyncProperty(
+        fc.oneof(fc.string({ unit: "grapheme" }), fc.string({ unit: fc.constantFrom('"', "'", " ", "\\", "#", ":", "\n", "\t", "a") })),
+        async (text) => {
+          const yaml = `agent:\n  run: ${yamlString(text)}\n`;
+          expect(await prettier.check(yaml, { parser: "yaml" })).toBe(true);
+          expect((parseYaml(yaml) as { agent: { run: string } }).agent.run).toBe(text);
+        },
+      ),
       { numRuns: 300 },
     );
   });
 });
 
 describe("starterProtectedFiles", () => {
-  const tracked = ["package.json", "package-lock.json", "src/index.js", "test/a.test.js", "scripts/check.sh", "vitest.config.ts", ".github/workflows/ci.yml", "README.md"];
+  const tracked = [
+    "package.json",
+    "package-lock.json",
+    "src/index.js",
+    "test/a.test.js",
+    "scripts/check.sh",
+    "vitest.config.ts",
+    ".github/workflows/ci.yml",
+    "README.md",
+  ];
   const gate = (run: string): StarterGate => ({ runner: run ? "npm test" : null, run, advice: [] });
 
   it("lists the contract file (not committed yet), the default globs' files and the files the gate names", () => {
@@ -457,7 +491,7 @@ describe("initCommand", () => {
   });
 
   it("with no test command to guess, lists the files the default globs protect, and the contract", async () => {
-    const repo = repoWith({ "main.c": "int main(void) { return 0; }\n", "Makefile": "test:\n\t./run-tests\n", "tests/run.sh": "#!/bin/sh\n" });
+    const repo = repoWith({ "main.c": "int main(void) { return 0; }\n", Makefile: "test:\n\t./run-tests\n", "tests/run.sh": "#!/bin/sh\n" });
     const { out } = await init(repo, true);
     const result = JSON.parse(out) as { protected: string[]; todo: string[] };
     expect(result.todo).toEqual(["gates[0].run (your test command)", "agent.run (your agent command)"]);

@@ -13,8 +13,17 @@ afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
 const request = {
   idempotency_key: "run-0123456789abcdef",
-  contract: { name: "x", mode: "check_fixpoint" as const, gates: [{ name: "check", run: "true", timeout: "10m" }], stop: { max_iterations: 50, no_progress: 10 }, agent: { run: "true", timeout: "20m" } },
-  t0: { commit: "0".repeat(40), observation: { gates: [{ name: "check", exit_code: 0, signal: null, timed_out: false, duration_ms: 3, log: null }], tests: { passing: [], failing: [] } } },
+  contract: {
+    name: "x",
+    mode: "check_fixpoint" as const,
+    gates: [{ name: "check", run: "true", timeout: "10m" }],
+    stop: { max_iterations: 50, no_progress: 10 },
+    agent: { run: "true", timeout: "20m" },
+  },
+  t0: {
+    commit: "0".repeat(40),
+    observation: { gates: [{ name: "check", exit_code: 0, signal: null, timed_out: false, duration_ms: 3, log: null }], tests: { passing: [], failing: [] } },
+  },
 };
 
 describe("pending loop creations", () => {

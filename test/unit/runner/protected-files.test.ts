@@ -8,7 +8,13 @@ import { commandParts, selectProtectedFiles } from "../../../runner/src/protecte
 // and every tracked file a judging command names.
 
 const contractOf = (overrides: Partial<ContractInput> = {}) =>
-  Contract.parse({ name: "p", mode: "check_fixpoint", gates: [{ name: "unit", run: "npm test" }], agent: { run: "./agent.sh --fix src/app.js" }, ...overrides });
+  Contract.parse({
+    name: "p",
+    mode: "check_fixpoint",
+    gates: [{ name: "unit", run: "npm test" }],
+    agent: { run: "./agent.sh --fix src/app.js" },
+    ...overrides,
+  });
 
 const TRACKED = [
   "loop.yaml",

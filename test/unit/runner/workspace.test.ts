@@ -24,7 +24,10 @@ describe("the repository's loops", () => {
     const repo = path.join(tmp, "repo");
     mkdirSync(path.join(repo, ".loopwarden"), { recursive: true });
     // A first-version file, with the fields that version also kept (the loop's branch, the contract hash).
-    writeFileSync(path.join(repo, ".loopwarden", "state.json"), JSON.stringify({ ...loop("lp_old"), branch: "loopwarden/lp_old", contract_hash: "0".repeat(64) }));
+    writeFileSync(
+      path.join(repo, ".loopwarden", "state.json"),
+      JSON.stringify({ ...loop("lp_old"), branch: "loopwarden/lp_old", contract_hash: "0".repeat(64) }),
+    );
     expect(await loadWorkspace(repo)).toEqual({ "loop.yaml": loop("lp_old") });
     await saveWorkspaceState(repo, "flags", loop("lp_flags"));
     await saveWorkspaceState(repo, "ci/loop.yaml", loop("lp_ci"));
@@ -49,7 +52,7 @@ describe("contractDifferences", () => {
     const now = { name: "x", gates: [{ name: "unit", run: "npm run test:all" }], stop: { max_iterations: 50, no_progress: 10 }, guards: { protected: [] } };
     expect(contractDifferences(pinned, now)).toEqual([
       'gates[0].run: "npm test" → "npm run test:all"',
-      "guards: (none) → {\"protected\":[]}",
+      'guards: (none) → {"protected":[]}',
       "stop.max_iterations: 3 → 50",
     ]);
     expect(contractDifferences(pinned, structuredClone(pinned))).toEqual([]);

@@ -6,10 +6,7 @@ import { candidates, eventsIndex, loops, receipts, type CandidateRow, type Event
 
 /** One row for the D1 projection, queued in the LoopObject's outbox in the decision's transaction. */
 export type OutboxItem =
-  | { kind: "loop"; row: LoopRow }
-  | { kind: "candidate"; row: CandidateRow }
-  | { kind: "event"; row: EventIndexRow }
-  | { kind: "receipt"; row: ReceiptRow };
+  { kind: "loop"; row: LoopRow } | { kind: "candidate"; row: CandidateRow } | { kind: "event"; row: EventIndexRow } | { kind: "receipt"; row: ReceiptRow };
 
 function candidateIdOf(event: LoopEvent): string | null {
   return "candidate_id" in event.data ? event.data.candidate_id : null;

@@ -30,9 +30,7 @@ artifactRoutes.post("/:id/artifacts", async (c) => {
   }
   const head = await c.env.ARTIFACTS.head(artifactKey(loopId, intent.sha256));
   const response: ArtifactIntentResponse =
-    head && head.size === intent.size
-      ? { status: "exists" }
-      : { status: "upload", method: "PUT", url: `/v1/loops/${loopId}/artifacts/${intent.sha256}` };
+    head && head.size === intent.size ? { status: "exists" } : { status: "upload", method: "PUT", url: `/v1/loops/${loopId}/artifacts/${intent.sha256}` };
   return c.json(response);
 });
 
