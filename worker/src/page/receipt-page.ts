@@ -56,9 +56,7 @@ function chart(state: LoopState, baseline: number | null) {
     <path d="${stairs.join(" ")}" class="best" />
     ${points.map(
       (point) =>
-        html`<circle cx="${x(point.iteration)}" cy="${y(point.value)}" r="4" class="${point.promoted ? "promoted" : "rejected"}"
-          ><title>${point.candidate}: ${point.value}</title></circle
-        >`,
+        html`<circle cx="${x(point.iteration)}" cy="${y(point.value)}" r="4" class="${point.promoted ? "promoted" : "rejected"}"><title>${point.candidate}: ${point.value}</title></circle>`,
     )}
   </svg>`;
 }
@@ -73,20 +71,14 @@ const range = (interval: number[] | null) => (interval ? ` [${percent(interval[0
 function headline(predicate: ReceiptStatement["predicate"]) {
   const { confirm } = predicate;
   if (confirm) {
-    return html`<p class="headline">
-      <strong>Confirmed against t0:</strong> ${predicate.best.candidate_id} is ${percent(confirm.estimate)} better on
-      ${confirm.metric}${range(confirm.interval)}${confirm.level === null ? "" : ` (${Math.round(confirm.level * 100)}% interval)`}, t0 and the best measured
-      interleaved over ${confirm.pairs} pair(s) on one runner.
-    </p>`;
+    return html`<p class="headline"><strong>Confirmed against t0:</strong> ${predicate.best.candidate_id} is ${percent(confirm.estimate)} better on ${confirm.metric}${range(confirm.interval)}${confirm.level === null ? "" : ` (${Math.round(confirm.level * 100)}% interval)`}, t0 and the best measured interleaved over ${confirm.pairs} pair(s) on one runner.</p>`;
   }
   const step = predicate.best.verdict?.metric;
-  return html`<p>
-    ${
-      step
-        ? `The best's last step: ${percent(step.estimate)} better than the best before it${range(step.interval)} over ${step.pairs} interleaved pair(s).`
-        : "No candidate improved on the baseline."
-    } <strong>No gain over t0 is claimed:</strong> t0 and the best were not measured against each other (no confirm measurement).
-  </p>`;
+  return html`<p>${
+    step
+      ? `The best's last step: ${percent(step.estimate)} better than the best before it${range(step.interval)} over ${step.pairs} interleaved pair(s).`
+      : "No candidate improved on the baseline."
+  } <strong>No gain over t0 is claimed:</strong> t0 and the best were not measured against each other (no confirm measurement).</p>`;
 }
 
 /** The HTML of a receipt's page, from its signed statement and the loop's state at the signed head. */
@@ -97,163 +89,59 @@ export function receiptPage(input: { receiptId: string; statement: ReceiptStatem
   const halt = predicate.halt;
   const decided = state.candidate_order.map((id) => state.candidates[id]).filter((candidate) => candidate?.verdict);
   return html`<!doctype html>
-    <html lang="en">
-      <head>
-        <meta charset="utf-8" />
-        <meta name="viewport" content="width=device-width, initial-scale=1" />
-        <title>Receipt: ${predicate.name}</title>
-        <style>
-          body {
-            font:
-              15px/1.5 system-ui,
-              sans-serif;
-            max-width: 52rem;
-            margin: 2rem auto;
-            padding: 0 1rem;
-            color: #1b1b1b;
-          }
-          h1 {
-            font-size: 1.5rem;
-            margin-bottom: 0.2rem;
-          }
-          .muted {
-            color: #666;
-          }
-          code {
-            font-size: 0.9em;
-          }
-          table {
-            border-collapse: collapse;
-            width: 100%;
-          }
-          td,
-          th {
-            text-align: left;
-            padding: 0.25rem 0.5rem;
-            border-bottom: 1px solid #ddd;
-            vertical-align: top;
-          }
-          .promoted {
-            color: #17703a;
-            fill: #1f9d55;
-          }
-          .rejected {
-            color: #9b1c1c;
-            fill: #aaa;
-          }
-          .best {
-            fill: none;
-            stroke: #1f9d55;
-            stroke-width: 2;
-          }
-          .axis {
-            font-size: 11px;
-            fill: #666;
-          }
-          .chart {
-            width: 100%;
-            height: auto;
-            border: 1px solid #eee;
-          }
-          #verification {
-            border: 2px solid #999;
-            padding: 0.5rem 1rem;
-            border-radius: 6px;
-          }
-          #verification[data-result="valid"] {
-            border-color: #1f9d55;
-          }
-          #verification[data-result="invalid"],
-          #verification[data-result="error"] {
-            border-color: #c0392b;
-          }
-          #verification li.ok {
-            color: #17703a;
-          }
-          #verification li.failed {
-            color: #9b1c1c;
-          }
-          #verification li.skipped {
-            color: #666;
-          }
-        </style>
-      </head>
-      <body>
-        <p class="muted">loopwarden receipt · ${predicate.kind} · issued ${predicate.issued_at} · coordinator ${predicate.coordinator.version}</p>
-        <h1>${predicate.name}</h1>
-        ${predicate.objective ? html`<p>${predicate.objective}</p>` : ""}
-        <p>
-          <strong>${halt ? `Halted: ${halt.halt_reason}` : "Still running"}</strong
-          >${halt ? html` (exit ${halt.exit_class}) — ${HALT_MEANINGS[halt.halt_reason]}. <span class="muted">${halt.detail}</span>` : ""}
-        </p>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Receipt: ${predicate.name}</title>
+<style>
+body { font: 15px/1.5 system-ui, sans-serif; max-width: 52rem; margin: 2rem auto; padding: 0 1rem; color: #1b1b1b; }
+h1 { font-size: 1.5rem; margin-bottom: 0.2rem; } .muted { color: #666; } code { font-size: 0.9em; }
+table { border-collapse: collapse; width: 100%; } td, th { text-align: left; padding: 0.25rem 0.5rem; border-bottom: 1px solid #ddd; vertical-align: top; }
+.promoted { color: #17703a; fill: #1f9d55; } .rejected { color: #9b1c1c; fill: #aaa; } .best { fill: none; stroke: #1f9d55; stroke-width: 2; }
+.axis { font-size: 11px; fill: #666; } .chart { width: 100%; height: auto; border: 1px solid #eee; }
+#verification { border: 2px solid #999; padding: 0.5rem 1rem; border-radius: 6px; }
+#verification[data-result="valid"] { border-color: #1f9d55; } #verification[data-result="invalid"], #verification[data-result="error"] { border-color: #c0392b; }
+#verification li.ok { color: #17703a; } #verification li.failed { color: #9b1c1c; } #verification li.skipped { color: #666; }
+</style>
+</head>
+<body>
+<p class="muted">loopwarden receipt · ${predicate.kind} · issued ${predicate.issued_at} · coordinator ${predicate.coordinator.version}</p>
+<h1>${predicate.name}</h1>
+${predicate.objective ? html`<p>${predicate.objective}</p>` : ""}
+<p><strong>${halt ? `Halted: ${halt.halt_reason}` : "Still running"}</strong>${halt ? html` (exit ${halt.exit_class}) — ${HALT_MEANINGS[halt.halt_reason]}. <span class="muted">${halt.detail}</span>` : ""}</p>
 
-        <section id="verification" data-receipt="${receiptId}">
-          <h2>Verification</h2>
-          <p data-status>Verifying in this browser…</p>
-          <ul data-checks></ul>
-          <noscript
-            ><p>The rest of this page reads without JavaScript; verifying it here needs it. Or run <code>loopwarden verify ${url}</code>.</p></noscript
-          >
-          <p class="muted">The same checks offline: <code>loopwarden verify ${url}</code></p>
-        </section>
+<section id="verification" data-receipt="${receiptId}">
+<h2>Verification</h2>
+<p data-status>Verifying in this browser…</p>
+<ul data-checks></ul>
+<noscript><p>The rest of this page reads without JavaScript; verifying it here needs it. Or run <code>loopwarden verify ${url}</code>.</p></noscript>
+<p class="muted">The same checks offline: <code>loopwarden verify ${url}</code></p>
+</section>
 
-        <h2>Baseline and best</h2>
-        <table>
-          <tr>
-            <th></th>
-            <th>commit</th>
-            <th>failing</th>
-            <th>passing</th>
-            ${optimize ? html`<th>${state.contract.metric?.name ?? "metric"}</th>` : ""}
-          </tr>
-          <tr>
-            <td>t0 (baseline)</td>
-            <td><code>${predicate.t0.commit.slice(0, 12)}</code></td>
-            <td>${predicate.t0.failing}</td>
-            <td>${predicate.t0.passing}</td>
-            ${optimize ? html`<td>${predicate.t0.metric ?? "–"}</td>` : ""}
-          </tr>
-          <tr>
-            <td>best: ${predicate.best.candidate_id}</td>
-            <td><code>${predicate.best.commit.slice(0, 12)}</code></td>
-            <td>${predicate.best.failing}</td>
-            <td>${predicate.best.passing}</td>
-            ${optimize ? html`<td>${predicate.best.metric ?? "–"}</td>` : ""}
-          </tr>
-        </table>
-        ${optimize ? headline(predicate) : ""}
-        <p class="muted">
-          Iterations: ${predicate.iterations.total} of ${predicate.iterations.max} (${predicate.iterations.promoted} promoted, ${predicate.iterations.rejected}
-          rejected). Signed head: event ${predicate.log.seq}, <code>${predicate.log.hash.slice(0, 16)}…</code>. Contract
-          <code>${predicate.contract_hash.slice(0, 16)}…</code>.
-        </p>
+<h2>Baseline and best</h2>
+<table>
+<tr><th></th><th>commit</th><th>failing</th><th>passing</th>${optimize ? html`<th>${state.contract.metric?.name ?? "metric"}</th>` : ""}</tr>
+<tr><td>t0 (baseline)</td><td><code>${predicate.t0.commit.slice(0, 12)}</code></td><td>${predicate.t0.failing}</td><td>${predicate.t0.passing}</td>${optimize ? html`<td>${predicate.t0.metric ?? "–"}</td>` : ""}</tr>
+<tr><td>best: ${predicate.best.candidate_id}</td><td><code>${predicate.best.commit.slice(0, 12)}</code></td><td>${predicate.best.failing}</td><td>${predicate.best.passing}</td>${optimize ? html`<td>${predicate.best.metric ?? "–"}</td>` : ""}</tr>
+</table>
+${optimize ? headline(predicate) : ""}
+<p class="muted">Iterations: ${predicate.iterations.total} of ${predicate.iterations.max} (${predicate.iterations.promoted} promoted, ${predicate.iterations.rejected} rejected).
+Signed head: event ${predicate.log.seq}, <code>${predicate.log.hash.slice(0, 16)}…</code>. Contract <code>${predicate.contract_hash.slice(0, 16)}…</code>.</p>
 
-        <h2>Over the iterations</h2>
-        ${chart(state, optimize ? state.t0.metric : state.t0.failing.length)}
+<h2>Over the iterations</h2>
+${chart(state, optimize ? state.t0.metric : state.t0.failing.length)}
 
-        <h2>Candidates</h2>
-        <table>
-          <tr>
-            <th>candidate</th>
-            <th>commit</th>
-            <th>verdict</th>
-            <th>why</th>
-          </tr>
-          ${decided.map(
-            (candidate) =>
-              html`<tr>
-                <td>${candidate?.candidate_id}</td>
-                <td><code>${candidate?.commit.slice(0, 10)}</code></td>
-                <td class="${candidate?.verdict?.decision}">${candidate?.verdict?.decision} (${candidate?.verdict?.reason})</td>
-                <td>${candidate?.verdict?.detail}</td>
-              </tr>`,
-          )}
-        </table>
-        <p class="muted">
-          Documents: <a href="/r/${receiptId}.json">envelope (DSSE)</a> · <a href="/r/${receiptId}/events.jsonl">event log</a> ·
-          <a href="/.well-known/loopwarden/keys.json">keys</a>
-        </p>
-        <script type="module" src="/r/assets/verify.js"></script>
-      </body>
-    </html>`;
+<h2>Candidates</h2>
+<table>
+<tr><th>candidate</th><th>commit</th><th>verdict</th><th>why</th></tr>
+${decided.map(
+  (candidate) =>
+    html`<tr><td>${candidate?.candidate_id}</td><td><code>${candidate?.commit.slice(0, 10)}</code></td><td class="${candidate?.verdict?.decision}">${candidate?.verdict?.decision} (${candidate?.verdict?.reason})</td><td>${candidate?.verdict?.detail}</td></tr>`,
+)}
+</table>
+<p class="muted">Documents: <a href="/r/${receiptId}.json">envelope (DSSE)</a> · <a href="/r/${receiptId}/events.jsonl">event log</a> · <a href="/.well-known/loopwarden/keys.json">keys</a></p>
+<script type="module" src="/r/assets/verify.js"></script>
+</body>
+</html>`;
 }
