@@ -6,13 +6,12 @@ import { shortCommit } from "./git.js";
 import { liveStatus, progress } from "./output.js";
 import { samplePairs, type PairedSamples } from "./sampling.js";
 import type { Session } from "./session.js";
+import { formatInterval, formatPercent } from "../../shared/format-percent.js";
 
 // The confirm job (DESIGN §6.3): a chain of step-wise gains is not a gain over the baseline, so when an
 // optimize loop halts, this runner measures t0 against the final best, interleaved (t0, then best) in two
 // clean clones, and reports the readings until the coordinator's sequential comparison records the
 // figure — the receipt's headline. The runner measures; the coordinator computes the estimate.
-
-const percent = (value: number) => `${(value * 100).toFixed(1)}%`;
 
 /**
  * Measures the halted optimize loop's best against t0 unless that is recorded already; answers the loop
@@ -47,10 +46,9 @@ export async function confirmAgainstT0(session: Session): Promise<LoopSummary | 
         const answer = await session.client.confirm(loop.loop_id, { candidate_id: best, samples: { t0: samples.best, best: samples.candidate } });
         if (answer.status === "recorded") {
           const { confirm } = answer;
-          const range = confirm.interval ? ` [${percent(confirm.interval[0] ?? 0)}, ${percent(confirm.interval[1] ?? 0)}]` : "";
           progress(
             mode,
-            `confirmed against t0: ${best} ${confirm.metric} ${percent(confirm.estimate)} better${range} over ${confirm.pairs} interleaved pair(s)`,
+            `confirmed against t0: ${best} ${confirm.metric} ${formatPercent(confirm.estimate)} better${formatInterval(confirm.interval)} over ${confirm.pairs} interleaved pair(s)`,
           );
           return answer.loop;
         }

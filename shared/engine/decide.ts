@@ -8,6 +8,7 @@ import { compareSamples } from "./statistics.js";
 import { loopAfterVerdict, median, type LoopState } from "./state.js";
 import { changedOutcomes, regressedTests, standingOf, type TestStanding } from "./test-sets.js";
 import { formatList } from "../format-list.js";
+import { formatInterval, formatPercent } from "../format-percent.js";
 
 function halt(reason: HaltReason, detail: string, extra: { still_improving?: boolean } = {}): Halt {
   return { halt_reason: reason, exit_class: exitCodeFor(reason), detail, ...extra };
@@ -110,8 +111,6 @@ export function decide(
   return { verdict, events: verdict.decision === "need_samples" ? [verdictEvent] : withHalt(state, verdictEvent, now) };
 }
 
-const percent = (value: number) => `${(value * 100).toFixed(1)}%`;
-
 /**
  * The optimize ratchet (DESIGN §6.1, §6.3): every test that passed at t0 or in the best-so-far still
  * passes, and the metric beats the best-so-far by more than min_effect at the contract's confidence,
@@ -149,8 +148,8 @@ function decideOptimize(state: LoopState, candidateId: string, observation: Obse
     more: result.more,
     candidate_median: median(samples.candidate) ?? 0,
   };
-  const range = result.interval ? ` [${percent(result.interval[0])}, ${percent(result.interval[1])}]` : "";
-  const summary = `${metric.name} ${percent(result.estimate)} better${range} over ${result.pairs} pair(s)`;
+  const range = formatInterval(result.interval);
+  const summary = `${metric.name} ${formatPercent(result.estimate)} better${range} over ${result.pairs} pair(s)`;
   if (result.decision === "promote") {
     // Secondary metrics are guardrails, never optimised: a gain bought with one of them is no gain.
     const guardrail = secondaryRegression(contract, samples);
@@ -178,7 +177,7 @@ function secondaryRegression(
     if (regression > allowed) {
       return {
         reason: "secondary_regressed",
-        detail: `${secondary.name} regressed ${percent(regression)} (${best} → ${candidate}), more than its max_regression ${secondary.max_regression}`,
+        detail: `${secondary.name} regressed ${formatPercent(regression)} (${best} → ${candidate}), more than its max_regression ${secondary.max_regression}`,
       };
     }
   }

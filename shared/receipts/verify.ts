@@ -9,6 +9,7 @@ import { stepwiseFold, type LoopState } from "../engine/state.js";
 import { Envelope, fromBase64, IN_TOTO_PAYLOAD_TYPE, pae } from "./dsse.js";
 import { jwkThumbprint, type KeySet, type PublicJwk } from "./keys.js";
 import { receiptStatement, ReceiptStatement } from "./statement.js";
+import { formatPercent } from "../format-percent.js";
 
 // Verifying a receipt (DESIGN §9), offline once its three documents are fetched: the envelope's
 // signature against the published key set, the event log's hash chain up to the signed head, every
@@ -41,8 +42,7 @@ export interface ReceiptVerification {
 function describeDraft(draft: EventDraft): string {
   if (draft.type === "verdict") return `verdict ${draft.data.decision} (${draft.data.reason}) for ${draft.data.candidate_id}`;
   if (draft.type === "halted") return `halt ${draft.data.halt_reason}`;
-  if (draft.type === "confirm_measured")
-    return `confirm of ${draft.data.candidate_id} (${(draft.data.estimate * 100).toFixed(1)}% over ${draft.data.pairs} pairs)`;
+  if (draft.type === "confirm_measured") return `confirm of ${draft.data.candidate_id} (${formatPercent(draft.data.estimate)} over ${draft.data.pairs} pairs)`;
   return draft.type;
 }
 

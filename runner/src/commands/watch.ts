@@ -3,6 +3,7 @@ import { foldEvents, LoopEvent, reportedCounts, type LoopState } from "../../../
 import { connect, type ServerOptions } from "../connect.js";
 import { emitResult, paint, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
+import { formatInterval, formatPercent } from "../../../shared/format-percent.js";
 
 const POLL_MS = 1_000;
 
@@ -51,8 +52,7 @@ export function describeEvent(event: LoopEvent, state: LoopState | null = null):
       return `${prefix} halted: ${event.data.halt_reason} (exit ${event.data.exit_class}): ${event.data.detail}`;
     case "confirm_measured": {
       const { data } = event;
-      const range = data.interval ? ` [${((data.interval[0] ?? 0) * 100).toFixed(1)}%, ${((data.interval[1] ?? 0) * 100).toFixed(1)}%]` : "";
-      return `${prefix} confirmed against t0: ${data.candidate_id} ${data.metric} ${(data.estimate * 100).toFixed(1)}% better${range} over ${data.pairs} interleaved pair(s)`;
+      return `${prefix} confirmed against t0: ${data.candidate_id} ${data.metric} ${formatPercent(data.estimate)} better${formatInterval(data.interval)} over ${data.pairs} interleaved pair(s)`;
     }
     case "receipt_issued":
       return `${prefix} ${event.data.kind} receipt ${event.data.receipt_id} signed over events 1-${event.data.head.seq} (key ${event.data.keyid})`;

@@ -1,6 +1,7 @@
 import { html } from "hono/html";
 import { HALT_MEANINGS, type LoopState } from "../../../shared/engine/index.js";
 import type { ReceiptStatement } from "../../../shared/receipts/index.js";
+import { formatInterval, formatPercent } from "../../../shared/format-percent.js";
 
 // The public receipt page (DESIGN §9): what the loop set out to do, why it stopped, the baseline against
 // the best, every candidate with its verdict, and the metric over iterations — rendered on the server,
@@ -61,9 +62,6 @@ function chart(state: LoopState, baseline: number | null) {
   </svg>`;
 }
 
-const percent = (value: number) => `${(value * 100).toFixed(1)}%`;
-const range = (interval: number[] | null) => (interval ? ` [${percent(interval[0] ?? 0)}, ${percent(interval[1] ?? 0)}]` : "");
-
 /**
  * An optimize loop's headline: the confirm measurement of t0 against the best (DESIGN §6.3) when there
  * is one — never a product of step-wise estimates, which are shown as what they are.
@@ -71,12 +69,12 @@ const range = (interval: number[] | null) => (interval ? ` [${percent(interval[0
 function headline(predicate: ReceiptStatement["predicate"]) {
   const { confirm } = predicate;
   if (confirm) {
-    return html`<p class="headline"><strong>Confirmed against t0:</strong> ${predicate.best.candidate_id} is ${percent(confirm.estimate)} better on ${confirm.metric}${range(confirm.interval)}${confirm.level === null ? "" : ` (${Math.round(confirm.level * 100)}% interval)`}, t0 and the best measured interleaved over ${confirm.pairs} pair(s) on one runner.</p>`;
+    return html`<p class="headline"><strong>Confirmed against t0:</strong> ${predicate.best.candidate_id} is ${formatPercent(confirm.estimate)} better on ${confirm.metric}${formatInterval(confirm.interval)}${confirm.level === null ? "" : ` (${Math.round(confirm.level * 100)}% interval)`}, t0 and the best measured interleaved over ${confirm.pairs} pair(s) on one runner.</p>`;
   }
   const step = predicate.best.verdict?.metric;
   return html`<p>${
     step
-      ? `The best's last step: ${percent(step.estimate)} better than the best before it${range(step.interval)} over ${step.pairs} interleaved pair(s).`
+      ? `The best's last step: ${formatPercent(step.estimate)} better than the best before it${formatInterval(step.interval)} over ${step.pairs} interleaved pair(s).`
       : "No candidate improved on the baseline."
   } <strong>No gain over t0 is claimed:</strong> t0 and the best were not measured against each other (no confirm measurement).</p>`;
 }
