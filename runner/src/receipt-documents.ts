@@ -1,5 +1,5 @@
 import { readFile } from "node:fs/promises";
-import { jwkThumbprint, KeySet, PublicJwk } from "../../shared/receipts/index.js";
+import { jwkThumbprint, KeySet, PublicJwkInput } from "../../shared/receipts/index.js";
 import { UserError } from "./errors.js";
 
 // The three documents a receipt is verified from (DESIGN §9): its envelope, the event log up to the
@@ -73,7 +73,7 @@ export function keySetOf(text: string, where: string): KeySet {
   const value = jsonOf(text, where);
   const set = KeySet.safeParse(value);
   if (set.success) return set.data;
-  const one = PublicJwk.omit({ kid: true }).extend({ kid: PublicJwk.shape.kid.optional() }).safeParse(value);
+  const one = PublicJwkInput.safeParse(value);
   if (!one.success) throw new UserError(`${where} is neither a key set ({ "keys": [...] }) nor a public Ed25519 JWK`);
   return { keys: [{ ...one.data, kid: one.data.kid ?? jwkThumbprint(one.data) }] };
 }
@@ -111,4 +111,28 @@ export async function readReceiptFiles(envelopeFile: string, eventsFile: string,
     events: eventsOf(eventsText, eventsFile),
     keys: keySetOf(keysText, keyFile),
   };
+}
+
+/**
+ * A receipt's documents for a command (`verify`, `replay`): fetched from a receipt URL, or read from a
+ * saved envelope file, which needs its log (`--events`) and a key (`--key`).
+ */
+export async function receiptDocumentsFor(
+  receipt: string,
+  options: { events?: string | undefined; key?: string | undefined },
+  command: string,
+): Promise<ReceiptDocuments> {
+  if (isReceiptUrl(receipt)) return fetchReceipt(receipt, options.key);
+  if (options.events === undefined || options.key === undefined) {
+    throw new UserError(
+      `a receipt file is ${command === "verify" ? "verified" : "replayed"} with its log and a key: loopwarden ${command} FILE --events EVENTS.jsonl --key KEYS.json`,
+      2,
+    );
+  }
+  return readReceiptFiles(receipt, options.events, options.key);
+}
+
+/** Whether a command's receipt argument is a URL rather than a file. */
+export function isReceiptUrl(receipt: string): boolean {
+  return /^https?:\/\//i.test(receipt);
 }

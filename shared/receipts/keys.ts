@@ -19,6 +19,9 @@ export const PublicJwk = z.object({
 });
 export type PublicJwk = z.infer<typeof PublicJwk>;
 
+/** A public key as a person or an operator gives one: a public JWK whose kid may be left out (it is the thumbprint). */
+export const PublicJwkInput = PublicJwk.omit({ kid: true }).extend({ kid: PublicJwk.shape.kid.optional() });
+
 /** The published key set. */
 export const KeySet = z.object({ keys: z.array(PublicJwk) });
 export type KeySet = z.infer<typeof KeySet>;

@@ -1,4 +1,4 @@
-import { jwkThumbprint, KeySet, PublicJwk, fromBase64, type Signer } from "../../shared/receipts/index.js";
+import { jwkThumbprint, KeySet, PublicJwkInput, fromBase64, type PublicJwk, type Signer } from "../../shared/receipts/index.js";
 
 // The coordinator's receipt signing key (DESIGN §9): Ed25519 through WebCrypto, named by its RFC 7638
 // thumbprint. Deployed, it is the RECEIPT_SIGNING_KEY secret; locally, the runner generates one in the
@@ -58,7 +58,7 @@ function retiredKeys(env: Pick<Env, "RECEIPT_RETIRED_KEYS">): PublicJwk[] {
   const parsed = JSON.parse(env.RECEIPT_RETIRED_KEYS) as unknown;
   const list = Array.isArray(parsed) ? parsed : KeySet.parse(parsed).keys;
   return list.map((entry) => {
-    const key = PublicJwk.omit({ kid: true }).extend({ kid: PublicJwk.shape.kid.optional() }).parse(entry);
+    const key = PublicJwkInput.parse(entry);
     return { kty: "OKP", crv: "Ed25519", x: key.x, kid: jwkThumbprint(key), alg: "EdDSA", use: "sig", status: "retired" };
   });
 }

@@ -9,7 +9,7 @@ import { evaluateIn, hardGatesPassed } from "../evaluate.js";
 import { git, repoRoot, shortCommit } from "../git.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { verifyEd25519 } from "../receipt-crypto.js";
-import { fetchReceipt, readReceiptFiles } from "../receipt-documents.js";
+import { receiptDocumentsFor } from "../receipt-documents.js";
 import { sampleAlone } from "../sampling.js";
 import { formatList } from "../../../shared/format-list.js";
 
@@ -47,12 +47,8 @@ export async function replayCommand(
   receipt: string,
   options: OutputMode & ContractOptions & { cwd: string; events?: string | undefined; key?: string | undefined },
 ): Promise<number> {
-  const isUrl = /^https?:\/\//i.test(receipt);
-  if (!isUrl && (options.events === undefined || options.key === undefined)) {
-    throw new UserError("a receipt file is replayed with its log and a key: loopwarden replay FILE --events EVENTS.jsonl --key KEYS.json", 2);
-  }
+  const documents = await receiptDocumentsFor(receipt, options, "replay");
   const repo = await repoRoot(options.cwd);
-  const documents = isUrl ? await fetchReceipt(receipt, options.key) : await readReceiptFiles(receipt, options.events ?? "", options.key ?? "");
   const verified = await verifyReceipt({ envelope: documents.envelope, events: documents.events, keys: documents.keys, verify: verifyEd25519 });
   if (!verified.ok || !verified.statement) {
     emitResult(options, { status: "error", match: false, errors: [`the receipt does not verify: ${verified.first_failure}`] }, [

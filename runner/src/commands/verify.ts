@@ -2,7 +2,7 @@ import { verifyReceipt } from "../../../shared/receipts/index.js";
 import { UserError } from "../errors.js";
 import { emitResult, paint, type OutputMode } from "../output.js";
 import { verifyEd25519 } from "../receipt-crypto.js";
-import { fetchReceipt, readReceiptFiles } from "../receipt-documents.js";
+import { isReceiptUrl, receiptDocumentsFor } from "../receipt-documents.js";
 
 /** Exit code of an invalid receipt: the `objective_unverified` class (DESIGN §7, §13). */
 const INVALID = 13;
@@ -14,12 +14,9 @@ const INVALID = 13;
  * figures against the log. Exit 0 when valid, 13 naming the first failed check otherwise.
  */
 export async function verifyCommand(receipt: string, options: OutputMode & { events?: string | undefined; key?: string | undefined }): Promise<number> {
-  const isUrl = /^https?:\/\//i.test(receipt);
-  if (!isUrl && (options.events === undefined || options.key === undefined)) {
-    throw new UserError("a receipt file is verified with its log and a key: loopwarden verify FILE --events EVENTS.jsonl --key KEYS.json", 2);
-  }
+  const isUrl = isReceiptUrl(receipt);
   if (isUrl && options.events !== undefined) throw new UserError("--events is for a receipt file; a receipt URL serves its own log", 2);
-  const documents = isUrl ? await fetchReceipt(receipt, options.key) : await readReceiptFiles(receipt, options.events ?? "", options.key ?? "");
+  const documents = await receiptDocumentsFor(receipt, options, "verify");
   const result = await verifyReceipt({ envelope: documents.envelope, events: documents.events, keys: documents.keys, verify: verifyEd25519 });
   const predicate = result.statement?.predicate;
   const mark = (ok: boolean | null) => (ok === true ? paint("ok", "green") : ok === false ? paint("FAILED", "red") : paint("not checked", "dim"));
