@@ -6,24 +6,16 @@
 // coordinator of the full install. Prints figures; asserts nothing. Goals (issue 13): runner-only under
 // 15 MB; `--help` under 150 ms; warm `status` under 500 ms.
 import { execFileSync, spawnSync } from "node:child_process";
-import { cpSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { directorySize } from "../test/support/disk.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const work = mkdtempSync(path.join(os.tmpdir(), "lw-bench-install-"));
 const RUNS = 5;
 
-function sizeOf(dir: string): number {
-  let total = 0;
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const file = path.join(dir, entry.name);
-    // Symbolic links (node_modules/.bin) count as what they are, not as what they point at.
-    total += entry.isDirectory() ? sizeOf(file) : lstatSync(file).size;
-  }
-  return total;
-}
 const mib = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? Number.NaN;
 const ms = (value: number) => `${value.toFixed(0)} ms`;
@@ -48,7 +40,7 @@ function install(tarball: string, name: string, flags: string[]): { dir: string;
   const started = performance.now();
   // --prefer-offline: the packages `npm ci` fetched are in npm's cache; a first install also downloads them.
   execFileSync("npm", ["install", tarball, ...flags, "--prefer-offline", "--no-audit", "--no-fund"], { cwd: dir, stdio: "ignore" });
-  return { dir, size: sizeOf(path.join(dir, "node_modules")), seconds: (performance.now() - started) / 1_000 };
+  return { dir, size: directorySize(path.join(dir, "node_modules")), seconds: (performance.now() - started) / 1_000 };
 }
 
 const lines: string[] = [];

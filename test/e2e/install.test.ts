@@ -1,24 +1,14 @@
 import { execFileSync } from "node:child_process";
-import { cpSync, lstatSync, mkdirSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT, makeRepo, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
+import { directorySize } from "../support/disk.js";
 
 // A runner-only install (DESIGN §12, §13): the package as `npm pack` makes it, installed into an empty
 // directory without dev or optional dependencies — no TypeScript loader, no Workers runtime — runs the
 // compiled CLI: its version, its help, and a flag-only loop against a deployed (here: a test's)
 // coordinator. A local command says exactly what to install. Its npm cache is a temporary directory.
-
-/** Bytes under a directory. */
-function sizeOf(dir: string): number {
-  let total = 0;
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const file = path.join(dir, entry.name);
-    // Symbolic links (node_modules/.bin) count as what they are, not as what they point at.
-    total += entry.isDirectory() ? sizeOf(file) : lstatSync(file).size;
-  }
-  return total;
-}
 
 describe("the package, installed runner-only", () => {
   const tmp = tempDir("install");
@@ -55,7 +45,7 @@ describe("the package, installed runner-only", () => {
     );
     const seconds = (performance.now() - started) / 1_000;
     console.log(
-      `runner-only install: tarball ${(statSync(path.join(tmp.dir, filename)).size / 1024).toFixed(0)} KiB, installed ${(sizeOf(path.join(app, "node_modules")) / 1024 / 1024).toFixed(1)} MiB in ${seconds.toFixed(1)} s`,
+      `runner-only install: tarball ${(statSync(path.join(tmp.dir, filename)).size / 1024).toFixed(0)} KiB, installed ${(directorySize(path.join(app, "node_modules")) / 1024 / 1024).toFixed(1)} MiB in ${seconds.toFixed(1)} s`,
     );
     coordinator = await startCoordinator(path.join(tmp.dir, "state"));
   }, 180_000);
@@ -65,7 +55,7 @@ describe("the package, installed runner-only", () => {
   });
 
   it("is small: no Workers runtime, no TypeScript loader", () => {
-    expect(sizeOf(path.join(app, "node_modules"))).toBeLessThan(15 * 1024 * 1024);
+    expect(directorySize(path.join(app, "node_modules"))).toBeLessThan(15 * 1024 * 1024);
     for (const absent of ["miniflare", "workerd", "wrangler", "tsx", "esbuild"]) expect(readdirSync(path.join(app, "node_modules"))).not.toContain(absent);
   });
 

@@ -1,6 +1,6 @@
 import { cpSync, mkdirSync } from "node:fs";
 import path from "node:path";
-import { chromium, type Browser } from "playwright-core";
+import { chromium, type Browser, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT, makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
 
@@ -11,6 +11,16 @@ import { ROOT, makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator
 
 const CHROMIUM = process.env.LOOPWARDEN_CHROMIUM ?? "/usr/bin/chromium";
 const SHOTS = path.join(ROOT, "test-results");
+
+/** The page's verification panel, once it has said what it found. */
+async function verificationPanel(page: Page) {
+  const panel = page.locator("#verification");
+  await panel
+    .locator("[data-status]")
+    .filter({ hasText: /Verified in this browser|NOT verified|Could not verify/ })
+    .waitFor({ timeout: 30_000 });
+  return panel;
+}
 
 describe("the receipt page", () => {
   const tmp = tempDir("receipt-page");
@@ -65,11 +75,7 @@ describe("the receipt page", () => {
   it("verifies the receipt in the browser and says so, naming the key", async () => {
     const page = await browser.newPage();
     await page.goto(url);
-    const panel = page.locator("#verification");
-    await panel
-      .locator("[data-status]")
-      .filter({ hasText: /Verified in this browser|NOT verified|Could not verify/ })
-      .waitFor({ timeout: 30_000 });
+    const panel = await verificationPanel(page);
     await page.screenshot({ path: path.join(SHOTS, "receipt-page-valid.png"), fullPage: true });
     expect(await panel.getAttribute("data-result")).toBe("valid");
     const keys = (await (await fetch(`${coordinator.url}/.well-known/loopwarden/keys.json`)).json()) as { keys: { kid: string }[] };
@@ -86,11 +92,7 @@ describe("the receipt page", () => {
       await route.fulfill({ response, body: tampered });
     });
     await page.goto(url);
-    const panel = page.locator("#verification");
-    await panel
-      .locator("[data-status]")
-      .filter({ hasText: /Verified in this browser|NOT verified|Could not verify/ })
-      .waitFor({ timeout: 30_000 });
+    const panel = await verificationPanel(page);
     await page.screenshot({ path: path.join(SHOTS, "receipt-page-tampered.png"), fullPage: true });
     expect(await panel.getAttribute("data-result")).toBe("invalid");
     expect(await panel.locator("[data-status]").textContent()).toMatch(/^NOT verified: chain: event \d+ does not match its hash/);
