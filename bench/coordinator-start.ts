@@ -7,18 +7,21 @@ import path from "node:path";
 import { Client } from "../runner/src/client.js";
 import { startLocalCoordinator } from "../runner/src/local-coordinator.js";
 import { Contract } from "../shared/wire/contract.js";
+import { TEST_OWNER_TOKEN } from "../test/support/cli.js";
 import { startWranglerDev } from "../test/support/wrangler-dev.js";
 
 const [how, stateDir] = process.argv.slice(2);
 if ((how !== "miniflare" && how !== "wrangler") || !stateDir) throw new Error("usage: coordinator-start.ts miniflare|wrangler STATE_DIR");
 
+// Both ways of starting it accept the same owner token (wrangler dev is given it with --var).
+process.env.LOOPWARDEN_OWNER_TOKEN = TEST_OWNER_TOKEN;
 const loading = performance.now();
 if (how === "miniflare") await import("miniflare");
 const started = performance.now();
 const coordinator =
   how === "miniflare" ? await startLocalCoordinator({ stateDir }) : await startWranglerDev(path.join(stateDir, "data"), path.join(stateDir, "logs"));
 const healthy = performance.now();
-await new Client(coordinator.url).createLoop({
+await new Client(coordinator.url, { token: TEST_OWNER_TOKEN }).createLoop({
   idempotency_key: `bench-${process.pid}-${Date.now()}`,
   contract: Contract.parse({ name: "bench", mode: "check_fixpoint", gates: [{ name: "check", run: "true" }], agent: { run: "true" } }),
   t0: {

@@ -90,7 +90,7 @@ try {
     const onDemand: number[] = [];
     for (let repetition = 0; repetition < REPETITIONS; repetition++) {
       shell.push(shellLoop(check));
-      server.push(loopwardenRun(check, ["--server", coordinator.url]));
+      server.push(loopwardenRun(check, ["--server", coordinator.url, "--token", coordinator.owner.token]));
       const state = mkdtempSync(path.join(os.tmpdir(), "lw-bench-overhead-od-"));
       try {
         onDemand.push(loopwardenRun(check, ["--state", state]));

@@ -75,7 +75,7 @@ const kib = (bytes: number) => (bytes < 10 * 1024 ? `${(bytes / 1024).toFixed(1)
 
 const stateDir = mkdtempSync(path.join(os.tmpdir(), "lw-bench-scale-"));
 const coordinator = await startLocalCoordinator({ stateDir });
-const client = new Client(coordinator.url, { retryForMs: 0 });
+const client = new Client(coordinator.url, { retryForMs: 0, token: coordinator.owner.token });
 const lines: string[] = [];
 const say = (line = "") => {
   lines.push(line);

@@ -19,9 +19,9 @@ function git(...args: string[]): string {
   return execFileSync("git", args, { cwd: repo, encoding: "utf8" });
 }
 
-/** Runs the CLI with the terminal's stdio; answers its exit code. */
+/** Runs the CLI with the terminal's stdio, as the coordinator's owner; answers its exit code. */
 function loopwarden(args: string[]): Promise<number> {
-  const child = spawn(process.execPath, [bin, ...args], { cwd: repo, stdio: "inherit" });
+  const child = spawn(process.execPath, [bin, ...args], { cwd: repo, stdio: "inherit", env: { ...process.env, LOOPWARDEN_TOKEN: coordinator.owner.token } });
   return new Promise((resolve) => child.on("exit", (code, signal) => resolve(code ?? (signal ? 128 : 1))));
 }
 
@@ -58,7 +58,9 @@ try {
     console.log("\nRejected candidates, kept so nothing is lost:");
     console.log(git("for-each-ref", "--format=  %(refname) %(objectname:short)", "refs/loopwarden/rejected/").trimEnd());
 
-    const loop = (await (await fetch(`${coordinator.url}/v1/loops/${branch.replace("loopwarden/", "")}`)).json()) as { receipt_id?: string };
+    const loop = (await (
+      await fetch(`${coordinator.url}/v1/loops/${branch.replace("loopwarden/", "")}`, { headers: { Authorization: `Bearer ${coordinator.owner.token}` } })
+    ).json()) as { receipt_id?: string };
     const url = `${coordinator.url}/r/${loop.receipt_id}`;
     console.log(`\nIts signed receipt: ${url}\n$ loopwarden verify ${url}`);
     const verified = await loopwarden(["verify", url]);

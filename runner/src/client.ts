@@ -20,6 +20,16 @@ import {
   type ProposeCandidateRequest,
   type ReportRequest,
 } from "../../shared/wire/api.js";
+import {
+  Identity,
+  TeamCreated,
+  TeamList,
+  TokenCreated,
+  TokenList,
+  TokenView,
+  type CreateTeamRequest,
+  type CreateTokenRequest,
+} from "../../shared/wire/auth.js";
 import type { Contract } from "../../shared/wire/contract.js";
 import type { ArtifactRef } from "../../shared/wire/observation.js";
 import { CoordinatorError, UserError } from "./errors.js";
@@ -201,6 +211,36 @@ export class Client {
       await response.body?.cancel();
     }
     return ref;
+  }
+
+  /** `POST /v1/teams` (owner token): a team and its first admin token. */
+  createTeam(request: CreateTeamRequest) {
+    return this.json("POST", "/v1/teams", TeamCreated, request);
+  }
+
+  /** `GET /v1/teams` (owner token). */
+  listTeams() {
+    return this.json("GET", "/v1/teams", TeamList);
+  }
+
+  /** `POST /v1/tokens` (admin scope): a token of the caller's team, its secret shown this once. */
+  createToken(request: CreateTokenRequest) {
+    return this.json("POST", "/v1/tokens", TokenCreated, request);
+  }
+
+  /** `GET /v1/tokens` (admin scope); the owner may name a team. */
+  listTokens(teamId?: string) {
+    return this.json("GET", `/v1/tokens${teamId ? `?team_id=${encodeURIComponent(teamId)}` : ""}`, TokenList);
+  }
+
+  /** `DELETE /v1/tokens/:id` (admin scope). */
+  revokeToken(tokenId: string) {
+    return this.json("DELETE", `/v1/tokens/${encodeURIComponent(tokenId)}`, TokenView);
+  }
+
+  /** `GET /v1/whoami`: the team, scopes and restriction of the token this client sends. */
+  whoami() {
+    return this.json("GET", "/v1/whoami", Identity);
   }
 
   /** The contract a loop was created with (its first event, `loop_created`): what the loop pinned. */

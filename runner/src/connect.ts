@@ -7,6 +7,7 @@ import { bundleStamp, ensureWorkerBundle } from "./worker-bundle.js";
 import { progress, type OutputMode } from "./output.js";
 import { defaultStateDir } from "./paths.js";
 import { onShutdown } from "./shutdown.js";
+import { localOwnerToken } from "./state-secrets.js";
 
 /** A connection to a coordinator; `close` stops the local one if this process started it. */
 export interface Connection {
@@ -41,6 +42,8 @@ export async function connect(options: ServerOptions, mode: OutputMode): Promise
     return { client: new Client(server, { token, onRetry }), url: server, local: false, ephemeral: false, close: async () => {} };
   }
   const stateDir = options.state ? path.resolve(options.state) : defaultStateDir();
+  // The local coordinator is the user's own: without a token given, commands act as its owner (DESIGN §11).
+  const localToken = token ?? (await localOwnerToken(stateDir)).token;
   const idle = idleMs();
   let running = await findRunningCoordinator(stateDir);
   if (running?.daemon && (running.version !== VERSION || running.bundle !== (await currentBundle()))) {
@@ -60,14 +63,14 @@ export async function connect(options: ServerOptions, mode: OutputMode): Promise
   if (running) {
     const release = keepActive(stateDir);
     await touchActivity(stateDir);
-    return { client: new Client(running.url, { token, onRetry }), url: running.url, local: true, ephemeral: false, close: release };
+    return { client: new Client(running.url, { token: localToken, onRetry }), url: running.url, local: true, ephemeral: false, close: release };
   }
   // LOOPWARDEN_IDLE=0: a coordinator in this process, for this command only.
   progress(mode, `starting the local coordinator (state: ${stateDir})…`);
   const coordinator = await startLocalCoordinator({ stateDir, onNote: (text) => progress(mode, text) });
   const unregister = onShutdown(() => coordinator.stop());
   return {
-    client: new Client(coordinator.url, { token, onRetry }),
+    client: new Client(coordinator.url, { token: localToken, onRetry }),
     url: coordinator.url,
     local: true,
     ephemeral: true,

@@ -19,6 +19,8 @@ export interface WorkerConfig {
   d1Databases: Record<string, string>;
   /** R2 bindings: binding → bucket name (the preview bucket when there is one). */
   r2Buckets: Record<string, string>;
+  /** Rate limiting bindings: binding → limit per period (seconds). */
+  ratelimits: Record<string, { simple: { limit: number; period: number } }>;
   /** Plain-text and JSON variables. */
   bindings: Record<string, unknown>;
   /** D1 migrations directory of each D1 binding, relative to the package root. */
@@ -44,6 +46,15 @@ const WranglerToml = z.looseObject({
     )
     .default([]),
   r2_buckets: z.array(z.looseObject({ binding: z.string(), bucket_name: z.string(), preview_bucket_name: z.string().optional() })).default([]),
+  ratelimits: z
+    .array(
+      z.looseObject({
+        name: z.string(),
+        namespace_id: z.string(),
+        simple: z.strictObject({ limit: z.number().int().min(1), period: z.union([z.literal(10), z.literal(60)]) }),
+      }),
+    )
+    .default([]),
   vars: z.record(z.string(), z.unknown()).default({}),
 });
 
@@ -69,6 +80,7 @@ const NOT_BINDINGS = new Set([
   "migrations",
   "d1_databases",
   "r2_buckets",
+  "ratelimits",
   "vars",
 ]);
 
@@ -97,6 +109,7 @@ export function workerConfigOf(text: string, file = "wrangler.toml"): WorkerConf
     ),
     d1Databases: Object.fromEntries(config.d1_databases.map((database) => [database.binding, database.preview_database_id ?? database.database_id])),
     r2Buckets: Object.fromEntries(config.r2_buckets.map((bucket) => [bucket.binding, bucket.preview_bucket_name ?? bucket.bucket_name])),
+    ratelimits: Object.fromEntries(config.ratelimits.map((limit) => [limit.name, { simple: limit.simple }])),
     bindings: config.vars,
     d1MigrationsDir: Object.fromEntries(config.d1_databases.map((database) => [database.binding, database.migrations_dir])),
   };

@@ -4,7 +4,7 @@ import path from "node:path";
 import type { Readable } from "node:stream";
 import type { Miniflare } from "miniflare";
 import { Client } from "./client.js";
-import { localSigningKey } from "./local-signing-key.js";
+import { localOwnerToken, localSigningKey } from "./state-secrets.js";
 import { loadWorkerConfig, type WorkerConfig } from "./coordinator-config.js";
 import { UserError } from "./errors.js";
 import { freePort, isPortFree } from "./free-port.js";
@@ -26,10 +26,11 @@ export interface LocalCoordinator {
   pid: number;
   /** The workerd process serving it, when it could be found (Linux). */
   runtimePid: number | null;
+  /** The instance owner's token it accepts, and whether this start generated it (DESIGN §11). */
+  owner: { token: string; created: boolean; file: string | null };
   stop(): Promise<void>;
 }
 
-/** What `coordinator.json` in the state directory records, so other commands can find a running one. */
 /** What `coordinator.json` in a state directory says of the coordinator serving it. */
 export interface CoordinatorRecord {
   url: string;
@@ -167,11 +168,12 @@ export async function startLocalCoordinator(options: {
   await assertWorkersRuntime();
   const loading = import("miniflare");
   await ensureWorkerBundle(() => options.onNote?.("building the worker bundle (dist/worker) from its sources…"));
-  const [{ Miniflare, Log, LogLevel }, config, contents, signingKey] = await Promise.all([
+  const [{ Miniflare, Log, LogLevel }, config, contents, signingKey, owner] = await Promise.all([
     loading,
     loadWorkerConfig(),
     readFile(BUNDLE_FILE, "utf8"),
     localSigningKey(stateDir),
+    localOwnerToken(stateDir),
   ]);
 
   class FileLog extends Log {
@@ -203,8 +205,9 @@ export async function startLocalCoordinator(options: {
         durableObjects: config.durableObjects,
         d1Databases: config.d1Databases,
         r2Buckets: config.r2Buckets,
-        // The receipt signing key, a secret when deployed, is this state directory's own here.
-        bindings: { ...(config.bindings as Record<string, never>), RECEIPT_SIGNING_KEY: signingKey },
+        ratelimits: config.ratelimits,
+        // The receipt signing key and the owner token, secrets when deployed, are this state directory's own here.
+        bindings: { ...(config.bindings as Record<string, never>), RECEIPT_SIGNING_KEY: signingKey, OWNER_TOKEN: owner.token },
       },
     ],
   });
@@ -227,7 +230,7 @@ export async function startLocalCoordinator(options: {
     const runtimePid = await runtimeChildPid();
     const record: CoordinatorRecord = { url, pid: process.pid, runtime_pid: runtimePid, version: VERSION, bundle: await bundleStamp(), ...options.record };
     await writeFile(path.join(stateDir, "coordinator.json"), JSON.stringify(record));
-    return { url, pid: process.pid, runtimePid, stop };
+    return { url, pid: process.pid, runtimePid, owner, stop };
   } catch (error) {
     await mf.dispose().catch(() => undefined);
     throw new Error(`the local coordinator did not start (log: ${log.file}): ${(error as Error).message}`);

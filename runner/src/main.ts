@@ -212,6 +212,69 @@ program
     exitCode = await exportCommand(loop, { ...globals(), ...options, cwd: process.cwd() });
   });
 
+const team = program.command("team").description("teams of the coordinator (DESIGN §11); needs the owner token (local: used automatically)");
+team
+  .command("create")
+  .description("create a team; prints the team's first admin token, once")
+  .argument("<name>", "the team's name (letters, digits, _.-)")
+  .action(async (name: string) => {
+    const { teamCreateCommand } = await import("./commands/tenancy.js");
+    exitCode = await teamCreateCommand(name, globals());
+  });
+team
+  .command("list")
+  .description("list the coordinator's teams")
+  .action(async () => {
+    const { teamListCommand } = await import("./commands/tenancy.js");
+    exitCode = await teamListCommand(globals());
+  });
+
+const token = program.command("token").description("tokens of the caller's team (admin scope): create prints the secret once, with its id");
+token
+  .command("create")
+  .description("create a token of your team")
+  .requiredOption("--scopes <list>", "comma-separated: admin, propose, evaluate, read (admin includes all; propose and evaluate include read)")
+  .option("--loop <id>", "restrict the token to one loop")
+  .option("--expires <duration>", "expire after a duration, e.g. 30d, 12h (at most 366d; default: until revoked)")
+  .addOption(new Option("--ttl <duration>", "same as --expires").hideHelp())
+  .option("--name <label>", "a label shown by token list, e.g. the machine it is for")
+  .option("--team <id>", "with the owner token: the team to create it in")
+  .action(async (options: { scopes: string; loop?: string; expires?: string; ttl?: string; name?: string; team?: string }) => {
+    const { tokenCreateCommand } = await import("./commands/tenancy.js");
+    exitCode = await tokenCreateCommand({ ...globals(), ...options, expires: options.expires ?? options.ttl });
+  });
+token
+  .command("list")
+  .description("list your team's tokens (never their secrets)")
+  .option("--team <id>", "with the owner token: the team to list")
+  .action(async (options: { team?: string }) => {
+    const { tokenListCommand } = await import("./commands/tenancy.js");
+    exitCode = await tokenListCommand({ ...globals(), ...options });
+  });
+token
+  .command("revoke")
+  .description("revoke a token of your team; it is refused from then on")
+  .argument("<id>", "the token's id (tk_…)")
+  .action(async (id: string) => {
+    const { tokenRevokeCommand } = await import("./commands/tenancy.js");
+    exitCode = await tokenRevokeCommand(id, globals());
+  });
+
+program
+  .command("whoami")
+  .description("the team, scopes and limits of the token in use")
+  .action(async () => {
+    const { whoamiCommand } = await import("./commands/tenancy.js");
+    exitCode = await whoamiCommand(globals());
+  });
+
+/** What to do about a refusal of the token itself (DESIGN §11). */
+function tokenHint(error: CoordinatorError): string {
+  if (error.status === 401) return "; pass a token with --token or LOOPWARDEN_TOKEN (a team admin makes one with `loopwarden token create`)";
+  if (error.status === 403) return "; ask a team admin for a token with that scope";
+  return "";
+}
+
 function fail(mode: OutputMode, message: string, code: number): void {
   if (mode.json) emitResult(mode, { status: "error", errors: [message] }, []);
   else process.stderr.write(`loopwarden: ${message}\n`);
@@ -235,7 +298,7 @@ try {
   } else if (error instanceof CoordinatorError) {
     // A 5xx that outlasted the retries is a failure on the coordinator's side; anything else a refusal.
     const what = error.status >= 500 && error.status <= 504 ? `failed (HTTP ${error.status})` : "refused";
-    fail(mode, `the coordinator ${what}: ${error.message} (${error.code})`, 1);
+    fail(mode, `the coordinator ${what}: ${error.message} (${error.code})${tokenHint(error)}`, 1);
   } else {
     if (mode.json) fail(mode, String(error), 1);
     else {

@@ -3,7 +3,7 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
 import { sha256Hex } from "../../shared/hash.js";
-import { gitIn, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
+import { api, gitIn, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
 
 // What the agent is told (last verdict, history) and what it reports (model, cost, context), through
 // the real CLI and coordinator.
@@ -41,7 +41,7 @@ describe("the agent's side of the loop", () => {
       ...extra,
     });
   const eventsOf = async (loopId: string) =>
-    (await (await fetch(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
+    (await (await api(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
       .trim()
       .split("\n")
       .map((line) => LoopEvent.parse(JSON.parse(line)));

@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
 import { LoopSummary } from "../../shared/wire/api.js";
 import type { Observation } from "../../shared/wire/observation.js";
-import { ROOT, gitIn, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
+import { api, ROOT, gitIn, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
 
 // Cheating agents against real test runners (DESIGN §6.4): each scripted agent makes the gate green
 // without fixing the bug — by skipping or deselecting the failing test, rewriting the test script, or
@@ -197,7 +197,7 @@ describe("cheating agents against real test runners", () => {
     expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(exitCode);
     const output = JSON.parse(result.stdout.trim()) as { loop_id: string };
     expect(output).toMatchObject({ status: "halted", halt_reason: haltReason, exit_class: exitCode });
-    const summary = LoopSummary.parse(await (await fetch(`${coordinator.url}/v1/loops/${output.loop_id}`)).json());
+    const summary = LoopSummary.parse(await (await api(`${coordinator.url}/v1/loops/${output.loop_id}`)).json());
     expect(summary.halt?.detail).toMatch(detail);
     return output.loop_id;
   };
@@ -217,7 +217,7 @@ describe("cheating agents against real test runners", () => {
 
   /** Checks that the loop's every gate run (t0's and each candidate's) logged `pattern`, as stored by the coordinator. */
   const expectEveryGateLog = async (loopId: string, runs: number, pattern: RegExp): Promise<void> => {
-    const body = await (await fetch(`${coordinator.url}/v1/loops/${loopId}/events`)).text();
+    const body = await (await api(`${coordinator.url}/v1/loops/${loopId}/events`)).text();
     const observations = body
       .trim()
       .split("\n")
@@ -226,7 +226,7 @@ describe("cheating agents against real test runners", () => {
         event.type === "loop_created" ? [event.data.t0.observation] : event.type === "observation_reported" ? [event.data.observation] : [],
       );
     const refs = observations.flatMap((observation) => observation.gates.flatMap((gate) => (gate.log ? [gate.log.sha256] : [])));
-    const logs = await Promise.all(refs.map(async (sha) => (await fetch(`${coordinator.url}/v1/loops/${loopId}/artifacts/${sha}`)).text()));
+    const logs = await Promise.all(refs.map(async (sha) => (await api(`${coordinator.url}/v1/loops/${loopId}/artifacts/${sha}`)).text()));
     expect(logs).toHaveLength(runs);
     for (const log of logs) expect(log).toMatch(pattern);
   };

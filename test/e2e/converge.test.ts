@@ -3,7 +3,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LoopEvent, verifyChain } from "../../shared/engine/index.js";
 import { LoopList, LoopSummary } from "../../shared/wire/api.js";
-import { ROOT, gitIn, makeRepo, runCli, startCoordinator, tempDir, type CliResult } from "../support/cli.js";
+import { api, ROOT, gitIn, makeRepo, runCli, startCoordinator, tempDir, type CliResult } from "../support/cli.js";
 import { startWranglerDev } from "../support/wrangler-dev.js";
 
 // The demo loop through the real stack: the runner starts its own local coordinator on demand, runs the
@@ -57,10 +57,10 @@ describe("a flag-only loop converges end to end", () => {
     const loopId = JSON.parse(result.stdout).loop_id as string;
     const coordinator = await startCoordinator(state);
     try {
-      const summary = LoopSummary.parse(await (await fetch(`${coordinator.url}/v1/loops/${loopId}`)).json());
+      const summary = LoopSummary.parse(await (await api(`${coordinator.url}/v1/loops/${loopId}`)).json());
       expect(summary).toMatchObject({ status: "halted", iteration: 3, best: { candidate_id: "c3", failing: 0 } });
 
-      const raw = (await (await fetch(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
+      const raw = (await (await api(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
         .trim()
         .split("\n")
         .map((line) => JSON.parse(line) as Record<string, unknown>);
@@ -75,12 +75,12 @@ describe("a flag-only loop converges end to end", () => {
       for (const event of reported) {
         const log = event.data.observation.gates[0]?.log;
         expect(log).toBeTruthy();
-        const body = await (await fetch(`${coordinator.url}/v1/loops/${loopId}/artifacts/${log?.sha256}`)).text();
+        const body = await (await api(`${coordinator.url}/v1/loops/${loopId}/artifacts/${log?.sha256}`)).text();
         expect(body).toContain("$ node --test");
       }
 
       // The D1 projection lists the loop (drained by the LoopObject's alarm).
-      const list = LoopList.parse(await (await fetch(`${coordinator.url}/v1/loops`)).json());
+      const list = LoopList.parse(await (await api(`${coordinator.url}/v1/loops`)).json());
       expect(list.loops).toContainEqual(expect.objectContaining({ loop_id: loopId, status: "halted", halt_reason: "success_condition_met", iteration: 3 }));
 
       const status = await runCli(["--json", "--server", coordinator.url, "status", loopId], { cwd: repo });
@@ -94,9 +94,9 @@ describe("a flag-only loop converges end to end", () => {
   it("keeps wrangler dev's on-disk layout: wrangler dev on the same state reads back exactly what the coordinator wrote", async () => {
     const loopId = JSON.parse(result.stdout).loop_id as string;
     const read = async (url: string) => {
-      const summary = await (await fetch(`${url}/v1/loops/${loopId}`)).text();
-      const events = await (await fetch(`${url}/v1/loops/${loopId}/events`)).text();
-      const list = await (await fetch(`${url}/v1/loops`)).text();
+      const summary = await (await api(`${url}/v1/loops/${loopId}`)).text();
+      const events = await (await api(`${url}/v1/loops/${loopId}/events`)).text();
+      const list = await (await api(`${url}/v1/loops`)).text();
       // A gate log the first report cites, from R2.
       const reported = events
         .trim()
@@ -104,7 +104,7 @@ describe("a flag-only loop converges end to end", () => {
         .map((line) => LoopEvent.parse(JSON.parse(line)))
         .find((event) => event.type === "observation_reported");
       const sha = reported?.type === "observation_reported" ? reported.data.observation.gates[0]?.log?.sha256 : undefined;
-      const log = await (await fetch(`${url}/v1/loops/${loopId}/artifacts/${sha ?? "none"}`)).text();
+      const log = await (await api(`${url}/v1/loops/${loopId}/artifacts/${sha ?? "none"}`)).text();
       return { summary, events, list, log };
     };
     const ours = await startCoordinator(state);

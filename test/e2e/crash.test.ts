@@ -4,7 +4,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { LoopEvent, verifyChain } from "../../shared/engine/index.js";
 import { LoopSummary } from "../../shared/wire/api.js";
 import { makeLevelProject } from "../support/level-project.js";
-import { exitOf, recordedLoopId, startCli, startCoordinator, tempDir, waitFor, type TestCoordinator } from "../support/cli.js";
+import { api, exitOf, recordedLoopId, startCli, startCoordinator, tempDir, waitFor, type TestCoordinator } from "../support/cli.js";
 
 // The coordinator (serve → wrangler → workerd) is killed with SIGKILL while the runner holds a lease
 // and is evaluating; it restarts on the same state and port, and the loop finishes without losing or
@@ -37,8 +37,8 @@ describe("a coordinator crash mid-loop", () => {
     expect(runner.output()).toContain("halted: success_condition_met (exit 10) after 2 iteration(s)");
     const loopId = recordedLoopId(repo);
 
-    const loop = LoopSummary.parse(await (await fetch(`${coordinator.url}/v1/loops/${loopId}`)).json());
-    const raw = (await (await fetch(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
+    const loop = LoopSummary.parse(await (await api(`${coordinator.url}/v1/loops/${loopId}`)).json());
+    const raw = (await (await api(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
       .trim()
       .split("\n")
       .map((line) => JSON.parse(line) as Record<string, unknown>);

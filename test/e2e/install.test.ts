@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { cpSync, mkdirSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ROOT, makeRepo, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
+import { ROOT, makeRepo, startCoordinator, tempDir, type TestCoordinator, TEST_OWNER_TOKEN } from "../support/cli.js";
 import { directorySize } from "../support/disk.js";
 
 // A runner-only install (DESIGN §12, §13): the package as `npm pack` makes it, installed into an empty
@@ -19,7 +19,12 @@ describe("the package, installed runner-only", () => {
     try {
       return {
         code: 0,
-        stdout: execFileSync(bin, args, { cwd, encoding: "utf8", env: { ...process.env, NO_COLOR: "1", LOOPWARDEN_IDLE: "0" }, stdio: "pipe" }),
+        stdout: execFileSync(bin, args, {
+          cwd,
+          encoding: "utf8",
+          env: { ...process.env, NO_COLOR: "1", LOOPWARDEN_IDLE: "0", LOOPWARDEN_TOKEN: TEST_OWNER_TOKEN },
+          stdio: "pipe",
+        }),
         stderr: "",
       };
     } catch (error) {

@@ -1,7 +1,7 @@
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
-import { makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
+import { api, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
 
 // An optimize loop through the real stack: the runner reads the benchmark interleaved (best, then
 // candidate) in two clean clones, and the coordinator's sequential test keeps a real speed-up and
@@ -64,7 +64,7 @@ describe("an optimize loop", () => {
     const output = JSON.parse(result.stdout) as { loop_id: string };
     expect(output).toMatchObject({ halt_reason: "max_iterations_reached", still_improving: true, iteration: 2 });
 
-    const events = (await (await fetch(`${coordinator.url}/v1/loops/${output.loop_id}/events`)).text())
+    const events = (await (await api(`${coordinator.url}/v1/loops/${output.loop_id}/events`)).text())
       .trim()
       .split("\n")
       .map((line) => LoopEvent.parse(JSON.parse(line)));
@@ -106,7 +106,7 @@ describe("an optimize loop", () => {
     // Half the delay is a real gain: the interval's lower end is above zero (an interval, not a point estimate).
     expect(confirmed.data.interval?.[0] ?? Number.NEGATIVE_INFINITY).toBeGreaterThan(0);
     // The final receipt, re-issued after the measurement, carries it as its headline and verifies.
-    const loop = (await (await fetch(`${coordinator.url}/v1/loops/${output.loop_id}`)).json()) as { receipt_id: string };
+    const loop = (await (await api(`${coordinator.url}/v1/loops/${output.loop_id}`)).json()) as { receipt_id: string };
     const receiptUrl = `${coordinator.url}/r/${loop.receipt_id}`;
     const verified = await runCli(["--json", "verify", receiptUrl], { cwd: repo });
     expect(verified.code, verified.stdout).toBe(0);

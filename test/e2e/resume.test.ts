@@ -4,6 +4,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
 import { makeLevelProject } from "../support/level-project.js";
 import {
+  api,
   clonesOf,
   exitOf,
   gitIn,
@@ -54,7 +55,7 @@ describe("a runner crash mid-evaluation", () => {
     // The dead runner's clone is removed by the next one.
     expect(existsSync(clonesOf(firstPid))).toBe(false);
 
-    const events = (await (await fetch(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
+    const events = (await (await api(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
       .trim()
       .split("\n")
       .map((line) => LoopEvent.parse(JSON.parse(line)));
@@ -175,13 +176,13 @@ describe("a runner crash right after the loop is created", () => {
       expect(recordedLoopId(repo)).toBe(loopId);
       expect(readdirSync(path.join(repo, ".loopwarden", "creating"))).toEqual([]);
       // The baseline's gate log, which the creation cites, is stored whichever point the crash came at.
-      const created = LoopEvent.parse(JSON.parse((await (await fetch(`${coordinator.url}/v1/loops/${loopId}/events?limit=1`)).text()).trim()));
+      const created = LoopEvent.parse(JSON.parse((await (await api(`${coordinator.url}/v1/loops/${loopId}/events?limit=1`)).text()).trim()));
       const sha = created.type === "loop_created" ? created.data.t0.observation.gates[0]?.log?.sha256 : undefined;
-      expect((await fetch(`${coordinator.url}/v1/loops/${loopId}/artifacts/${sha ?? "none"}`)).status).toBe(200);
+      expect((await api(`${coordinator.url}/v1/loops/${loopId}/artifacts/${sha ?? "none"}`)).status).toBe(200);
       // One loop of that name on the coordinator, once the listing (filled from each loop's outbox) has
       // the one this run follows.
       const named = async () =>
-        ((await (await fetch(`${coordinator.url}/v1/loops`)).json()) as { loops: { loop_id: string; name: string }[] }).loops.filter(
+        ((await (await api(`${coordinator.url}/v1/loops`)).json()) as { loops: { loop_id: string; name: string }[] }).loops.filter(
           (loop) => loop.name === name,
         );
       let listed = await named();

@@ -58,11 +58,24 @@ export interface CliResult {
 }
 
 /**
+ * The instance owner's token of every coordinator the tests start (LOOPWARDEN_OWNER_TOKEN), which the
+ * CLI also sends (LOOPWARDEN_TOKEN): a test about tokens sets its own.
+ */
+export const TEST_OWNER_TOKEN = "lwo_e2e-tests-owner-token-0123456789abcdef";
+
+/** A request to a coordinator's API as its owner (`fetch` with the owner's bearer token). */
+export function api(url: string, init: RequestInit = {}): Promise<Response> {
+  const headers = new Headers(init.headers);
+  if (!headers.has("authorization")) headers.set("authorization", `Bearer ${TEST_OWNER_TOKEN}`);
+  return fetch(url, { ...init, headers });
+}
+
+/**
  * The CLI's environment in tests: a command's local coordinator lives in its own process and stops
  * with it (LOOPWARDEN_IDLE=0), so no test leaves a warm one behind; the warm coordinator's own tests
  * set an idle period and stop it by its pid.
  */
-const CLI_ENV = { NO_COLOR: "1", LOOPWARDEN_IDLE: "0" };
+const CLI_ENV = { NO_COLOR: "1", LOOPWARDEN_IDLE: "0", LOOPWARDEN_OWNER_TOKEN: TEST_OWNER_TOKEN, LOOPWARDEN_TOKEN: TEST_OWNER_TOKEN };
 
 /** Runs the loopwarden CLI to completion. */
 export function runCli(args: string[], options: { cwd: string; env?: NodeJS.ProcessEnv }): Promise<CliResult> {
@@ -152,7 +165,7 @@ export async function startCoordinator(stateDir: string, port?: number): Promise
   const chosen = port ?? (await freePort());
   const child = spawn(process.execPath, [BIN, "--json", "--state", stateDir, "serve", "--port", String(chosen)], {
     cwd: ROOT,
-    env: { ...process.env, NO_COLOR: "1" },
+    env: { ...process.env, NO_COLOR: "1", LOOPWARDEN_OWNER_TOKEN: TEST_OWNER_TOKEN },
     stdio: ["ignore", "pipe", "pipe"],
     detached: true,
   });

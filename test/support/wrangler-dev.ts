@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import path from "node:path";
 import { freePort } from "../../runner/src/free-port.js";
 import { wranglerBin } from "../../runner/src/worker-bundle.js";
-import { ROOT, exitOf } from "./cli.js";
+import { ROOT, TEST_OWNER_TOKEN, exitOf } from "./cli.js";
 
 // `wrangler dev` of this worker, for what still compares the local coordinator with it: the test that
 // both read the same persisted state, and `npm run bench:startup`. Started as the wrangler process itself
@@ -36,6 +36,9 @@ export async function startWranglerDev(persistTo: string, logDir: string): Promi
       "--log-level",
       "warn",
       "--show-interactive-dev-session=false",
+      // The owner token, a secret when deployed, as the local coordinator's tests have it.
+      "--var",
+      `OWNER_TOKEN:${TEST_OWNER_TOKEN}`,
     ],
     {
       cwd: ROOT,

@@ -2,6 +2,7 @@ import { env } from "cloudflare:workers";
 import { beforeAll, describe, expect, it } from "vitest";
 import { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "../../worker/src/app.js";
 import { loopIdFor } from "../../worker/src/loops.js";
+import { OWNER_TEAM } from "../../worker/src/auth.js";
 import {
   TEST_IDS,
   call,
@@ -230,7 +231,7 @@ describe("bad input that names no existing loop creates nothing", () => {
       name: "create with malformed JSON",
       status: 400,
       code: "invalid_json",
-      loopId: loopIdFor("loop-key-truncated"),
+      loopId: loopIdFor("loop-key-truncated", OWNER_TEAM),
       send: () => jsonPost("/v1/loops", JSON.stringify(createLoopBody("truncated", [A])).slice(0, -2)),
     },
     {
@@ -238,7 +239,7 @@ describe("bad input that names no existing loop creates nothing", () => {
       status: 400,
       code: "invalid_request",
       issuePath: "contract.gates.0.timeout",
-      loopId: loopIdFor("loop-key-bad-duration"),
+      loopId: loopIdFor("loop-key-bad-duration", OWNER_TEAM),
       send: () => postJson("/v1/loops", createLoopBody("bad-duration", [A], { gates: [{ name: "unit", run: "npm test", timeout: "2 minutes" }] })),
     },
     {
@@ -246,7 +247,7 @@ describe("bad input that names no existing loop creates nothing", () => {
       status: 400,
       code: "invalid_request",
       issuePath: "contract",
-      loopId: loopIdFor("loop-key-unknown-key"),
+      loopId: loopIdFor("loop-key-unknown-key", OWNER_TEAM),
       send: () =>
         postJson("/v1/loops", { ...createLoopBody("unknown-key", [A]), contract: { ...createLoopBody("unknown-key", [A]).contract, metrics: { name: "ms" } } }),
     },
@@ -254,7 +255,7 @@ describe("bad input that names no existing loop creates nothing", () => {
       name: "create with an over-4-MiB body (the route's own cap) streamed without Content-Length",
       status: 413,
       code: "body_too_large",
-      loopId: loopIdFor("loop-key-huge"),
+      loopId: loopIdFor("loop-key-huge", OWNER_TEAM),
       send: () => {
         const body = createLoopBody("huge", [A], { objective: "y".repeat(MAX_TEST_SET_BODY_BYTES) });
         return call("/v1/loops", { method: "POST", body: chunked(new TextEncoder().encode(JSON.stringify(body))), duplex: "half" } as RequestInit);
@@ -264,7 +265,7 @@ describe("bad input that names no existing loop creates nothing", () => {
       name: "create with artifact globs this version cannot upload yet",
       status: 422,
       code: "contract_unsupported",
-      loopId: loopIdFor("loop-key-artifacts"),
+      loopId: loopIdFor("loop-key-artifacts", OWNER_TEAM),
       send: () => postJson("/v1/loops", createLoopBody("artifacts", [A], { artifacts: ["profile/*.svg"] })),
     },
   ];

@@ -1,6 +1,7 @@
 import { env, exports } from "cloudflare:workers";
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { sha256Hex } from "../../shared/hash.js";
+import { OWNER_TEAM, type Caller } from "../../worker/src/auth.js";
 import type { ContractInput } from "../../shared/wire/contract.js";
 import type { ArtifactRef, FullObservation } from "../../shared/wire/observation.js";
 
@@ -12,14 +13,22 @@ export const TEST_IDS = ["parse.empty", "parse.nested", "parse.unicode", "parse.
 
 const ORIGIN = "http://lw.test";
 
-/** A request to the worker under test, as a client would send it. */
-export function call(path: string, init?: RequestInit): Promise<Response> {
-  return exports.default.fetch(`${ORIGIN}${path}`, init);
+/** The instance owner as the LoopObject sees it: reaches every loop, creates the owner team's. */
+export const OWNER_CALLER: Caller = { owner: true, team_id: OWNER_TEAM };
+
+/**
+ * A request to the worker under test, as a client would send it: with the instance owner's token unless
+ * the request names its own `Authorization` (or `token` is null: no token at all).
+ */
+export function call(path: string, init: RequestInit = {}, token: string | null = env.OWNER_TOKEN ?? null): Promise<Response> {
+  const headers = new Headers(init.headers);
+  if (token !== null && !headers.has("authorization")) headers.set("authorization", `Bearer ${token}`);
+  return exports.default.fetch(`${ORIGIN}${path}`, { ...init, headers });
 }
 
-/** A JSON POST. */
-export function postJson(path: string, body: unknown): Promise<Response> {
-  return call(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+/** A JSON POST (with the owner's token unless another is given). */
+export function postJson(path: string, body: unknown, token?: string | null): Promise<Response> {
+  return call(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) }, token);
 }
 
 /** A 40-hex commit id derived from a label. */

@@ -10,10 +10,11 @@ import { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "../../worker/src/a
 import { EVENTS_PAGE_BYTES } from "../../worker/src/loop-object.js";
 import { LOOP_OBJECT_MIGRATIONS } from "../../worker/src/loop-object-schema.js";
 import { loopIdFor } from "../../worker/src/loops.js";
+import { OWNER_TEAM } from "../../worker/src/auth.js";
 import { MAX_DECOMPRESSED_BYTES } from "../../worker/src/validate.js";
 import v1Events from "../fixtures/event-log/v1-demo.events.jsonl?raw";
 import v1Summary from "../fixtures/event-log/v1-demo.summary.json?raw";
-import { call, candidateBody, createLoop, createLoopBody, loopObject, observationOf, postJson, readLoopObject } from "./fixtures.js";
+import { OWNER_CALLER, call, candidateBody, createLoop, createLoopBody, loopObject, observationOf, postJson, readLoopObject } from "./fixtures.js";
 
 // DESIGN §4 invariant 9, §8: a loop keeps working at 100,000 tests and 10,000 events. t0's collected
 // set travels once (gzip-encoded) and is stored once, in the first event; every report is a difference
@@ -97,7 +98,7 @@ describe("state at scale", () => {
     expect((await gzip(new TextEncoder().encode(t0Text))).length).toBeLessThan(MAX_JSON_BODY_BYTES);
     const created = await sendGzip("/v1/loops", body);
     expect(created.status).toBe(201);
-    const loopId = loopIdFor(body.idempotency_key);
+    const loopId = loopIdFor(body.idempotency_key, OWNER_TEAM);
     const base = testBaseOf(body.t0.observation.tests);
 
     const reportSizes: number[] = [];
@@ -146,12 +147,13 @@ describe("state at scale", () => {
       let head = loop.head.seq;
       for (let iteration = 1; head < 10_000; iteration++) {
         const proposal = candidateBody(`long-${iteration}`) as Parameters<typeof instance.propose>[0]["proposal"];
-        const proposed = await instance.propose({ proposal, request_hash: sha256Hex(canonicalJson(proposal)) });
+        const proposed = await instance.propose({ caller: OWNER_CALLER, proposal, request_hash: sha256Hex(canonicalJson(proposal)) });
         if (!proposed.ok) throw new Error(`propose refused: ${proposed.code}`);
-        const leased = await instance.lease({ runner_id: "runner-long" });
+        const leased = await instance.lease({ caller: OWNER_CALLER, runner_id: "runner-long" });
         if (!leased.ok || !leased.lease) throw new Error("no lease");
         const observation = observationOf(["parse.empty"]);
         const reported = await instance.report({
+          caller: OWNER_CALLER,
           lease_id: leased.lease.lease_id,
           fencing_token: leased.lease.fencing_token,
           observation,
@@ -190,7 +192,7 @@ describe("state at scale", () => {
     // meets it for real.
     const body = baselineOf("too-big", idsOf(10));
     const contract = Contract.parse(body.contract);
-    const loopId = loopIdFor(body.idempotency_key);
+    const loopId = loopIdFor(body.idempotency_key, OWNER_TEAM);
     const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
     const answer = await runInDurableObject(loopObject(loopId), (instance, state) => {
       const object = instance as unknown as {
@@ -235,7 +237,7 @@ describe("state at scale", () => {
       object.migrate();
       object.loadState();
       const version = sql.exec<{ version: number }>("SELECT MAX(version) AS version FROM _schema").one().version;
-      return { version, loop: await instance.get() };
+      return { version, loop: await instance.get(OWNER_CALLER) };
     });
     expect(answer.version).toBe(LOOP_OBJECT_MIGRATIONS.length);
     expect(answer.loop).toEqual({ ok: true, loop: summary });

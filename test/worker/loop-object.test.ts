@@ -21,6 +21,7 @@ import { Contract } from "../../shared/wire/contract.js";
 import { outboxItemsFor, writeProjection, type OutboxItem } from "../../worker/src/db/projection.js";
 import { LEASE_TTL_MS } from "../../worker/src/loop-object.js";
 import { loopIdFor } from "../../worker/src/loops.js";
+import { OWNER_TEAM } from "../../worker/src/auth.js";
 import {
   TEST_IDS,
   candidateBody,
@@ -33,6 +34,7 @@ import {
   postJson,
   projectionRows,
   proposeAndLease,
+  OWNER_CALLER,
 } from "./fixtures.js";
 
 const [A, B] = TEST_IDS;
@@ -42,7 +44,8 @@ function createInput(key: string, t0Failing: string[]) {
   const body = createLoopBody(key, t0Failing);
   const contract = Contract.parse(body.contract);
   return {
-    loop_id: loopIdFor(body.idempotency_key),
+    team_id: OWNER_TEAM,
+    loop_id: loopIdFor(body.idempotency_key, OWNER_TEAM),
     request_hash: sha256Hex(canonicalJson(body)),
     contract,
     contract_hash: sha256Hex(canonicalJson(contract)),
@@ -53,7 +56,7 @@ function createInput(key: string, t0Failing: string[]) {
 /** The arguments the candidates route passes to `LoopObject.propose`. */
 function proposeInput(key: string) {
   const proposal = candidateBody(key) as Parameters<typeof proposeCandidate>[1];
-  return { proposal, request_hash: sha256Hex(canonicalJson(proposal)) };
+  return { caller: OWNER_CALLER, proposal, request_hash: sha256Hex(canonicalJson(proposal)) };
 }
 
 /** Reads the object's own tables synchronously, as one consistent picture. */
@@ -141,7 +144,7 @@ describe("LoopObject storage", () => {
       );
       const events = state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM events").one().n;
       const lastSeq = state.storage.sql.exec<{ seq: number }>("SELECT MAX(seq) AS seq FROM events").one().seq;
-      const summary = await instance.get();
+      const summary = await instance.get(OWNER_CALLER);
       state.storage.sql.exec("CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, item TEXT NOT NULL)");
       const retried = await instance.propose(proposeInput("atomic"));
       const after = storedIn(state.storage.sql);
@@ -176,7 +179,7 @@ function projectionBatches(loopId: string): { batches: OutboxItem[][]; state: Lo
       sealed.push(event);
     }
     if (!state) throw new Error("no state");
-    batches.push(outboxItemsFor(state, sealed));
+    batches.push(outboxItemsFor(state, sealed, OWNER_TEAM));
     return state;
   };
   const input = createInput("projection", [A, B]);

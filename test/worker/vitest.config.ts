@@ -25,7 +25,10 @@ export default defineConfig(async () => {
             RECEIPT_SIGNING_KEY: JSON.stringify(active),
             RECEIPT_RETIRED_KEYS: JSON.stringify([{ kty: retired.kty, crv: retired.crv, x: retired.x }]),
             TEST_RETIRED_SIGNING_KEY: JSON.stringify(retired),
+            OWNER_TOKEN: `lwo_test_${Buffer.from(webcrypto.getRandomValues(new Uint8Array(24))).toString("base64url")}`,
           },
+          // A low limit, so a test reaches it in a few dozen requests (wrangler.toml's is 500 per 10 s).
+          ratelimits: { TOKEN_RATE_LIMIT: { simple: { limit: 40, period: 10 } } },
         },
       }),
     ],

@@ -6,6 +6,8 @@ import { artifactRoutes } from "./routes/artifacts.js";
 import { leaseRoutes } from "./routes/leases.js";
 import { loopRoutes } from "./routes/loops.js";
 import { receiptRoutes } from "./routes/receipts.js";
+import { tenancyRoutes } from "./routes/tenancy.js";
+import { requireToken, type AuthEnv } from "./auth.js";
 
 /** JSON bodies are capped at 1 MiB (DESIGN §8), counted on the streamed bytes, so chunked bodies are capped too. */
 export const MAX_JSON_BODY_BYTES = 1024 * 1024;
@@ -19,7 +21,7 @@ export const MAX_JSON_BODY_BYTES = 1024 * 1024;
 export const MAX_TEST_SET_BODY_BYTES = 4 * 1024 * 1024;
 
 /** The coordinator's HTTP API. */
-export const app = new Hono<{ Bindings: Env }>();
+export const app = new Hono<AuthEnv>();
 
 const limitTo = (maxSize: number) =>
   bodyLimit({
@@ -38,6 +40,10 @@ app.use("/v1/*", async (c, next) => {
   return (carriesTestSet ? testSetBodyLimit : jsonBodyLimit)(c, next);
 });
 
+// Every API route needs a token (DESIGN §11), checked after the body limit is in place and before any
+// body is read; receipts, their keys and /healthz are public.
+app.use("/v1/*", requireToken());
+
 app.get("/healthz", async (c) => {
   await c.env.DB.prepare("SELECT 1").first();
   return c.json({ ok: true as const, version: VERSION });
@@ -46,6 +52,7 @@ app.get("/healthz", async (c) => {
 app.route("/v1/loops", loopRoutes);
 app.route("/v1/loops", artifactRoutes);
 app.route("/v1/leases", leaseRoutes);
+app.route("/v1", tenancyRoutes);
 app.route("/", receiptRoutes);
 
 app.notFound((c) => c.json({ error: { code: "not_found", message: `no route for ${c.req.method} ${c.req.path}` } }, 404));

@@ -12,6 +12,8 @@ export class ApiError extends HTTPException {
     readonly code: string,
     message: string,
     readonly issues?: ErrorBody["error"]["issues"],
+    /** Headers the answer carries (`Retry-After`, `WWW-Authenticate`). */
+    readonly headers: Record<string, string> = {},
   ) {
     super(status, { message });
   }
@@ -56,7 +58,7 @@ function envelope(code: string, message: string, issues?: ErrorBody["error"]["is
 
 /** `app.onError`: domain errors become the envelope; anything else is logged and answered as a generic 500. */
 export function handleError(error: Error, c: Context): Response {
-  if (error instanceof ApiError) return c.json(envelope(error.code, error.message, error.issues), error.status);
+  if (error instanceof ApiError) return c.json(envelope(error.code, error.message, error.issues), error.status, error.headers);
   if (error instanceof HTTPException) {
     const code = error.status === 413 ? "body_too_large" : "http_error";
     return c.json(envelope(code, error.message || "request refused"), error.status);

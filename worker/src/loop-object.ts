@@ -32,6 +32,7 @@ import { outboxItemsFor, writeProjection, type OutboxItem } from "./db/projectio
 import { LOOP_OBJECT_MIGRATIONS } from "./loop-object-schema.js";
 import { receiptKeyOf } from "./receipt-keys.js";
 import { summarizeLoop, viewCandidate } from "./loop-view.js";
+import { OWNER_TEAM, type Caller } from "./auth.js";
 
 /** How long a lease lives without a heartbeat. Runners heartbeat at a quarter of it. */
 export const LEASE_TTL_MS = 120_000;
@@ -83,6 +84,8 @@ export class LoopObject extends DurableObject<Env> {
   private readonly sql: SqlStorage;
   private state: LoopState | null = null;
   private head: ChainHead | null = null;
+  /** The team that owns the loop (DESIGN §11), kept in `meta`; loops from before teams are the owner's. */
+  private teamId: string = OWNER_TEAM;
   /** The final receipt being signed, so a report and the alarm never issue two. */
   private finalReceipt: Promise<void> | null = null;
 
@@ -121,6 +124,7 @@ export class LoopObject extends DurableObject<Env> {
    */
   private loadState(): void {
     if (!this.hasSchema()) return;
+    this.teamId = this.sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = 'team_id'").toArray()[0]?.value ?? OWNER_TEAM;
     const rows = this.sql.exec<EventRow>("SELECT seq, body, parts FROM events ORDER BY seq").toArray();
     const events = rows.map((row) => JSON.parse(this.bodyOf(row)) as LoopEvent);
     const last = events.at(-1);
@@ -149,7 +153,7 @@ export class LoopObject extends DurableObject<Env> {
         sealed.push(event);
       }
       if (!state || !head) throw new Error("append produced no state");
-      for (const item of outboxItemsFor(state, sealed)) {
+      for (const item of outboxItemsFor(state, sealed, this.teamId)) {
         this.sql.exec("INSERT INTO outbox (item) VALUES (?)", JSON.stringify(item));
       }
     });
@@ -217,6 +221,15 @@ export class LoopObject extends DurableObject<Env> {
     await this.ctx.storage.setAlarm(Math.min(...candidates));
   }
 
+  /**
+   * The loop's state, for a caller that may see it: the owner sees every loop, a team only its own. To
+   * anyone else the loop does not exist (404, no existence oracle).
+   */
+  private admit(caller: Caller): LoopState | null {
+    if (!this.state) return null;
+    return caller.owner || caller.team_id === this.teamId ? this.state : null;
+  }
+
   private summary(): LoopSummary {
     if (!this.state || !this.head) throw new Error("summary of a loop that does not exist");
     return summarizeLoop(this.state, this.head);
@@ -224,6 +237,7 @@ export class LoopObject extends DurableObject<Env> {
 
   /** Creates the loop, or returns it unchanged when the same creation request is retried. */
   async create(input: {
+    team_id: string;
     loop_id: string;
     request_hash: string;
     contract: Contract;
@@ -232,34 +246,46 @@ export class LoopObject extends DurableObject<Env> {
     repository?: string | undefined;
   }): Promise<Answer<{ created: boolean; loop: LoopSummary }>> {
     if (this.state) {
+      // Loop ids derive from the team and the key, so another team's request cannot reach this loop.
+      if (this.teamId !== input.team_id) return NOT_FOUND;
       const stored = this.sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = 'create_request'").toArray()[0];
       if (stored?.value !== input.request_hash) {
         return { ok: false, code: "idempotency_conflict", message: "this idempotency key created a loop from a different request" };
       }
       return { ok: true, created: false, loop: this.summary() };
     }
-    const outcome = createLoop({ ...input, at: new Date().toISOString() });
+    const { team_id: teamId, ...creation } = input;
+    const outcome = createLoop({ ...creation, at: new Date().toISOString() });
     if (!outcome.ok) return { ok: false, ...outcome.error };
     // The schema is created in the same transaction as the loop: a creation that fails leaves nothing.
+    this.teamId = teamId;
     const appended = this.tryAppend(outcome.events, () => {
       this.applyMigrations();
       this.sql.exec("INSERT INTO meta (key, value) VALUES ('create_request', ?)", input.request_hash);
+      this.sql.exec("INSERT INTO meta (key, value) VALUES ('team_id', ?)", teamId);
     });
-    if ("ok" in appended) return appended;
+    if ("ok" in appended) {
+      this.teamId = OWNER_TEAM;
+      return appended;
+    }
     await this.issueFinalReceipt();
     await this.scheduleAlarm();
     return { ok: true, created: true, loop: this.summary() };
   }
 
   /** The loop's summary. */
-  async get(): Promise<Answer<{ loop: LoopSummary }>> {
-    if (!this.state) return NOT_FOUND;
+  async get(caller: Caller): Promise<Answer<{ loop: LoopSummary }>> {
+    if (!this.admit(caller)) return NOT_FOUND;
     return { ok: true, loop: this.summary() };
   }
 
   /** Registers a candidate (idempotent by key). */
-  async propose(input: { proposal: Proposal; request_hash: string }): Promise<Answer<{ candidate: CandidateView; replayed: boolean; loop: LoopSummary }>> {
-    const state = this.state;
+  async propose(input: {
+    caller: Caller;
+    proposal: Proposal;
+    request_hash: string;
+  }): Promise<Answer<{ candidate: CandidateView; replayed: boolean; loop: LoopSummary }>> {
+    const state = this.admit(input.caller);
     if (!state) return NOT_FOUND;
     const outcome = proposeCandidate(state, input.proposal, { request_hash: input.request_hash, at: new Date().toISOString() });
     if (!outcome.ok) return { ok: false, ...outcome.error };
@@ -272,9 +298,10 @@ export class LoopObject extends DurableObject<Env> {
   }
 
   /** Leases the next evaluation job to a runner; `lease: null` when there is none. */
-  async lease(input: { runner_id: string }): Promise<Answer<{ lease: Lease | null }>> {
-    if (!this.state) return NOT_FOUND;
-    const outcome = grantLease(this.state, { runner_id: input.runner_id, at: new Date().toISOString(), ttl_ms: LEASE_TTL_MS });
+  async lease(input: { caller: Caller; runner_id: string }): Promise<Answer<{ lease: Lease | null }>> {
+    const state = this.admit(input.caller);
+    if (!state) return NOT_FOUND;
+    const outcome = grantLease(state, { runner_id: input.runner_id, at: new Date().toISOString(), ttl_ms: LEASE_TTL_MS });
     if (!outcome.ok) return { ok: false, ...outcome.error };
     this.append(outcome.events);
     await this.scheduleAlarm();
@@ -298,9 +325,10 @@ export class LoopObject extends DurableObject<Env> {
   }
 
   /** Extends a lease; refuses a reclaimed or superseded one. */
-  async heartbeat(input: { lease_id: string; fencing_token: number }): Promise<Answer<{ lease: Lease }>> {
-    if (!this.state) return NOT_FOUND;
-    const outcome = renewLease(this.state, { ...input, at: new Date().toISOString(), ttl_ms: LEASE_TTL_MS });
+  async heartbeat(input: { caller: Caller; lease_id: string; fencing_token: number }): Promise<Answer<{ lease: Lease }>> {
+    const state = this.admit(input.caller);
+    if (!state) return NOT_FOUND;
+    const outcome = renewLease(state, { lease_id: input.lease_id, fencing_token: input.fencing_token, at: new Date().toISOString(), ttl_ms: LEASE_TTL_MS });
     if (!outcome.ok) return { ok: false, ...outcome.error };
     this.append(outcome.events);
     await this.scheduleAlarm();
@@ -310,13 +338,16 @@ export class LoopObject extends DurableObject<Env> {
 
   /** Records an observation under a lease and answers the coordinator's verdict. */
   async report(input: {
+    caller: Caller;
     lease_id: string;
     fencing_token: number;
     observation: Observation;
     request_hash: string;
   }): Promise<Answer<{ verdict: Verdict; loop: LoopSummary }>> {
-    if (!this.state) return NOT_FOUND;
-    const outcome = reportObservation(this.state, { ...input, at: new Date().toISOString() });
+    const { caller, ...report } = input;
+    const state = this.admit(caller);
+    if (!state) return NOT_FOUND;
+    const outcome = reportObservation(state, { ...report, at: new Date().toISOString() });
     if (!outcome.ok) return { ok: false, ...outcome.error };
     const appended = this.tryAppend(outcome.events);
     if ("ok" in appended) return appended;
@@ -326,9 +357,10 @@ export class LoopObject extends DurableObject<Env> {
   }
 
   /** Records a runner's confirm measurement of t0 against the best (DESIGN §6.3), or asks for more pairs. */
-  async confirm(input: { candidate_id: string; samples: ConfirmReadings }): Promise<Answer<{ answer: ConfirmAnswer; loop: LoopSummary }>> {
-    if (!this.state) return NOT_FOUND;
-    const outcome = confirmBest(this.state, input, new Date().toISOString());
+  async confirm(input: { caller: Caller; candidate_id: string; samples: ConfirmReadings }): Promise<Answer<{ answer: ConfirmAnswer; loop: LoopSummary }>> {
+    const state = this.admit(input.caller);
+    if (!state) return NOT_FOUND;
+    const outcome = confirmBest(state, { candidate_id: input.candidate_id, samples: input.samples }, new Date().toISOString());
     if (!outcome.ok) return { ok: false, ...outcome.error };
     const appended = this.tryAppend(outcome.events);
     if ("ok" in appended) return appended;
@@ -339,8 +371,8 @@ export class LoopObject extends DurableObject<Env> {
   }
 
   /** Events after `after`, as stored (the exact bytes that were hashed), at most `limit`. */
-  async events(input: { after: number; limit: number }): Promise<Answer<{ events: string[]; more: boolean }>> {
-    if (!this.state) return NOT_FOUND;
+  async events(input: { caller: Caller; after: number; limit: number }): Promise<Answer<{ events: string[]; more: boolean }>> {
+    if (!this.admit(input.caller)) return NOT_FOUND;
     // Rows are read one at a time and the page ends at `limit` rows or EVENTS_PAGE_BYTES, whichever
     // comes first (always at least one row): a page of large reports stays a bounded response.
     const cursor = this.sql.exec<EventRow>("SELECT seq, body, parts FROM events WHERE seq > ? ORDER BY seq", input.after);
@@ -362,7 +394,12 @@ export class LoopObject extends DurableObject<Env> {
    * (drained at once, so its URL answers when this returns) and `receipt_issued` to the log. Signing is
    * slow I/O and happens before the transaction, never inside one.
    */
-  async issueReceipt(input: { kind: "final" | "interim" }): Promise<Answer<{ receipt_id: string; envelope: Envelope; head: ChainHead }>> {
+  async issueReceipt(input: { caller: Caller; kind: "interim" }): Promise<Answer<{ receipt_id: string; envelope: Envelope; head: ChainHead }>> {
+    if (!this.admit(input.caller)) return NOT_FOUND;
+    return this.signReceipt(input.kind);
+  }
+
+  private async signReceipt(kind: "final" | "interim"): Promise<Answer<{ receipt_id: string; envelope: Envelope; head: ChainHead }>> {
     const state = this.state;
     const head = this.head;
     if (!state || !head) return NOT_FOUND;
@@ -376,19 +413,19 @@ export class LoopObject extends DurableObject<Env> {
     }
     const { signer } = await key;
     const issuedAt = new Date().toISOString();
-    const statement = receiptStatement(state, head, { kind: input.kind, issued_at: issuedAt, version: VERSION });
+    const statement = receiptStatement(state, head, { kind, issued_at: issuedAt, version: VERSION });
     const envelope = await signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, signer);
     const receiptId = `rc_${bytesToHex(crypto.getRandomValues(new Uint8Array(16)))}`;
     const issued: EventDraft = {
       type: "receipt_issued",
       at: issuedAt,
-      data: { receipt_id: receiptId, kind: input.kind, head, keyid: signer.kid, envelope_sha256: envelopeDigest(envelope) },
+      data: { receipt_id: receiptId, kind, head, keyid: signer.kid, envelope_sha256: envelopeDigest(envelope) },
     };
     const appended = this.tryAppend([issued], () => {
       const row = {
         id: receiptId,
         loopId: state.loop_id,
-        kind: input.kind,
+        kind,
         headSeq: head.seq,
         headHash: head.hash,
         keyid: signer.kid,
@@ -417,7 +454,7 @@ export class LoopObject extends DurableObject<Env> {
     if (!state?.halt || (state.final_receipt !== null && !state.final_receipt_outdated) || !receiptKeyOf(this.env)) return;
     this.finalReceipt = (async () => {
       try {
-        const issued = await this.issueReceipt({ kind: "final" });
+        const issued = await this.signReceipt("final");
         if (!issued.ok) console.error("loopwarden: the final receipt was not issued", issued.code, issued.message);
       } catch (error) {
         console.error("loopwarden: the final receipt was not issued; the alarm retries", error);

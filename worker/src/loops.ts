@@ -1,11 +1,19 @@
+import type { Context } from "hono";
 import { sha256Hex } from "../../shared/hash.js";
 import { LoopId } from "../../shared/wire/api.js";
+import type { Scope } from "../../shared/wire/auth.js";
+import { callerFor, OWNER_TEAM, requireScope, type AuthEnv, type Caller } from "./auth.js";
 import { ApiError } from "./http-errors.js";
 import type { LoopObject } from "./loop-object.js";
 
-/** The loop id an idempotency key names: creating twice with one key reaches the same LoopObject. */
-export function loopIdFor(idempotencyKey: string): string {
-  return `lp_${sha256Hex(`loopwarden/loop\n${idempotencyKey}`).slice(0, 24)}`;
+/**
+ * The loop id an idempotency key names within a team: creating twice with one key reaches the same
+ * LoopObject, and two teams' keys never reach each other's. (The owner's ids are derived from the key
+ * alone, as every id was before teams existed, so loops created then are found again.)
+ */
+export function loopIdFor(idempotencyKey: string, teamId: string): string {
+  const name = teamId === OWNER_TEAM ? `loopwarden/loop\n${idempotencyKey}` : `loopwarden/loop\n${teamId}\n${idempotencyKey}`;
+  return `lp_${sha256Hex(name).slice(0, 24)}`;
 }
 
 /**
@@ -15,6 +23,20 @@ export function loopIdFor(idempotencyKey: string): string {
 export function loopStub(env: Env, loopId: string | undefined): DurableObjectStub<LoopObject> {
   if (loopId === undefined || !LoopId.safeParse(loopId).success) throw new ApiError(404, "not_found", "no such loop");
   return env.LOOPS.get(env.LOOPS.idFromName(loopId));
+}
+
+/**
+ * A loop as the caller may use it: the scope is checked first (403), then the token's loop restriction
+ * (404); the LoopObject checks the team itself, so the answer for another team's loop is its 404.
+ */
+export function openLoop(
+  c: Context<AuthEnv>,
+  loopId: string | undefined,
+  scope: Scope,
+): { stub: DurableObjectStub<LoopObject>; caller: Caller; loopId: string } {
+  const principal = requireScope(c, scope);
+  const stub = loopStub(c.env, loopId);
+  return { stub, caller: callerFor(principal, loopId ?? ""), loopId: loopId ?? "" };
 }
 
 /** The loop id inside a lease id (`<loop id>-L<fencing token>`). */

@@ -2,6 +2,8 @@
 // `wrangler secret put` when deployed; the local coordinator passes its own (README, "Receipts").
 declare namespace Cloudflare {
   interface Env {
+    /** The instance owner's token (DESIGN §11), at least 32 characters: creates teams. Without it no one can. */
+    OWNER_TOKEN?: string;
     /** The receipt signing key (Ed25519): a private JWK, or PKCS8 as PEM or base64. Without it no receipt is issued. */
     RECEIPT_SIGNING_KEY?: string;
     /** Public keys that signed earlier receipts: a JSON key set `{ "keys": [...] }` or an array of public JWKs. */

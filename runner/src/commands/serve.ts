@@ -34,13 +34,34 @@ export async function serveCommand(
     onNote: (text) => progress(options, text),
     ...(options.daemon ? { record: { daemon: true, idle_ms: idle } } : {}),
   });
-  emitResult(options, { status: "ok", url: coordinator.url, pid: coordinator.pid, runtime_pid: coordinator.runtimePid, state_dir: stateDir }, [
-    `loopwarden coordinator listening on ${coordinator.url}`,
-    `  state: ${stateDir} (log: ${path.join(stateDir, "logs", "coordinator.log")})`,
-    options.daemon
-      ? `  stops after ${formatDuration(idle)} without use, or with \`loopwarden serve --stop\``
-      : `  use it from another shell with --server ${coordinator.url} (or LOOPWARDEN_SERVER); stop with Ctrl-C`,
-  ]);
+  const { owner } = coordinator;
+  // The owner token is shown once, when it is made (DESIGN §11); after that, where it is kept.
+  const ownerLine =
+    owner.file === null
+      ? "  owner token: LOOPWARDEN_OWNER_TOKEN"
+      : owner.created
+        ? `  owner token (shown once; kept in ${owner.file}, mode 0600): ${owner.token}`
+        : `  owner token: in ${owner.file}`;
+  emitResult(
+    options,
+    {
+      status: "ok",
+      url: coordinator.url,
+      pid: coordinator.pid,
+      runtime_pid: coordinator.runtimePid,
+      state_dir: stateDir,
+      ...(owner.created ? { owner_token: owner.token } : {}),
+      owner_token_file: owner.file,
+    },
+    [
+      `loopwarden coordinator listening on ${coordinator.url}`,
+      `  state: ${stateDir} (log: ${path.join(stateDir, "logs", "coordinator.log")})`,
+      ownerLine,
+      options.daemon
+        ? `  stops after ${formatDuration(idle)} without use, or with \`loopwarden serve --stop\``
+        : `  use it from another shell with --server ${coordinator.url} --token <owner token> (or LOOPWARDEN_SERVER and LOOPWARDEN_TOKEN); stop with Ctrl-C`,
+    ],
+  );
   const started = Date.now();
   await new Promise<void>((resolve) => {
     process.once("SIGINT", () => resolve());

@@ -13,7 +13,7 @@ function candidateIdOf(event: LoopEvent): string | null {
 }
 
 /** The projection rows that a batch of newly appended events changes, read from the state after them. */
-export function outboxItemsFor(state: LoopState, events: readonly LoopEvent[]): OutboxItem[] {
+export function outboxItemsFor(state: LoopState, events: readonly LoopEvent[], teamId: string): OutboxItem[] {
   const last = events.at(-1);
   if (!last) return [];
   const items: OutboxItem[] = events.map((event) => ({
@@ -58,6 +58,7 @@ export function outboxItemsFor(state: LoopState, events: readonly LoopEvent[]): 
       createdAt: state.created_at,
       updatedAt: last.at,
       updatedSeq: last.seq,
+      teamId,
     },
   });
   return items;

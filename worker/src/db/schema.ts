@@ -23,8 +23,10 @@ export const loops = sqliteTable(
     createdAt: text("created_at").notNull(),
     updatedAt: text("updated_at").notNull(),
     updatedSeq: integer("updated_seq").notNull(),
+    /** The team that owns the loop (DESIGN §11); loops from before teams belong to the instance owner's. */
+    teamId: text("team_id").notNull().default("owner"),
   },
-  (table) => [index("loops_created_at").on(table.createdAt, table.id)],
+  (table) => [index("loops_created_at").on(table.createdAt, table.id), index("loops_by_team").on(table.teamId, table.createdAt, table.id)],
 );
 
 /** One row per candidate. */
@@ -79,7 +81,40 @@ export const receipts = sqliteTable(
   (table) => [index("receipts_by_loop").on(table.loopId, table.issuedAt)],
 );
 
+/**
+ * Teams (DESIGN §11). Unlike the projection tables, these are the source of truth: tenancy is not a
+ * loop's decision, so it lives here and not in any LoopObject's log.
+ */
+export const teams = sqliteTable("teams", {
+  id: text("id").primaryKey(),
+  name: text("name").notNull().unique(),
+  createdAt: text("created_at").notNull(),
+});
+
+/**
+ * API tokens (DESIGN §11): only the SHA-256 of the secret is stored. `scopes` is a comma-separated
+ * list; `loopId` restricts the token to one loop; expiry and revocation are times (ISO 8601).
+ */
+export const tokens = sqliteTable(
+  "tokens",
+  {
+    id: text("id").primaryKey(),
+    teamId: text("team_id").notNull(),
+    secretHash: text("secret_hash").notNull(),
+    scopes: text("scopes").notNull(),
+    loopId: text("loop_id"),
+    name: text("name"),
+    createdAt: text("created_at").notNull(),
+    createdBy: text("created_by").notNull(),
+    expiresAt: text("expires_at"),
+    revokedAt: text("revoked_at"),
+  },
+  (table) => [index("tokens_by_team").on(table.teamId, table.createdAt)],
+);
+
 export type LoopRow = typeof loops.$inferInsert;
 export type CandidateRow = typeof candidates.$inferInsert;
 export type EventIndexRow = typeof eventsIndex.$inferInsert;
 export type ReceiptRow = typeof receipts.$inferInsert;
+export type TeamRow = typeof teams.$inferSelect;
+export type TokenRow = typeof tokens.$inferSelect;

@@ -1,8 +1,9 @@
-import { Hono } from "hono";
+import { Hono, type Context } from "hono";
 import { ArtifactIntent, type ArtifactIntentResponse } from "../../../shared/wire/api.js";
 import { Sha256 } from "../../../shared/wire/observation.js";
 import { ApiError, refusalError } from "../http-errors.js";
-import { loopStub } from "../loops.js";
+import { requireScope, type AuthEnv } from "../auth.js";
+import { openLoop } from "../loops.js";
 import { readJson, readParam } from "../validate.js";
 
 /** The largest artifact accepted through the worker (local mode's streamed PUT, DESIGN §10). */
@@ -14,16 +15,24 @@ export function artifactKey(loopId: string, sha256: string): string {
 }
 
 /** Artifact routes (DESIGN §10), mounted at `/v1/loops`. */
-export const artifactRoutes = new Hono<{ Bindings: Env }>();
+export const artifactRoutes = new Hono<AuthEnv>();
 
-async function requireLoop(env: Env, loopId: string | undefined): Promise<string> {
-  const answer = await loopStub(env, loopId).get();
+/**
+ * The loop whose artifacts the caller reaches: reading needs `read`; storing needs a scope that writes
+ * evidence (`propose` uploads candidates' bundles, `evaluate` gate logs).
+ */
+async function requireLoop(c: Context<AuthEnv>, access: "read" | "write"): Promise<string> {
+  if (access === "write" && !c.get("principal").scopes.some((scope) => scope === "propose" || scope === "evaluate")) {
+    requireScope(c, "evaluate");
+  }
+  const { stub, caller } = openLoop(c, c.req.param("id"), "read");
+  const answer = await stub.get(caller);
   if (!answer.ok) throw refusalError(answer);
   return answer.loop.loop_id;
 }
 
 artifactRoutes.post("/:id/artifacts", async (c) => {
-  const loopId = await requireLoop(c.env, c.req.param("id"));
+  const loopId = await requireLoop(c, "write");
   const intent = await readJson(c, ArtifactIntent);
   if (intent.size > MAX_ARTIFACT_BYTES) {
     throw new ApiError(413, "body_too_large", `artifacts are limited to ${MAX_ARTIFACT_BYTES} bytes`);
@@ -35,7 +44,7 @@ artifactRoutes.post("/:id/artifacts", async (c) => {
 });
 
 artifactRoutes.put("/:id/artifacts/:sha256", async (c) => {
-  const loopId = await requireLoop(c.env, c.req.param("id"));
+  const loopId = await requireLoop(c, "write");
   const sha256 = readParam(c.req.param("sha256"), Sha256, "sha256");
   const length = Number(c.req.header("content-length") ?? Number.NaN);
   if (!Number.isSafeInteger(length) || length < 0) {
@@ -62,7 +71,7 @@ artifactRoutes.put("/:id/artifacts/:sha256", async (c) => {
 });
 
 artifactRoutes.get("/:id/artifacts/:sha256", async (c) => {
-  const loopId = await requireLoop(c.env, c.req.param("id"));
+  const loopId = await requireLoop(c, "read");
   const sha256 = readParam(c.req.param("sha256"), Sha256, "sha256");
   const object = await c.env.ARTIFACTS.get(artifactKey(loopId, sha256));
   if (!object) throw new ApiError(404, "not_found", "no such artifact");

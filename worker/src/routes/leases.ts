@@ -4,25 +4,25 @@ import { sha256Hex } from "../../../shared/hash.js";
 import { HeartbeatRequest, ReportRequest, type ReportResponse } from "../../../shared/wire/api.js";
 import { artifactKey } from "./artifacts.js";
 import { ApiError, refusalError } from "../http-errors.js";
-import { loopIdOfLease, loopStub } from "../loops.js";
+import type { AuthEnv } from "../auth.js";
+import { loopIdOfLease, openLoop } from "../loops.js";
 import { readJson } from "../validate.js";
 
 /** Lease routes of DESIGN §8, mounted at `/v1/leases`. */
-export const leaseRoutes = new Hono<{ Bindings: Env }>();
+export const leaseRoutes = new Hono<AuthEnv>();
 
 leaseRoutes.post("/:leaseId/heartbeat", async (c) => {
   const leaseId = c.req.param("leaseId");
-  const stub = loopStub(c.env, loopIdOfLease(leaseId));
+  const { stub, caller } = openLoop(c, loopIdOfLease(leaseId), "evaluate");
   const body = await readJson(c, HeartbeatRequest);
-  const answer = await stub.heartbeat({ lease_id: leaseId, fencing_token: body.fencing_token });
+  const answer = await stub.heartbeat({ caller, lease_id: leaseId, fencing_token: body.fencing_token });
   if (!answer.ok) throw refusalError(answer);
   return c.json(answer.lease);
 });
 
 leaseRoutes.post("/:leaseId/report", async (c) => {
   const leaseId = c.req.param("leaseId");
-  const loopId = loopIdOfLease(leaseId);
-  const stub = loopStub(c.env, loopId);
+  const { stub, caller, loopId } = openLoop(c, loopIdOfLease(leaseId), "evaluate");
   const body = await readJson(c, ReportRequest);
   // Evidence first: every log an observation cites must already be stored with its declared size.
   // Checked here, outside the LoopObject, so R2 latency never sits inside a decision (DESIGN §4.5).
@@ -34,6 +34,7 @@ leaseRoutes.post("/:leaseId/report", async (c) => {
     }
   }
   const answer = await stub.report({
+    caller,
     lease_id: leaseId,
     fencing_token: body.fencing_token,
     observation: body.observation,

@@ -17,17 +17,21 @@ import {
 } from "../../../shared/wire/api.js";
 import { loops } from "../db/schema.js";
 import { ApiError, refusalError } from "../http-errors.js";
-import { loopIdFor, loopStub } from "../loops.js";
+import { requireScope, type AuthEnv } from "../auth.js";
+import { loopIdFor, loopStub, openLoop } from "../loops.js";
 import { readJson, readParam } from "../validate.js";
 
 /** Loop routes of DESIGN §8, mounted at `/v1/loops`. */
-export const loopRoutes = new Hono<{ Bindings: Env }>();
+export const loopRoutes = new Hono<AuthEnv>();
 
 loopRoutes.post("/", async (c) => {
+  const principal = requireScope(c, "propose");
+  if (principal.loop_id !== null) throw new ApiError(403, "forbidden", `this token is restricted to loop ${principal.loop_id} and cannot create loops`);
   const body = await readJson(c, CreateLoopRequest);
-  const loopId = loopIdFor(body.idempotency_key);
+  const loopId = loopIdFor(body.idempotency_key, principal.team_id);
   const stub = loopStub(c.env, loopId);
   const answer = await stub.create({
+    team_id: principal.team_id,
     loop_id: loopId,
     request_hash: sha256Hex(canonicalJson(body)),
     contract: body.contract,
@@ -46,6 +50,7 @@ const ListQuery = z.object({
 });
 
 loopRoutes.get("/", async (c) => {
+  const principal = requireScope(c, "read");
   const query = readParam(c.req.query(), ListQuery, "query");
   const db = drizzle(c.env.DB);
   let after: { createdAt: string; id: string } | null = null;
@@ -57,7 +62,14 @@ loopRoutes.get("/", async (c) => {
   const rows = await db
     .select()
     .from(loops)
-    .where(after ? or(lt(loops.createdAt, after.createdAt), and(eq(loops.createdAt, after.createdAt), lt(loops.id, after.id))) : undefined)
+    .where(
+      and(
+        // The owner lists every loop; a team its own; a token restricted to one loop, that loop.
+        principal.owner ? undefined : eq(loops.teamId, principal.team_id),
+        principal.loop_id === null ? undefined : eq(loops.id, principal.loop_id),
+        after ? or(lt(loops.createdAt, after.createdAt), and(eq(loops.createdAt, after.createdAt), lt(loops.id, after.id))) : undefined,
+      ),
+    )
     .orderBy(desc(loops.createdAt), desc(loops.id))
     .limit(query.limit + 1);
   const page = rows.slice(0, query.limit);
@@ -79,24 +91,25 @@ loopRoutes.get("/", async (c) => {
 });
 
 loopRoutes.get("/:id", async (c) => {
-  const answer = await loopStub(c.env, c.req.param("id")).get();
+  const { stub, caller } = openLoop(c, c.req.param("id"), "read");
+  const answer = await stub.get(caller);
   if (!answer.ok) throw refusalError(answer);
   return c.json(answer.loop);
 });
 
 loopRoutes.post("/:id/candidates", async (c) => {
-  const stub = loopStub(c.env, c.req.param("id"));
+  const { stub, caller } = openLoop(c, c.req.param("id"), "propose");
   const body = await readJson(c, ProposeCandidateRequest);
-  const answer = await stub.propose({ proposal: body, request_hash: sha256Hex(canonicalJson(body)) });
+  const answer = await stub.propose({ caller, proposal: body, request_hash: sha256Hex(canonicalJson(body)) });
   if (!answer.ok) throw refusalError(answer);
   const response: ProposeCandidateResponse = { candidate: answer.candidate, replayed: answer.replayed, loop: answer.loop };
   return c.json(response, answer.replayed ? 200 : 201);
 });
 
 loopRoutes.post("/:id/leases", async (c) => {
-  const stub = loopStub(c.env, c.req.param("id"));
+  const { stub, caller } = openLoop(c, c.req.param("id"), "evaluate");
   const body = await readJson(c, LeaseRequest);
-  const answer = await stub.lease(body);
+  const answer = await stub.lease({ caller, ...body });
   if (!answer.ok) throw refusalError(answer);
   if (!answer.lease) return c.body(null, 204, { "Retry-After": "1" });
   return c.json(answer.lease);
@@ -108,9 +121,9 @@ const EventsQuery = z.object({
 });
 
 loopRoutes.get("/:id/events", async (c) => {
-  const stub = loopStub(c.env, c.req.param("id"));
+  const { stub, caller } = openLoop(c, c.req.param("id"), "read");
   const query = readParam(c.req.query(), EventsQuery, "query");
-  const answer = await stub.events(query);
+  const answer = await stub.events({ caller, ...query });
   if (!answer.ok) throw refusalError(answer);
   const body = answer.events.map((line) => `${line}\n`).join("");
   // Whether events follow this page: pages end at a row count or a byte budget, so a short page is no end.
@@ -118,17 +131,17 @@ loopRoutes.get("/:id/events", async (c) => {
 });
 
 loopRoutes.post("/:id/receipts", async (c) => {
-  const stub = loopStub(c.env, c.req.param("id"));
-  const answer = await stub.issueReceipt({ kind: "interim" });
+  const { stub, caller } = openLoop(c, c.req.param("id"), "propose");
+  const answer = await stub.issueReceipt({ caller, kind: "interim" });
   if (!answer.ok) throw refusalError(answer);
   const response: ReceiptIssued = { receipt_id: answer.receipt_id, url: `${new URL(c.req.url).origin}/r/${answer.receipt_id}`, head: answer.head };
   return c.json(response, 201);
 });
 
 loopRoutes.post("/:id/confirm", async (c) => {
-  const stub = loopStub(c.env, c.req.param("id"));
+  const { stub, caller } = openLoop(c, c.req.param("id"), "evaluate");
   const body = await readJson(c, ConfirmRequest);
-  const answer = await stub.confirm(body);
+  const answer = await stub.confirm({ caller, ...body });
   if (!answer.ok) throw refusalError(answer);
   const response: ConfirmResponse = answer.answer.status === "recorded" ? { ...answer.answer, loop: answer.loop } : answer.answer;
   return c.json(response);

@@ -8,6 +8,7 @@ import { ReceiptId } from "../../../shared/wire/api.js";
 import { VERIFY_SCRIPT } from "../../../dist/page/verify-script.js";
 import { receipts, type ReceiptRow } from "../db/schema.js";
 import { ApiError, refusalError } from "../http-errors.js";
+import { RECEIPT_READER } from "../auth.js";
 import { loopStub } from "../loops.js";
 import { receiptPage } from "../page/receipt-page.js";
 import { keySetOf } from "../receipt-keys.js";
@@ -44,7 +45,7 @@ async function signedLog(env: Env, row: Pick<ReceiptRow, "id" | "loopId" | "head
   const stub = loopStub(env, row.loopId);
   const lines: string[] = [];
   while (lines.length < row.headSeq) {
-    const page = await stub.events({ after: lines.length, limit: Math.min(1_000, row.headSeq - lines.length) });
+    const page = await stub.events({ caller: RECEIPT_READER, after: lines.length, limit: Math.min(1_000, row.headSeq - lines.length) });
     if (!page.ok) throw refusalError(page);
     if (page.events.length === 0) throw new Error(`loop ${row.loopId} has fewer events than its receipt ${row.id} signs`);
     lines.push(...page.events);

@@ -1,0 +1,135 @@
+import { parseDuration } from "../../../shared/duration.js";
+import { MAX_TOKEN_LIFETIME_MS, Scope, type TokenView } from "../../../shared/wire/auth.js";
+import { connect, type ServerOptions } from "../connect.js";
+import { UserError } from "../errors.js";
+import { emitResult, type OutputMode } from "../output.js";
+
+// `loopwarden team …` and `loopwarden token …` (DESIGN §11, §13): thin wrappers over the tenancy routes.
+// Without --server they act on the local coordinator as its owner, like every other local command.
+
+type Options = ServerOptions & OutputMode;
+
+/** `team create NAME`: the team and its first admin token, printed once. Needs the owner token. */
+export async function teamCreateCommand(name: string, options: Options): Promise<number> {
+  const connection = await connect(options, options);
+  try {
+    const created = await connection.client.createTeam({ name });
+    emitResult(options, { status: "ok", team: created.team, token: created.token }, [
+      `team ${created.team.name} (${created.team.team_id}) created`,
+      `  its first admin token (${created.token.token_id}), shown this once — keep it somewhere safe:`,
+      `  ${created.token.token}`,
+      `  hand out narrower tokens with: loopwarden token create --scopes propose,evaluate --token <this token>`,
+    ]);
+    return 0;
+  } finally {
+    await connection.close();
+  }
+}
+
+/** `team list`: the coordinator's teams. Needs the owner token. */
+export async function teamListCommand(options: Options): Promise<number> {
+  const connection = await connect(options, options);
+  try {
+    const { teams } = await connection.client.listTeams();
+    emitResult(
+      options,
+      { status: "ok", teams },
+      teams.length === 0 ? ["no teams yet: loopwarden team create NAME"] : teams.map((team) => `${team.team_id}  ${team.name}  (created ${team.created_at})`),
+    );
+    return 0;
+  } finally {
+    await connection.close();
+  }
+}
+
+/** The scopes of `--scopes a,b`, refused by name when one is not a scope. */
+export function parseScopes(text: string): Scope[] {
+  const scopes = text
+    .split(",")
+    .map((scope) => scope.trim())
+    .filter(Boolean);
+  const unknown = scopes.filter((scope) => !Scope.safeParse(scope).success);
+  if (scopes.length === 0 || unknown.length > 0) {
+    throw new UserError(`--scopes takes a comma-separated list of ${Scope.options.join(", ")}${unknown.length > 0 ? `; not ${unknown.join(", ")}` : ""}`, 2);
+  }
+  return [...new Set(scopes)] as Scope[];
+}
+
+function describeToken(token: TokenView): string {
+  const limits = [
+    token.loop_id ? `loop ${token.loop_id}` : "every loop of the team",
+    token.revoked_at ? `revoked ${token.revoked_at}` : token.expires_at ? `expires ${token.expires_at}` : "no expiry",
+  ];
+  return `${token.token_id}  ${token.scopes.join(",")}  ${limits.join(", ")}${token.name ? `  "${token.name}"` : ""}`;
+}
+
+/** `token create --scopes S [--loop ID] [--expires D] [--name N] [--team ID]`: prints the secret once. */
+export async function tokenCreateCommand(
+  options: Options & { scopes: string; loop?: string | undefined; expires?: string | undefined; name?: string | undefined; team?: string | undefined },
+): Promise<number> {
+  const scopes = parseScopes(options.scopes);
+  if (options.expires !== undefined) {
+    const ms = parseDuration(options.expires);
+    if (ms === null || ms > MAX_TOKEN_LIFETIME_MS)
+      throw new UserError(`--expires takes a duration like 30d or 12h, of at most 366d; got ${options.expires}`, 2);
+  }
+  const connection = await connect(options, options);
+  try {
+    const created = await connection.client.createToken({
+      scopes,
+      ...(options.loop === undefined ? {} : { loop_id: options.loop }),
+      ...(options.expires === undefined ? {} : { expires_in: options.expires }),
+      ...(options.name === undefined ? {} : { name: options.name }),
+      ...(options.team === undefined ? {} : { team_id: options.team }),
+    });
+    emitResult(options, { status: "ok", token: created }, [
+      `token ${describeToken(created)}`,
+      `  secret, shown this once: ${created.token}`,
+      `  use it with --token <secret> or LOOPWARDEN_TOKEN=<secret>`,
+    ]);
+    return 0;
+  } finally {
+    await connection.close();
+  }
+}
+
+/** `token list [--team ID]`: the team's tokens, never their secrets. */
+export async function tokenListCommand(options: Options & { team?: string | undefined }): Promise<number> {
+  const connection = await connect(options, options);
+  try {
+    const { tokens } = await connection.client.listTokens(options.team);
+    emitResult(options, { status: "ok", tokens }, tokens.length === 0 ? ["no tokens"] : tokens.map(describeToken));
+    return 0;
+  } finally {
+    await connection.close();
+  }
+}
+
+/** `token revoke ID`: the token stops working at once (401 `token_revoked`). */
+export async function tokenRevokeCommand(tokenId: string, options: Options): Promise<number> {
+  const connection = await connect(options, options);
+  try {
+    const revoked = await connection.client.revokeToken(tokenId);
+    emitResult(options, { status: "ok", token: revoked }, [`revoked ${describeToken(revoked)}`]);
+    return 0;
+  } finally {
+    await connection.close();
+  }
+}
+
+/** `whoami`: the team, scopes and limits of the token in use. */
+export async function whoamiCommand(options: Options): Promise<number> {
+  const connection = await connect(options, options);
+  try {
+    const identity = await connection.client.whoami();
+    emitResult(options, { status: "ok", identity }, [
+      identity.owner ? `the instance owner (${connection.url})` : `team ${identity.team_id}, token ${identity.token_id} (${connection.url})`,
+      `  scopes: ${identity.scopes.join(", ")}`,
+      ...(identity.loop_id ? [`  restricted to loop ${identity.loop_id}`] : []),
+      ...(identity.expires_at ? [`  expires ${identity.expires_at}`] : []),
+    ]);
+    return 0;
+  } finally {
+    await connection.close();
+  }
+}

@@ -1,0 +1,243 @@
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { call, candidateBody, createLoopBody, drainOutbox, logOf, observationOf, postJson } from "./fixtures.js";
+
+// Tenancy and auth (DESIGN §11): every API route needs a token; a team sees only its own loops (another
+// team's is 404, no existence oracle); a missing scope is 403; no, unknown, expired or revoked token 401;
+// receipts stay public.
+
+interface TokenCreated {
+  token_id: string;
+  token: string;
+  team_id: string;
+  scopes: string[];
+  loop_id: string | null;
+  expires_at: string | null;
+  revoked_at: string | null;
+}
+
+async function json<T>(response: Response, status: number): Promise<T> {
+  const text = await response.text();
+  expect(response.status, text).toBe(status);
+  return JSON.parse(text) as T;
+}
+
+async function errorCode(response: Response): Promise<string> {
+  return ((await response.json()) as { error: { code: string } }).error.code;
+}
+
+async function createTeam(name: string): Promise<{ team_id: string; admin: string }> {
+  const created = await json<{ team: { team_id: string }; token: TokenCreated }>(await postJson("/v1/teams", { name }), 201);
+  expect(created.token.scopes).toEqual(["admin"]);
+  return { team_id: created.team.team_id, admin: created.token.token };
+}
+
+async function createToken(admin: string, body: Record<string, unknown>): Promise<TokenCreated> {
+  return json<TokenCreated>(await postJson("/v1/tokens", body, admin), 201);
+}
+
+/** A loop of the token's team, with one candidate leased: every loop route then has something to reach. */
+async function loopWithLease(token: string, key: string): Promise<{ loopId: string; leaseId: string; fencing: number; receiptId: string }> {
+  const created = await json<{ loop: { loop_id: string } }>(await postJson("/v1/loops", createLoopBody(key, ["parse.empty"]), token), 201);
+  const loopId = created.loop.loop_id;
+  await json(await postJson(`/v1/loops/${loopId}/candidates`, candidateBody(key), token), 201);
+  const lease = await json<{ lease_id: string; fencing_token: number }>(
+    await postJson(`/v1/loops/${loopId}/leases`, { runner_id: `runner-${key}` }, token),
+    200,
+  );
+  const receipt = await json<{ receipt_id: string }>(await postJson(`/v1/loops/${loopId}/receipts`, {}, token), 201);
+  return { loopId, leaseId: lease.lease_id, fencing: lease.fencing_token, receiptId: receipt.receipt_id };
+}
+
+/** Every route of a loop, as [method, path, body]: what another team must find absent. */
+function loopRoutes(loop: { loopId: string; leaseId: string; fencing: number }): [string, string, unknown][] {
+  const { loopId, leaseId, fencing } = loop;
+  return [
+    ["GET", `/v1/loops/${loopId}`, undefined],
+    ["GET", `/v1/loops/${loopId}/events`, undefined],
+    ["POST", `/v1/loops/${loopId}/candidates`, candidateBody("intruder")],
+    ["POST", `/v1/loops/${loopId}/leases`, { runner_id: "intruder" }],
+    ["POST", `/v1/loops/${loopId}/receipts`, {}],
+    ["POST", `/v1/loops/${loopId}/confirm`, { candidate_id: "c1", samples: { t0: [1], best: [1] } }],
+    ["POST", `/v1/loops/${loopId}/artifacts`, { sha256: "a".repeat(64), size: 1, content_type: "text/plain" }],
+    ["GET", `/v1/loops/${loopId}/artifacts/${"a".repeat(64)}`, undefined],
+    ["PUT", `/v1/loops/${loopId}/artifacts/${"a".repeat(64)}`, "x"],
+    ["POST", `/v1/leases/${leaseId}/heartbeat`, { fencing_token: fencing }],
+    ["POST", `/v1/leases/${leaseId}/report`, { fencing_token: fencing, observation: observationOf([]) }],
+  ];
+}
+
+function send(method: string, path: string, body: unknown, token: string | null): Promise<Response> {
+  if (body === undefined) return call(path, { method }, token);
+  const text = typeof body === "string" ? body : JSON.stringify(body);
+  return call(path, { method, headers: { "content-type": typeof body === "string" ? "text/plain" : "application/json" }, body: text }, token);
+}
+
+describe("tokens", () => {
+  it("no token, a malformed or unknown one: 401 with WWW-Authenticate on every API route; /healthz and receipts stay public", async () => {
+    const loop = await loopWithLease(env.OWNER_TOKEN ?? "", "public");
+    const unknown = `lwt_${"0".repeat(16)}_${"A".repeat(43)}`;
+    for (const token of [null, "not-a-token", unknown]) {
+      for (const [method, path, body] of [...loopRoutes(loop), ["GET", "/v1/loops", undefined] as [string, string, unknown]]) {
+        const response = await send(method, path, body, token);
+        expect(response.status, `${method} ${path} with ${token}`).toBe(401);
+        expect(response.headers.get("www-authenticate")).toContain("Bearer");
+        expect(await errorCode(response)).toBe("unauthenticated");
+      }
+    }
+    expect((await call("/healthz", {}, null)).status).toBe(200);
+    expect((await call(`/r/${loop.receiptId}`, {}, null)).status).toBe(200);
+    expect((await call(`/r/${loop.receiptId}.json`, {}, null)).status).toBe(200);
+    expect((await call(`/r/${loop.receiptId}/events.jsonl`, {}, null)).status).toBe(200);
+    expect((await call("/.well-known/loopwarden/keys.json", {}, null)).status).toBe(200);
+    // Refused requests changed nothing: the loop's log is as it was.
+    const before = await logOf(loop.loopId);
+    expect((await send("POST", `/v1/loops/${loop.loopId}/candidates`, candidateBody("anonymous"), null)).status).toBe(401);
+    expect(await logOf(loop.loopId)).toEqual(before);
+  });
+
+  it("team B's token finds nothing of team A's loop: 404 on every loop route, and the loop is absent from B's list", async () => {
+    const a = await createTeam("alpha");
+    const b = await createTeam("beta");
+    const loop = await loopWithLease(a.admin, "alpha-loop");
+    const before = await logOf(loop.loopId);
+    for (const [method, path, body] of loopRoutes(loop)) {
+      const response = await send(method, path, body, b.admin);
+      expect(response.status, `${method} ${path}`).toBe(404);
+    }
+    expect(await logOf(loop.loopId)).toEqual(before);
+    await drainOutbox(loop.loopId);
+    const listOf = async (token: string) =>
+      (await json<{ loops: { loop_id: string }[] }>(await call("/v1/loops", {}, token), 200)).loops.map((row) => row.loop_id);
+    expect(await listOf(b.admin)).not.toContain(loop.loopId);
+    expect(await listOf(a.admin)).toContain(loop.loopId);
+    // The owner reaches every loop.
+    expect(await listOf(env.OWNER_TOKEN ?? "")).toContain(loop.loopId);
+    expect((await call(`/v1/loops/${loop.loopId}`)).status).toBe(200);
+    // The same idempotency key in team B makes B's own loop, never a conflict with A's (which would tell B it exists).
+    const mine = await json<{ loop: { loop_id: string } }>(await postJson("/v1/loops", createLoopBody("alpha-loop", ["parse.empty"]), b.admin), 201);
+    expect(mine.loop.loop_id).not.toBe(loop.loopId);
+  });
+
+  it("a missing scope is 403: evaluate cannot create tokens or propose, read cannot create loops, a team admin cannot create teams", async () => {
+    const team = await createTeam("gamma");
+    const evaluate = await createToken(team.admin, { scopes: ["evaluate"] });
+    const read = await createToken(team.admin, { scopes: ["read"] });
+    const propose = await createToken(team.admin, { scopes: ["propose"] });
+    expect(evaluate.scopes).toEqual(["evaluate"]);
+    const loop = await json<{ loop: { loop_id: string } }>(await postJson("/v1/loops", createLoopBody("gamma-loop", ["parse.empty"]), propose.token), 201);
+    const loopId = loop.loop.loop_id;
+    const refusals: [string, Response][] = [
+      ["evaluate: token create", await postJson("/v1/tokens", { scopes: ["read"] }, evaluate.token)],
+      ["evaluate: token list", await call("/v1/tokens", {}, evaluate.token)],
+      ["evaluate: propose", await postJson(`/v1/loops/${loopId}/candidates`, candidateBody("gamma-c"), evaluate.token)],
+      ["read: create a loop", await postJson("/v1/loops", createLoopBody("gamma-read", ["parse.empty"]), read.token)],
+      ["read: lease", await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "r" }, read.token)],
+      ["propose: lease", await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "r" }, propose.token)],
+      ["admin: team create", await postJson("/v1/teams", { name: "gamma-2" }, team.admin)],
+      ["admin: team list", await call("/v1/teams", {}, team.admin)],
+    ];
+    for (const [what, response] of refusals) {
+      expect(response.status, what).toBe(403);
+      expect(await errorCode(response), what).toBe("forbidden");
+    }
+    // What the scopes do allow: read reads, evaluate leases (nothing queued: 204).
+    expect((await call(`/v1/loops/${loopId}`, {}, read.token)).status).toBe(200);
+    expect((await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "r" }, evaluate.token)).status).toBe(204);
+  });
+
+  it("an expired or revoked token is 401 with its own code; revoking twice answers the first revocation", async () => {
+    const team = await createTeam("delta");
+    const expiring = await createToken(team.admin, { scopes: ["read"], expires_in: "30d" });
+    expect(Date.parse(expiring.expires_at ?? "")).toBeGreaterThan(Date.now() + 29 * 86_400_000);
+    expect((await call("/v1/loops", {}, expiring.token)).status).toBe(200);
+    await env.DB.prepare("UPDATE tokens SET expires_at = ? WHERE id = ?")
+      .bind(new Date(Date.now() - 1_000).toISOString(), expiring.token_id)
+      .run();
+    const expired = await call("/v1/loops", {}, expiring.token);
+    expect(expired.status).toBe(401);
+    expect(await errorCode(expired)).toBe("token_expired");
+
+    const revocable = await createToken(team.admin, { scopes: ["read"], name: "ci box" });
+    const revoked = await json<TokenCreated>(await call(`/v1/tokens/${revocable.token_id}`, { method: "DELETE" }, team.admin), 200);
+    expect(revoked.revoked_at).not.toBeNull();
+    const again = await json<TokenCreated>(await call(`/v1/tokens/${revocable.token_id}`, { method: "DELETE" }, team.admin), 200);
+    expect(again.revoked_at).toBe(revoked.revoked_at);
+    const refused = await call("/v1/loops", {}, revocable.token);
+    expect(refused.status).toBe(401);
+    expect(await errorCode(refused)).toBe("token_revoked");
+
+    // The list shows every token of the team, never a secret or its digest.
+    const listed = await json<{ tokens: Record<string, unknown>[] }>(await call("/v1/tokens", {}, team.admin), 200);
+    expect(listed.tokens.map((row) => row.token_id)).toEqual(expect.arrayContaining([expiring.token_id, revocable.token_id]));
+    expect(JSON.stringify(listed)).not.toContain(revocable.token);
+    expect(listed.tokens.every((row) => !("token" in row) && !("secret_hash" in row))).toBe(true);
+    // Another team's admin cannot revoke it, nor learn that it exists.
+    const other = await createTeam("delta-other");
+    expect((await call(`/v1/tokens/${expiring.token_id}`, { method: "DELETE" }, other.admin)).status).toBe(404);
+  });
+
+  it("a token restricted to one loop reaches only that loop, lists only it, and creates none", async () => {
+    const team = await createTeam("epsilon");
+    const first = await loopWithLease(team.admin, "epsilon-1");
+    const second = await loopWithLease(team.admin, "epsilon-2");
+    const restricted = await createToken(team.admin, { scopes: ["propose", "evaluate"], loop_id: first.loopId });
+    expect(restricted.loop_id).toBe(first.loopId);
+    expect((await call(`/v1/loops/${first.loopId}`, {}, restricted.token)).status).toBe(200);
+    expect((await call(`/v1/loops/${second.loopId}`, {}, restricted.token)).status).toBe(404);
+    expect((await postJson("/v1/loops", createLoopBody("epsilon-3", ["parse.empty"]), restricted.token)).status).toBe(403);
+    await drainOutbox(first.loopId);
+    await drainOutbox(second.loopId);
+    const listed = await json<{ loops: { loop_id: string }[] }>(await call("/v1/loops", {}, restricted.token), 200);
+    expect(listed.loops.map((row) => row.loop_id)).toEqual([first.loopId]);
+    // A restriction names a loop of the team: another team's loop is refused like one that does not exist.
+    const foreign = await loopWithLease((await createTeam("epsilon-other")).admin, "epsilon-foreign");
+    expect((await postJson("/v1/tokens", { scopes: ["read"], loop_id: foreign.loopId }, team.admin)).status).toBe(404);
+  });
+
+  it("teams: names are unique (409), the owner lists them and may manage any team's tokens", async () => {
+    const team = await createTeam("zeta");
+    const duplicate = await postJson("/v1/teams", { name: "zeta" });
+    expect(duplicate.status).toBe(409);
+    expect(await errorCode(duplicate)).toBe("team_exists");
+    expect((await postJson("/v1/teams", { name: "no spaces allowed" })).status).toBe(400);
+    const teams = await json<{ teams: { name: string }[] }>(await call("/v1/teams"), 200);
+    expect(teams.teams.map((row) => row.name)).toContain("zeta");
+    const recovered = await createToken(env.OWNER_TOKEN ?? "", { scopes: ["admin"], team_id: team.team_id });
+    expect(recovered.team_id).toBe(team.team_id);
+    const whoami = await json<{ owner: boolean; team_id: string; scopes: string[] }>(await call("/v1/whoami", {}, recovered.token), 200);
+    expect(whoami).toMatchObject({ owner: false, team_id: team.team_id, scopes: ["admin", "propose", "evaluate", "read"] });
+    // A team admin naming another team is refused.
+    const other = await createTeam("zeta-other");
+    expect((await postJson("/v1/tokens", { scopes: ["read"], team_id: other.team_id }, team.admin)).status).toBe(403);
+  });
+
+  it("a team token past its rate limit gets 429 with Retry-After and changes nothing; the owner's token is not limited", async () => {
+    const team = await createTeam("eta");
+    const busy = await createToken(team.admin, { scopes: ["propose", "evaluate"] });
+    const loop = await json<{ loop: { loop_id: string } }>(await postJson("/v1/loops", createLoopBody("eta-loop", ["parse.empty"]), busy.token), 201);
+    const statuses: number[] = [];
+    let limited: Response | null = null;
+    for (let request = 0; request < 60 && !limited; request++) {
+      const response = await call(`/v1/loops/${loop.loop.loop_id}`, {}, busy.token);
+      statuses.push(response.status);
+      if (response.status === 429) limited = response;
+      else await response.body?.cancel();
+    }
+    expect(limited, `statuses: ${statuses.join(",")}`).not.toBeNull();
+    if (!limited) return;
+    expect(Number(limited.headers.get("retry-after"))).toBeGreaterThan(0);
+    expect(await errorCode(limited)).toBe("rate_limited");
+    const before = await logOf(loop.loop.loop_id);
+    expect((await postJson(`/v1/loops/${loop.loop.loop_id}/candidates`, candidateBody("eta-c"), busy.token)).status).toBe(429);
+    expect(await logOf(loop.loop.loop_id)).toEqual(before);
+    // Another token of the same team has a budget of its own; the owner is never limited.
+    const fresh = await createToken(team.admin, { scopes: ["read"] });
+    expect((await call(`/v1/loops/${loop.loop.loop_id}`, {}, fresh.token)).status).toBe(200);
+    for (let request = 0; request < 60; request++) {
+      const response = await call(`/v1/loops/${loop.loop.loop_id}`);
+      expect(response.status).toBe(200);
+      await response.body?.cancel();
+    }
+  });
+});

@@ -1,0 +1,164 @@
+import { bytesToHex, hexToBytes } from "@noble/hashes/utils.js";
+import { base64urlnopad } from "@scure/base";
+import { eq } from "drizzle-orm";
+import { drizzle } from "drizzle-orm/d1";
+import type { Context, MiddlewareHandler } from "hono";
+import type { Scope } from "../../shared/wire/auth.js";
+import { tokens, type TokenRow } from "./db/schema.js";
+import { ApiError } from "./http-errors.js";
+
+// Tenancy and auth (DESIGN §11). A request names its caller with `Authorization: Bearer <token>`:
+// - the instance owner's token, the OWNER_TOKEN secret (locally: the state directory's, or
+//   LOOPWARDEN_OWNER_TOKEN), compared in constant time and never stored anywhere else;
+// - a team's token, `lwt_<16 hex>_<secret>`: the 16 hex digits name its D1 row, which holds only the
+//   SHA-256 of the whole token; the digests are compared in constant time.
+
+/** The team of the owner's own loops (and of every loop created before teams existed). Not a `tm_` id, so no team can be named so. */
+export const OWNER_TEAM = "owner";
+
+/** The shortest owner token accepted: a deployment with a guessable OWNER_TOKEN has no owner. */
+export const MIN_OWNER_TOKEN_LENGTH = 32;
+
+/** Who is calling, as the routes see it. */
+export interface Principal {
+  owner: boolean;
+  team_id: string;
+  /** Null for the owner token, which has no row. */
+  token_id: string | null;
+  scopes: readonly Scope[];
+  /** The one loop a restricted token may reach. */
+  loop_id: string | null;
+  expires_at: string | null;
+}
+
+/** What the LoopObject checks a caller against: the owner reaches every loop, a team only its own. */
+export interface Caller {
+  owner: boolean;
+  team_id: string;
+}
+
+/**
+ * The reader of a receipt's signed log: receipts are public by their unguessable id (DESIGN §9, §11),
+ * so whoever holds one reads the log it signs, whichever team owns the loop.
+ */
+export const RECEIPT_READER: Caller = { owner: true, team_id: OWNER_TEAM };
+
+export type AuthVariables = { principal: Principal };
+export type AuthEnv = { Bindings: Env; Variables: AuthVariables };
+
+const ALL_SCOPES: readonly Scope[] = ["admin", "propose", "evaluate", "read"];
+const TEAM_TOKEN = /^lwt_([0-9a-f]{16})_[A-Za-z0-9_-]{43}$/;
+
+async function sha256(text: string): Promise<Uint8Array> {
+  return new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)));
+}
+
+/** Whether two texts are equal, in time that does not depend on where they differ (their digests are compared). */
+async function equalInConstantTime(presented: string, expected: string): Promise<boolean> {
+  const [a, b] = await Promise.all([sha256(presented), sha256(expected)]);
+  return crypto.subtle.timingSafeEqual(a, b);
+}
+
+/** A new team token: its id, the secret shown once, and the digest stored. */
+export async function mintToken(): Promise<{ id: string; secret: string; secretHash: string }> {
+  const idHex = bytesToHex(crypto.getRandomValues(new Uint8Array(8)));
+  const secret = `lwt_${idHex}_${base64urlnopad.encode(crypto.getRandomValues(new Uint8Array(32)))}`;
+  return { id: `tk_${idHex}`, secret, secretHash: bytesToHex(await sha256(secret)) };
+}
+
+function unauthorized(code: string, message: string): ApiError {
+  return new ApiError(401, code, message, undefined, { "WWW-Authenticate": 'Bearer realm="loopwarden"' });
+}
+
+/** The scopes a token row grants, expanded: `admin` includes every other scope, `propose` and `evaluate` include `read`. */
+export function grantedScopes(scopes: readonly Scope[]): Scope[] {
+  if (scopes.includes("admin")) return [...ALL_SCOPES];
+  const granted = new Set(scopes);
+  if (granted.has("propose") || granted.has("evaluate")) granted.add("read");
+  return ALL_SCOPES.filter((scope) => granted.has(scope));
+}
+
+function principalOfRow(row: TokenRow): Principal {
+  return {
+    owner: false,
+    team_id: row.teamId,
+    token_id: row.id,
+    scopes: grantedScopes(row.scopes.split(",") as Scope[]),
+    loop_id: row.loopId,
+    expires_at: row.expiresAt,
+  };
+}
+
+/** The caller a bearer token names; throws 401 for a missing, unknown, expired or revoked one. */
+export async function authenticate(env: Env, authorization: string | undefined, now: Date): Promise<Principal> {
+  const match = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(authorization ?? "");
+  const presented = match?.[1];
+  if (!presented) throw unauthorized("unauthenticated", "send a token: Authorization: Bearer <token> (loopwarden: --token or LOOPWARDEN_TOKEN)");
+  const team = TEAM_TOKEN.exec(presented);
+  if (!team) {
+    const owner = env.OWNER_TOKEN;
+    if (owner && owner.length >= MIN_OWNER_TOKEN_LENGTH && (await equalInConstantTime(presented, owner))) {
+      return { owner: true, team_id: OWNER_TEAM, token_id: null, scopes: ALL_SCOPES, loop_id: null, expires_at: null };
+    }
+    if (owner && owner.length < MIN_OWNER_TOKEN_LENGTH) {
+      console.error(`loopwarden: OWNER_TOKEN is shorter than ${MIN_OWNER_TOKEN_LENGTH} characters and is refused`);
+    }
+    throw unauthorized("unauthenticated", "the token is not valid for this coordinator");
+  }
+  const row = (
+    await drizzle(env.DB)
+      .select()
+      .from(tokens)
+      .where(eq(tokens.id, `tk_${team[1]}`))
+      .limit(1)
+  )[0];
+  // An unknown id is compared against a digest all the same, so a miss takes as long as a mismatch.
+  const storedHash = row?.secretHash ?? "0".repeat(64);
+  const matches = crypto.subtle.timingSafeEqual(await sha256(presented), hexToBytes(storedHash));
+  if (!row || !matches) throw unauthorized("unauthenticated", "the token is not valid for this coordinator");
+  if (row.revokedAt !== null) throw unauthorized("token_revoked", `token ${row.id} was revoked at ${row.revokedAt}`);
+  if (row.expiresAt !== null && Date.parse(row.expiresAt) <= now.getTime()) throw unauthorized("token_expired", `token ${row.id} expired at ${row.expiresAt}`);
+  return principalOfRow(row);
+}
+
+/**
+ * Authenticates every request under it, then holds each team token to its rate limit (invariant 7):
+ * past it, 429 with `Retry-After`, and nothing is done. The owner's token is the operator's and is not
+ * limited; it is not one to hand out.
+ */
+export function requireToken(): MiddlewareHandler<AuthEnv> {
+  return async (c, next) => {
+    const principal = await authenticate(c.env, c.req.header("Authorization"), new Date());
+    if (principal.token_id !== null) {
+      const { success } = await c.env.TOKEN_RATE_LIMIT.limit({ key: principal.token_id });
+      if (!success) {
+        throw new ApiError(429, "rate_limited", `token ${principal.token_id} sent too many requests; retry after ${RATE_LIMIT_PERIOD_S} s`, undefined, {
+          "Retry-After": String(RATE_LIMIT_PERIOD_S),
+        });
+      }
+    }
+    c.set("principal", principal);
+    await next();
+  };
+}
+
+/** The rate limit's period (wrangler.toml, `[[ratelimits]]`): the longest a refused caller waits. */
+export const RATE_LIMIT_PERIOD_S = 10;
+
+/** The caller, once it holds `scope`; 403 otherwise. */
+export function requireScope(c: Context<AuthEnv>, scope: Scope): Principal {
+  const principal = c.get("principal");
+  if (!principal.scopes.includes(scope)) {
+    throw new ApiError(403, "forbidden", `this token's scopes (${principal.scopes.join(", ")}) do not include ${scope}`);
+  }
+  return principal;
+}
+
+/**
+ * The caller as the LoopObject checks it, for a loop the token may reach at all: a token restricted to
+ * another loop is answered as for a loop that does not exist (404, no existence oracle).
+ */
+export function callerFor(principal: Principal, loopId: string): Caller {
+  if (principal.loop_id !== null && principal.loop_id !== loopId) throw new ApiError(404, "not_found", "no such loop");
+  return { owner: principal.owner, team_id: principal.team_id };
+}
