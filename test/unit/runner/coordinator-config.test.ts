@@ -10,7 +10,7 @@ import { ROOT } from "../../support/cli.js";
 // second copy to drift. What it cannot map is refused by name.
 
 describe("workerConfigOf", () => {
-  it("maps this project's wrangler.toml: name, compatibility date, the SQLite Durable Object, D1 and R2", () => {
+  it("maps this project's wrangler.toml: name, compatibility date, the SQLite Durable Object, D1, R2 and the rate limit", () => {
     expect(workerConfigOf(readFileSync(path.join(ROOT, "wrangler.toml"), "utf8"))).toEqual({
       name: "loopwarden",
       compatibilityDate: "2026-04-20",
@@ -18,6 +18,7 @@ describe("workerConfigOf", () => {
       durableObjects: { LOOPS: { className: "LoopObject", useSQLite: true } },
       d1Databases: { DB: "00000000-0000-0000-0000-000000000000" },
       r2Buckets: { ARTIFACTS: "loopwarden-artifacts" },
+      ratelimits: { TOKEN_RATE_LIMIT: { simple: { limit: 500, period: 10 } } },
       bindings: {},
       d1MigrationsDir: { DB: "migrations" },
     });
