@@ -78,7 +78,7 @@ function logOf(size: number): LoopEvent[] {
     const proposed = proposeCandidate(state, proposal, { request_hash: sha256Hex(canonicalJson(proposal)), at: at() });
     if (!proposed.ok) throw new Error(proposed.error.message);
     append(proposed.events);
-    const leased = grantLease(state, { runner_id: "bench", at: at(), ttl_ms: 60_000 });
+    const leased = grantLease(state, { runner_id: "bench", labels: {}, at: at(), ttl_ms: 60_000 });
     if (!leased.ok || !leased.value) throw new Error("no lease");
     append(leased.events);
     const reported = reportObservation(state, {

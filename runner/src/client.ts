@@ -16,7 +16,8 @@ import {
   ReportResponse,
   type CreateLoopRequest,
   type HeartbeatRequest,
-  type LeaseRequest,
+  LoopList,
+  type LeaseRequestInput,
   type ProposeCandidateRequest,
   type ReportRequest,
 } from "../../shared/wire/api.js";
@@ -72,11 +73,13 @@ export class Client {
     this.options = options;
   }
 
-  private async send(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}): Promise<Response> {
+  private async send(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}, signal?: AbortSignal): Promise<Response> {
     const deadline = Date.now() + (this.options.retryForMs ?? 60_000);
-    let delay = 200;
+    let backoff = 200;
     for (let attempt = 1; ; attempt++) {
       let reason: string;
+      // Full jitter: a wait drawn from [backoff/2, backoff], so runners that failed together do not retry together.
+      let wait = backoff / 2 + Math.random() * (backoff / 2);
       const startedAt = performance.now();
       try {
         const response = await fetch(`${this.baseUrl}${path}`, {
@@ -86,24 +89,29 @@ export class Client {
             ...headers,
           },
           ...(body === undefined ? {} : { body }),
-          signal: AbortSignal.timeout(60_000),
+          signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(60_000)]) : AbortSignal.timeout(60_000),
         });
         traceRequest(method, path, response.status, body, startedAt);
+        // A rate-limited answer says how long to wait (seconds); the wait is never shorter than that.
+        const retryAfter = Number(response.headers.get("Retry-After"));
+        if (Number.isFinite(retryAfter) && retryAfter > 0) wait = Math.max(wait, retryAfter * 1_000);
         // Out of retries, a coordinator that keeps answering an error is reachable: its answer (the
-        // error envelope, e.g. a 500's code) is what the caller reports, never "cannot reach".
-        if (!RETRYABLE_STATUS.has(response.status) || Date.now() + delay > deadline) return response;
+        // error envelope, e.g. a 500's or a 429's code) is what the caller reports, never "cannot reach".
+        if (!RETRYABLE_STATUS.has(response.status) || Date.now() + wait > deadline) return response;
         reason = `HTTP ${response.status}`;
         await response.body?.cancel();
       } catch (error) {
+        // Cancelled by the caller (e.g. a runner stopping its long-poll): not a failure to retry.
+        if (signal?.aborted) throw signal.reason;
         reason = (error as { cause?: { code?: string } }).cause?.code ?? (error as Error).message;
         traceRequest(method, path, reason, body, startedAt);
       }
-      if (Date.now() + delay > deadline) {
+      if (Date.now() + wait > deadline) {
         throw new UserError(`cannot reach the coordinator at ${this.baseUrl} (${reason}); is it running? (loopwarden serve)`);
       }
       this.options.onRetry?.(reason, attempt);
-      await new Promise((resolve) => setTimeout(resolve, delay));
-      delay = Math.min(delay * 2, 3_000);
+      await new Promise((resolve) => setTimeout(resolve, wait));
+      backoff = Math.min(backoff * 2, 5_000);
     }
   }
 
@@ -168,6 +176,12 @@ export class Client {
     return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/receipts`, ReceiptIssued, {});
   }
 
+  /** One page of the loops the token may see, newest first; `next_cursor` continues it. */
+  listLoops(query: { status?: "running" | "halted"; contract_hash?: string; cursor?: string; limit?: number } = {}) {
+    const params = new URLSearchParams(Object.entries(query).map(([key, value]): [string, string] => [key, String(value)]));
+    return this.json("GET", `/v1/loops${params.size > 0 ? `?${params}` : ""}`, LoopList);
+  }
+
   getLoop(loopId: string) {
     return this.json("GET", `/v1/loops/${encodeURIComponent(loopId)}`, LoopSummary);
   }
@@ -176,11 +190,18 @@ export class Client {
     return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/candidates`, ProposeCandidateResponse, request);
   }
 
-  /** Leases the next job, or null when none is queued (HTTP 204). */
-  async leaseJob(loopId: string, request: LeaseRequest): Promise<Lease | null> {
-    const response = await this.send("POST", `/v1/loops/${encodeURIComponent(loopId)}/leases`, JSON.stringify(request), {
-      "Content-Type": "application/json",
-    });
+  /**
+   * Leases the next job, or null when none is queued for this runner's labels (HTTP 204); with
+   * `wait_ms`, the coordinator holds the request until one is (a long-poll, at most 25 s).
+   */
+  async leaseJob(loopId: string, request: LeaseRequestInput, signal?: AbortSignal): Promise<Lease | null> {
+    const response = await this.send(
+      "POST",
+      `/v1/loops/${encodeURIComponent(loopId)}/leases`,
+      JSON.stringify(request),
+      { "Content-Type": "application/json" },
+      signal,
+    );
     if (response.status === 204) return null;
     return this.parse(response, Lease);
   }
@@ -243,6 +264,13 @@ export class Client {
     return this.json("GET", "/v1/whoami", Identity);
   }
 
+  /** An artifact's bytes (`GET /v1/loops/:id/artifacts/:sha256`); the caller checks the digest. */
+  async downloadArtifact(loopId: string, sha256: string): Promise<Uint8Array> {
+    const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/artifacts/${sha256}`);
+    if (!response.ok) await this.parse(response, Health);
+    return new Uint8Array(await response.arrayBuffer());
+  }
+
   /** The contract a loop was created with (its first event, `loop_created`): what the loop pinned. */
   async pinnedContract(loopId: string): Promise<Contract> {
     const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/events?after=0&limit=1`);
@@ -253,12 +281,17 @@ export class Client {
     return event.data.contract;
   }
 
-  /** Raw events after `after`, exactly as stored and hashed (JSONL), following pages to the end. */
-  async eventLines(loopId: string, after = 0): Promise<string[]> {
+  /**
+   * Raw events after `after`, exactly as stored and hashed (JSONL), following pages to the end. With
+   * `waitMs`, a long-poll: when nothing follows `after` yet, the coordinator answers once something does
+   * (or after the wait, with none).
+   */
+  async eventLines(loopId: string, after = 0, waitMs = 0): Promise<string[]> {
     const lines: string[] = [];
     let cursor = after;
     for (;;) {
-      const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/events?after=${cursor}&limit=1000`);
+      const wait = cursor === after && waitMs > 0 ? `&wait_ms=${waitMs}` : "";
+      const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/events?after=${cursor}&limit=1000${wait}`);
       if (!response.ok) await this.parse(response, Health);
       const page = (await response.text()).split("\n").filter((line) => line.length > 0);
       lines.push(...page);

@@ -16,6 +16,8 @@ import { isProcessAlive } from "./processes.js";
 export interface Clone {
   dir: string;
   env: NodeJS.ProcessEnv;
+  /** Aborted when the job this clone serves is lost (its lease reclaimed): every command in it is killed. */
+  signal?: AbortSignal | undefined;
 }
 
 /** The directory all runner processes keep their clones under: the system's temporary directory. */

@@ -58,6 +58,8 @@ const KNOWN_KEYS = [
   "stop",
   "max_iterations",
   "no_progress",
+  "evaluate",
+  "labels",
   "budget",
   "wall",
   "cost_usd",

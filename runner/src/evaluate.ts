@@ -97,6 +97,7 @@ export async function runGates(clone: Clone, contract: Contract, hooks: GateHook
       cwd: dir,
       timeoutMs: parseDuration(gate.timeout) ?? 600_000,
       env: clone.env,
+      signal: clone.signal,
       network,
     });
     const notes: string[] = [];
@@ -189,6 +190,7 @@ async function withTasks(clone: Clone, options: EvaluationOptions, evaluation: E
       cwd: clone.dir,
       timeoutMs: parseDuration(TASK_TIMEOUT) ?? 600_000,
       env: clone.env,
+      signal: clone.signal,
       network: options.contract.exec?.network ?? "host",
     });
     const bytes = logOf(asGate, result, []);

@@ -1,5 +1,12 @@
 import { foldEvents, LoopEvent, type LoopState, type TestBase } from "../../shared/engine/index.js";
-import type { Session } from "./session.js";
+import type { Client } from "./client.js";
+
+/** What reads a loop's log incrementally: a client, the loop, and the state folded so far (updated by each read). */
+export interface LoopReader {
+  client: Client;
+  loop: { loop_id: string };
+  folded?: { seq: number; state: LoopState } | undefined;
+}
 
 // The runner's view of a loop's state: its public event log, folded by the same engine the coordinator
 // uses, read incrementally.
@@ -9,9 +16,9 @@ import type { Session } from "./session.js";
  * the events after the last fold are fetched (`?after=seq`) and folded onto it, so an iteration or an
  * idle poll costs what happened since, not the loop's whole history (DESIGN §4 invariant 9).
  */
-export async function foldLoop(session: Session): Promise<LoopState> {
+export async function foldLoop(session: LoopReader, waitMs = 0): Promise<LoopState> {
   const after = session.folded?.seq ?? 0;
-  const events = (await session.client.eventLines(session.loop.loop_id, after)).map((line) => LoopEvent.parse(JSON.parse(line)));
+  const events = (await session.client.eventLines(session.loop.loop_id, after, waitMs)).map((line) => LoopEvent.parse(JSON.parse(line)));
   const last = events.at(-1);
   if (last && last.seq !== after + events.length)
     throw new Error(`loop ${session.loop.loop_id}: events after ${after} are not contiguous (last is ${last.seq})`);
@@ -22,6 +29,6 @@ export async function foldLoop(session: Session): Promise<LoopState> {
 }
 
 /** t0's collected test set, which every report is a difference from (DESIGN §8): from the folded log, read once a session. */
-export async function testBaseOf(session: Session): Promise<TestBase> {
+export async function testBaseOf(session: LoopReader): Promise<TestBase> {
   return (session.folded?.state ?? (await foldLoop(session))).t0_base;
 }

@@ -106,8 +106,17 @@ export async function requireNetworkIsolation(): Promise<string[]> {
  */
 export async function runCommand(
   command: string,
-  options: { cwd: string; timeoutMs: number; env?: NodeJS.ProcessEnv; onOutput?: (chunk: Buffer) => void; network?: NetworkMode },
+  options: {
+    cwd: string;
+    timeoutMs: number;
+    env?: NodeJS.ProcessEnv;
+    onOutput?: (chunk: Buffer) => void;
+    network?: NetworkMode;
+    /** Aborting kills the command's whole process group at once and rejects with the signal's reason (a lost lease). */
+    signal?: AbortSignal | undefined;
+  },
 ): Promise<CommandResult> {
+  options.signal?.throwIfAborted();
   const [file = "/bin/sh", ...args] = options.network === "none" ? [...(await requireNetworkIsolation()), command] : ["/bin/sh", "-c", command];
   const started = performance.now();
   return new Promise((resolve, reject) => {
@@ -149,10 +158,13 @@ export async function runCommand(
     }, options.timeoutMs);
 
     const unregister = onShutdown(() => killGroup("SIGKILL"));
+    const abort = () => killGroup("SIGKILL");
+    options.signal?.addEventListener("abort", abort, { once: true });
     child.on("error", (error) => {
       clearTimeout(timer);
       clearTimeout(killTimer);
       unregister();
+      options.signal?.removeEventListener("abort", abort);
       reject(error);
     });
     // When the shell exits, anything it left running in its group (a backgrounded child holding the
@@ -162,6 +174,11 @@ export async function runCommand(
       clearTimeout(timer);
       clearTimeout(killTimer);
       unregister();
+      options.signal?.removeEventListener("abort", abort);
+      if (options.signal?.aborted) {
+        reject(options.signal.reason);
+        return;
+      }
       resolve({
         exit_code: code,
         signal,

@@ -1,87 +1,123 @@
 import { formatDuration } from "../../shared/duration.js";
 import type { Verdict } from "../../shared/engine/index.js";
-import type { Lease, LoopSummary } from "../../shared/wire/api.js";
+import type { Lease, LoopSummary, ReportResponse } from "../../shared/wire/api.js";
 import { compactTests } from "../../shared/engine/test-sets.js";
 import type { FullObservation } from "../../shared/wire/observation.js";
 import { CoordinatorError } from "./client.js";
-import { withClone } from "./clone.js";
+import { withClone, type Clone } from "./clone.js";
 import { UserError } from "./errors.js";
 import { evaluateIn, hardGatesPassed, uploadLogs, type EvaluationOptions } from "./evaluate.js";
-import { foldLoop, testBaseOf } from "./event-log.js";
-import { contractFileOf } from "./contract-file.js";
+import { foldLoop, testBaseOf, type LoopReader } from "./event-log.js";
+import { contractFileOf, type LoadedContract } from "./contract-file.js";
 import { shortCommit } from "./git.js";
-import { liveStatus, paint, progress } from "./output.js";
+import { liveStatus, paint, progress, type OutputMode } from "./output.js";
 import { samplePairs, type PairedSamples } from "./sampling.js";
 import type { Session } from "./session.js";
 
 // A leased evaluation job (DESIGN §2): the candidate evaluated in a clean clone under heartbeats, its
 // observation reported — in optimize mode with paired readings until the coordinator decides.
 
-export function verdictLine(iteration: number, verdict: Verdict): string {
+export function verdictLine(iteration: number | string, verdict: Verdict): string {
   const word = verdict.decision === "promoted" ? paint("promoted", "green") : paint("rejected", "red");
   return `[${iteration}] ${verdict.candidate_id} ${word} (${verdict.reason}): ${verdict.detail}`;
 }
 
-/** Runs one leased evaluation with heartbeats and reports it; null when the lease was lost (the job is re-queued). */
-async function evaluateLease(session: Session, lease: Lease, iteration: number): Promise<{ verdict: Verdict; loop: LoopSummary } | null> {
-  const { client, mode } = session;
-  if (lease.job.contract_hash !== session.loaded.hash) {
+/** What evaluating a leased job needs: a checkout holding the contract, and the loop's log as read so far. */
+export interface JobContext extends LoopReader {
+  repo: string;
+  loaded: LoadedContract;
+  mode: OutputMode;
+}
+
+/** Why a job's processes were killed: its lease is no longer this runner's. */
+class LeaseLost extends Error {
+  constructor(readonly code: string) {
+    super(`lease lost (${code})`);
+  }
+}
+
+/**
+ * Runs one leased evaluation with heartbeats and reports it. Null when the lease was lost — reclaimed,
+ * superseded (409) or its comparison stale (`requeued`): the job is someone else's now, or back in the
+ * queue. A heartbeat answered 409 kills the job's process groups at once (invariant 6: a runner never
+ * works on under a stale fencing token).
+ */
+export async function evaluateLease(ctx: JobContext, lease: Lease, label: string): Promise<{ verdict: Verdict; loop: LoopSummary } | null> {
+  const { client, mode } = ctx;
+  if (lease.job.contract_hash !== ctx.loaded.hash) {
     // Invariant 4: run only the contract pinned in this checkout.
     throw new UserError(
-      `refusing the job for ${lease.job.candidate_id}: its contract hash ${lease.job.contract_hash.slice(0, 12)} differs from this checkout's ${session.loaded.hash.slice(0, 12)}`,
+      `refusing the job for ${lease.job.candidate_id}: its contract hash ${lease.job.contract_hash.slice(0, 12)} differs from this checkout's ${ctx.loaded.hash.slice(0, 12)}`,
     );
   }
-  let lost = false;
+  const lost = new AbortController();
   const heartbeat = setInterval(
     () => {
       client.heartbeat(lease.lease_id, { fencing_token: lease.fencing_token }).catch((error: unknown) => {
-        if (error instanceof CoordinatorError && error.status === 409) lost = true;
-        else progress(mode, `heartbeat failed (${(error as Error).message}); will retry`);
+        if (error instanceof CoordinatorError && error.status === 409) lost.abort(new LeaseLost(error.code));
+        else progress(mode, `${label} heartbeat failed (${(error as Error).message}); will retry`);
       });
     },
     Math.max(1_000, Math.floor(lease.ttl_ms / 4)),
   );
-  const label = `[${iteration}] ${lease.job.candidate_id}`;
+  const jobClone = (clone: Clone): Clone => ({ ...clone, signal: lost.signal });
   try {
     progress(mode, `${label} evaluating ${shortCommit(lease.job.commit)} in a clean clone…`);
-    const contract = session.loaded.contract;
-    const base = await testBaseOf(session);
-    return await withClone(session.repo, lease.job.commit, lease.job.candidate_id, async (clone) => {
-      const evaluation = await evaluateIn(clone, { ...evaluationOptions(session, label), contract });
-      if (lost) return null;
+    const contract = ctx.loaded.contract;
+    const base = await testBaseOf(ctx);
+    // The best the lease names is what the candidate is measured against (a lease from before leases
+    // named it: the best as this runner last read it).
+    const compareTo = lease.job.compare_to?.commit ?? (await foldLoop(ctx)).best.commit;
+    return await withClone(ctx.repo, lease.job.commit, lease.job.candidate_id, async (candidateClone) => {
+      const clone = jobClone(candidateClone);
+      const evaluation = await evaluateIn(clone, { ...evaluationOptions(mode, ctx.loaded, label), contract });
+      lost.signal.throwIfAborted();
       await uploadLogs(client, lease.loop_id, evaluation.logs);
       // Sent as a difference from t0's collected set (DESIGN §8): as large as what changed, not the suite.
       const tests = compactTests(evaluation.observation.tests, base);
-      const report = (observation: FullObservation) => {
+      const report = async (observation: FullObservation) => {
+        lost.signal.throwIfAborted();
         liveStatus(mode, `${label} reporting`);
-        return client.report(lease.lease_id, { fencing_token: lease.fencing_token, observation: { ...observation, tests } });
+        const answer = await client.report(lease.lease_id, {
+          fencing_token: lease.fencing_token,
+          observation: { ...observation, tests, ...(lease.job.compare_to ? { compared_to: compareTo } : {}) },
+        });
+        return answer;
       };
-      if (!contract.metric) return report(evaluation.observation);
+      const decided = (answer: ReportResponse): { verdict: Verdict; loop: LoopSummary } | null => {
+        if (answer.verdict.decision !== "requeued") return { verdict: answer.verdict, loop: answer.loop };
+        progress(mode, `${label} ${answer.verdict.detail}`);
+        return null;
+      };
+      if (!contract.metric) return decided(await report(evaluation.observation));
       if (!hardGatesPassed(contract, evaluation)) {
-        return report({ ...evaluation.observation, samples: { best: [], candidate: [], error: "a hard gate failed: the metric was not measured" } });
+        return decided(
+          await report({ ...evaluation.observation, samples: { best: [], candidate: [], error: "a hard gate failed: the metric was not measured" } }),
+        );
       }
       // Optimize mode: readings of the best-so-far and the candidate, interleaved on this runner, until
       // the coordinator's sequential test decides (DESIGN §6.3).
       const metric = contract.metric;
-      return withClone(session.repo, session.loop.best.commit, `${lease.job.candidate_id}-best`, async (bestClone) => {
+      return withClone(ctx.repo, compareTo, `${lease.job.candidate_id}-best`, async (bestClone) => {
         const samples: PairedSamples = { best: [], candidate: [] };
         let wanted = metric.samples.min;
         for (;;) {
-          await samplePairs(samples, wanted, { best: bestClone, candidate: clone }, contract, (done, of) =>
+          await samplePairs(samples, wanted, { best: jobClone(bestClone), candidate: clone }, contract, (done, of) =>
             liveStatus(mode, `${label} ${metric.name}: pair ${done}/${of} (best, then candidate)`),
           );
-          if (lost) return null;
           const answer = await report({ ...evaluation.observation, samples: { ...samples } });
           const { verdict } = answer;
-          if (verdict.decision !== "need_samples") return answer;
+          if (verdict.decision !== "need_samples") return decided(answer);
           progress(mode, `${label}   ${verdict.detail}`);
           wanted = samples.best.length + Math.max(1, verdict.metric?.more ?? 1);
         }
       });
     });
   } catch (error) {
-    if (error instanceof CoordinatorError && error.status === 409 && error.code !== "loop_halted") {
-      progress(mode, `${label} lease lost (${error.code}); leasing again`);
+    const code =
+      error instanceof LeaseLost ? error.code : error instanceof CoordinatorError && error.status === 409 && error.code !== "loop_halted" ? error.code : null;
+    if (code !== null) {
+      progress(mode, `${label} lease lost (${code}): its processes were stopped and the job left to the coordinator`);
       return null;
     }
     throw error;
@@ -91,10 +127,9 @@ async function evaluateLease(session: Session, lease: Lease, iteration: number):
 }
 
 /** The evaluation options of a loop's evaluations: guard readings, and progress lines for each gate. */
-function evaluationOptions(session: Session, label: string): Omit<EvaluationOptions, "contract"> {
-  const { mode } = session;
+function evaluationOptions(mode: OutputMode, loaded: LoadedContract, label: string): Omit<EvaluationOptions, "contract"> {
   return {
-    guards: { contractFile: contractFileOf(session.loaded) },
+    guards: { contractFile: contractFileOf(loaded) },
     onNote: (text) => progress(mode, `${label}   ${text}`),
     onGateStart: (gate) => liveStatus(mode, `${label} gate ${gate.name}: ${gate.run}`),
     onGate: ({ gate, result, tests, metricErrors }) => {
@@ -112,20 +147,28 @@ function evaluationOptions(session: Session, label: string): Omit<EvaluationOpti
   };
 }
 
-/** Evaluates leased jobs until `candidateId` has its verdict (a local loop has only its own job queued). */
+/**
+ * Has `candidateId` evaluated and answers its verdict: this runner evaluates whatever job it may lease
+ * (a local loop has only its own queued), and when there is none for it — another runner holds the
+ * job, or the contract asks for labels this runner lacks — it waits on the log (a long-poll) until the
+ * verdict is there, or the job comes back to the queue.
+ */
 export async function evaluateUntilDecided(session: Session, candidateId: string, iteration: number): Promise<{ verdict: Verdict; loop: LoopSummary }> {
   for (;;) {
-    const lease = await session.client.leaseJob(session.loop.loop_id, { runner_id: session.workspace.runner_id });
-    if (!lease) {
-      const loop = await session.client.getLoop(session.loop.loop_id);
-      const candidate = (await foldLoop(session)).candidates[candidateId];
-      if (candidate?.verdict) return { verdict: candidate.verdict, loop };
-      if (loop.status === "halted") throw new UserError(`the loop halted (${loop.halt?.halt_reason}) before ${candidateId} was decided`);
-      liveStatus(session.mode, `[${iteration}] ${candidateId} waiting for its evaluation job`);
-      await new Promise((resolve) => setTimeout(resolve, 1_000));
+    const lease = await session.client.leaseJob(session.loop.loop_id, { runner_id: session.workspace.runner_id, labels: session.labels });
+    if (lease) {
+      const result = await evaluateLease(session, lease, `[${iteration}] ${lease.job.candidate_id}`);
+      if (result && lease.job.candidate_id === candidateId) return result;
       continue;
     }
-    const result = await evaluateLease(session, lease, iteration);
-    if (result && lease.job.candidate_id === candidateId) return result;
+    const candidate = (await foldLoop(session)).candidates[candidateId];
+    if (candidate?.verdict) return { verdict: candidate.verdict, loop: await session.client.getLoop(session.loop.loop_id) };
+    const state = session.folded?.state;
+    if (state?.halt) throw new UserError(`the loop halted (${state.halt.halt_reason}) before ${candidateId} was decided`);
+    liveStatus(session.mode, `[${iteration}] ${candidateId} is being evaluated by another runner (${candidate?.lease?.runner_id ?? "none yet"}); waiting`);
+    await foldLoop(session, LONG_POLL_MS);
   }
 }
+
+/** How long one long-poll waits (the coordinator holds it at most 25 s). */
+export const LONG_POLL_MS = 25_000;

@@ -207,7 +207,13 @@ export async function startLocalCoordinator(options: {
         r2Buckets: config.r2Buckets,
         ratelimits: config.ratelimits,
         // The receipt signing key and the owner token, secrets when deployed, are this state directory's own here.
-        bindings: { ...(config.bindings as Record<string, never>), RECEIPT_SIGNING_KEY: signingKey, OWNER_TOKEN: owner.token },
+        bindings: {
+          ...(config.bindings as Record<string, never>),
+          RECEIPT_SIGNING_KEY: signingKey,
+          OWNER_TOKEN: owner.token,
+          // LOOPWARDEN_LEASE_TTL overrides wrangler.toml's lease lifetime (a duration), e.g. for tests that kill runners.
+          ...(process.env.LOOPWARDEN_LEASE_TTL ? { LEASE_TTL: process.env.LOOPWARDEN_LEASE_TTL } : {}),
+        },
       },
     ],
   });

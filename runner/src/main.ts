@@ -58,6 +58,7 @@ program
     exitCode = await serveCommand({ ...globals(), ...options, port: options.port ?? (options.daemon ? undefined : 8787) });
   });
 
+/** The contract flags (flag-only mode, DESIGN §5): every command that loads the contract takes them. */
 const contractOptions = (command: Command) =>
   command
     .option("--check <cmd>", "flag-only mode: the check, one command whose exit code is the one test")
@@ -67,8 +68,21 @@ const contractOptions = (command: Command) =>
     .option("--check-timeout <duration>", "flag-only mode: time limit of the check, e.g. 90s, 10m (default 10m)")
     .option("--agent-timeout <duration>", "flag-only mode: time limit of one agent run (default 20m)")
     .option("--junit <path>", "flag-only mode: the JUnit XML report the check writes (relative to the repository); its test ids make each fixed test count")
-    .option("--tap <path>", "flag-only mode: the TAP report the check writes, instead of --junit")
-    .option("--new", "start another loop even when one is recorded for this contract (t0 at HEAD, which must be a commit you made)", false);
+    .option("--tap <path>", "flag-only mode: the TAP report the check writes, instead of --junit");
+
+/** This machine's runner labels (DESIGN §11), for commands that evaluate. */
+const labelsOption = (command: Command, what: string) => command.option("--labels <k=v,...>", `this machine's runner labels, e.g. gpu=h100,os=linux: ${what}`);
+
+/** What `run` and `step` add: a new loop on request, and the labels this machine evaluates with. */
+const loopOptions = (command: Command) =>
+  labelsOption(
+    contractOptions(command).option(
+      "--new",
+      "start another loop even when one is recorded for this contract (t0 at HEAD, which must be a commit you made)",
+      false,
+    ),
+    "this command evaluates its own candidates only when they satisfy the contract's evaluate.labels (else `loopwarden work` runners do)",
+  );
 
 interface ContractFlags {
   check?: string;
@@ -79,7 +93,8 @@ interface ContractFlags {
   agentTimeout?: string;
   junit?: string;
   tap?: string;
-  new: boolean;
+  new?: boolean;
+  labels?: string;
 }
 
 program
@@ -94,7 +109,7 @@ program
     exitCode = await initCommand({ ...globals(), ...options, cwd: process.cwd() });
   });
 
-contractOptions(
+loopOptions(
   program
     .command("run")
     .description(
@@ -106,13 +121,35 @@ contractOptions(
   exitCode = await runLoop({ ...globals(), ...options, cwd: process.cwd() });
 });
 
-contractOptions(
+loopOptions(
   program
     .command("step")
     .description("evaluate the current working tree as one candidate, apply the verdict, exit (for agents that drive the loop themselves)"),
 ).action(async (options: ContractFlags) => {
   const { stepLoop } = await import("./commands/step.js");
   exitCode = await stepLoop({ ...globals(), ...options, cwd: process.cwd() });
+});
+
+function concurrency(value: string): number {
+  const parsed = positiveInt(value);
+  if (parsed > 16) throw new InvalidArgumentError("at most 16 jobs at a time");
+  return parsed;
+}
+
+labelsOption(
+  contractOptions(
+    program
+      .command("work")
+      .description(
+        "serve as a runner for shared loops: lease evaluation jobs from the running loops pinned to this checkout's contract (or --loop), evaluate each in a clean clone of the candidate commit (fetched from its bundle when this checkout lacks it), report, and go on; the first Ctrl-C finishes the jobs in hand, the second stops at once",
+      )
+      .option("--loop <id>", "serve only this loop, and stop when it halts")
+      .option("--concurrency <n>", "jobs at a time (default 1, at most 16)", concurrency),
+  ),
+  "it takes only jobs whose contract's evaluate.labels they satisfy",
+).action(async (options: ContractFlags & { loop?: string; concurrency?: number }) => {
+  const { workCommand } = await import("./commands/work.js");
+  exitCode = await workCommand({ ...globals(), ...options, cwd: process.cwd() });
 });
 
 /** A read-only command about one loop (default: this repository's current loop), loaded lazily. */

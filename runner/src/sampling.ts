@@ -16,6 +16,7 @@ export async function measureMetric(clone: Clone, contract: Contract): Promise<{
     cwd: clone.dir,
     timeoutMs: parseDuration(metric.timeout) ?? 600_000,
     env: clone.env,
+    signal: clone.signal,
     network: contract.exec?.network ?? "host",
   });
   const tail = result.output.toString("utf8").trim().split("\n").slice(-3).join(" | ");

@@ -33,6 +33,9 @@ import { evaluateUntilDecided, verdictLine } from "./lease-job.js";
 import { liveStatus, progress, type OutputMode } from "./output.js";
 import { clearPendingCreate, loadPendingCreate, savePendingCreate } from "./pending-create.js";
 import { sampleAlone } from "./sampling.js";
+import { parseLabels } from "./labels.js";
+import { uploadCandidateBundle } from "./candidate-bundles.js";
+import type { Labels } from "../../shared/wire/contract.js";
 import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
 
 // What `run` and `step` share: finding the contract, creating or resuming the loop, committing a
@@ -49,6 +52,8 @@ export interface Session {
   loop: LoopSummary;
   /** True when an existing loop was picked up rather than created. */
   resumed: boolean;
+  /** What this runner offers a contract's `evaluate.labels` (`--labels`): it evaluates its own candidates only when they match. */
+  labels: Labels;
   /** The loop's state as last folded, and the last event folded into it: later reads fetch only what follows. */
   folded?: { seq: number; state: LoopState } | undefined;
 }
@@ -90,7 +95,10 @@ async function measureBaseline(repo: string, commit: string, loaded: LoadedContr
  * at HEAD, which must be a commit the user made. `run` refuses a dirty tree for a new loop (a revert
  * must never touch the user's work); `step` evaluates exactly that.
  */
-export async function openSession(options: ContractOptions & ServerOptions & OutputMode & { cwd: string; purpose: "run" | "step" }): Promise<Session> {
+export async function openSession(
+  options: ContractOptions & ServerOptions & OutputMode & { cwd: string; purpose: "run" | "step"; labels?: string | undefined },
+): Promise<Session> {
+  const labels = parseLabels(options.labels);
   const mode: OutputMode = options;
   const repo = await repoRoot(options.cwd);
   await headCommit(repo);
@@ -120,11 +128,11 @@ export async function openSession(options: ContractOptions & ServerOptions & Out
         if (loop.status === "running") {
           const loaded = await resumedContract(repo, source, options, loop.loop_id, await connection.client.pinnedContract(loop.loop_id));
           progress(mode, `resuming loop ${loop.loop_id} (iteration ${loop.iteration} of ${loop.max_iterations})`);
-          return { repo, loaded, connection, client: connection.client, mode, workspace: previous, loop, resumed: true };
+          return { repo, loaded, connection, client: connection.client, mode, workspace: previous, loop, resumed: true, labels };
         }
         // A halted loop stays halted: reported with its reason and class, never silently replaced.
         const loaded = validateContract(await connection.client.pinnedContract(loop.loop_id), source);
-        return { repo, loaded, connection, client: connection.client, mode, workspace: previous, loop, resumed: true };
+        return { repo, loaded, connection, client: connection.client, mode, workspace: previous, loop, resumed: true, labels };
       }
       progress(mode, `loop ${previous.loop_id} is unknown to the coordinator at ${connection.url}: starting a new loop`);
     }
@@ -177,7 +185,7 @@ export async function openSession(options: ContractOptions & ServerOptions & Out
     await saveWorkspaceState(repo, source, workspace);
     await clearPendingCreate(repo, source);
     progress(mode, `loop ${loop.loop_id} (contract ${loaded.source}): the baseline has ${loop.t0.failing} failing test(s)`);
-    return { repo, loaded, connection, client: connection.client, mode, workspace, loop, resumed: false };
+    return { repo, loaded, connection, client: connection.client, mode, workspace, loop, resumed: false, labels };
   } catch (error) {
     await connection.close();
     throw error;
@@ -207,6 +215,13 @@ export async function buildProposal(
   candidate: { commit: string; key: string; proposer: Proposer; agent: AgentRun | null; report?: { report: AgentReport | null; error?: string } },
 ): Promise<ProposeCandidateRequest> {
   const diff = await diffOf(session.repo, session.loop.best.commit, candidate.commit);
+  // A candidate that will be evaluated travels with its commits as a bundle, so a runner in another
+  // checkout can evaluate it (one the coordinator rejects unevaluated — empty, or its agent failed — needs none).
+  const failed = candidate.agent !== null && (candidate.agent.timed_out || candidate.agent.exit_code !== 0);
+  const bundle =
+    diff.empty || failed
+      ? undefined
+      : await uploadCandidateBundle(session.client, session.loop.loop_id, session.repo, candidate.commit, session.loop.t0.commit);
   return {
     idempotency_key: candidate.key,
     commit: candidate.commit,
@@ -216,6 +231,7 @@ export async function buildProposal(
     agent: candidate.agent,
     ...(candidate.report?.report ? { agent_report: candidate.report.report } : {}),
     ...(candidate.report?.error ? { agent_report_error: candidate.report.error } : {}),
+    ...(bundle ? { bundle } : {}),
   };
 }
 

@@ -6,6 +6,8 @@ type Cleanup = () => void | Promise<void>;
 const cleanups = new Set<Cleanup>();
 let installed = false;
 let shuttingDown = false;
+/** A command that stops gracefully on the first signal (`work` finishes the job in hand); the second stops at once. */
+let drain: (() => void) | null = null;
 
 async function shutdown(signal: NodeJS.Signals): Promise<void> {
   if (shuttingDown) return;
@@ -22,13 +24,39 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   process.exit(signal === "SIGINT" ? 130 : 143);
 }
 
+function onSignal(signal: NodeJS.Signals): void {
+  const graceful = drain;
+  if (graceful) {
+    drain = null;
+    process.stderr.write(`\nloopwarden: ${signal}, finishing what is in hand (${signal} again stops at once)…\n`);
+    graceful();
+    return;
+  }
+  void shutdown(signal);
+}
+
+function install(): void {
+  if (installed) return;
+  installed = true;
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+}
+
 /** Registers a cleanup to run if the runner is interrupted; returns its unregistration. */
 export function onShutdown(cleanup: Cleanup): () => void {
-  if (!installed) {
-    installed = true;
-    process.on("SIGINT", (signal) => void shutdown(signal));
-    process.on("SIGTERM", (signal) => void shutdown(signal));
-  }
+  install();
   cleanups.add(cleanup);
   return () => cleanups.delete(cleanup);
+}
+
+/**
+ * Makes the first SIGINT/SIGTERM call `graceful` instead of stopping: the command winds down by itself
+ * (and exits when done); a second signal stops everything at once, as without it. Returns its removal.
+ */
+export function drainOnFirstSignal(graceful: () => void): () => void {
+  install();
+  drain = graceful;
+  return () => {
+    if (drain === graceful) drain = null;
+  };
 }

@@ -2,12 +2,13 @@ import type { Contract } from "../wire/contract.js";
 import type { Observation } from "../wire/observation.js";
 import { decide, decideUnevaluated, haltAfter } from "./decide.js";
 import type { AgentReport } from "../wire/agent-report.js";
-import type { AgentRun, Baseline, ConfirmReadings, Confirmation, EventDraft, Proposer, Verdict } from "./events.js";
+import type { AgentRun, Baseline, BestRef, BundleRef, ConfirmReadings, Confirmation, EventDraft, Proposer, ReportAnswer, Requeued } from "./events.js";
 import { compareSamples } from "./statistics.js";
-import { percentValue } from "../wire/contract.js";
+import { percentValue, type Labels } from "../wire/contract.js";
 import { canonicalJson } from "../canonical-json.js";
 import { unsupportedFeatures } from "./support.js";
-import { applyEvent, BASELINE_ID, type CandidateState, type LeaseState, type LoopState } from "./state.js";
+import { applyEvent, BASELINE_ID, type BestState, type CandidateState, type LeaseState, type LoopState, type RequeuedReport } from "./state.js";
+import { labelsSatisfy } from "./labels.js";
 import { compactTests, deltaProblem } from "./test-sets.js";
 import { isDeltaTests } from "../wire/observation.js";
 
@@ -79,6 +80,7 @@ export interface Proposal {
   agent: AgentRun | null;
   agent_report?: AgentReport | null | undefined;
   agent_report_error?: string | undefined;
+  bundle?: BundleRef | undefined;
 }
 
 /** Registers a candidate. A failed agent run or an empty change is rejected at once, without a job. */
@@ -111,6 +113,7 @@ export function proposeCandidate(
       // Only present when given, so logs written before agent reports existed hash the same.
       ...(proposal.agent_report ? { agent_report: proposal.agent_report } : {}),
       ...(proposal.agent_report_error ? { agent_report_error: proposal.agent_report_error } : {}),
+      ...(proposal.bundle ? { bundle: proposal.bundle } : {}),
       idempotency_key: proposal.idempotency_key,
       request_hash: context.request_hash,
     },
@@ -128,17 +131,28 @@ export function proposeCandidate(
   return { ok: true, events, value: { candidate_id: candidateId, replayed: false } };
 }
 
-/** A granted lease, with the candidate it is for. */
+/** A granted lease, with the candidate it is for and the best-so-far it is compared against (`compare_to`). */
 export interface GrantedLease extends LeaseState {
   candidate: CandidateState;
 }
 
+/** A best-so-far as a lease names it. */
+function refOf(best: BestState): BestRef {
+  return { candidate_id: best.candidate_id, commit: best.commit };
+}
+
 /**
- * Leases the oldest queued candidate to a runner. A runner that asks again while holding a live lease
- * gets the same lease back, so a lost response never strands a job.
+ * Leases the oldest queued candidate to a runner whose labels satisfy the contract's
+ * (`evaluate.labels`); any other runner gets no job (null), never an error, since another may have them.
+ * The lease names the best-so-far as `compare_to`: what the candidate is measured and judged against.
+ * A runner that asks again while holding a live lease gets the same lease back, so a lost response
+ * never strands a job.
  */
-export function grantLease(state: LoopState, input: { runner_id: string; at: string; ttl_ms: number }): Outcome<GrantedLease | null> {
+export function grantLease(state: LoopState, input: { runner_id: string; labels: Readonly<Labels>; at: string; ttl_ms: number }): Outcome<GrantedLease | null> {
   if (state.halt) return { ok: true, events: [], value: null };
+  // The requirement is the contract's, the same for every candidate: a runner that lacks a label is
+  // offered nothing, not merely another candidate.
+  if (!labelsSatisfy(state.contract.evaluate?.labels ?? {}, input.labels)) return { ok: true, events: [], value: null };
   const now = Date.parse(input.at);
   for (const id of state.candidate_order) {
     const candidate = state.candidates[id];
@@ -146,6 +160,7 @@ export function grantLease(state: LoopState, input: { runner_id: string; at: str
       return { ok: true, events: [], value: { ...candidate.lease, candidate } };
     }
   }
+  // Oldest first, in proposal order: a candidate back from an expiry or a re-queue keeps its place.
   const next = state.candidate_order.map((id) => state.candidates[id]).find((c) => c?.status === "queued");
   if (!next) return { ok: true, events: [], value: null };
   const lease: LeaseState = {
@@ -153,8 +168,20 @@ export function grantLease(state: LoopState, input: { runner_id: string; at: str
     runner_id: input.runner_id,
     fencing_token: state.fencing_counter + 1,
     expires_at: addMs(input.at, input.ttl_ms),
+    compare_to: refOf(state.best),
   };
-  const event: EventDraft = { type: "lease_granted", at: input.at, data: { ...lease, candidate_id: next.candidate_id } };
+  const event: EventDraft = {
+    type: "lease_granted",
+    at: input.at,
+    data: {
+      lease_id: lease.lease_id,
+      candidate_id: next.candidate_id,
+      runner_id: lease.runner_id,
+      fencing_token: lease.fencing_token,
+      expires_at: lease.expires_at,
+      compare_to: refOf(state.best),
+    },
+  };
   return { ok: true, events: [event], value: { ...lease, candidate: { ...next, status: "leased", lease } } };
 }
 
@@ -202,28 +229,118 @@ export function nextLeaseDeadline(state: LoopState): string | null {
   return earliest;
 }
 
+/** Why a report's comparison is stale: what its lease named, what the runner said it compared with, and the best now. */
+export interface StaleComparison {
+  compare_to: BestRef;
+  compared_to: string | null;
+  best: BestRef;
+}
+
 /**
- * Records a runner's observation and decides the candidate. A retry of the same report returns the
- * recorded verdict; a report under a reclaimed lease or an old fencing token is refused.
+ * Whether a report under `lease` compared its candidate with something other than the best it would be
+ * judged against: the best changed since the lease was granted, or the runner says it compared with
+ * another commit than the lease named. Null when it may be judged, and always for a lease granted
+ * before leases named their `compare_to` (judged at report time, as it was then).
+ *
+ * In optimize mode this is what makes the evidence stale: the readings pair the candidate with
+ * `compare_to` on one runner (DESIGN §6.3), and say nothing about beating a best they never measured.
+ * In check_fixpoint and task_list the observation is of the candidate's tree alone and the ratchet
+ * reads the best from the state, so judging it at report time would be sound as well; it is re-queued
+ * all the same, and that is right there too: (1) a lease then means one thing in every mode — judged
+ * against its `compare_to` — for the runner and for the verifier that re-derives it; (2) the verdict is
+ * the same, only later: the re-run measures the same tree and is judged against the same new best;
+ * (3) the cost is bounded: a re-queue for a moved best needs a promotion while the candidate was out,
+ * and promotions are bounded (each one counts an iteration, and in these modes strictly shrinks the
+ * failing set), so no candidate is re-queued forever by a loop that makes progress. Only a runner that
+ * keeps naming another commit than its lease does can re-queue a candidate again and again; each time
+ * is in the log.
+ */
+export function staleComparison(best: BestState, lease: LeaseState, comparedTo: string | undefined): StaleComparison | null {
+  const compareTo = lease.compare_to;
+  if (!compareTo) return null;
+  const moved = best.candidate_id !== compareTo.candidate_id;
+  const elsewhere = comparedTo !== undefined && comparedTo !== compareTo.commit;
+  return moved || elsewhere ? { compare_to: compareTo, compared_to: comparedTo ?? null, best: refOf(best) } : null;
+}
+
+/** The report answer of a re-queued report, as recorded: the same for a retry as for the report itself. */
+function requeuedAnswer(candidateId: string, stale: StaleComparison): Requeued {
+  const { compare_to, compared_to, best } = stale;
+  const short = (commit: string) => commit.slice(0, 12);
+  const why =
+    best.candidate_id !== compare_to.candidate_id
+      ? `the best is now ${best.candidate_id} (${short(best.commit)}), not ${compare_to.candidate_id} (${short(compare_to.commit)}) as when it was leased`
+      : `it was compared with ${short(compared_to ?? "")}, not with ${compare_to.candidate_id} (${short(compare_to.commit)}) as its lease named`;
+  return {
+    candidate_id: candidateId,
+    decision: "requeued",
+    reason: "stale_comparison",
+    detail: `not judged: ${why}; back in the queue, to be compared with ${best.candidate_id}`,
+    compare_to,
+    best,
+  };
+}
+
+/** Whether `lease` is the candidate's current lease under that fencing token. */
+function isCurrentLease(candidate: CandidateState, lease: { lease_id: string; fencing_token: number }): candidate is CandidateState & { lease: LeaseState } {
+  const current = candidate.lease;
+  return candidate.status === "leased" && current !== null && current.lease_id === lease.lease_id && current.fencing_token === lease.fencing_token;
+}
+
+/**
+ * The `lease_requeued` event a report gets instead of a verdict when its comparison is stale
+ * (`staleComparison`); null when the report is judged, or would be refused (the lease is not current, or
+ * the loop has halted). What `reportObservation` appends, and what a verifier recomputes (`rederive`).
+ */
+export function requeueIfStale(
+  state: LoopState,
+  report: { lease_id: string; fencing_token: number; request_hash: string; compared_to: string | undefined; at: string },
+): Extract<EventDraft, { type: "lease_requeued" }> | null {
+  const candidate = findLease(state, report.lease_id);
+  if (state.halt || !candidate || !isCurrentLease(candidate, report)) return null;
+  const stale = staleComparison(state.best, candidate.lease, report.compared_to);
+  if (!stale) return null;
+  return {
+    type: "lease_requeued",
+    at: report.at,
+    data: {
+      lease_id: report.lease_id,
+      candidate_id: candidate.candidate_id,
+      fencing_token: report.fencing_token,
+      request_hash: report.request_hash,
+      reason: "stale_comparison",
+      ...stale,
+    },
+  };
+}
+
+/**
+ * Records a runner's observation and decides the candidate, or — when the comparison it was made under
+ * is stale (`staleComparison`) — records nothing of it, puts the candidate back in the queue
+ * (`lease_requeued`) and answers `requeued`: nothing is ever promoted on stale evidence. A retry of the
+ * same report returns the recorded answer; a report under a reclaimed, superseded or re-queued lease or
+ * an old fencing token is refused.
  */
 export function reportObservation(
   state: LoopState,
   input: { lease_id: string; fencing_token: number; observation: Observation; request_hash: string; at: string },
-): Outcome<Verdict> {
+): Outcome<ReportAnswer> {
   const candidate = findLease(state, input.lease_id);
   if (!candidate) return refuse("lease_not_found", `no lease ${input.lease_id}`);
-  if (candidate.report) {
-    const same =
-      candidate.report.lease_id === input.lease_id &&
-      candidate.report.fencing_token === input.fencing_token &&
-      candidate.report.request_hash === input.request_hash;
-    const answered = candidate.verdict ?? candidate.pending;
-    if (same && answered) return { ok: true, events: [], value: answered };
-    // Only an answer of need_samples invites another report: more readings on the same lease.
-    if (candidate.verdict || !candidate.pending) return refuse("already_reported", "this candidate already has a reported observation");
+  const isRetry = (report: { lease_id: string; fencing_token: number; request_hash: string }) =>
+    report.lease_id === input.lease_id && report.fencing_token === input.fencing_token && report.request_hash === input.request_hash;
+  const answered = candidate.verdict ?? candidate.pending;
+  if (candidate.report && isRetry(candidate.report) && answered) return { ok: true, events: [], value: answered };
+  // Checked before `already_reported`: a re-queued report's retry answers the same even once the
+  // candidate was judged under a later lease.
+  const requeued = candidate.requeued.find((report: RequeuedReport) => report.lease_id === input.lease_id);
+  if (requeued) {
+    if (isRetry(requeued)) return { ok: true, events: [], value: requeuedAnswer(candidate.candidate_id, requeued) };
+    return refuse("stale_lease", "the lease's comparison went stale and its candidate was re-queued; the observation was not recorded");
   }
-  const lease = candidate.lease;
-  if (candidate.status !== "leased" || !lease || lease.lease_id !== input.lease_id || lease.fencing_token !== input.fencing_token) {
+  // Only an answer of need_samples invites another report: more readings on the same lease.
+  if (candidate.report && (candidate.verdict || !candidate.pending)) return refuse("already_reported", "this candidate already has a reported observation");
+  if (!isCurrentLease(candidate, input)) {
     return refuse("stale_lease", "the lease was reclaimed or superseded; the observation was not recorded");
   }
   if (state.halt) return refuse("loop_halted", `the loop has halted (${state.halt.halt_reason})`);
@@ -232,6 +349,8 @@ export function reportObservation(
   const { tests } = input.observation;
   const problem = isDeltaTests(tests) ? deltaProblem(tests, state.t0_base) : null;
   if (problem) return refuse("invalid_observation", problem);
+  const requeue = requeueIfStale(state, { ...input, compared_to: input.observation.compared_to });
+  if (requeue) return { ok: true, events: [requeue], value: requeuedAnswer(candidate.candidate_id, requeue.data) };
   const observation = isDeltaTests(tests) ? input.observation : { ...input.observation, tests: compactTests(tests, state.t0_base) };
   const reported: EventDraft = {
     type: "observation_reported",
@@ -245,7 +364,8 @@ export function reportObservation(
     },
   };
   // Decided on the loop as it stands: a decision never reads the candidate's own report, so the loop
-  // need not be copied to record it first.
+  // need not be copied to record it first. Each report's readings are its own lease's, cumulative over
+  // that lease (a `need_samples` answer asks the same runner for more): never merged with another's.
   const decision = decide(state, state.contract, candidate.candidate_id, observation, input.at);
   return { ok: true, events: [reported, ...decision.events], value: decision.verdict };
 }

@@ -33,6 +33,11 @@ export const AgentRun = z.strictObject({
 export type AgentRun = z.infer<typeof AgentRun>;
 
 /** What a proposal says of its candidate: the same fields in the request and in the recorded event. */
+/** A git bundle among a loop's artifacts, by digest and size. */
+export const BundleRef = z.strictObject({ sha256: Sha256, size: z.number().int().min(1) });
+export type BundleRef = z.infer<typeof BundleRef>;
+
+/** The fields of a candidate proposal, as the runner sends them and `candidate_proposed` records them. */
 export const ProposalFields = {
   commit: GitCommit,
   diff_sha256: Sha256,
@@ -44,6 +49,11 @@ export const ProposalFields = {
   agent_report: AgentReport.nullable().optional(),
   /** Why the agent's report file was not recorded, when it wrote one that was invalid. */
   agent_report_error: z.string().max(2_000).optional(),
+  /**
+   * The candidate's commits since the loop's t0, as a git bundle stored with the loop's artifacts: how a
+   * runner in another checkout gets the commit (it checks the commit id before evaluating).
+   */
+  bundle: BundleRef.optional(),
 };
 
 /** A verdict on one candidate (DESIGN §2). */
@@ -85,6 +95,30 @@ export const Verdict = z.strictObject({
     .optional(),
 });
 export type Verdict = z.infer<typeof Verdict>;
+
+/** A best-so-far as a lease names it: its candidate id (`t0` for the baseline) and its commit. */
+export const BestRef = z.strictObject({ candidate_id: z.string(), commit: GitCommit });
+export type BestRef = z.infer<typeof BestRef>;
+
+/**
+ * What a report answers when its comparison is stale (`lease_requeued`): the observation was not judged
+ * and the candidate is back in the queue, to be evaluated again against `best`. Never recorded as a
+ * verdict (Verdict's `decision` has no such value), so it can never count as one.
+ */
+export const Requeued = z.strictObject({
+  candidate_id: z.string(),
+  decision: z.literal("requeued"),
+  reason: z.literal("stale_comparison"),
+  detail: z.string(),
+  /** What the lease compared against, and the best the candidate will be compared with next. */
+  compare_to: BestRef,
+  best: BestRef,
+});
+export type Requeued = z.infer<typeof Requeued>;
+
+/** A report's answer, by `decision`: a verdict (`promoted`, `rejected`, `need_samples`) or `requeued`. */
+export const ReportAnswer = z.discriminatedUnion("decision", [Verdict, Requeued]);
+export type ReportAnswer = z.infer<typeof ReportAnswer>;
 
 /** A computed halt (DESIGN §7). */
 export const Halt = z.strictObject({
@@ -129,6 +163,11 @@ const LeaseGranted = z.strictObject({
     runner_id: z.string(),
     fencing_token: z.number().int().min(1),
     expires_at: at,
+    /**
+     * The best-so-far when the lease was granted: what the candidate is compared against. Absent from
+     * leases granted before it existed, which are judged against the best at report time as they were.
+     */
+    compare_to: BestRef.optional(),
   }),
 });
 const LeaseRenewed = z.strictObject({
@@ -140,6 +179,27 @@ const LeaseExpired = z.strictObject({
   type: z.literal("lease_expired"),
   at,
   data: z.strictObject({ lease_id: z.string(), candidate_id: z.string() }),
+});
+/**
+ * A report not judged because its comparison was stale (`staleComparison`): the best changed since the
+ * lease was granted, or the runner compared against another commit than its lease named. The candidate
+ * goes back to the queue in its place; the observation itself is not recorded, only what identifies
+ * the report (so a retry answers the same) and the three commits that made it stale.
+ */
+const LeaseRequeued = z.strictObject({
+  type: z.literal("lease_requeued"),
+  at,
+  data: z.strictObject({
+    lease_id: z.string(),
+    candidate_id: z.string(),
+    fencing_token: z.number().int().min(1),
+    request_hash: Sha256,
+    reason: z.enum(["stale_comparison"]),
+    /** What the lease named; what the runner said it compared against (null when it did not say); the best when it reported. */
+    compare_to: BestRef,
+    compared_to: GitCommit.nullable(),
+    best: BestRef,
+  }),
 });
 const ObservationReported = z.strictObject({
   type: z.literal("observation_reported"),
@@ -208,6 +268,7 @@ export const EventDraft = z.discriminatedUnion("type", [
   LeaseGranted,
   LeaseRenewed,
   LeaseExpired,
+  LeaseRequeued,
   ObservationReported,
   VerdictIssued,
   Halted,
@@ -226,6 +287,7 @@ export const LoopEvent = z.discriminatedUnion("type", [
   LeaseGranted.extend(sealed),
   LeaseRenewed.extend(sealed),
   LeaseExpired.extend(sealed),
+  LeaseRequeued.extend(sealed),
   ObservationReported.extend(sealed),
   VerdictIssued.extend(sealed),
   Halted.extend(sealed),

@@ -4,6 +4,7 @@ export * from "./decide.js";
 export * from "./events.js";
 export * from "./guards.js";
 export * from "./halt-reasons.js";
+export * from "./labels.js";
 export * from "./state.js";
 export * from "./support.js";
 export * from "./statistics.js";

@@ -1,6 +1,6 @@
 import type { Contract } from "../wire/contract.js";
 import type { AgentReport } from "../wire/agent-report.js";
-import type { AgentRun, ConfirmReadings, Confirmation, EventDraft, Halt, Verdict } from "./events.js";
+import type { AgentRun, BestRef, ConfirmReadings, Confirmation, EventDraft, Halt, Verdict, BundleRef } from "./events.js";
 import { baselineGuards, type BaselineGuards } from "./guards.js";
 import { standingOf, testBaseOf, type TestBase, type TestStanding } from "./test-sets.js";
 
@@ -13,6 +13,18 @@ export interface LeaseState {
   runner_id: string;
   fencing_token: number;
   expires_at: string;
+  /** The best-so-far when it was granted, which the candidate is compared against; null for a lease granted before leases named it. */
+  compare_to: BestRef | null;
+}
+
+/** A report that was not judged because its comparison was stale (`lease_requeued`): enough to answer its retry the same. */
+export interface RequeuedReport {
+  lease_id: string;
+  fencing_token: number;
+  request_hash: string;
+  compare_to: BestRef;
+  compared_to: string | null;
+  best: BestRef;
 }
 
 /** Everything the engine knows about one candidate. */
@@ -25,6 +37,8 @@ export interface CandidateState {
   agent_report: AgentReport | null;
   /** Digest of the change from its parent: with the parent, it names the tree evaluated. */
   diff_sha256: string;
+  /** The git bundle that carries its commit to runners in other checkouts, when the proposer uploaded one. */
+  bundle: BundleRef | null;
   idempotency_key: string;
   request_hash: string;
   proposed_at: string;
@@ -42,6 +56,8 @@ export interface CandidateState {
   verdict: Verdict | null;
   /** The last `need_samples` answer while more readings are awaited on the lease; null otherwise. */
   pending: Verdict | null;
+  /** Reports re-queued unjudged because their comparison was stale, oldest first: a retry of one answers the same. */
+  requeued: RequeuedReport[];
 }
 
 /** The best-so-far: t0 until the first promotion. */
@@ -211,6 +227,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
         agent: data.agent,
         agent_report: data.agent_report ?? null,
         diff_sha256: data.diff_sha256,
+        bundle: data.bundle ?? null,
         idempotency_key: data.idempotency_key,
         request_hash: data.request_hash,
         proposed_at: event.at,
@@ -219,6 +236,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
         report: null,
         verdict: null,
         pending: null,
+        requeued: [],
       };
       own(state, "candidates")[data.candidate_id] = candidate;
       own(state, "candidate_order").push(data.candidate_id);
@@ -233,6 +251,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
         runner_id: data.runner_id,
         fencing_token: data.fencing_token,
         expires_at: data.expires_at,
+        compare_to: data.compare_to ?? null,
       };
       updateCandidate(state, data.candidate_id, { status: "leased", lease });
       own(state, "lease_index")[data.lease_id] = data.candidate_id;
@@ -248,6 +267,19 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
     }
     case "lease_expired":
       return updateCandidate(state, event.data.candidate_id, { status: "queued", lease: null });
+    case "lease_requeued": {
+      // As an expiry: back to the queue in its place. An earlier `need_samples` answer on the lease stays
+      // as it was (its retry answers the same); the next lease's reports bring their own readings.
+      const { data } = event;
+      const candidate = state.candidates[data.candidate_id];
+      if (!candidate) throw new Error(`lease_requeued for unknown candidate ${data.candidate_id}`);
+      const { lease_id, fencing_token, request_hash, compare_to, compared_to, best } = data;
+      return updateCandidate(state, data.candidate_id, {
+        status: "queued",
+        lease: null,
+        requeued: [...candidate.requeued, { lease_id, fencing_token, request_hash, compare_to, compared_to, best }],
+      });
+    }
     case "observation_reported": {
       const { data } = event;
       return updateCandidate(state, data.candidate_id, {

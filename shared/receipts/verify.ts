@@ -2,7 +2,7 @@ import { utf8 } from "@scure/base";
 import { canonicalJson } from "../canonical-json.js";
 import { sha256Hex } from "../hash.js";
 import { verifyChain, type ChainHead } from "../engine/chain.js";
-import { confirmBest, createLoop, proposeCandidate } from "../engine/commands.js";
+import { confirmBest, createLoop, proposeCandidate, requeueIfStale } from "../engine/commands.js";
 import { decide } from "../engine/decide.js";
 import { LoopEvent, type EventDraft } from "../engine/events.js";
 import { stepwiseFold, type LoopState } from "../engine/state.js";
@@ -42,6 +42,8 @@ export interface ReceiptVerification {
 function describeDraft(draft: EventDraft): string {
   if (draft.type === "verdict") return `verdict ${draft.data.decision} (${draft.data.reason}) for ${draft.data.candidate_id}`;
   if (draft.type === "halted") return `halt ${draft.data.halt_reason}`;
+  if (draft.type === "lease_requeued")
+    return `re-queue of ${draft.data.candidate_id} (leased against ${draft.data.compare_to.candidate_id}, best ${draft.data.best.candidate_id})`;
   if (draft.type === "confirm_measured") return `confirm of ${draft.data.candidate_id} (${formatPercent(draft.data.estimate)} over ${draft.data.pairs} pairs)`;
   return draft.type;
 }
@@ -102,7 +104,9 @@ export function rederive(events: readonly LoopEvent[]): { ok: true; state: LoopS
 
 /**
  * The events the engine appends right after a creation or a proposal, computed from the loop before it
- * (the command is re-run and must produce the recorded event first); null for any other event.
+ * (the command is re-run and must produce the recorded event first); null for any other event. Leases
+ * are checked against the same loop: a lease names the best of its time, a report is judged only when
+ * its comparison is not stale, and a re-queue only when it is (nothing is promoted on stale evidence).
  */
 function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[] | null {
   if (draft.type === "loop_created") {
@@ -123,12 +127,34 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
       agent: data.agent,
       agent_report: data.agent_report,
       agent_report_error: data.agent_report_error,
+      bundle: data.bundle,
     };
     const proposed = proposeCandidate(state, proposal, { request_hash: data.request_hash, at: draft.at });
     if (!proposed.ok) throw new Error(`the engine refuses this proposal (${proposed.error.message})`);
     const [recomputed, ...rest] = proposed.events;
     if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("the engine proposes this candidate differently");
     return rest;
+  }
+  if (state && draft.type === "lease_granted") {
+    const named = draft.data.compare_to;
+    // Absent from leases granted before leases named what they compare against.
+    if (named && (named.candidate_id !== state.best.candidate_id || named.commit !== state.best.commit)) {
+      throw new Error(`the lease names ${named.candidate_id} as the best, but the best was ${state.best.candidate_id}`);
+    }
+    return null;
+  }
+  if (state && draft.type === "observation_reported") {
+    const { data } = draft;
+    const stale = requeueIfStale(state, { ...data, compared_to: data.observation.compared_to, at: draft.at });
+    if (stale) throw new Error(`a report under a stale comparison is judged here; the engine answers it with a ${describeDraft(stale)}`);
+    return null;
+  }
+  if (state && draft.type === "lease_requeued") {
+    const { data } = draft;
+    const recomputed = requeueIfStale(state, { ...data, compared_to: data.compared_to ?? undefined, at: draft.at });
+    if (!recomputed) throw new Error("the engine does not re-queue here: the lease is not current or its comparison is not stale");
+    if (canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error(`recorded ${describeDraft(draft)}, recomputed ${describeDraft(recomputed)}`);
+    return [];
   }
   if (state && draft.type === "confirm_measured") {
     // The estimate is recomputed from the recorded readings: a confirm figure is the engine's, never the runner's.

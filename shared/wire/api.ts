@@ -1,6 +1,6 @@
 import { z } from "zod";
-import { Baseline, ConfirmReadings, Confirmation, Halt, ProposalFields, Repository, Verdict } from "../engine/events.js";
-import { Contract } from "./contract.js";
+import { Baseline, BestRef, BundleRef, ConfirmReadings, Confirmation, Halt, ProposalFields, ReportAnswer, Repository, Verdict } from "../engine/events.js";
+import { Contract, Labels } from "./contract.js";
 import { GitCommit, Observation, Sha256 } from "./observation.js";
 
 // One schema per message of DESIGN §8. The worker validates requests with these; the runner parses
@@ -65,6 +65,8 @@ export const LoopList = z.object({
       status: z.string(),
       iteration: z.number().int(),
       halt_reason: z.string().nullable(),
+      /** The pinned contract's hash: a runner evaluates only loops whose contract its checkout has (invariant 4). */
+      contract_hash: Sha256,
       created_at: z.string(),
       updated_at: z.string(),
     }),
@@ -95,11 +97,21 @@ export const ProposeCandidateResponse = z.object({
 });
 export type ProposeCandidateResponse = z.infer<typeof ProposeCandidateResponse>;
 
-/** `POST /v1/loops/:id/leases`. */
+/** Runner ids: chosen by the runner, unique per runner process (and per slot of `work --concurrency`). */
+export const RunnerId = z.string().regex(/^[A-Za-z0-9_.:-]{1,100}$/, "use 1-100 letters, digits or _.:-");
+
+/** The longest a long-poll is held open (DESIGN §8). */
+export const MAX_WAIT_MS = 25_000;
+
+/** `POST /v1/loops/:id/leases`: a job for a runner with these labels; `wait_ms` long-polls for one (at most 25 s). */
 export const LeaseRequest = z.strictObject({
-  runner_id: z.string().regex(/^[A-Za-z0-9_.:-]{1,100}$/, "use 1-100 letters, digits or _.:-"),
+  runner_id: RunnerId,
+  labels: Labels.default({}),
+  wait_ms: z.number().int().min(0).max(MAX_WAIT_MS).default(0),
 });
 export type LeaseRequest = z.infer<typeof LeaseRequest>;
+/** A lease request as a runner writes it (labels and wait have defaults). */
+export type LeaseRequestInput = z.input<typeof LeaseRequest>;
 
 /** A lease on one job (DESIGN §2). The job names a candidate and the contract hash, never a command (invariant 4). */
 export const Lease = z.object({
@@ -113,6 +125,16 @@ export const Lease = z.object({
     candidate_id: z.string(),
     commit: GitCommit,
     contract_hash: Sha256,
+    /**
+     * The best-so-far the candidate is measured and judged against (echoed as `compared_to` in the
+     * observation); null only for a lease granted before leases named it.
+     */
+    compare_to: BestRef.nullable(),
+    /**
+     * Git bundles that carry the job's commits (the candidate's, and the best's when it is a candidate)
+     * to a runner whose checkout lacks them; it checks each commit id after fetching (DESIGN §10).
+     */
+    bundles: z.array(BundleRef.extend({ commit: GitCommit })).default([]),
   }),
 });
 export type Lease = z.infer<typeof Lease>;
@@ -128,8 +150,11 @@ export const ReportRequest = z.strictObject({
 });
 export type ReportRequest = z.infer<typeof ReportRequest>;
 
-/** `POST /v1/leases/:leaseId/report` answer. */
-export const ReportResponse = z.object({ verdict: Verdict, loop: LoopSummary });
+/**
+ * `POST /v1/leases/:leaseId/report` answer: the verdict, or `requeued` when the best moved on since the
+ * lease (the candidate goes back to the queue, to be compared with the new best).
+ */
+export const ReportResponse = z.object({ verdict: ReportAnswer, loop: LoopSummary });
 export type ReportResponse = z.infer<typeof ReportResponse>;
 
 /** `POST /v1/loops/:id/artifacts`: the intent to upload one content-addressed file. */

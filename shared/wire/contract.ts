@@ -115,6 +115,33 @@ export const Task = z.strictObject({
   check: z.string({ error: "every task needs its own check command (a task without one is check_inadequate)" }).min(1).max(4_000),
 });
 
+/** The most labels a contract may require or a runner offer: enough to name a machine, few enough to read. */
+export const MAX_LABELS = 20;
+
+const LabelPart = /^[A-Za-z0-9_.-]{1,64}$/;
+
+/**
+ * Runner labels (DESIGN §11), key to value: `{ gpu: h100, os: linux }`. zod drops a `__proto__` key
+ * from a record without a word, so it is refused before parsing: a required label must never vanish.
+ */
+export const Labels = z.preprocess(
+  (labels: Record<string, string>, ctx) => {
+    if (typeof labels === "object" && labels !== null && Object.hasOwn(labels, "__proto__")) {
+      ctx.addIssue({ code: "custom", path: ["__proto__"], message: "is not a label key; use another name", input: labels });
+    }
+    return labels;
+  },
+  z
+    .record(z.string().regex(LabelPart), z.string().regex(LabelPart, "is not a label value; use 1-64 letters, digits, '.', '_' or '-'"), {
+      error: (issue) => (issue.code === "invalid_key" ? "is not a label key; use 1-64 letters, digits, '.', '_' or '-'" : undefined),
+    })
+    .refine((labels) => Object.keys(labels).length <= MAX_LABELS, { message: `has more than ${MAX_LABELS} labels` }),
+);
+export type Labels = z.infer<typeof Labels>;
+
+/** Who may evaluate this loop's candidates: runners whose labels include every one of `labels`, with the same value. */
+export const EvaluateSpec = z.strictObject({ labels: Labels });
+
 /** The loop contract (DESIGN §5). */
 export const Contract = z
   .strictObject({
@@ -130,6 +157,8 @@ export const Contract = z
     artifacts: z.array(z.string().min(1).max(500)).max(100).optional(),
     exec: z.strictObject({ network: z.enum(["none", "host"], { error: "use none or host" }) }).optional(),
     tasks: z.array(Task).min(1).max(1_000).optional(),
+    // Optional without a default: a contract that does not ask for labels hashes as it did before them.
+    evaluate: EvaluateSpec.optional(),
   })
   .superRefine((contract, ctx) => {
     const seen = new Set<string>();

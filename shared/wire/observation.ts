@@ -130,7 +130,18 @@ function noTestBothPassingAndFailing(observation: { tests: FullTests | DeltaTest
  * An observation: what a runner measured on one commit (DESIGN §2). Never a decision (invariant 1).
  * Its tests are in full (t0, and logs of the first format) or a difference from t0's collected set.
  */
-export const Observation = z.strictObject({ ...observationFields, tests: z.union([FullTests, DeltaTests]) }).superRefine(noTestBothPassingAndFailing);
+export const Observation = z
+  .strictObject({
+    ...observationFields,
+    tests: z.union([FullTests, DeltaTests]),
+    /**
+     * The best-so-far commit the runner compared the candidate with, echoed from its lease's `compare_to`.
+     * A report that names another commit than its lease is not judged (the candidate is re-queued).
+     * Absent in reports of runners that predate it; t0's observation never has one.
+     */
+    compared_to: GitCommit.optional(),
+  })
+  .superRefine(noTestBothPassingAndFailing);
 export type Observation = z.infer<typeof Observation>;
 
 /** An observation with its tests in full: what a runner measures, and how t0 is sent and recorded. */

@@ -140,11 +140,11 @@ export interface TestCoordinator {
  * A temporary directory and a coordinator shared by the tests of one describe block: started before
  * them, stopped (by PID) and removed after.
  */
-export function sharedCoordinator(prefix: string): { tmp: { dir: string }; coordinator: { readonly url: string } } {
+export function sharedCoordinator(prefix: string, env: NodeJS.ProcessEnv = {}): { tmp: { dir: string }; coordinator: { readonly url: string } } {
   const tmp = tempDir(prefix);
   let started: TestCoordinator | undefined;
   beforeAll(async () => {
-    started = await startCoordinator(path.join(tmp.dir, "state"));
+    started = await startCoordinator(path.join(tmp.dir, "state"), undefined, env);
   });
   afterAll(async () => {
     await started?.stop();
@@ -161,11 +161,11 @@ export function sharedCoordinator(prefix: string): { tmp: { dir: string }; coord
   };
 }
 
-export async function startCoordinator(stateDir: string, port?: number): Promise<TestCoordinator> {
+export async function startCoordinator(stateDir: string, port?: number, env: NodeJS.ProcessEnv = {}): Promise<TestCoordinator> {
   const chosen = port ?? (await freePort());
   const child = spawn(process.execPath, [BIN, "--json", "--state", stateDir, "serve", "--port", String(chosen)], {
     cwd: ROOT,
-    env: { ...process.env, NO_COLOR: "1", LOOPWARDEN_OWNER_TOKEN: TEST_OWNER_TOKEN },
+    env: { ...process.env, NO_COLOR: "1", LOOPWARDEN_OWNER_TOKEN: TEST_OWNER_TOKEN, ...env },
     stdio: ["ignore", "pipe", "pipe"],
     detached: true,
   });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { Contract, type ContractInput } from "../../shared/wire/contract.js";
+import { canonicalJson } from "../../shared/canonical-json.js";
+import { Contract, MAX_LABELS, type ContractInput } from "../../shared/wire/contract.js";
 
 const minimal: ContractInput = {
   name: "parser-fixes",
@@ -129,5 +130,46 @@ describe("Contract", () => {
     const parsed = Contract.parse({ ...minimal, gates: [{ name: "unit", run: "npm test", timeout: "90s" }], agent: { run: "x", timeout: "1h30m" } });
     expect(parsed.gates[0]?.timeout).toBe("90s");
     expect(parsed.agent.timeout).toBe("1h30m");
+  });
+});
+
+describe("Contract: evaluate.labels (DESIGN §11)", () => {
+  it("keeps the labels a runner must have", () => {
+    expect(Contract.parse({ ...minimal, evaluate: { labels: { gpu: "h100", os: "linux", "cuda.version": "12_4" } } }).evaluate).toEqual({
+      labels: { gpu: "h100", os: "linux", "cuda.version": "12_4" },
+    });
+    expect(Contract.parse({ ...minimal, evaluate: { labels: {} } }).evaluate).toEqual({ labels: {} });
+  });
+
+  it("adds nothing to a contract without them, so it hashes as it did before labels existed (see also event-log-fixture)", () => {
+    const parsed = Contract.parse(minimal);
+    expect(parsed).not.toHaveProperty("evaluate");
+    expect(canonicalJson(parsed)).not.toContain("evaluate");
+  });
+
+  const manyLabels = Object.fromEntries(Array.from({ length: MAX_LABELS + 1 }, (_, index) => [`k${index}`, "v"]));
+  it.each<[string, unknown, (string | number)[], string]>([
+    ["a key with a space", { labels: { "gpu model": "h100" } }, ["evaluate", "labels", "gpu model"], "is not a label key"],
+    ["an empty key", { labels: { "": "h100" } }, ["evaluate", "labels", ""], "is not a label key"],
+    ["a key of 65 characters", { labels: { ["k".repeat(65)]: "x" } }, ["evaluate", "labels", "k".repeat(65)], "is not a label key"],
+    ["a value with '='", { labels: { gpu: "h100=1" } }, ["evaluate", "labels", "gpu"], "is not a label value"],
+    ["an empty value", { labels: { gpu: "" } }, ["evaluate", "labels", "gpu"], "is not a label value"],
+    ["a value that is not a string", { labels: { gpus: 2 } }, ["evaluate", "labels", "gpus"], "expected string"],
+    [`more than ${MAX_LABELS} labels`, { labels: manyLabels }, ["evaluate", "labels"], `more than ${MAX_LABELS} labels`],
+    [
+      "a __proto__ key, which would otherwise vanish",
+      { labels: JSON.parse('{"__proto__": "x"}') as unknown },
+      ["evaluate", "labels", "__proto__"],
+      "is not a label key",
+    ],
+    ["no labels at all", {}, ["evaluate", "labels"], ""],
+  ])("refuses %s and names where it is", (_what, evaluate, path, message) => {
+    expect(issuesOf({ ...minimal, evaluate })).toEqual([expect.objectContaining({ path, message: expect.stringContaining(message) })]);
+  });
+
+  it("refuses a key evaluate does not have, naming it", () => {
+    expect(issuesOf({ ...minimal, evaluate: { labels: {}, lables: { gpu: "h100" } } })).toEqual([
+      expect.objectContaining({ code: "unrecognized_keys", path: ["evaluate"], keys: ["lables"] }),
+    ]);
   });
 });

@@ -14,11 +14,12 @@ import {
   type LoopState,
   type Outcome,
   type Proposal,
+  type ReportAnswer,
   type Verdict,
 } from "../../shared/engine/index.js";
 import { canonicalJson } from "../../shared/canonical-json.js";
 import { sha256Hex } from "../../shared/hash.js";
-import { Contract, type ContractInput } from "../../shared/wire/contract.js";
+import { Contract, type ContractInput, type Labels } from "../../shared/wire/contract.js";
 import type { FullObservation, Observation } from "../../shared/wire/observation.js";
 
 // A driver for the pure engine: it plays the LoopObject's part (apply the events a command answers)
@@ -121,8 +122,8 @@ export class LoopHarness {
     return this.apply(proposeCandidate(this.state, proposal, { request_hash: requestHash ?? requestHashOf(proposal), at: this.now() }));
   }
 
-  lease(runnerId = "runner-1", ttlMs = 60_000): Outcome<GrantedLease | null> {
-    return this.apply(grantLease(this.state, { runner_id: runnerId, at: this.now(), ttl_ms: ttlMs }));
+  lease(runnerId = "runner-1", ttlMs = 60_000, labels: Labels = {}): Outcome<GrantedLease | null> {
+    return this.apply(grantLease(this.state, { runner_id: runnerId, labels, at: this.now(), ttl_ms: ttlMs }));
   }
 
   renew(lease: { lease_id: string; fencing_token: number }, ttlMs = 60_000): Outcome<GrantedLease> {
@@ -136,7 +137,7 @@ export class LoopHarness {
     return events;
   }
 
-  report(lease: { lease_id: string; fencing_token: number }, observation: Observation, requestHash?: string): Outcome<Verdict> {
+  report(lease: { lease_id: string; fencing_token: number }, observation: Observation, requestHash?: string): Outcome<ReportAnswer> {
     return this.apply(
       reportObservation(this.state, {
         ...lease,
@@ -155,6 +156,7 @@ export class LoopHarness {
     if (!leased.ok || !leased.value) throw new Error("no lease granted");
     const reported = this.report(leased.value, observationOf(failing));
     if (!reported.ok) throw new Error(`report refused: ${reported.error.code}`);
+    if (reported.value.decision === "requeued") throw new Error(`report re-queued: ${reported.value.detail}`);
     return reported.value;
   }
 

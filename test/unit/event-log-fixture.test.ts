@@ -2,6 +2,10 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { applyEvent, decide, foldEvents, LoopEvent, verifyChain, type LoopState } from "../../shared/engine/index.js";
+import { canonicalJson } from "../../shared/canonical-json.js";
+import { sha256Hex } from "../../shared/hash.js";
+import { rederive } from "../../shared/receipts/verify.js";
+import { Contract } from "../../shared/wire/contract.js";
 import { LoopSummary } from "../../shared/wire/api.js";
 import { summarizeLoop } from "../../worker/src/loop-view.js";
 import { ROOT } from "../support/cli.js";
@@ -45,5 +49,16 @@ describe("an event log of the first format", () => {
     }
     expect(rederived).toBe(events.filter((event) => event.type === "observation_reported").length);
     expect(rederived).toBeGreaterThan(0);
+  });
+
+  it("re-derives with the verifier, and its contract, parsed by today's schema, still hashes to the hash pinned then", () => {
+    const events = raw.map((line) => LoopEvent.parse(line));
+    expect(rederive(events)).toMatchObject({ ok: true });
+    const created = events[0];
+    if (created?.type !== "loop_created") throw new Error("the fixture does not start with loop_created");
+    const pinned = (raw[0] as { data: { contract: unknown } }).data.contract;
+    expect(sha256Hex(canonicalJson(Contract.parse(pinned)))).toBe(created.data.contract_hash);
+    // Its leases name no compare_to: they fold with none, and their reports were judged as they were.
+    expect(events.filter((event) => event.type === "lease_granted").every((event) => event.data.compare_to === undefined)).toBe(true);
   });
 });

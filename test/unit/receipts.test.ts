@@ -15,7 +15,7 @@ import {
   type Signer,
 } from "../../shared/receipts/index.js";
 import { verifyEd25519 } from "../../runner/src/receipt-crypto.js";
-import { LoopHarness } from "./engine-harness.js";
+import { LoopHarness, observationOf } from "./engine-harness.js";
 
 // Receipts (DESIGN §9): a DSSE envelope around an in-toto statement, signed with Ed25519, over a
 // hash-chained log whose every verdict re-derives with the engine. Every tampering must fail, naming
@@ -208,6 +208,48 @@ describe("receipts", async () => {
     const seq = forged.findIndex((event) => event.type === "confirm_measured") + 1;
     expect(result.first_failure).toMatch(
       new RegExp(`^verdicts: event ${seq}: cannot be applied \\(recorded confirm of c1 \\(900\\.0% over 8 pairs\\), recomputed confirm of c1`),
+    );
+  });
+
+  it("verifies a log in which a stale report was re-queued, and names a re-queue the engine would not have made", async () => {
+    // Two candidates evaluated at once: c1 is promoted, so c2's report (compared with t0) is re-queued, then judged against c1.
+    const harness = new LoopHarness(["suite.a", "suite.b", "suite.c"]);
+    harness.propose("fix-a");
+    harness.propose("fix-b");
+    const leased = [harness.lease("runner-1"), harness.lease("runner-2")].map((outcome) => {
+      if (!outcome.ok || !outcome.value) throw new Error("no lease");
+      return outcome.value;
+    });
+    const [one, two] = leased;
+    if (!one || !two) throw new Error("no lease");
+    const echo = (failing: string[], commit: string | undefined) => ({ ...observationOf(failing), ...(commit ? { compared_to: commit } : {}) });
+    harness.report(one, echo(["suite.b", "suite.c"], one.compare_to?.commit));
+    expect(harness.report(two, echo(["suite.a", "suite.c"], two.compare_to?.commit))).toMatchObject({ ok: true, value: { decision: "requeued" } });
+    const again = harness.lease("runner-2");
+    if (!again.ok || !again.value) throw new Error("no lease");
+    harness.report(again.value, echo(["suite.c"], again.value.compare_to?.commit));
+    const sealedLog = (drafts: readonly EventDraft[]) => {
+      let head: ChainHead | null = null;
+      return drafts.map((draft) => {
+        const event = sealEvent(draft, head);
+        head = { seq: event.seq, hash: event.hash };
+        return event;
+      });
+    };
+    const honest = sealedLog(harness.events);
+    const result = await verify({ envelope: await receiptOf(honest, key.signer), events: asRecords(honest) });
+    expect(result.first_failure).toBeNull();
+    expect(result.statement?.predicate).toMatchObject({ best: { candidate_id: "c2" }, iterations: { total: 2, promoted: 2 } });
+
+    const forged = sealedLog(
+      harness.events.map((draft) => (draft.type === "lease_requeued" ? { ...draft, data: { ...draft.data, best: draft.data.compare_to } } : draft)),
+    );
+    const seq = forged.findIndex((event) => event.type === "lease_requeued") + 1;
+    const tampered = await verify({ envelope: await receiptOf(forged, key.signer), events: asRecords(forged) });
+    expect(tampered.first_failure).toMatch(
+      new RegExp(
+        `^verdicts: event ${seq}: cannot be applied \\(recorded re-queue of c2 \\(leased against t0, best t0\\), recomputed re-queue of c2 \\(leased against t0, best c1\\)`,
+      ),
     );
   });
 

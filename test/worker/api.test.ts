@@ -15,6 +15,7 @@ import {
   postJson,
   proposeAndLease,
   logOf,
+  commitOf,
 } from "./fixtures.js";
 
 const [A, B, C] = TEST_IDS;
@@ -117,7 +118,9 @@ describe("a check_fixpoint loop through HTTP", () => {
       ttl_ms: 120_000,
       job: { kind: "evaluate", candidate_id: "c1", commit: candidateBody("slice-1").commit, contract_hash: loop.contract_hash },
     });
-    expect(Object.keys(lease.job).sort()).toEqual(["candidate_id", "commit", "contract_hash", "kind"]);
+    // What it is compared against and where its commits are, but still no command.
+    expect(Object.keys(lease.job).sort()).toEqual(["bundles", "candidate_id", "commit", "compare_to", "contract_hash", "kind"]);
+    expect(lease.job).toMatchObject({ compare_to: { candidate_id: "t0", commit: commitOf("t0-slice") }, bundles: [] });
     const idle = await postJson(`/v1/loops/${id}/leases`, { runner_id: "ci-box" });
     expect(idle.status).toBe(204);
     expect(await idle.text()).toBe("");

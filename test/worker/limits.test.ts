@@ -149,7 +149,7 @@ describe("state at scale", () => {
         const proposal = candidateBody(`long-${iteration}`) as Parameters<typeof instance.propose>[0]["proposal"];
         const proposed = await instance.propose({ caller: OWNER_CALLER, proposal, request_hash: sha256Hex(canonicalJson(proposal)) });
         if (!proposed.ok) throw new Error(`propose refused: ${proposed.code}`);
-        const leased = await instance.lease({ caller: OWNER_CALLER, runner_id: "runner-long" });
+        const leased = await instance.lease({ caller: OWNER_CALLER, runner_id: "runner-long", labels: {}, wait_ms: 0 });
         if (!leased.ok || !leased.lease) throw new Error("no lease");
         const observation = observationOf(["parse.empty"]);
         const reported = await instance.report({

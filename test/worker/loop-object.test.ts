@@ -185,7 +185,7 @@ function projectionBatches(loopId: string): { batches: OutboxItem[][]; state: Lo
   const input = createInput("projection", [A, B]);
   let current = append(createLoopEvents({ ...input, loop_id: loopId, at: at(0) }));
   current = append(proposeCandidate(current, proposeInput("projection").proposal, { request_hash: sha256Hex("p"), at: at(1) }));
-  const leased = grantLease(current, { runner_id: "laptop", at: at(2), ttl_ms: 60_000 });
+  const leased = grantLease(current, { runner_id: "laptop", labels: {}, at: at(2), ttl_ms: 60_000 });
   current = append(leased);
   if (!leased.ok || !leased.value) throw new Error("no lease");
   current = append(

@@ -19,14 +19,16 @@ import {
   type LoopEvent,
   type LoopState,
   type Proposal,
-  type Verdict,
+  type ReportAnswer,
 } from "../../shared/engine/index.js";
 import { canonicalJson } from "../../shared/canonical-json.js";
 import { bytesToHex } from "@noble/hashes/utils.js";
 import { envelopeDigest, IN_TOTO_PAYLOAD_TYPE, receiptStatement, signEnvelope, type Envelope } from "../../shared/receipts/index.js";
 import { VERSION } from "../../shared/version.js";
+import { parseDuration } from "../../shared/duration.js";
 import type { Contract } from "../../shared/wire/contract.js";
-import type { CandidateView, Lease, LoopSummary } from "../../shared/wire/api.js";
+import { MAX_WAIT_MS, type CandidateView, type Lease, type LoopSummary } from "../../shared/wire/api.js";
+import type { Labels } from "../../shared/wire/contract.js";
 import type { Observation } from "../../shared/wire/observation.js";
 import { outboxItemsFor, writeProjection, type OutboxItem } from "./db/projection.js";
 import { LOOP_OBJECT_MIGRATIONS } from "./loop-object-schema.js";
@@ -34,8 +36,18 @@ import { receiptKeyOf } from "./receipt-keys.js";
 import { summarizeLoop, viewCandidate } from "./loop-view.js";
 import { OWNER_TEAM, type Caller } from "./auth.js";
 
-/** How long a lease lives without a heartbeat. Runners heartbeat at a quarter of it. */
+/** How long a lease lives without a heartbeat, unless LEASE_TTL says otherwise. Runners heartbeat at a quarter of it. */
 export const LEASE_TTL_MS = 120_000;
+
+/**
+ * The lease lifetime of this deployment: the LEASE_TTL variable (a duration, `2m`, `10s`; between 2 s and
+ * an hour), else LEASE_TTL_MS. Short ones suit tests that kill runners; long ones, runners on flaky links.
+ */
+export function leaseTtlMs(env: { LEASE_TTL?: string }): number {
+  const configured = env.LEASE_TTL === undefined ? null : parseDuration(env.LEASE_TTL);
+  if (configured === null) return LEASE_TTL_MS;
+  return Math.min(3_600_000, Math.max(2_000, configured));
+}
 /** A page of the events route stops past this many bytes of events (DESIGN §8: pages bounded in bytes). */
 export const EVENTS_PAGE_BYTES = 4 * 1024 * 1024;
 /**
@@ -88,6 +100,8 @@ export class LoopObject extends DurableObject<Env> {
   private teamId: string = OWNER_TEAM;
   /** The final receipt being signed, so a report and the alarm never issue two. */
   private finalReceipt: Promise<void> | null = null;
+  /** Long-polls waiting for the log to grow (a proposal, an expiry, a verdict): woken after every append. */
+  private readonly waiting = new Set<() => void>();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -159,7 +173,21 @@ export class LoopObject extends DurableObject<Env> {
     });
     this.state = state;
     this.head = head;
+    for (const wake of [...this.waiting]) wake();
     return sealed;
+  }
+
+  /** Resolves at the next append, or after `ms`, whichever comes first. */
+  private nextAppend(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.waiting.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.waiting.add(wake);
+    });
   }
 
   /** Stores one sealed event: its body in its row, or, when longer than EVENT_PART_CHARS, in parts. */
@@ -297,17 +325,28 @@ export class LoopObject extends DurableObject<Env> {
     return { ok: true, candidate: viewCandidate(current, outcome.value.candidate_id), replayed: outcome.value.replayed, loop: this.summary() };
   }
 
-  /** Leases the next evaluation job to a runner; `lease: null` when there is none. */
-  async lease(input: { caller: Caller; runner_id: string }): Promise<Answer<{ lease: Lease | null }>> {
-    const state = this.admit(input.caller);
-    if (!state) return NOT_FOUND;
-    const outcome = grantLease(state, { runner_id: input.runner_id, at: new Date().toISOString(), ttl_ms: LEASE_TTL_MS });
-    if (!outcome.ok) return { ok: false, ...outcome.error };
-    this.append(outcome.events);
-    await this.scheduleAlarm();
-    const granted = outcome.value;
-    if (!granted) return { ok: true, lease: null };
-    return { ok: true, lease: this.leaseView(granted.lease_id, granted.fencing_token, granted.expires_at, granted.candidate.candidate_id) };
+  /**
+   * Leases the next evaluation job to a runner whose labels satisfy the contract's; `lease: null` when
+   * there is none. With `wait_ms`, a long-poll: held until a job is queued (a proposal, an expiry, a
+   * re-queue) or the wait ends, so idle runners cost one request per wait, not a poll loop.
+   */
+  async lease(input: { caller: Caller; runner_id: string; labels: Labels; wait_ms: number }): Promise<Answer<{ lease: Lease | null }>> {
+    const deadline = Date.now() + Math.min(input.wait_ms, MAX_WAIT_MS);
+    for (;;) {
+      // Re-read on every pass: the loop may have halted, or another runner taken the job, meanwhile.
+      const state = this.admit(input.caller);
+      if (!state) return NOT_FOUND;
+      const outcome = grantLease(state, { runner_id: input.runner_id, labels: input.labels, at: new Date().toISOString(), ttl_ms: leaseTtlMs(this.env) });
+      if (!outcome.ok) return { ok: false, ...outcome.error };
+      const granted = outcome.value;
+      if (granted) {
+        this.append(outcome.events);
+        await this.scheduleAlarm();
+        return { ok: true, lease: this.leaseView(granted.lease_id, granted.fencing_token, granted.expires_at, granted.candidate.candidate_id) };
+      }
+      if (state.halt || Date.now() >= deadline) return { ok: true, lease: null };
+      await this.nextAppend(deadline - Date.now());
+    }
   }
 
   private leaseView(leaseId: string, fencingToken: number, expiresAt: string, candidateId: string): Lease {
@@ -319,8 +358,17 @@ export class LoopObject extends DurableObject<Env> {
       loop_id: state.loop_id,
       fencing_token: fencingToken,
       expires_at: expiresAt,
-      ttl_ms: LEASE_TTL_MS,
-      job: { kind: "evaluate", candidate_id: candidateId, commit: candidate.commit, contract_hash: state.contract_hash },
+      ttl_ms: leaseTtlMs(this.env),
+      job: {
+        kind: "evaluate",
+        candidate_id: candidateId,
+        commit: candidate.commit,
+        contract_hash: state.contract_hash,
+        compare_to: candidate.lease?.compare_to ?? null,
+        bundles: [candidate, state.candidates[candidate.lease?.compare_to?.candidate_id ?? ""]].flatMap((holder) =>
+          holder?.bundle ? [{ commit: holder.commit, ...holder.bundle }] : [],
+        ),
+      },
     };
   }
 
@@ -328,7 +376,12 @@ export class LoopObject extends DurableObject<Env> {
   async heartbeat(input: { caller: Caller; lease_id: string; fencing_token: number }): Promise<Answer<{ lease: Lease }>> {
     const state = this.admit(input.caller);
     if (!state) return NOT_FOUND;
-    const outcome = renewLease(state, { lease_id: input.lease_id, fencing_token: input.fencing_token, at: new Date().toISOString(), ttl_ms: LEASE_TTL_MS });
+    const outcome = renewLease(state, {
+      lease_id: input.lease_id,
+      fencing_token: input.fencing_token,
+      at: new Date().toISOString(),
+      ttl_ms: leaseTtlMs(this.env),
+    });
     if (!outcome.ok) return { ok: false, ...outcome.error };
     this.append(outcome.events);
     await this.scheduleAlarm();
@@ -343,7 +396,7 @@ export class LoopObject extends DurableObject<Env> {
     fencing_token: number;
     observation: Observation;
     request_hash: string;
-  }): Promise<Answer<{ verdict: Verdict; loop: LoopSummary }>> {
+  }): Promise<Answer<{ verdict: ReportAnswer; loop: LoopSummary }>> {
     const { caller, ...report } = input;
     const state = this.admit(caller);
     if (!state) return NOT_FOUND;
@@ -371,8 +424,11 @@ export class LoopObject extends DurableObject<Env> {
   }
 
   /** Events after `after`, as stored (the exact bytes that were hashed), at most `limit`. */
-  async events(input: { caller: Caller; after: number; limit: number }): Promise<Answer<{ events: string[]; more: boolean }>> {
+  async events(input: { caller: Caller; after: number; limit: number; wait_ms?: number }): Promise<Answer<{ events: string[]; more: boolean }>> {
     if (!this.admit(input.caller)) return NOT_FOUND;
+    // A long-poll (`wait_ms`): held until an event follows `after`, or the wait ends with an empty page.
+    const deadline = Date.now() + Math.min(input.wait_ms ?? 0, MAX_WAIT_MS);
+    while ((this.head?.seq ?? 0) <= input.after && Date.now() < deadline) await this.nextAppend(deadline - Date.now());
     // Rows are read one at a time and the page ends at `limit` rows or EVENTS_PAGE_BYTES, whichever
     // comes first (always at least one row): a page of large reports stays a bounded response.
     const cursor = this.sql.exec<EventRow>("SELECT seq, body, parts FROM events WHERE seq > ? ORDER BY seq", input.after);

@@ -24,6 +24,8 @@ export const HALTED_BEFORE = "this loop had already halted, so no iteration was 
 export interface RunOptions extends ContractOptions, ServerOptions, OutputMode {
   once?: boolean;
   cwd: string;
+  /** `--labels`: this machine's runner labels (DESIGN §11). */
+  labels?: string | undefined;
 }
 
 /**

@@ -11,7 +11,7 @@ import { HALTED_BEFORE, reportOutcome } from "./run.js";
  * `loopwarden step`: evaluates the current working tree as one candidate and applies the verdict, for
  * agents that drive the loop themselves. Creates the loop (t0 = HEAD) on first use.
  */
-export async function stepLoop(options: ContractOptions & ServerOptions & OutputMode & { cwd: string }): Promise<number> {
+export async function stepLoop(options: ContractOptions & ServerOptions & OutputMode & { cwd: string; labels?: string | undefined }): Promise<number> {
   const session = await openSession({ ...options, purpose: "step" });
   try {
     if (session.loop.status !== "running") {

@@ -12,6 +12,7 @@ describe("Client errors", () => {
   let server: Server;
   let url = "";
   const hits = new Map<string, number>();
+  const limitedAt = new Map<string, number[]>();
   let received: { encoding: string; wireBytes: number; json: unknown } | undefined;
   beforeAll(async () => {
     server = createServer((request, response) => {
@@ -42,6 +43,19 @@ describe("Client errors", () => {
         response.end(seqs.map((seq) => `{"seq":${seq}}\n`).join(""));
         return;
       }
+      if (request.url?.startsWith("/limited/")) {
+        // Rate limited once, then answered: the retry must wait at least the second it is told to.
+        const times = (limitedAt.get(request.url) ?? []).concat(Date.now());
+        limitedAt.set(request.url, times);
+        if (times.length === 1) {
+          response.writeHead(429, { "Content-Type": "application/json", "Retry-After": "1" });
+          response.end(JSON.stringify({ error: { code: "rate_limited", message: "too many requests" } }));
+          return;
+        }
+        response.writeHead(404, { "Content-Type": "application/json" });
+        response.end(JSON.stringify({ error: { code: "not_found", message: "no such loop" } }));
+        return;
+      }
       const [status, code] = request.url?.includes("storage") ? [507, "storage_limit"] : [500, "internal_error"];
       response.writeHead(status, { "Content-Type": "application/json" });
       response.end(JSON.stringify({ error: { code, message: `answered ${status}` } }));
@@ -57,6 +71,20 @@ describe("Client errors", () => {
     expect(error).toBeInstanceOf(CoordinatorError);
     expect(error).toMatchObject({ status: 500, code: "internal_error", message: "answered 500" });
     expect(hits.get("/v1/loops/lp_0123456789abcdef01234567")).toBeGreaterThan(1);
+  });
+
+  it("a 429 is retried after its Retry-After; the 404 that follows is not retried", async () => {
+    const client = new Client(`${url}/limited`, { retryForMs: 10_000 });
+    await expect(client.getLoop("lp_0123456789abcdef01234567")).rejects.toMatchObject({ status: 404, code: "not_found" });
+    const times = limitedAt.get("/limited/v1/loops/lp_0123456789abcdef01234567") ?? [];
+    expect(times).toHaveLength(2);
+    expect((times[1] ?? 0) - (times[0] ?? 0)).toBeGreaterThanOrEqual(990);
+  });
+
+  it("a 429 whose Retry-After outlasts the retry budget is reported as the coordinator's answer", async () => {
+    const client = new Client(`${url}/limited`, { retryForMs: 200 });
+    await expect(client.getLoop("lp_1123456789abcdef01234567")).rejects.toMatchObject({ status: 429, code: "rate_limited" });
+    expect(limitedAt.get("/limited/v1/loops/lp_1123456789abcdef01234567")).toHaveLength(1);
   });
 
   it("a storage limit (507) is not retried: no retry can help", async () => {

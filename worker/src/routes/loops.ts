@@ -13,13 +13,16 @@ import {
   type ProposeCandidateResponse,
   type ReceiptIssued,
   ConfirmRequest,
+  MAX_WAIT_MS,
   type ConfirmResponse,
 } from "../../../shared/wire/api.js";
 import { loops } from "../db/schema.js";
+import { artifactKey } from "./artifacts.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import { requireScope, type AuthEnv } from "../auth.js";
 import { loopIdFor, loopStub, openLoop } from "../loops.js";
 import { readJson, readParam } from "../validate.js";
+import { Sha256 } from "../../../shared/wire/observation.js";
 
 /** Loop routes of DESIGN §8, mounted at `/v1/loops`. */
 export const loopRoutes = new Hono<AuthEnv>();
@@ -47,6 +50,9 @@ loopRoutes.post("/", async (c) => {
 const ListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(100).default(50),
   cursor: z.string().max(200).optional(),
+  status: z.enum(["running", "halted"]).optional(),
+  /** Only loops pinned to this contract: what a `work` runner in a checkout of it may evaluate. */
+  contract_hash: Sha256.optional(),
 });
 
 loopRoutes.get("/", async (c) => {
@@ -67,6 +73,8 @@ loopRoutes.get("/", async (c) => {
         // The owner lists every loop; a team its own; a token restricted to one loop, that loop.
         principal.owner ? undefined : eq(loops.teamId, principal.team_id),
         principal.loop_id === null ? undefined : eq(loops.id, principal.loop_id),
+        query.status === undefined ? undefined : eq(loops.status, query.status),
+        query.contract_hash === undefined ? undefined : eq(loops.contractHash, query.contract_hash),
         after ? or(lt(loops.createdAt, after.createdAt), and(eq(loops.createdAt, after.createdAt), lt(loops.id, after.id))) : undefined,
       ),
     )
@@ -82,6 +90,7 @@ loopRoutes.get("/", async (c) => {
       status: row.status,
       iteration: row.iteration,
       halt_reason: row.haltReason,
+      contract_hash: row.contractHash,
       created_at: row.createdAt,
       updated_at: row.updatedAt,
     })),
@@ -98,8 +107,16 @@ loopRoutes.get("/:id", async (c) => {
 });
 
 loopRoutes.post("/:id/candidates", async (c) => {
-  const { stub, caller } = openLoop(c, c.req.param("id"), "propose");
+  const { stub, caller, loopId } = openLoop(c, c.req.param("id"), "propose");
   const body = await readJson(c, ProposeCandidateRequest);
+  // A bundle the proposal names must be stored already, with its size (checked outside the LoopObject,
+  // as a report's logs are, so R2 latency never sits inside a decision).
+  if (body.bundle) {
+    const head = await c.env.ARTIFACTS.head(artifactKey(loopId, body.bundle.sha256));
+    if (!head || head.size !== body.bundle.size) {
+      throw new ApiError(422, "artifact_missing", `the candidate's bundle (${body.bundle.sha256}) is not stored; upload it first`);
+    }
+  }
   const answer = await stub.propose({ caller, proposal: body, request_hash: sha256Hex(canonicalJson(body)) });
   if (!answer.ok) throw refusalError(answer);
   const response: ProposeCandidateResponse = { candidate: answer.candidate, replayed: answer.replayed, loop: answer.loop };
@@ -118,6 +135,8 @@ loopRoutes.post("/:id/leases", async (c) => {
 const EventsQuery = z.object({
   after: z.coerce.number().int().min(0).default(0),
   limit: z.coerce.number().int().min(1).max(1_000).default(1_000),
+  /** A long-poll: with no event after `after`, wait up to this long (at most 25 s) for one. */
+  wait_ms: z.coerce.number().int().min(0).max(MAX_WAIT_MS).default(0),
 });
 
 loopRoutes.get("/:id/events", async (c) => {
