@@ -338,8 +338,16 @@ export function reportObservation(
     if (isRetry(requeued)) return { ok: true, events: [], value: requeuedAnswer(candidate.candidate_id, requeued) };
     return refuse("stale_lease", "the lease's comparison went stale and its candidate was re-queued; the observation was not recorded");
   }
-  // Only an answer of need_samples invites another report: more readings on the same lease.
-  if (candidate.report && (candidate.verdict || !candidate.pending)) return refuse("already_reported", "this candidate already has a reported observation");
+  // Only an answer of need_samples invites another report: more readings on the same lease. A report's
+  // idempotency key is its lease and fencing token (invariant 6): that key with another body, once
+  // judged, is a conflict (422), never a second observation; another lease's report is merely late (409).
+  if (candidate.report && (candidate.verdict || !candidate.pending)) {
+    const { lease_id, fencing_token } = candidate.report;
+    if (lease_id === input.lease_id && fencing_token === input.fencing_token) {
+      return refuse("idempotency_conflict", "this lease already reported a different observation, which was judged; a retry must send the same body");
+    }
+    return refuse("already_reported", "this candidate already has a reported observation");
+  }
   if (!isCurrentLease(candidate, input)) {
     return refuse("stale_lease", "the lease was reclaimed or superseded; the observation was not recorded");
   }

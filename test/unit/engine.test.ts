@@ -384,7 +384,7 @@ describe("engine: leases", () => {
     expect(harness.state.candidates.c1?.status).toBe("leased");
   });
 
-  it("answers a retried report with the recorded verdict and no new events; a different body is already_reported", () => {
+  it("answers a retried report with the recorded verdict and no new events; a different body under that lease is a conflict", () => {
     const harness = new LoopHarness([A, B]);
     harness.propose("one");
     const leased = harness.lease();
@@ -396,7 +396,7 @@ describe("engine: leases", () => {
     if (!first.ok) throw new Error("refused");
     expect(retry).toEqual({ ok: true, events: [], value: first.value });
     const different = harness.report(leased.value, observationOf([]));
-    expect(different).toMatchObject({ ok: false, error: { code: "already_reported" } });
+    expect(different).toMatchObject({ ok: false, error: { code: "idempotency_conflict" } });
     expect(harness.events).toHaveLength(count);
   });
 

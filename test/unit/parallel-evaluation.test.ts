@@ -498,7 +498,8 @@ describe("properties: parallel evaluation", () => {
             const outcome = harness.report(lease, observation);
             runner.last = { lease, observation, outcome };
             if (!outcome.ok) {
-              expect(["stale_lease", "already_reported", "loop_halted"]).toContain(outcome.error.code);
+              // A judged lease reporting another body is a conflict (invariant 6): refused, nothing recorded.
+              expect(["stale_lease", "already_reported", "idempotency_conflict", "loop_halted"]).toContain(outcome.error.code);
               continue;
             }
             // The same body as an earlier report of this lease is its retry, answered as recorded.

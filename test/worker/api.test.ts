@@ -182,7 +182,7 @@ describe("a check_fixpoint loop through HTTP", () => {
     expect(tail[0]?.prev).toBe(log[11]?.hash);
   });
 
-  it("answers a retried report with the same verdict and no new event; another body under that lease is 409", async () => {
+  it("answers a retried report with the same verdict and no new event; another body under that lease is 422", async () => {
     const loop = await createLoop("retry-report", [A, B]);
     const lease = await proposeAndLease(loop.loop_id, "retry-report");
     const body = { fencing_token: lease.fencing_token, observation: observationOf([A]) };
@@ -194,9 +194,10 @@ describe("a check_fixpoint loop through HTTP", () => {
     expect(retry.status).toBe(200);
     expect(((await retry.json()) as { verdict: unknown }).verdict).toEqual(verdict);
 
+    // Invariant 6: the same key (lease and fencing token) with a different body is 422, and changes nothing.
     const different = await report(lease.lease_id, { ...body, observation: observationOf([]) });
-    expect(different.status).toBe(409);
-    expect(await errorOf(different)).toMatchObject({ code: "already_reported" });
+    expect(different.status).toBe(422);
+    expect(await errorOf(different)).toMatchObject({ code: "idempotency_conflict" });
     expect(await logOf(loop.loop_id)).toEqual(before);
   });
 
