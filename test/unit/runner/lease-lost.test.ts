@@ -1,0 +1,80 @@
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { foldEvents } from "../../../shared/engine/index.js";
+import type { Lease } from "../../../shared/wire/api.js";
+import { CoordinatorError, type Client } from "../../../runner/src/client.js";
+import { validateContract } from "../../../runner/src/contract-file.js";
+import { evaluateLease } from "../../../runner/src/lease-job.js";
+import { gitIn, makeRepo, tempDir } from "../../support/cli.js";
+import { LoopHarness } from "../engine-harness.js";
+
+// A heartbeat answered 409 means the lease is someone else's now (reclaimed, or superseded by a newer
+// fencing token): the runner must stop the job's processes at once and abandon it, never report.
+
+const tmp = tempDir("lease-lost");
+afterAll(() => tmp.cleanup());
+
+/** Whether a process still runs: gone, or a zombie (killed, not yet reaped by whoever adopted it). */
+function isRunning(pid: number): boolean {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return false;
+  }
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0] !== "Z";
+}
+
+describe("a lost lease", () => {
+  it("kills the running gate's process group and abandons the job without reporting", async () => {
+    const pidFile = path.join(tmp.dir, "gate.pid");
+    // The gate records its pid and that of a child it starts, then waits far longer than the test.
+    const repo = makeRepo(path.join(tmp.dir, "repo"), {
+      "gate.sh": `sleep 300 & echo "$$ $!" > ${pidFile}; wait\n`,
+    });
+    const commit = gitIn(repo, "rev-parse", "HEAD").trim();
+    const loaded = validateContract(
+      { name: "lost", mode: "check_fixpoint", gates: [{ name: "slow", run: "sh gate.sh", timeout: "10m" }], agent: { run: "true" } },
+      "loop.yaml",
+    );
+    const harness = new LoopHarness(["suite.a"]);
+    let reports = 0;
+    let heartbeats = 0;
+    const client = {
+      heartbeat: async () => {
+        heartbeats++;
+        throw new CoordinatorError(409, "stale_lease", "the lease was reclaimed or superseded; stop this job");
+      },
+      report: async () => {
+        reports++;
+        throw new Error("a lost lease must never report");
+      },
+      uploadArtifact: async () => {
+        throw new Error("a lost lease uploads nothing");
+      },
+    } as unknown as Client;
+    const lease: Lease = {
+      lease_id: "lp_0123456789abcdef01234567-L1",
+      loop_id: "lp_0123456789abcdef01234567",
+      fencing_token: 1,
+      expires_at: new Date(Date.now() + 4_000).toISOString(),
+      ttl_ms: 4_000,
+      job: { kind: "evaluate", candidate_id: "c1", commit, contract_hash: loaded.hash, compare_to: { candidate_id: "t0", commit }, bundles: [] },
+    };
+    const folded = foldEvents(harness.events);
+    if (!folded) throw new Error("no state");
+    const result = await evaluateLease(
+      { client, loop: { loop_id: lease.loop_id }, folded: { seq: harness.events.length, state: folded }, repo, loaded, mode: { json: false, quiet: true } },
+      lease,
+      "[test] c1",
+    );
+    expect(result).toBeNull();
+    expect(heartbeats).toBeGreaterThanOrEqual(1);
+    expect(reports).toBe(0);
+    // The gate and the child it started were both stopped: the whole process group, not just the shell.
+    const pids = readFileSync(pidFile, "utf8").trim().split(" ").map(Number);
+    expect(pids).toHaveLength(2);
+    for (const pid of pids) expect(isRunning(pid), `pid ${pid}`).toBe(false);
+  });
+});
