@@ -164,4 +164,21 @@ describe("loopwarden work", () => {
       for (const child of started) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
     }
   });
+
+  it("an idle runner stops on SIGINT at once, exit 0; one outside a checkout with the contract is refused", async () => {
+    const repo = makeRepo(path.join(tmp.dir, "idle"), optimizeProject());
+    const worker = startCli(["--server", coordinator.url, "work", "--labels", "pool=shared"], { cwd: repo });
+    try {
+      await waitFor(() => worker.output().includes("working for every running loop"), "the runner to start");
+      worker.kill("SIGINT");
+      expect(await exitOf(worker)).toBe(0);
+      expect(worker.output()).toContain("stopped after 0 job(s)");
+    } finally {
+      if (worker.exitCode === null) worker.kill("SIGKILL");
+    }
+    const bare = makeRepo(path.join(tmp.dir, "bare"), { "README.md": "no contract here\n" });
+    const refused = await runCli(["--server", coordinator.url, "work"], { cwd: bare });
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(/loop\.yaml/);
+  });
 });
