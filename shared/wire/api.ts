@@ -178,6 +178,9 @@ export const Health = z.object({ ok: z.literal(true), version: z.string() });
 /** Receipt ids: `rc_` and 32 hex digits, unguessable (DESIGN §9). */
 export const ReceiptId = z.string().regex(/^rc_[0-9a-f]{32}$/, "is not a receipt id");
 
+/** `POST /v1/loops/:id/receipts`: no fields (an empty body is taken as `{}`). */
+export const IssueReceiptRequest = z.strictObject({});
+
 /** `POST /v1/loops/:id/receipts` answer: an interim receipt over the log as it is now. */
 export const ReceiptIssued = z.object({
   receipt_id: ReceiptId,

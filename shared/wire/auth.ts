@@ -59,6 +59,9 @@ export const CreateTokenRequest = z.strictObject({
 });
 export type CreateTokenRequest = z.infer<typeof CreateTokenRequest>;
 
+/** `DELETE /v1/tokens/:id`: no fields (an empty body is taken as `{}`). */
+export const RevokeTokenRequest = z.strictObject({});
+
 /** A token as `token list` shows it: never its secret. */
 export const TokenView = z.object({
   token_id: TokenId,

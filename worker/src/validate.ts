@@ -37,9 +37,13 @@ async function bodyText(c: Context): Promise<string> {
   }
 }
 
-/** Reads and validates a JSON body (plain or gzip-encoded); a malformed or invalid body is a 4xx that changes nothing. */
-export async function readJson<S extends z.ZodType>(c: Context, schema: S): Promise<z.infer<S>> {
+/**
+ * Reads and validates a JSON body (plain or gzip-encoded); a malformed or invalid body is a 4xx that
+ * changes nothing. With `empty`, a route whose body is optional takes an empty one as that value.
+ */
+export async function readJson<S extends z.ZodType>(c: Context, schema: S, options: { empty?: unknown } = {}): Promise<z.infer<S>> {
   const text = await bodyText(c);
+  if (text.trim() === "" && "empty" in options) return schema.parse(options.empty) as z.infer<S>;
   let body: unknown;
   try {
     body = JSON.parse(text);

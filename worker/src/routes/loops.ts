@@ -13,6 +13,7 @@ import {
   type ProposeCandidateResponse,
   type ReceiptIssued,
   ConfirmRequest,
+  IssueReceiptRequest,
   MAX_WAIT_MS,
   type ConfirmResponse,
 } from "../../../shared/wire/api.js";
@@ -151,6 +152,7 @@ loopRoutes.get("/:id/events", async (c) => {
 
 loopRoutes.post("/:id/receipts", async (c) => {
   const { stub, caller } = openLoop(c, c.req.param("id"), "propose");
+  await readJson(c, IssueReceiptRequest, { empty: {} });
   const answer = await stub.issueReceipt({ caller, kind: "interim" });
   if (!answer.ok) throw refusalError(answer);
   const response: ReceiptIssued = { receipt_id: answer.receipt_id, url: `${new URL(c.req.url).origin}/r/${answer.receipt_id}`, head: answer.head };

@@ -6,6 +6,7 @@ import { parseDuration } from "../../../shared/duration.js";
 import {
   CreateTeamRequest,
   CreateTokenRequest,
+  RevokeTokenRequest,
   TokenId,
   type Identity,
   type Scope,
@@ -136,6 +137,8 @@ tenancyRoutes.get("/tokens", async (c) => {
 tenancyRoutes.delete("/tokens/:id", async (c) => {
   const principal = requireScope(c, "admin");
   const id = readParam(c.req.param("id"), TokenId, "token id");
+  // No fields; an empty body is taken as `{}`, and anything else is refused rather than ignored.
+  await readJson(c, RevokeTokenRequest, { empty: {} });
   const db = drizzle(c.env.DB);
   const reachable = principal.owner ? eq(tokens.id, id) : and(eq(tokens.id, id), eq(tokens.teamId, principal.team_id));
   const row = await db.select().from(tokens).where(reachable).get();
