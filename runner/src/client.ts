@@ -1,9 +1,15 @@
+import { createHash } from "node:crypto";
+import { createReadStream, openAsBlob } from "node:fs";
 import { gzipSync } from "node:zlib";
 import type { z } from "zod";
 import { LoopEvent } from "../../shared/engine/events.js";
 import { sha256Hex } from "../../shared/hash.js";
 import {
   ArtifactIntentResponse,
+  ArtifactList,
+  ArtifactStored,
+  UploadedPart,
+  type CompleteMultipartRequest,
   ConfirmResponse,
   type ConfirmRequest,
   CreateLoopResponse,
@@ -52,6 +58,11 @@ function traceRequest(method: string, path: string, status: number | string, bod
   process.stderr.write(`loopwarden http: ${method} ${path} ${status} sent ${bytes} B${encoding} in ${Math.round(performance.now() - startedAt)} ms\n`);
 }
 
+/** Whether a URL the coordinator gave is its own path (`/v1/…`) rather than presigned storage. */
+function isCoordinatorPath(url: string): boolean {
+  return url.startsWith("/");
+}
+
 /** Statuses worth retrying: the request may not have been processed, and every mutating request is idempotent (DESIGN §4.6). */
 const RETRYABLE_STATUS = new Set([429, 500, 502, 503, 504]);
 
@@ -82,10 +93,12 @@ export class Client {
       let wait = backoff / 2 + Math.random() * (backoff / 2);
       const startedAt = performance.now();
       try {
-        const response = await fetch(`${this.baseUrl}${path}`, {
+        // A path is this coordinator's (with the token); a whole URL is presigned storage (never the token).
+        const coordinator = isCoordinatorPath(path);
+        const response = await fetch(coordinator ? `${this.baseUrl}${path}` : path, {
           method,
           headers: {
-            ...(this.options.token ? { Authorization: `Bearer ${this.options.token}` } : {}),
+            ...(coordinator && this.options.token ? { Authorization: `Bearer ${this.options.token}` } : {}),
             ...headers,
           },
           ...(body === undefined ? {} : { body }),
@@ -214,24 +227,91 @@ export class Client {
     return this.json("POST", `/v1/leases/${encodeURIComponent(leaseId)}/report`, ReportResponse, request);
   }
 
-  /** Uploads a content-addressed artifact unless the coordinator already has it (DESIGN §10). */
+  /** Uploads bytes held in memory (a gate's log) as a content-addressed artifact, unless the coordinator has it. */
   async uploadArtifact(loopId: string, name: string, bytes: Uint8Array, contentType: string): Promise<ArtifactRef> {
     const ref: ArtifactRef = { sha256: sha256Hex(bytes), size: bytes.byteLength, name, content_type: contentType };
+    return this.uploadBlob(loopId, ref, new Blob([bytes]));
+  }
+
+  /**
+   * Uploads a file as a content-addressed artifact (DESIGN §10), streamed from disk: its digest is
+   * computed by reading it once, then it is sent whole or part by part, as the coordinator answers.
+   */
+  async uploadArtifactFile(
+    loopId: string,
+    file: string,
+    name: string,
+    contentType: string,
+    onProgress?: (sent: number, total: number) => void,
+  ): Promise<ArtifactRef> {
+    const hash = createHash("sha256");
+    for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
+    const blob = await openAsBlob(file);
+    const ref: ArtifactRef = { sha256: hash.digest("hex"), size: blob.size, name, content_type: contentType };
+    return this.uploadBlob(loopId, ref, blob, onProgress);
+  }
+
+  private async uploadBlob(loopId: string, ref: ArtifactRef, blob: Blob, onProgress?: (sent: number, total: number) => void): Promise<ArtifactRef> {
     const intent = await this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/artifacts`, ArtifactIntentResponse, {
       sha256: ref.sha256,
       size: ref.size,
-      content_type: contentType,
+      content_type: ref.content_type,
+      name: ref.name,
     });
+    if (intent.status === "exists") return ref;
     if (intent.status === "upload") {
-      // Local mode streams through the worker (a path on this coordinator); presigned R2 URLs are on the roadmap.
-      if (!intent.url.startsWith("/")) {
-        throw new Error(`the coordinator asked for an upload to ${intent.url}; this runner only uploads through the coordinator`);
-      }
-      const response = await this.send("PUT", intent.url, new Blob([bytes]), { "Content-Type": contentType });
-      if (!response.ok) await this.parse(response, ArtifactIntentResponse);
+      const response = await this.send("PUT", intent.url, blob, { "Content-Type": ref.content_type });
+      if (!response.ok) await this.parse(response, ArtifactStored);
       await response.body?.cancel();
+      onProgress?.(ref.size, ref.size);
+      return ref;
     }
-    return ref;
+    // Multipart: each part is sent (and on failure re-sent, by `send`'s retries) on its own; a part
+    // that was stored is never sent again. Anything that fails aborts the upload, so no parts linger.
+    const parts: UploadedPart[] = [];
+    try {
+      for (const [index, url] of intent.part_urls.entries()) {
+        const start = index * intent.part_size;
+        const response = await this.send("PUT", url, blob.slice(start, Math.min(start + intent.part_size, ref.size)));
+        if (!response.ok) await this.parse(response, UploadedPart);
+        // The coordinator answers the part's ETag as JSON; presigned storage in the ETag header.
+        const etag = isCoordinatorPath(url) ? (await this.parse(response, UploadedPart)).etag : (response.headers.get("ETag") ?? "");
+        if (!isCoordinatorPath(url)) await response.body?.cancel();
+        if (!etag) throw new Error(`storage answered part ${index + 1} of ${ref.name} without an ETag`);
+        parts.push({ part_number: index + 1, etag });
+        onProgress?.(Math.min(start + intent.part_size, ref.size), ref.size);
+      }
+      const complete = await this.send("POST", intent.complete_url, JSON.stringify({ parts } satisfies CompleteMultipartRequest), {
+        "Content-Type": "application/json",
+      });
+      await this.parse(complete, ArtifactStored);
+      return ref;
+    } catch (error) {
+      await this.send("DELETE", intent.abort_url).then(
+        (response) => response.body?.cancel(),
+        () => undefined,
+      );
+      throw error;
+    }
+  }
+
+  /** An artifact's bytes (`GET /v1/loops/:id/artifacts/:sha256`); the caller checks the digest. */
+  async downloadArtifact(loopId: string, sha256: string): Promise<Uint8Array> {
+    const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/artifacts/${sha256}`);
+    if (!response.ok) await this.parse(response, Health);
+    return new Uint8Array(await response.arrayBuffer());
+  }
+
+  /** An artifact as a response, to stream (`logs`, `artifacts --download`); a refusal is thrown as the coordinator's error. */
+  async artifactResponse(loopId: string, sha256: string): Promise<Response> {
+    const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/artifacts/${sha256}`);
+    if (!response.ok) await this.parse(response, Health);
+    return response;
+  }
+
+  /** One page of a loop's recorded artifacts, newest first. */
+  listArtifacts(loopId: string, cursor?: string) {
+    return this.json("GET", `/v1/loops/${encodeURIComponent(loopId)}/artifacts${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ""}`, ArtifactList);
   }
 
   /** `POST /v1/teams` (owner token): a team and its first admin token. */
@@ -262,13 +342,6 @@ export class Client {
   /** `GET /v1/whoami`: the team, scopes and restriction of the token this client sends. */
   whoami() {
     return this.json("GET", "/v1/whoami", Identity);
-  }
-
-  /** An artifact's bytes (`GET /v1/loops/:id/artifacts/:sha256`); the caller checks the digest. */
-  async downloadArtifact(loopId: string, sha256: string): Promise<Uint8Array> {
-    const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/artifacts/${sha256}`);
-    if (!response.ok) await this.parse(response, Health);
-    return new Uint8Array(await response.arrayBuffer());
   }
 
   /** The contract a loop was created with (its first event, `loop_created`): what the loop pinned. */

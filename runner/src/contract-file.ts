@@ -3,7 +3,6 @@ import path from "node:path";
 import { isNode, LineCounter, parseDocument, type Document } from "yaml";
 import type { z } from "zod";
 import { canonicalJson } from "../../shared/canonical-json.js";
-import { unsupportedFeatures } from "../../shared/engine/support.js";
 import { sha256Hex } from "../../shared/hash.js";
 import { Contract } from "../../shared/wire/contract.js";
 import { UserError } from "./errors.js";
@@ -142,9 +141,6 @@ export function validateContract(input: unknown, source: string, doc: Document |
   if (!parsed.success) {
     throw new UserError(`invalid contract:\n${describeIssues(parsed.error, source, doc, lines).join("\n")}`, 2);
   }
-  const unsupported = unsupportedFeatures(parsed.data);
-  if (unsupported.length > 0)
-    throw new UserError(`the contract asks for more than this version enforces:\n${unsupported.map((line) => `${source} ${line}`).join("\n")}`, 2);
   return { contract: parsed.data, hash: contractHash(parsed.data), source };
 }
 

@@ -2,7 +2,7 @@ import { formatDuration } from "../../shared/duration.js";
 import type { Verdict } from "../../shared/engine/index.js";
 import type { Lease, LoopSummary, ReportResponse } from "../../shared/wire/api.js";
 import { compactTests } from "../../shared/engine/test-sets.js";
-import type { FullObservation } from "../../shared/wire/observation.js";
+import type { ArtifactRef, FullObservation } from "../../shared/wire/observation.js";
 import { CoordinatorError } from "./client.js";
 import { withClone, type Clone } from "./clone.js";
 import { UserError } from "./errors.js";
@@ -11,7 +11,8 @@ import { foldLoop, testBaseOf, type LoopReader } from "./event-log.js";
 import { contractFileOf, type LoadedContract } from "./contract-file.js";
 import { shortCommit } from "./git.js";
 import { liveStatus, paint, progress, type OutputMode } from "./output.js";
-import { samplePairs, type PairedSamples } from "./sampling.js";
+import { MetricLog, samplePairs, type PairedSamples } from "./sampling.js";
+import { matchArtifacts, uploadArtifactFiles } from "./artifact-files.js";
 import type { Session } from "./session.js";
 
 // A leased evaluation job (DESIGN §2): the candidate evaluated in a clean clone under heartbeats, its
@@ -73,16 +74,30 @@ export async function evaluateLease(ctx: JobContext, lease: Lease, label: string
       const evaluation = await evaluateIn(clone, { ...evaluationOptions(mode, ctx.loaded, label), contract });
       lost.signal.throwIfAborted();
       await uploadLogs(client, lease.loop_id, evaluation.logs);
+      const metricLog = new MetricLog();
+      // What the contract's `artifacts` globs match in the clone, and the metric command's output, stored
+      // by digest before each report names them (again after more readings: what is stored is not re-sent).
+      const storeArtifacts = async (): Promise<ArtifactRef[]> => {
+        const files = await matchArtifacts(clone.dir, contract.artifacts ?? []);
+        const refs = await uploadArtifactFiles(client, lease.loop_id, clone.dir, files, (text) => progress(mode, `${label}   ${text}`));
+        if (!metricLog.isEmpty) refs.push(await client.uploadArtifact(lease.loop_id, "metric.log", metricLog.bytes(), "text/plain; charset=utf-8"));
+        return refs;
+      };
       // Sent as a difference from t0's collected set (DESIGN §8): as large as what changed, not the suite.
       const tests = compactTests(evaluation.observation.tests, base);
       const report = async (observation: FullObservation) => {
         lost.signal.throwIfAborted();
+        const artifacts = await storeArtifacts();
         liveStatus(mode, `${label} reporting`);
-        const answer = await client.report(lease.lease_id, {
+        return client.report(lease.lease_id, {
           fencing_token: lease.fencing_token,
-          observation: { ...observation, tests, ...(lease.job.compare_to ? { compared_to: compareTo } : {}) },
+          observation: {
+            ...observation,
+            tests,
+            ...(artifacts.length > 0 ? { artifacts } : {}),
+            ...(lease.job.compare_to ? { compared_to: compareTo } : {}),
+          },
         });
-        return answer;
       };
       const decided = (answer: ReportResponse): { verdict: Verdict; loop: LoopSummary } | null => {
         if (answer.verdict.decision !== "requeued") return { verdict: answer.verdict, loop: answer.loop };
@@ -102,8 +117,13 @@ export async function evaluateLease(ctx: JobContext, lease: Lease, label: string
         const samples: PairedSamples = { best: [], candidate: [] };
         let wanted = metric.samples.min;
         for (;;) {
-          await samplePairs(samples, wanted, { best: jobClone(bestClone), candidate: clone }, contract, (done, of) =>
-            liveStatus(mode, `${label} ${metric.name}: pair ${done}/${of} (best, then candidate)`),
+          await samplePairs(
+            samples,
+            wanted,
+            { best: jobClone(bestClone), candidate: clone },
+            contract,
+            (done, of) => liveStatus(mode, `${label} ${metric.name}: pair ${done}/${of} (best, then candidate)`),
+            metricLog,
           );
           const answer = await report({ ...evaluation.observation, samples: { ...samples } });
           const { verdict } = answer;

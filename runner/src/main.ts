@@ -174,6 +174,31 @@ loopCommand(
 );
 
 program
+  .command("logs")
+  .description(
+    "print the stored output of a candidate's gate: by default the latest evaluated candidate's first failing gate (default loop: this repository's)",
+  )
+  .argument("[candidate]", "candidate id (c1, c2, …)")
+  .argument("[loop]", "loop id")
+  .option("--gate <name>", "this gate's output")
+  .option("--metric", "the metric command's output (optimize loops)")
+  .action(async (candidate: string | undefined, loop: string | undefined, options: { gate?: string; metric?: boolean }) => {
+    const { logsCommand } = await import("./commands/logs.js");
+    exitCode = await logsCommand(candidate, loop, { ...globals(), ...options, cwd: process.cwd() });
+  });
+
+program
+  .command("artifacts")
+  .description("list the files a candidate's evaluation stored (gate logs, metric output, the contract's artifacts); --download writes them, digests checked")
+  .argument("[candidate]", "candidate id (default: the latest evaluated)")
+  .argument("[loop]", "loop id (default: this repository's)")
+  .option("--download <dir>", "write every file to DIR")
+  .action(async (candidate: string | undefined, loop: string | undefined, options: { download?: string }) => {
+    const { artifactsCommand } = await import("./commands/logs.js");
+    exitCode = await artifactsCommand(candidate, loop, { ...globals(), ...options, cwd: process.cwd() });
+  });
+
+program
   .command("receipt")
   .description("issue a signed interim receipt over the loop's event log as it is now and print its public URL (default: this repository's current loop)")
   .argument("[loop]", "loop id")

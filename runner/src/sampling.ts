@@ -8,8 +8,34 @@ import { parseMetrics } from "./parsers/index.js";
 // `METRIC name=value` reading taken. Comparisons interleave the best-so-far and the candidate on this
 // runner (A B A B …), so slow drift of the machine hits both alike.
 
+/**
+ * What the metric command printed, reading by reading, kept as the evaluation's `metric.log` artifact
+ * (DESIGN §10): the last MAX_METRIC_LOG_BYTES of it, so a long comparison never grows it without end.
+ */
+export class MetricLog {
+  static readonly MAX_BYTES = 1024 * 1024;
+  private text = "";
+
+  add(label: string, output: Buffer): void {
+    this.text += `--- ${label}\n${output.toString("utf8")}${output.length > 0 && output.at(-1) !== 0x0a ? "\n" : ""}`;
+    if (this.text.length > MetricLog.MAX_BYTES) this.text = `[earlier output cut]\n${this.text.slice(-MetricLog.MAX_BYTES)}`;
+  }
+
+  get isEmpty(): boolean {
+    return this.text === "";
+  }
+
+  bytes(): Uint8Array {
+    return new TextEncoder().encode(this.text);
+  }
+}
+
 /** One reading of the contract's metric (and its secondary metrics) in `clone`, or why there is none. */
-export async function measureMetric(clone: Clone, contract: Contract): Promise<{ value: number; secondary: Record<string, number> } | { error: string }> {
+export async function measureMetric(
+  clone: Clone,
+  contract: Contract,
+  log?: { into: MetricLog; label: string },
+): Promise<{ value: number; secondary: Record<string, number> } | { error: string }> {
   const metric = contract.metric;
   if (!metric) return { error: "the contract has no metric" };
   const result = await runCommand(metric.run, {
@@ -19,6 +45,7 @@ export async function measureMetric(clone: Clone, contract: Contract): Promise<{
     signal: clone.signal,
     network: contract.exec?.network ?? "host",
   });
+  log?.into.add(`${log.label}: exit ${result.timed_out ? "timed out" : (result.exit_code ?? result.signal)}`, result.output);
   const tail = result.output.toString("utf8").trim().split("\n").slice(-3).join(" | ");
   if (result.timed_out) return { error: `the metric command timed out after ${metric.timeout}` };
   if (result.exit_code !== 0) return { error: `the metric command exited ${result.exit_code ?? result.signal}: ${tail}` };
@@ -53,10 +80,12 @@ export async function samplePairs(
   clones: { best: Clone; candidate: Clone },
   contract: Contract,
   onPair?: (done: number, wanted: number) => void,
+  log?: MetricLog,
 ): Promise<PairedSamples> {
   while (samples.best.length < pairs && samples.error === undefined) {
-    const best = await measureMetric(clones.best, contract);
-    const candidate = "error" in best ? best : await measureMetric(clones.candidate, contract);
+    const pair = samples.best.length + 1;
+    const best = await measureMetric(clones.best, contract, log && { into: log, label: `pair ${pair}, best-so-far` });
+    const candidate = "error" in best ? best : await measureMetric(clones.candidate, contract, log && { into: log, label: `pair ${pair}, candidate` });
     if ("error" in best) samples.error = `best-so-far: ${best.error}`;
     else if ("error" in candidate) samples.error = `candidate: ${candidate.error}`;
     else {

@@ -34,6 +34,8 @@ import { liveStatus, progress, type OutputMode } from "./output.js";
 import { clearPendingCreate, loadPendingCreate, savePendingCreate } from "./pending-create.js";
 import { sampleAlone } from "./sampling.js";
 import { parseLabels } from "./labels.js";
+import { failureLine } from "./candidate-evidence.js";
+import { foldLoop } from "./event-log.js";
 import { uploadCandidateBundle } from "./candidate-bundles.js";
 import type { Labels } from "../../shared/wire/contract.js";
 import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
@@ -253,6 +255,9 @@ export async function decideCandidate(session: Session, proposal: ProposeCandida
   }
   progress(session.mode, verdictLine(iteration, verdict));
   if (verdict.decision === "rejected") {
+    // Why, in the gates' own terms, and where the output is (a candidate rejected unevaluated has no report).
+    const why = failureLine((await foldLoop(session)).candidates[verdict.candidate_id]);
+    if (why) progress(session.mode, `[${iteration}]   ${why}`);
     const ref = rejectedRef(session.loop.loop_id, verdict.candidate_id);
     await revertTo(session.repo, session.loop.best.commit, { ref, commit: proposal.commit });
     progress(session.mode, `[${iteration}] restored the working tree to ${shortCommit(session.loop.best.commit)}; the candidate is kept at ${ref}`);

@@ -6,7 +6,6 @@ import type { AgentRun, Baseline, BestRef, BundleRef, ConfirmReadings, Confirmat
 import { compareSamples } from "./statistics.js";
 import { percentValue, type Labels } from "../wire/contract.js";
 import { canonicalJson } from "../canonical-json.js";
-import { unsupportedFeatures } from "./support.js";
 import { applyEvent, BASELINE_ID, type BestState, type CandidateState, type LeaseState, type LoopState, type RequeuedReport } from "./state.js";
 import { labelsSatisfy } from "./labels.js";
 import { compactTests, deltaProblem } from "./test-sets.js";
@@ -18,7 +17,6 @@ import { isDeltaTests } from "../wire/observation.js";
 /** An expected refusal, with a stable code the HTTP layer maps to a status. */
 export interface EngineError {
   code:
-    | "contract_unsupported"
     | "loop_halted"
     | "idempotency_conflict"
     | "lease_not_found"
@@ -50,8 +48,6 @@ export function createLoop(input: {
   repository?: string | undefined;
   at: string;
 }): Outcome<null> {
-  const unsupported = unsupportedFeatures(input.contract);
-  if (unsupported.length > 0) return refuse("contract_unsupported", unsupported.join("; "));
   const created: EventDraft = {
     type: "loop_created",
     at: input.at,

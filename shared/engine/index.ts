@@ -6,6 +6,5 @@ export * from "./guards.js";
 export * from "./halt-reasons.js";
 export * from "./labels.js";
 export * from "./state.js";
-export * from "./support.js";
 export * from "./statistics.js";
 export * from "./test-sets.js";

@@ -1,5 +1,6 @@
 import type { Contract } from "../wire/contract.js";
 import type { AgentReport } from "../wire/agent-report.js";
+import type { ArtifactRef } from "../wire/observation.js";
 import type { AgentRun, BestRef, ConfirmReadings, Confirmation, EventDraft, Halt, Verdict, BundleRef } from "./events.js";
 import { baselineGuards, type BaselineGuards } from "./guards.js";
 import { standingOf, testBaseOf, type TestBase, type TestStanding } from "./test-sets.js";
@@ -52,12 +53,25 @@ export interface CandidateState {
     tests: TestStanding;
     /** sha256 digests of the gate logs stored in R2. */
     logs: string[];
+    /** How each gate ended, and where its log is: what `logs` and a rejection line name. */
+    gates: GateSummary[];
+    /** The files the evaluation stored besides gate logs (the contract's `artifacts`, `metric.log`). */
+    artifacts: ArtifactRef[];
   } | null;
   verdict: Verdict | null;
   /** The last `need_samples` answer while more readings are awaited on the lease; null otherwise. */
   pending: Verdict | null;
   /** Reports re-queued unjudged because their comparison was stale, oldest first: a retry of one answers the same. */
   requeued: RequeuedReport[];
+}
+
+/** How one gate of a report ended, and its log. */
+export interface GateSummary {
+  name: string;
+  exit_code: number | null;
+  signal: string | null;
+  timed_out: boolean;
+  log: ArtifactRef | null;
 }
 
 /** The best-so-far: t0 until the first promotion. */
@@ -289,6 +303,8 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
           request_hash: data.request_hash,
           tests: standingOf(state.contract, data.observation, state.t0_base),
           logs: data.observation.gates.flatMap((gate) => (gate.log ? [gate.log.sha256] : [])),
+          gates: data.observation.gates.map(({ name, exit_code, signal, timed_out, log }) => ({ name, exit_code, signal, timed_out, log })),
+          artifacts: data.observation.artifacts ?? [],
         },
       });
     }

@@ -157,20 +157,61 @@ export type ReportRequest = z.infer<typeof ReportRequest>;
 export const ReportResponse = z.object({ verdict: ReportAnswer, loop: LoopSummary });
 export type ReportResponse = z.infer<typeof ReportResponse>;
 
-/** `POST /v1/loops/:id/artifacts`: the intent to upload one content-addressed file. */
+/** `POST /v1/loops/:id/artifacts`: the intent to upload one content-addressed file (DESIGN §10). */
 export const ArtifactIntent = z.strictObject({
   sha256: Sha256,
   size: z.number().int().min(0),
   content_type: z.string().min(1).max(100),
+  /** The file's name, for listings and downloads (sanitised by the coordinator); default `<first 12 hex digits of the sha256>.bin`. */
+  name: z.string().min(1).max(200).optional(),
 });
 export type ArtifactIntent = z.infer<typeof ArtifactIntent>;
 
-/** The answer to an upload intent: already stored, or where to PUT the bytes. */
+/**
+ * The answer to an upload intent: already stored; one PUT of the whole file; or a multipart upload, one
+ * PUT per part (each answering its ETag), then `complete_url` with the parts' ETags (or `abort_url`).
+ * A URL that starts with `/` is the coordinator's own (send the token); any other is presigned storage
+ * (send nothing else).
+ */
 export const ArtifactIntentResponse = z.discriminatedUnion("status", [
   z.object({ status: z.literal("exists") }),
   z.object({ status: z.literal("upload"), method: z.literal("PUT"), url: z.string() }),
+  z.object({
+    status: z.literal("multipart"),
+    upload_id: z.string().min(1).max(1_000),
+    part_size: z.number().int().min(1),
+    part_urls: z.array(z.string()).min(1).max(10_000),
+    complete_url: z.string(),
+    abort_url: z.string(),
+  }),
 ]);
 export type ArtifactIntentResponse = z.infer<typeof ArtifactIntentResponse>;
+
+/** The answer to one part's PUT: its number and the ETag `complete` needs. */
+export const UploadedPart = z.object({ part_number: z.number().int().min(1).max(10_000), etag: z.string().min(1).max(200) });
+export type UploadedPart = z.infer<typeof UploadedPart>;
+
+/** `POST <complete_url>`: every part's ETag, in order. */
+export const CompleteMultipartRequest = z.strictObject({ parts: z.array(UploadedPart.strict()).min(1).max(10_000) });
+export type CompleteMultipartRequest = z.infer<typeof CompleteMultipartRequest>;
+
+/** An artifact as the coordinator recorded it, once the object exists with its size and digest. */
+export const ArtifactView = z.object({
+  sha256: Sha256,
+  size: z.number().int().min(0),
+  name: z.string(),
+  content_type: z.string(),
+  created_at: z.string(),
+});
+export type ArtifactView = z.infer<typeof ArtifactView>;
+
+/** What a finished upload answers (a single PUT, or `complete`). */
+export const ArtifactStored = z.object({ status: z.literal("stored"), artifact: ArtifactView });
+export type ArtifactStored = z.infer<typeof ArtifactStored>;
+
+/** `GET /v1/loops/:id/artifacts` answer, newest first, paged by cursor. */
+export const ArtifactList = z.object({ artifacts: z.array(ArtifactView), next_cursor: z.string().nullable() });
+export type ArtifactList = z.infer<typeof ArtifactList>;
 
 /** `GET /healthz`. */
 export const Health = z.object({ ok: z.literal(true), version: z.string() });

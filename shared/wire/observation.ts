@@ -93,6 +93,11 @@ export function isDeltaTests(tests: FullTests | DeltaTests): tests is DeltaTests
 
 const observationFields = {
   gates: z.array(GateResult).min(1).max(32),
+  /**
+   * Files stored with the loop's artifacts by digest (DESIGN §10): what the contract's `artifacts` globs
+   * matched in the clone after the evaluation, and the metric command's output (`metric.log`).
+   */
+  artifacts: z.array(ArtifactRef).max(1_000).optional(),
   guards: GuardReadings.optional(),
   /** task_list mode: each task's own check, run after the gates (`name` is the task id). */
   tasks: z.array(GateResult).max(1_000).optional(),

@@ -547,17 +547,6 @@ describe("engine: soft gates and unsupported contract features", () => {
     expect(sets.passing.includes("gate:lint")).toBe(passes);
     expect(sets.failing.includes("gate:lint")).toBe(!passes);
   });
-
-  it.each([["artifacts", { artifacts: ["profile/*.svg"] }]])("refuses a contract asking for %s, which this engine cannot enforce yet", (path, overrides) => {
-    const outcome = createLoop({
-      loop_id: "lp_0123456789abcdef01234567",
-      contract: contractOf(overrides),
-      contract_hash: sha256Hex("contract"),
-      t0: { commit: commitOf("t0"), observation: observationOf([A]) },
-      at: "2026-03-01T09:00:00.000Z",
-    });
-    expect(outcome).toMatchObject({ ok: false, error: { code: "contract_unsupported", message: expect.stringContaining(`${path}:`) } });
-  });
 });
 
 describe("engine: budgets", () => {

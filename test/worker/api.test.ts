@@ -251,18 +251,19 @@ describe("artifacts", () => {
 
     const first = await postJson(base, intent);
     expect(first.status).toBe(200);
-    expect(await first.json()).toEqual({ status: "upload", method: "PUT", url: `${base}/${digest}` });
+    expect(await first.json()).toEqual({ status: "upload", method: "PUT", url: `${base}/${digest}?name=${digest.slice(0, 12)}.bin` });
 
     const put = await call(`${base}/${digest}`, { method: "PUT", headers: { "content-type": "text/plain" }, body: bytes });
     expect(put.status).toBe(201);
-    expect(await put.json()).toEqual({ status: "stored", sha256: digest, size: bytes.length });
+    expect(await put.json()).toMatchObject({ status: "stored", artifact: { sha256: digest, size: bytes.length, content_type: "text/plain" } });
 
     const again = await postJson(base, intent);
     expect(await again.json()).toEqual({ status: "exists" });
 
     const got = await call(`${base}/${digest}`);
     expect(got.status).toBe(200);
-    expect(got.headers.get("content-type")).toBe("text/plain");
+    // Served as bytes to save (only explicit `text/plain; charset=utf-8` is shown inline; artifacts.test.ts).
+    expect(got.headers.get("content-type")).toBe("application/octet-stream");
     expect(new Uint8Array(await got.arrayBuffer())).toEqual(bytes);
   });
 

@@ -261,13 +261,6 @@ describe("bad input that names no existing loop creates nothing", () => {
         return call("/v1/loops", { method: "POST", body: chunked(new TextEncoder().encode(JSON.stringify(body))), duplex: "half" } as RequestInit);
       },
     },
-    {
-      name: "create with artifact globs this version cannot upload yet",
-      status: 422,
-      code: "contract_unsupported",
-      loopId: loopIdFor("loop-key-artifacts", OWNER_TEAM),
-      send: () => postJson("/v1/loops", createLoopBody("artifacts", [A], { artifacts: ["profile/*.svg"] })),
-    },
   ];
 
   it.each(cases)("$name → $status $code", async ({ send, status, code, issuePath, loopId }) => {

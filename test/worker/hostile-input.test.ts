@@ -1,10 +1,12 @@
 import { env } from "cloudflare:workers";
 import { beforeAll, describe, expect, it, vi } from "vitest";
 import { sha256Hex } from "../../shared/hash.js";
+import { ArtifactIntentResponse, UploadedPart } from "../../shared/wire/api.js";
 import { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "../../worker/src/app.js";
 import { OWNER_TEAM } from "../../worker/src/auth.js";
 import { loopIdFor } from "../../worker/src/loops.js";
-import { MAX_ARTIFACT_BYTES } from "../../worker/src/routes/artifacts.js";
+import { PART_SIZE } from "../../worker/src/artifact-limits.js";
+import { MAX_PUT_BYTES } from "../../worker/src/artifact-limits.js";
 import {
   TEST_IDS,
   call,
@@ -26,8 +28,11 @@ import {
 
 const [A, B] = TEST_IDS;
 
-/** What one test of this file set up: a loop with a leased and a queued candidate, one artifact, a team. */
-const world = { loopId: "", leaseId: "", fencingToken: 0, candidateId: "", teamId: "", tokenId: "" };
+/**
+ * What one test of this file set up: a loop with a leased and a queued candidate, one artifact, a
+ * multipart upload in progress with one part, a team.
+ */
+const world = { loopId: "", leaseId: "", fencingToken: 0, candidateId: "", teamId: "", tokenId: "", uploadPath: "", partEtag: "" };
 
 /** A stored artifact, and another (with its digest) that is never stored. */
 const STORED = new TextEncoder().encode("FAIL parse.nested\nexpected 3, got 4\n");
@@ -86,7 +91,7 @@ async function expectRefusal(response: Response, status: number, code: string): 
   return body.error.issues ?? [];
 }
 
-const D1_TABLES = ["loops", "candidates", "events_index", "receipts", "teams", "tokens"] as const;
+const D1_TABLES = ["loops", "candidates", "events_index", "receipts", "teams", "tokens", "artifacts"] as const;
 
 /** Every row of every D1 table (so a revocation, which adds no row, shows too), sorted. */
 async function d1Rows(): Promise<Record<string, { count: number; rows: string[] }>> {
@@ -211,6 +216,27 @@ const ROUTES: Route[] = [
     accepted: 200,
   },
   {
+    // The upload holds one small part, not the file its intent declared: a completion taken gets past
+    // every body check to the size check, which deletes the object it made (400 digest_mismatch).
+    route: "POST /v1/loops/:id/artifacts/:sha256/uploads/:uploadId/complete",
+    method: "POST",
+    path: () => `${world.uploadPath}/complete`,
+    cap: MAX_JSON_BODY_BYTES,
+    valid: () => ({ parts: [{ part_number: 1, etag: world.partEtag }] }),
+    wrongType: () => ({ body: { parts: [{ part_number: "1", etag: world.partEtag }] }, path: "parts.0.part_number" }),
+    accepted: 400,
+  },
+  {
+    // The route takes no body; the upload named is a real one (a request taken aborts it, or finds it gone).
+    route: "DELETE /v1/loops/:id/artifacts/:sha256/uploads/:uploadId",
+    method: "DELETE",
+    path: () => world.uploadPath,
+    cap: MAX_JSON_BODY_BYTES,
+    valid: () => ({}),
+    wrongType: () => ({ body: ["abort"], path: "(body)" }),
+    accepted: 200,
+  },
+  {
     route: "POST /v1/teams",
     method: "POST",
     path: () => "/v1/teams",
@@ -306,12 +332,12 @@ const ARTIFACT_PUT = "PUT /v1/loops/:id/artifacts/:sha256";
 
 const artifactCases: Case[] = [
   {
-    name: `${ARTIFACT_PUT}: a Content-Length over ${MAX_ARTIFACT_BYTES} bytes`,
+    name: `${ARTIFACT_PUT}: a Content-Length over ${MAX_PUT_BYTES} bytes`,
     status: 413,
     code: "body_too_large",
     send: async () => {
       // A declared length workerd sends as Content-Length; the refusal comes before a byte is read.
-      const body = new FixedLengthStream(MAX_ARTIFACT_BYTES + 1);
+      const body = new FixedLengthStream(MAX_PUT_BYTES + 1);
       return send("PUT", `/v1/loops/${world.loopId}/artifacts/${UNSTORED_SHA}`, body.readable, { "content-type": "text/plain" });
     },
   },
@@ -343,6 +369,47 @@ const artifactCases: Case[] = [
     code: "invalid_parameter",
     send: () => send("PUT", `/v1/loops/${world.loopId}/artifacts/${UNSTORED_SHA.slice(0, 63)}Z`, UNSTORED, { "content-type": "text/plain" }),
   },
+  {
+    name: `${ARTIFACT_PUT}: a body shorter than its Content-Length`,
+    status: 400,
+    code: "length_mismatch",
+    send: () => send("PUT", `/v1/loops/${world.loopId}/artifacts/${UNSTORED_SHA}`, UNSTORED.slice(0, 10), { "content-length": String(UNSTORED.length) }),
+  },
+];
+
+const PART_PUT = "PUT /v1/loops/:id/artifacts/:sha256/uploads/:uploadId/parts/:n";
+
+const partCases: Case[] = [
+  {
+    name: `${PART_PUT}: a Content-Length over the ${PART_SIZE}-byte part size`,
+    status: 413,
+    code: "body_too_large",
+    send: () => send("PUT", `${world.uploadPath}/parts/2`, new FixedLengthStream(PART_SIZE + 1).readable, {}),
+  },
+  {
+    name: `${PART_PUT}: a part streamed without Content-Length`,
+    status: 411,
+    code: "length_required",
+    send: () => send("PUT", `${world.uploadPath}/parts/2`, chunked(UNSTORED), {}),
+  },
+  {
+    name: `${PART_PUT}: a body shorter than its Content-Length`,
+    status: 400,
+    code: "length_mismatch",
+    send: () => send("PUT", `${world.uploadPath}/parts/2`, UNSTORED.slice(0, 10), { "content-length": String(UNSTORED.length) }),
+  },
+  {
+    name: `${PART_PUT}: a part number that is not one`,
+    status: 400,
+    code: "invalid_parameter",
+    send: () => send("PUT", `${world.uploadPath}/parts/0`, UNSTORED, {}),
+  },
+  {
+    name: `${PART_PUT}: an upload that is not in progress`,
+    status: 404,
+    code: "upload_not_found",
+    send: () => send("PUT", `${world.uploadPath.replace(/\/uploads\/[^/]+$/, "/uploads/no-such-upload")}/parts/2`, UNSTORED, {}),
+  },
 ];
 
 const tokenIdCases: Case[] = [
@@ -354,7 +421,7 @@ const tokenIdCases: Case[] = [
   },
 ];
 
-const CASES: Case[] = [...ROUTES.flatMap(jsonCases), ...artifactCases, ...tokenIdCases];
+const CASES: Case[] = [...ROUTES.flatMap(jsonCases), ...artifactCases, ...partCases, ...tokenIdCases];
 
 describe("hostile bodies on every mutating route: a 4xx envelope, and nothing changes", () => {
   beforeAll(async () => {
@@ -365,6 +432,12 @@ describe("hostile bodies on every mutating route: a 4xx envelope, and nothing ch
     expect((await postJson(`/v1/loops/${world.loopId}/candidates`, candidateBody("hostile-queued"))).status).toBe(201);
     // One artifact in the bucket, so "R2 unchanged" compares a listing that is not empty.
     expect((await send("PUT", `/v1/loops/${world.loopId}/artifacts/${sha256Hex(STORED)}`, STORED, { "content-type": "text/plain" })).status).toBe(201);
+    // A multipart upload (of a file larger than one PUT, never sent whole) with a first part.
+    const intent = await postJson(`/v1/loops/${world.loopId}/artifacts`, { sha256: sha256Hex("large"), size: MAX_PUT_BYTES + 1, content_type: "text/plain" });
+    const upload = ArtifactIntentResponse.parse(await intent.json());
+    if (upload.status !== "multipart") throw new Error(`expected a multipart upload, got ${upload.status}`);
+    const part = await send("PUT", upload.part_urls[0] ?? "", STORED, {});
+    Object.assign(world, { uploadPath: upload.abort_url, partEtag: UploadedPart.parse(await part.json()).etag });
     const team = await postJson("/v1/teams", { name: "hostile-team" });
     expect(team.status).toBe(201);
     const created = (await team.json()) as { team: { team_id: string }; token: { token_id: string } };
@@ -395,7 +468,7 @@ describe("hostile bodies on every mutating route: a 4xx envelope, and nothing ch
     const after = await footprint();
     expect(after.log.events).toBeGreaterThan(before.log.events);
     expect(after.newLoopTables).toContain("events");
-    for (const [table, grew] of Object.entries({ loops: 1, candidates: 1, teams: 1, tokens: 2 })) {
+    for (const [table, grew] of Object.entries({ loops: 1, candidates: 1, teams: 1, tokens: 2, artifacts: 1 })) {
       expect(after.d1[table]?.count, table).toBe((before.d1[table]?.count ?? 0) + grew);
     }
     expect(after.d1.receipts?.count).toBeGreaterThan(before.d1.receipts?.count ?? 0);

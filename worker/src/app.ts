@@ -35,7 +35,7 @@ const testSetBodyLimit = limitTo(MAX_TEST_SET_BODY_BYTES);
 
 app.use("/v1/*", async (c, next) => {
   // Artifact uploads stream straight into R2 under their own limit; every other body is JSON.
-  if (c.req.method === "PUT" && /\/artifacts\/[^/]+$/.test(c.req.path)) return next();
+  if (c.req.method === "PUT" && /\/artifacts\/[^/]+(\/uploads\/[^/]+\/parts\/[^/]+)?$/.test(c.req.path)) return next();
   const carriesTestSet = c.req.method === "POST" && (c.req.path === "/v1/loops" || /^\/v1\/leases\/[^/]+\/report$/.test(c.req.path));
   return (carriesTestSet ? testSetBodyLimit : jsonBodyLimit)(c, next);
 });

@@ -31,7 +31,6 @@ export function issuesOf(error: ZodError): NonNullable<ErrorBody["error"]["issue
 const REFUSAL_STATUS: Record<Refusal["code"], ContentfulStatusCode> = {
   not_found: 404,
   lease_not_found: 404,
-  contract_unsupported: 422,
   idempotency_conflict: 422,
   loop_halted: 409,
   stale_lease: 409,

@@ -4,6 +4,7 @@ import { UserError } from "../errors.js";
 import { emitResult, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
 import { formatList } from "../../../shared/format-list.js";
+import { failureLine, failureOf } from "../candidate-evidence.js";
 
 /** What to do about a halt: raise a limit, fix the setup, or do not retry as is (what it means: HALT_MEANINGS). */
 const ADVICE: Record<HaltReason, { next: string; retry: "raise_limit" | "fix_then_retry" | "do_not_retry" | "done" }> = {
@@ -54,7 +55,11 @@ export function explainState(state: LoopState): { lines: string[]; retry: string
     lines.push("  last verdicts:");
     for (const candidate of recent) {
       const verdict = candidate?.verdict;
-      if (verdict) lines.push(`    ${verdict.candidate_id} ${verdict.decision} (${verdict.reason}): ${verdict.detail}`);
+      if (!verdict) continue;
+      lines.push(`    ${verdict.candidate_id} ${verdict.decision} (${verdict.reason}): ${verdict.detail}`);
+      // A gate that failed says why in its own output: that is where to look before changing anything.
+      const why = verdict.decision === "rejected" ? failureLine(candidate) : null;
+      if (why) lines.push(`      ${why}`);
     }
   }
   if (state.contract.stop.budget?.cost_usd !== undefined || state.cost_usd > 0) {
@@ -72,6 +77,10 @@ export function explainState(state: LoopState): { lines: string[]; retry: string
   } else if (reason === "budget_exceeded") {
     next = "raise stop.budget if the progress so far is worth it, and run a new loop from the best commit";
   }
+  // A loop that stopped on gate failures: their output says why before any instruction is changed.
+  const last = recent.at(-1);
+  const gateFailure = last?.verdict?.decision === "rejected" ? failureOf(last).gate : null;
+  if (last && gateFailure && retry !== "done") next = `read why gate ${gateFailure.name} failed first (loopwarden logs ${last.candidate_id}); then ${next}`;
   lines.push("", `what next: ${next}`);
   return { lines, retry };
 }

@@ -14,6 +14,8 @@ import { evaluateLease, LONG_POLL_MS, verdictLine, type JobContext } from "../le
 import { emitResult, progress, type OutputMode } from "../output.js";
 import { drainOnFirstSignal } from "../shutdown.js";
 import { ensureCandidateCommit } from "../candidate-bundles.js";
+import { failureLine } from "../candidate-evidence.js";
+import { foldLoop } from "../event-log.js";
 
 // `loopwarden work` (DESIGN §1.2, §13): a runner for shared loops. It leases evaluation jobs from the
 // loops it may see whose pinned contract is this checkout's (invariant 4: it runs only what its own
@@ -148,6 +150,10 @@ export async function workCommand(options: WorkOptions): Promise<number> {
         if (result.verdict.decision === "promoted") counts.promoted++;
         else counts.rejected++;
         progress(mode, `${verdictLine(`${lease.loop_id}`, result.verdict)}`);
+        if (result.verdict.decision === "rejected") {
+          const why = failureLine((await foldLoop(context)).candidates[result.verdict.candidate_id]);
+          if (why) progress(mode, `${label}   ${why}`);
+        }
         if (result.loop.status === "halted") directory.stale();
       }
     };

@@ -19,7 +19,7 @@ describe("workerConfigOf", () => {
       d1Databases: { DB: "00000000-0000-0000-0000-000000000000" },
       r2Buckets: { ARTIFACTS: "loopwarden-artifacts" },
       ratelimits: { TOKEN_RATE_LIMIT: { simple: { limit: 500, period: 10 } } },
-      bindings: { LEASE_TTL: "2m" },
+      bindings: { LEASE_TTL: "2m", ARTIFACT_MAX_BYTES: "5GiB", LOOP_ARTIFACT_QUOTA_BYTES: "20GiB" },
       d1MigrationsDir: { DB: "migrations" },
     });
   });

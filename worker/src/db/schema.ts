@@ -112,9 +112,29 @@ export const tokens = sqliteTable(
   (table) => [index("tokens_by_team").on(table.teamId, table.createdAt)],
 );
 
+/**
+ * Artifacts a loop stored (DESIGN §10), keyed like their R2 objects (`loops/<loop>/sha256/<hex>`). Like
+ * teams and tokens, the source of truth and not a projection: a row is written only once the object is
+ * confirmed in R2 with its size and SHA-256, so a row means "verified". `name` and `content_type` are
+ * sanitised on the way in and describe the file for listings and downloads; neither decides how it is served.
+ */
+export const artifacts = sqliteTable(
+  "artifacts",
+  {
+    loopId: text("loop_id").notNull(),
+    sha256: text("sha256").notNull(),
+    size: integer("size").notNull(),
+    name: text("name").notNull(),
+    contentType: text("content_type").notNull(),
+    createdAt: text("created_at").notNull(),
+  },
+  (table) => [primaryKey({ columns: [table.loopId, table.sha256] }), index("artifacts_by_loop").on(table.loopId, table.createdAt, table.sha256)],
+);
+
 export type LoopRow = typeof loops.$inferInsert;
 export type CandidateRow = typeof candidates.$inferInsert;
 export type EventIndexRow = typeof eventsIndex.$inferInsert;
 export type ReceiptRow = typeof receipts.$inferInsert;
 export type TeamRow = typeof teams.$inferSelect;
 export type TokenRow = typeof tokens.$inferSelect;
+export type ArtifactRow = typeof artifacts.$inferSelect;

@@ -1,20 +1,45 @@
+import { drizzle } from "drizzle-orm/d1";
 import { Hono, type Context } from "hono";
-import { ArtifactIntent, type ArtifactIntentResponse } from "../../../shared/wire/api.js";
+import { z } from "zod";
+import {
+  ArtifactIntent,
+  CompleteMultipartRequest,
+  type ArtifactIntentResponse,
+  type ArtifactList,
+  type ArtifactStored,
+  type UploadedPart,
+} from "../../../shared/wire/api.js";
 import { Sha256 } from "../../../shared/wire/observation.js";
-import { ApiError, refusalError } from "../http-errors.js";
+import { MAX_PARTS, MAX_PUT_BYTES, PART_SIZE, artifactLimits, type ArtifactLimits } from "../artifact-limits.js";
+import { downloadHeaders, recordedContentType, sanitizeName } from "../artifact-names.js";
+import {
+  adoptObject,
+  artifactKey,
+  deleteIfUnchanged,
+  digestOf,
+  findArtifact,
+  listArtifacts,
+  recordArtifact,
+  recordedBytes,
+  viewOf,
+} from "../artifact-store.js";
+import { R2_ERROR, declaredLength, r2ErrorCode, storageError, streamInto, uploadNotFound } from "../artifact-upload.js";
 import { requireScope, type AuthEnv } from "../auth.js";
+import type { ArtifactRow } from "../db/schema.js";
+import { ApiError, refusalError } from "../http-errors.js";
 import { openLoop } from "../loops.js";
 import { readJson, readParam } from "../validate.js";
 
-/** The largest artifact accepted through the worker (local mode's streamed PUT, DESIGN §10). */
-export const MAX_ARTIFACT_BYTES = 256 * 1024 * 1024;
-
-/** R2 key of a loop's artifact: content-addressed, scoped to the loop. */
-export function artifactKey(loopId: string, sha256: string): string {
-  return `loops/${loopId}/sha256/${sha256}`;
-}
-
-/** Artifact routes (DESIGN §10), mounted at `/v1/loops`. */
+/**
+ * Artifact routes (DESIGN §10), mounted at `/v1/loops`: an upload intent answers `exists`, one PUT
+ * through the worker (up to MAX_PUT_BYTES), or a multipart upload through the worker (parts of
+ * PART_SIZE, then `complete`, which verifies the whole object before recording it). Nothing is
+ * recorded in D1 before its bytes are confirmed in R2.
+ *
+ * Abandoned multipart uploads: a client that fails aborts its upload (`DELETE …/uploads/:uploadId`); one
+ * that cannot (it crashed) leaves parts that R2's bucket lifecycle aborts after 7 days, R2's default rule
+ * for incomplete multipart uploads. Parts never count toward a loop's quota, which counts recorded artifacts.
+ */
 export const artifactRoutes = new Hono<AuthEnv>();
 
 /**
@@ -31,53 +56,228 @@ async function requireLoop(c: Context<AuthEnv>, access: "read" | "write"): Promi
   return answer.loop.loop_id;
 }
 
+/** Upload ids are R2's, opaque; they travel URL-encoded in a path segment. */
+const UploadId = z.string().min(1).max(1_000);
+const PartNumber = z
+  .string()
+  .regex(/^[1-9]\d{0,3}$/, "is not a part number")
+  .transform(Number)
+  .pipe(z.number().max(MAX_PARTS));
+
+function shaOf(c: Context<AuthEnv>): string {
+  return readParam(c.req.param("sha256"), Sha256, "sha256");
+}
+
+function uploadOf(c: Context<AuthEnv>, loopId: string, sha256: string): R2MultipartUpload {
+  return c.env.ARTIFACTS.resumeMultipartUpload(artifactKey(loopId, sha256), readParam(c.req.param("uploadId"), UploadId, "upload id"));
+}
+
+function limitsOf(c: Context<AuthEnv>): ArtifactLimits {
+  return artifactLimits(c.env);
+}
+
+/** The 507 for storing `size` bytes as `sha256`, when that would take the loop's recorded artifacts past its quota. */
+async function quotaRefusal(c: Context<AuthEnv>, loopId: string, sha256: string, size: number): Promise<ApiError | null> {
+  const { quotaBytes } = limitsOf(c);
+  const used = await recordedBytes(drizzle(c.env.DB), loopId, sha256);
+  if (used + size <= quotaBytes) return null;
+  return new ApiError(507, "quota_exceeded", `this loop's artifacts may take ${quotaBytes} bytes; it has ${used}, and this one is ${size}`);
+}
+
+async function requireQuota(c: Context<AuthEnv>, loopId: string, sha256: string, size: number): Promise<void> {
+  const refusal = await quotaRefusal(c, loopId, sha256, size);
+  if (refusal) throw refusal;
+}
+
+/** The artifact as recorded, when it is also in R2 with its recorded size: what `exists` means. */
+async function findStored(c: Context<AuthEnv>, loopId: string, sha256: string): Promise<ArtifactRow | null> {
+  const row = await findArtifact(drizzle(c.env.DB), loopId, sha256);
+  if (!row) return null;
+  const head = await c.env.ARTIFACTS.head(artifactKey(loopId, sha256));
+  return head && head.size === row.size ? row : null;
+}
+
+function stored(c: Context<AuthEnv>, row: ArtifactRow, created: boolean) {
+  const response: ArtifactStored = { status: "stored", artifact: viewOf(row) };
+  return c.json(response, created ? 201 : 200);
+}
+
+const ListQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(100).default(50),
+  cursor: z
+    .string()
+    .regex(/^[^|]{1,40}\|[0-9a-f]{64}$/, "is not a cursor this route answered")
+    .optional(),
+});
+
+artifactRoutes.get("/:id/artifacts", async (c) => {
+  const loopId = await requireLoop(c, "read");
+  const query = readParam(c.req.query(), ListQuery, "query");
+  const [createdAt = "", sha256 = ""] = query.cursor?.split("|") ?? [];
+  const page = await listArtifacts(drizzle(c.env.DB), loopId, query.limit, query.cursor ? { createdAt, sha256 } : null);
+  const response: ArtifactList = { artifacts: page.rows.map(viewOf), next_cursor: page.nextCursor };
+  return c.json(response);
+});
+
 artifactRoutes.post("/:id/artifacts", async (c) => {
   const loopId = await requireLoop(c, "write");
   const intent = await readJson(c, ArtifactIntent);
-  if (intent.size > MAX_ARTIFACT_BYTES) {
-    throw new ApiError(413, "body_too_large", `artifacts are limited to ${MAX_ARTIFACT_BYTES} bytes`);
+  const { maxBytes } = limitsOf(c);
+  const ceiling = Math.min(maxBytes, MAX_PARTS * PART_SIZE);
+  if (intent.size > ceiling) throw new ApiError(413, "artifact_too_large", `artifacts are limited to ${ceiling} bytes; this one is ${intent.size}`);
+
+  const key = artifactKey(loopId, intent.sha256);
+  const db = drizzle(c.env.DB);
+  const [row, head] = await Promise.all([findArtifact(db, loopId, intent.sha256), c.env.ARTIFACTS.head(key)]);
+  // Recorded and in R2 with that size; or in R2 with that size but not recorded (a crash between the
+  // two), which is verified and recorded now.
+  const exists =
+    head?.size === intent.size && (row ? row.size === head.size : (await adoptObject(c.env.ARTIFACTS, db, loopId, intent.sha256, intent.size)) !== null);
+  if (exists) return c.json({ status: "exists" } satisfies ArtifactIntentResponse);
+  await requireQuota(c, loopId, intent.sha256, intent.size);
+
+  const name = sanitizeName(intent.name, intent.sha256);
+  const base = `/v1/loops/${loopId}/artifacts/${intent.sha256}`;
+  if (intent.size <= MAX_PUT_BYTES) {
+    return c.json({ status: "upload", method: "PUT", url: `${base}?name=${encodeURIComponent(name)}` } satisfies ArtifactIntentResponse);
   }
-  const head = await c.env.ARTIFACTS.head(artifactKey(loopId, intent.sha256));
-  const response: ArtifactIntentResponse =
-    head && head.size === intent.size ? { status: "exists" } : { status: "upload", method: "PUT", url: `/v1/loops/${loopId}/artifacts/${intent.sha256}` };
+  let upload: R2MultipartUpload;
+  try {
+    upload = await c.env.ARTIFACTS.createMultipartUpload(key, {
+      httpMetadata: { contentType: recordedContentType(intent.content_type) },
+      // What `complete` checks the finished object against, and records.
+      customMetadata: { name, size: String(intent.size), sha256: intent.sha256 },
+    });
+  } catch (error) {
+    throw storageError(error);
+  }
+  const uploadBase = `${base}/uploads/${encodeURIComponent(upload.uploadId)}`;
+  const parts = Math.ceil(intent.size / PART_SIZE);
+  const response: ArtifactIntentResponse = {
+    status: "multipart",
+    upload_id: upload.uploadId,
+    part_size: PART_SIZE,
+    part_urls: Array.from({ length: parts }, (_, index) => `${uploadBase}/parts/${index + 1}`),
+    complete_url: `${uploadBase}/complete`,
+    abort_url: uploadBase,
+  };
   return c.json(response);
 });
 
 artifactRoutes.put("/:id/artifacts/:sha256", async (c) => {
   const loopId = await requireLoop(c, "write");
-  const sha256 = readParam(c.req.param("sha256"), Sha256, "sha256");
-  const length = Number(c.req.header("content-length") ?? Number.NaN);
-  if (!Number.isSafeInteger(length) || length < 0) {
-    throw new ApiError(411, "length_required", "send the artifact with a Content-Length header");
-  }
-  if (length > MAX_ARTIFACT_BYTES) throw new ApiError(413, "body_too_large", `artifacts are limited to ${MAX_ARTIFACT_BYTES} bytes`);
-  const body = c.req.raw.body;
-  if (!body && length > 0) throw new ApiError(400, "invalid_request", "the artifact body is missing");
-  // R2 checks the sha256 itself and refuses a body that does not hash to the key: nothing unverified is stored.
-  const stream = new FixedLengthStream(length);
-  const piping = (body ?? new ReadableStream({ start: (controller) => controller.close() })).pipeTo(stream.writable);
-  try {
-    await c.env.ARTIFACTS.put(artifactKey(loopId, sha256), stream.readable, {
-      sha256,
-      httpMetadata: { contentType: c.req.header("content-type") ?? "application/octet-stream" },
-    });
-    await piping;
-  } catch (error) {
-    await piping.catch(() => undefined);
-    console.warn("loopwarden: artifact upload refused", error);
-    throw new ApiError(400, "digest_mismatch", "the uploaded bytes do not match the declared sha256 and length");
-  }
-  return c.json({ status: "stored", sha256, size: length }, 201);
+  const sha256 = shaOf(c);
+  const name = sanitizeName(c.req.query("name"), sha256);
+  const contentType = recordedContentType(c.req.header("content-type"));
+  const length = declaredLength(c, Math.min(MAX_PUT_BYTES, limitsOf(c).maxBytes), "artifact");
+  await requireQuota(c, loopId, sha256, length);
+  // R2 hashes the bytes itself and refuses any that do not hash to the key: nothing unverified is stored.
+  const object = await streamInto(c.req.raw.body, length, (stream) =>
+    c.env.ARTIFACTS.put(artifactKey(loopId, sha256), stream, { sha256, httpMetadata: { contentType }, customMetadata: { name } }),
+  );
+  if (object?.size !== length) throw storageError(new Error(`R2 stored ${object?.size ?? "no"} bytes of ${length}`));
+  const { row, created } = await recordArtifact(drizzle(c.env.DB), { loopId, sha256, size: length, name, contentType });
+  return stored(c, row, created);
 });
 
 artifactRoutes.get("/:id/artifacts/:sha256", async (c) => {
   const loopId = await requireLoop(c, "read");
-  const sha256 = readParam(c.req.param("sha256"), Sha256, "sha256");
-  const object = await c.env.ARTIFACTS.get(artifactKey(loopId, sha256));
-  if (!object) throw new ApiError(404, "not_found", "no such artifact");
-  return c.body(object.body, 200, {
-    "Content-Type": object.httpMetadata?.contentType ?? "application/octet-stream",
-    "Content-Length": String(object.size),
-    ETag: object.httpEtag,
+  const sha256 = shaOf(c);
+  // Only what is recorded (verified) is served; an object stored but not yet recorded is verified first.
+  const row = (await findArtifact(drizzle(c.env.DB), loopId, sha256)) ?? (await adoptObject(c.env.ARTIFACTS, drizzle(c.env.DB), loopId, sha256, null));
+  const object = row ? await c.env.ARTIFACTS.get(artifactKey(loopId, sha256)) : null;
+  if (!row || !object || object.size !== row.size) {
+    await object?.body.cancel();
+    throw new ApiError(404, "not_found", "no such artifact");
+  }
+  return c.body(object.body, 200, { ...downloadHeaders(row), "Content-Length": String(object.size), ETag: object.httpEtag });
+});
+
+artifactRoutes.put("/:id/artifacts/:sha256/uploads/:uploadId/parts/:part", async (c) => {
+  const loopId = await requireLoop(c, "write");
+  const upload = uploadOf(c, loopId, shaOf(c));
+  const partNumber = readParam(c.req.param("part"), PartNumber, "part number");
+  const length = declaredLength(c, PART_SIZE, "part");
+  if (length === 0) throw new ApiError(400, "invalid_request", "a part carries at least one byte");
+  // A part sent again replaces the one sent before (R2 keeps the last): a retry needs nothing else.
+  const part = await streamInto(c.req.raw.body, length, (stream) => upload.uploadPart(partNumber, stream));
+  const response: UploadedPart = { part_number: part.partNumber, etag: part.etag };
+  return c.json(response);
+});
+
+artifactRoutes.post("/:id/artifacts/:sha256/uploads/:uploadId/complete", async (c) => {
+  const loopId = await requireLoop(c, "write");
+  const sha256 = shaOf(c);
+  const upload = uploadOf(c, loopId, sha256);
+  const body = await readJson(c, CompleteMultipartRequest);
+  if (body.parts.some((part, index) => index > 0 && part.part_number <= (body.parts[index - 1]?.part_number ?? 0))) {
+    throw new ApiError(400, "invalid_request", "list the parts in ascending order of part number, each once");
+  }
+  const db = drizzle(c.env.DB);
+  const key = artifactKey(loopId, sha256);
+
+  // Recorded already (another upload of the same bytes won): completing would only overwrite it.
+  const existing = await findStored(c, loopId, sha256);
+  if (existing) {
+    await upload.abort().catch(() => undefined);
+    return stored(c, existing, false);
+  }
+  let object: R2Object;
+  try {
+    object = await upload.complete(body.parts.map((part) => ({ partNumber: part.part_number, etag: part.etag })));
+  } catch (error) {
+    const code = r2ErrorCode(error);
+    if (code === R2_ERROR.NO_SUCH_UPLOAD) {
+      // A retry of a complete that went through but whose verification never finished: verify it now.
+      const adopted = await adoptObject(c.env.ARTIFACTS, db, loopId, sha256, null);
+      if (adopted) return stored(c, adopted, false);
+      throw uploadNotFound();
+    }
+    if (code === R2_ERROR.INVALID_PART || code === R2_ERROR.ENTITY_TOO_SMALL || code === R2_ERROR.BAD_UPLOAD) {
+      throw new ApiError(400, "invalid_parts", `storage refused the parts: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    throw storageError(error);
+  }
+
+  // The object now exists but is not yet verified: it is checked whole, and deleted if it is not the artifact.
+  const refuse = async (error: ApiError): Promise<never> => {
+    await deleteIfUnchanged(c.env.ARTIFACTS, key, object.etag);
+    throw error;
+  };
+  const declared = object.customMetadata?.size === undefined ? object.size : Number(object.customMetadata.size);
+  if (object.size !== declared) {
+    await refuse(new ApiError(400, "digest_mismatch", `the parts add up to ${object.size} bytes; the artifact is ${declared}`));
+  }
+  const overQuota = await quotaRefusal(c, loopId, sha256, object.size);
+  if (overQuota) await refuse(overQuota);
+  const whole = await c.env.ARTIFACTS.get(key);
+  if (!whole) throw storageError(new Error(`the completed object ${key} is not in storage`));
+  if ((await digestOf(whole.body)) !== sha256) {
+    console.warn(`loopwarden: a multipart upload to ${key} does not hash to its key; deleting it`);
+    await refuse(new ApiError(400, "digest_mismatch", "the uploaded parts do not hash to the sha256 they were put under"));
+  }
+  const { row, created } = await recordArtifact(db, {
+    loopId,
+    sha256,
+    size: whole.size,
+    name: sanitizeName(object.customMetadata?.name, sha256),
+    contentType: recordedContentType(object.httpMetadata?.contentType),
   });
+  return stored(c, row, created);
+});
+
+/** `DELETE <abort_url>` takes no fields (an empty body is taken as `{}`). */
+const AbortUploadRequest = z.strictObject({});
+
+artifactRoutes.delete("/:id/artifacts/:sha256/uploads/:uploadId", async (c) => {
+  const loopId = await requireLoop(c, "write");
+  const upload = uploadOf(c, loopId, shaOf(c));
+  await readJson(c, AbortUploadRequest, { empty: {} });
+  try {
+    await upload.abort();
+  } catch (error) {
+    // Gone already (completed or aborted): what the caller wanted.
+    if (r2ErrorCode(error) !== R2_ERROR.NO_SUCH_UPLOAD) throw storageError(error);
+  }
+  return c.json({ status: "aborted" as const });
 });

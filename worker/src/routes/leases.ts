@@ -2,7 +2,8 @@ import { Hono } from "hono";
 import { canonicalJson } from "../../../shared/canonical-json.js";
 import { sha256Hex } from "../../../shared/hash.js";
 import { HeartbeatRequest, ReportRequest, type ReportResponse } from "../../../shared/wire/api.js";
-import { artifactKey } from "./artifacts.js";
+import { drizzle } from "drizzle-orm/d1";
+import { unrecorded } from "../artifact-store.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import type { AuthEnv } from "../auth.js";
 import { loopIdOfLease, openLoop } from "../loops.js";
@@ -24,15 +25,15 @@ leaseRoutes.post("/:leaseId/report", async (c) => {
   const leaseId = c.req.param("leaseId");
   const { stub, caller, loopId } = openLoop(c, loopIdOfLease(leaseId), "evaluate");
   const body = await readJson(c, ReportRequest);
-  // Evidence first: every log an observation cites must already be stored with its declared size.
-  // Checked here, outside the LoopObject, so R2 latency never sits inside a decision (DESIGN §4.5).
-  for (const gate of body.observation.gates) {
-    if (!gate.log) continue;
-    const head = await c.env.ARTIFACTS.head(artifactKey(loopId, gate.log.sha256));
-    if (!head || head.size !== gate.log.size) {
-      throw new ApiError(422, "artifact_missing", `the log of gate "${gate.name}" (${gate.log.sha256}) is not stored; upload it first`);
-    }
-  }
+  // Evidence first: every log and file an observation cites must already be recorded — stored and
+  // verified, with its declared size. Checked here, outside the LoopObject, so storage latency never sits
+  // inside a decision (DESIGN §4.5); one D1 query, not a request per file.
+  const cited = [
+    ...body.observation.gates.flatMap((gate) => (gate.log ? [{ what: `the log of gate "${gate.name}"`, ...gate.log }] : [])),
+    ...(body.observation.artifacts ?? []).map((ref) => ({ what: `artifact "${ref.name}"`, ...ref })),
+  ];
+  const [missing] = await unrecorded(drizzle(c.env.DB), loopId, cited);
+  if (missing) throw new ApiError(422, "artifact_missing", `${missing.what} (${missing.sha256}) is not stored; upload it first`);
   const answer = await stub.report({
     caller,
     lease_id: leaseId,

@@ -18,7 +18,7 @@ import {
   type ConfirmResponse,
 } from "../../../shared/wire/api.js";
 import { loops } from "../db/schema.js";
-import { artifactKey } from "./artifacts.js";
+import { unrecorded } from "../artifact-store.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import { requireScope, type AuthEnv } from "../auth.js";
 import { loopIdFor, loopStub, openLoop } from "../loops.js";
@@ -110,13 +110,10 @@ loopRoutes.get("/:id", async (c) => {
 loopRoutes.post("/:id/candidates", async (c) => {
   const { stub, caller, loopId } = openLoop(c, c.req.param("id"), "propose");
   const body = await readJson(c, ProposeCandidateRequest);
-  // A bundle the proposal names must be stored already, with its size (checked outside the LoopObject,
-  // as a report's logs are, so R2 latency never sits inside a decision).
-  if (body.bundle) {
-    const head = await c.env.ARTIFACTS.head(artifactKey(loopId, body.bundle.sha256));
-    if (!head || head.size !== body.bundle.size) {
-      throw new ApiError(422, "artifact_missing", `the candidate's bundle (${body.bundle.sha256}) is not stored; upload it first`);
-    }
+  // A bundle the proposal names must be recorded already, with its size (checked outside the LoopObject,
+  // as a report's logs are, so storage latency never sits inside a decision).
+  if (body.bundle && (await unrecorded(drizzle(c.env.DB), loopId, [body.bundle])).length > 0) {
+    throw new ApiError(422, "artifact_missing", `the candidate's bundle (${body.bundle.sha256}) is not stored; upload it first`);
   }
   const answer = await stub.propose({ caller, proposal: body, request_hash: sha256Hex(canonicalJson(body)) });
   if (!answer.ok) throw refusalError(answer);

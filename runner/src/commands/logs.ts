@@ -1,0 +1,135 @@
+import { createWriteStream } from "node:fs";
+import { mkdir } from "node:fs/promises";
+import path from "node:path";
+import { Readable, Transform } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { createHash } from "node:crypto";
+import type { ReadableStream as WebReadableStream } from "node:stream/web";
+import { foldEvents, LoopEvent, type LoopState } from "../../../shared/engine/index.js";
+import type { ArtifactRef } from "../../../shared/wire/observation.js";
+import type { Client } from "../client.js";
+import { candidateFor, gateFailed, gateOutcome, storedFilesOf } from "../candidate-evidence.js";
+import { connect, type ServerOptions } from "../connect.js";
+import { UserError } from "../errors.js";
+import { emitResult, progress, type OutputMode } from "../output.js";
+import { resolveTarget } from "../target.js";
+
+// `loopwarden logs` and `loopwarden artifacts` (DESIGN §10): what a candidate's evaluation stored — each
+// gate's output, the metric command's, the contract's artifacts — read back from the coordinator.
+
+type Options = ServerOptions & OutputMode & { cwd: string };
+
+async function loopState(client: Client, loopId: string): Promise<LoopState> {
+  const state = foldEvents((await client.eventLines(loopId)).map((line) => LoopEvent.parse(JSON.parse(line))));
+  if (!state) throw new UserError(`loop ${loopId} has no events`);
+  return state;
+}
+
+/**
+ * `logs [CANDIDATE] [LOOP] [--gate NAME | --metric]`: the stored output of a candidate's gate, streamed to
+ * stdout. By default the latest evaluated candidate, and its first failing gate (else its last gate).
+ */
+export async function logsCommand(
+  candidateArg: string | undefined,
+  loopArg: string | undefined,
+  options: Options & { gate?: string | undefined; metric?: boolean | undefined },
+): Promise<number> {
+  if (options.gate !== undefined && options.metric) throw new UserError("give --gate NAME or --metric, not both", 2);
+  const { loopId, server } = await resolveTarget(loopArg, options);
+  const connection = await connect(server, options);
+  try {
+    const candidate = candidateFor(await loopState(connection.client, loopId), candidateArg);
+    const gates = candidate.report?.gates ?? [];
+    let ref: ArtifactRef | null;
+    let what: string;
+    if (options.metric) {
+      ref = candidate.report?.artifacts.find((artifact) => artifact.name === "metric.log") ?? null;
+      what = "the metric command's output";
+      if (!ref) throw new UserError(`${candidate.candidate_id} has no stored metric output (its metric did not run, or its runner predates metric logs)`);
+    } else {
+      const gate = options.gate !== undefined ? gates.find((entry) => entry.name === options.gate) : (gates.find(gateFailed) ?? gates.at(-1));
+      if (!gate) {
+        throw new UserError(
+          options.gate !== undefined
+            ? `${candidate.candidate_id} ran no gate ${options.gate} (it ran: ${gates.map((entry) => entry.name).join(", ") || "none"})`
+            : `${candidate.candidate_id} ran no gate`,
+        );
+      }
+      ref = gate.log;
+      what = `gate ${gate.name} (${gateFailed(gate) ? gateOutcome(gate) : "passed"})`;
+      if (!ref) throw new UserError(`${candidate.candidate_id}'s gate ${gate.name} stored no log`);
+    }
+    progress(options, `${candidate.candidate_id} ${what}: ${ref.name}, ${ref.size} bytes`);
+    const response = await connection.client.artifactResponse(loopId, ref.sha256);
+    if (options.json) {
+      const text = new TextDecoder().decode(await response.arrayBuffer());
+      emitResult(options, { status: "ok", loop_id: loopId, candidate_id: candidate.candidate_id, artifact: ref, log: text }, []);
+    } else if (response.body) {
+      await pipeline(Readable.fromWeb(response.body as WebReadableStream<Uint8Array>), process.stdout, { end: false });
+    }
+    return 0;
+  } finally {
+    await connection.close();
+  }
+}
+
+/** Where a stored file is written under `dir`: its name's path, never outside `dir`. */
+function downloadPath(dir: string, name: string): string {
+  const target = path.resolve(dir, name.replace(/^\/+/, ""));
+  if (target !== dir && !target.startsWith(`${dir}${path.sep}`)) throw new UserError(`refusing to write ${name} outside ${dir}`);
+  return target;
+}
+
+/**
+ * `artifacts [CANDIDATE] [LOOP] [--download DIR]`: the files a candidate's evaluation stored (its gate logs,
+ * the metric output, the contract's artifacts); with --download, each written to DIR and its digest checked.
+ */
+export async function artifactsCommand(
+  candidateArg: string | undefined,
+  loopArg: string | undefined,
+  options: Options & { download?: string | undefined },
+): Promise<number> {
+  const { loopId, server } = await resolveTarget(loopArg, options);
+  const connection = await connect(server, options);
+  try {
+    const candidate = candidateFor(await loopState(connection.client, loopId), candidateArg);
+    const files = storedFilesOf(candidate);
+    const written: string[] = [];
+    if (options.download !== undefined) {
+      const dir = path.resolve(options.download);
+      for (const file of files) {
+        const target = downloadPath(dir, file.name);
+        await mkdir(path.dirname(target), { recursive: true });
+        const response = await connection.client.artifactResponse(loopId, file.sha256);
+        if (!response.body) throw new Error(`the coordinator sent no body for ${file.name}`);
+        const hash = createHash("sha256");
+        const hashing = new Transform({
+          transform(chunk: Buffer, _encoding, done) {
+            hash.update(chunk);
+            done(null, chunk);
+          },
+        });
+        await pipeline(Readable.fromWeb(response.body as WebReadableStream<Uint8Array>), hashing, createWriteStream(target));
+        if (hash.digest("hex") !== file.sha256)
+          throw new Error(`${file.name} as downloaded does not match its digest ${file.sha256}; the file was written to ${target}, do not trust it`);
+        written.push(target);
+      }
+    }
+    emitResult(
+      options,
+      { status: "ok", loop_id: loopId, candidate_id: candidate.candidate_id, artifacts: files, ...(options.download !== undefined ? { written } : {}) },
+      files.length === 0
+        ? [`${candidate.candidate_id} stored no files`]
+        : [
+            `${candidate.candidate_id} stored ${files.length} file(s):`,
+            ...files.map((file) => `  ${file.name}  ${file.size} bytes  sha256:${file.sha256.slice(0, 16)}…`),
+            ...(options.download !== undefined
+              ? [`written to ${path.resolve(options.download)} (digests checked)`]
+              : [`download them: loopwarden artifacts ${candidate.candidate_id} --download DIR`]),
+          ],
+    );
+    return 0;
+  } finally {
+    await connection.close();
+  }
+}

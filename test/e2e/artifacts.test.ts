@@ -1,0 +1,91 @@
+import { createHash } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { LoopEvent } from "../../shared/engine/index.js";
+import { api, makeRepo, recordedLoopId, runCli, sharedCoordinator } from "../support/cli.js";
+
+// Artifacts end to end (DESIGN §10): a gate that writes a CPU profile (`node --cpu-prof`) named by the
+// contract's `artifacts` globs has it stored with the loop, byte-exact; a rejected candidate's failing
+// gate output is one command away (`loopwarden logs`), and the rejection line says which gate and test.
+
+const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
+
+describe("artifacts and logs", () => {
+  const { tmp, coordinator } = sharedCoordinator("artifacts");
+
+  it("stores the gate's CPU profile byte-exact, and `logs` shows a rejected candidate's failing gate", async () => {
+    const repo = makeRepo(path.join(tmp.dir, "repo"), {
+      "src/answer.js": "export function answer() {\n  return 41;\n}\n",
+      "test/answer.test.js":
+        "import assert from 'node:assert/strict';\nimport { test } from 'node:test';\nimport { answer } from '../src/answer.js';\ntest('the answer is 42', () => assert.equal(answer(), 42, 'the answer must be 42'));\n",
+      // Iteration 1 makes it worse (throws), iteration 2 fixes it.
+      "agent.mjs": [
+        "import { writeFileSync } from 'node:fs';",
+        "const body = process.env.LOOPWARDEN_ITERATION === '1' ? \"throw new Error('answer exploded');\" : 'return 42;';",
+        "writeFileSync('src/answer.js', `export function answer() {\\n  ${body}\\n}\\n`);",
+      ].join("\n"),
+      "loop.yaml": [
+        "name: answer",
+        "mode: check_fixpoint",
+        "gates:",
+        "  - name: unit",
+        "    run: node --cpu-prof --cpu-prof-dir=profile --cpu-prof-name=unit.cpuprofile --test",
+        "agent:",
+        "  run: node agent.mjs",
+        "artifacts: [profile/*.cpuprofile]",
+        "stop:",
+        "  max_iterations: 4",
+        "",
+      ].join("\n"),
+      ".gitignore": ".loopwarden/\nprofile/\n",
+    });
+
+    const run = await runCli(["--server", coordinator.url, "run"], { cwd: repo });
+    expect(run.code, run.stderr).toBe(10);
+    // The rejection names the failing gate and points at its output.
+    expect(run.stderr).toMatch(/c1 rejected/);
+    expect(run.stderr).toMatch(/gate unit exit 1.* — its output: loopwarden logs c1/);
+
+    const loopId = recordedLoopId(repo, "loop.yaml");
+    const events = (await (await api(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
+      .trim()
+      .split("\n")
+      .map((line) => LoopEvent.parse(JSON.parse(line)));
+    const report = events.find((event) => event.type === "observation_reported" && event.data.candidate_id === "c2");
+    if (report?.type !== "observation_reported") throw new Error("no report for c2");
+    const profile = report.data.observation.artifacts?.find((artifact) => artifact.name === "profile/unit.cpuprofile");
+    expect(profile, JSON.stringify(report.data.observation.artifacts)).toBeDefined();
+    if (!profile) return;
+    // Downloadable from the coordinator, byte-exact, served as an attachment and never rendered.
+    const response = await api(`${coordinator.url}/v1/loops/${loopId}/artifacts/${profile.sha256}`);
+    expect(response.status).toBe(200);
+    expect(response.headers.get("x-content-type-options")).toBe("nosniff");
+    expect(response.headers.get("content-disposition")).toMatch(/^attachment/);
+    const bytes = new Uint8Array(await response.arrayBuffer());
+    expect(bytes.byteLength).toBe(profile.size);
+    expect(sha256(bytes)).toBe(profile.sha256);
+    expect(JSON.parse(new TextDecoder().decode(bytes))).toHaveProperty("nodes");
+
+    // `artifacts --download` writes them, digests checked.
+    const download = path.join(tmp.dir, "download");
+    const listed = await runCli(["--json", "--server", coordinator.url, "artifacts", "c2", "--download", download], { cwd: repo });
+    expect(listed.code, listed.stderr).toBe(0);
+    const written = readFileSync(path.join(download, "profile", "unit.cpuprofile"));
+    expect(sha256(written)).toBe(profile.sha256);
+    expect(readdirSync(download).sort()).toEqual(["gate-unit.log", "profile"]);
+
+    // `logs` with no argument: the latest evaluated candidate's log (c2 passed: its last gate); `logs c1`:
+    // the failing gate of the rejected one, with the test's own message.
+    const logs = await runCli(["--server", coordinator.url, "logs", "c1"], { cwd: repo });
+    expect(logs.code, logs.stderr).toBe(0);
+    expect(logs.stdout).toContain("answer exploded");
+    expect(logs.stderr).toMatch(/c1 gate unit \(exit 1\)/);
+    const unknown = await runCli(["--server", coordinator.url, "logs", "c1", "--gate", "lint"], { cwd: repo });
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/ran no gate lint \(it ran: unit\)/);
+    // `explain` points at the output of a gate that failed.
+    const explain = await runCli(["--server", coordinator.url, "explain"], { cwd: repo });
+    expect(explain.stdout).toMatch(/c1 rejected .*\n\s+gate unit exit 1.*loopwarden logs c1/);
+  });
+});
