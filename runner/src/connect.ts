@@ -37,7 +37,7 @@ export async function connect(options: ServerOptions, mode: OutputMode): Promise
     if (attempt === 1 || attempt % 5 === 0) progress(mode, `coordinator unreachable (${reason}); retrying…`);
   };
   const server = options.server ?? process.env.LOOPWARDEN_SERVER;
-  const token = options.token ?? process.env.LOOPWARDEN_TOKEN;
+  const token = options.token ?? (process.env.LOOPWARDEN_TOKEN || undefined);
   if (server) {
     return { client: new Client(server, { token, onRetry }), url: server, local: false, ephemeral: false, close: async () => {} };
   }

@@ -1,5 +1,5 @@
 import { randomBytes, webcrypto } from "node:crypto";
-import { link, readFile, rm, writeFile } from "node:fs/promises";
+import { link, mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 
 // The local coordinator's secrets (DESIGN §11, §12), kept in its state directory readable by their owner
@@ -46,6 +46,8 @@ export async function localOwnerToken(stateDir: string): Promise<{ token: string
 async function secretFileOnce(file: string, generate: () => Promise<string>): Promise<{ text: string; created: boolean }> {
   const existing = await readSecret(file);
   if (existing !== null) return { text: existing, created: false };
+  // A state directory is made on first use (a command may need the owner token before any coordinator ran).
+  await mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
   const text = await generate();
   const temporary = `${file}.${randomBytes(6).toString("hex")}.tmp`;
   await writeFile(temporary, text, { mode: 0o600, flag: "wx" });

@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isProcessAlive } from "../../runner/src/processes.js";
@@ -22,7 +22,8 @@ describe("the warm local coordinator", () => {
   const tmp = tempDir("warm");
   const repo = path.join(tmp.dir, "repo");
   const state = path.join(tmp.dir, "state");
-  const warm = { LOOPWARDEN_IDLE: "60s" };
+  // A first-time user: no token anywhere and no state directory yet; the local owner token is made for them.
+  const warm = { LOOPWARDEN_IDLE: "60s", LOOPWARDEN_OWNER_TOKEN: "", LOOPWARDEN_TOKEN: "" };
   const recordOf = (dir = state): Record | null => {
     const file = path.join(dir, "coordinator.json");
     return existsSync(file) ? (JSON.parse(readFileSync(file, "utf8")) as Record) : null;
@@ -54,6 +55,12 @@ describe("the warm local coordinator", () => {
     const receiptUrl = (JSON.parse(run.stdout) as { receipt_url: string }).receipt_url;
     expect(receiptUrl.startsWith(record?.url ?? "?")).toBe(true);
     expect((await fetch(receiptUrl)).status).toBe(200);
+    // Zero setup: the state directory's owner token (0600) was made and used; the API still needs it.
+    const ownerToken = path.join(state, "owner-token");
+    expect(statSync(ownerToken).mode & 0o777).toBe(0o600);
+    expect((await fetch(`${record?.url}/v1/loops`)).status).toBe(401);
+    const authorised = await fetch(`${record?.url}/v1/loops`, { headers: { Authorization: `Bearer ${readFileSync(ownerToken, "utf8").trim()}` } });
+    expect(authorised.status).toBe(200);
 
     const status = await runCli(["--json", "--state", state, "status"], { cwd: repo, env: warm });
     expect(status.code, status.stderr).toBe(0);

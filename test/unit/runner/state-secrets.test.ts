@@ -46,6 +46,20 @@ describe("the local owner token", () => {
     }
   });
 
+  it("is made in a state directory that does not exist yet, as a first command finds it", async () => {
+    const dir = path.join(stateDir, "not-yet", "state");
+    const saved = process.env.LOOPWARDEN_OWNER_TOKEN;
+    delete process.env.LOOPWARDEN_OWNER_TOKEN;
+    try {
+      const made = await localOwnerToken(dir);
+      expect(made.created).toBe(true);
+      expect(statSync(dir).mode & 0o777).toBe(0o700);
+      expect(await localSigningKey(dir)).toMatch(/"kty":"OKP"/);
+    } finally {
+      if (saved !== undefined) process.env.LOOPWARDEN_OWNER_TOKEN = saved;
+    }
+  });
+
   it("is LOOPWARDEN_OWNER_TOKEN when that is set, and then no file is written", async () => {
     const dir = mkdtempSync(path.join(stateDir, "owner-env-"));
     const saved = process.env.LOOPWARDEN_OWNER_TOKEN;
