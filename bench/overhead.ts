@@ -46,18 +46,35 @@ done`;
   return elapsed;
 }
 
+/** Per-phase figures of steady iterations (the 2nd on), from the runner's LOOPWARDEN_TIMINGS=1 lines. */
+const phaseSamples = new Map<string, Map<string, number[]>>();
+
+function recordTimings(series: string, stderr: string): void {
+  const phases = phaseSamples.get(series) ?? new Map<string, number[]>();
+  phaseSamples.set(series, phases);
+  for (const match of stderr.matchAll(/^\[(\d+)\] timings: (.*)$/gm)) {
+    if (Number(match[1]) < 2) continue;
+    for (const pair of (match[2] ?? "").split(" ")) {
+      const [phase, value] = pair.split("=");
+      if (!phase || value === undefined) continue;
+      phases.set(phase, [...(phases.get(phase) ?? []), Number(value)]);
+    }
+  }
+}
+
 /** `loopwarden run` for the same iterations (the check never passes: max_iterations_reached). Answers wall ms. */
-function loopwardenRun(check: string, where: string[]): number {
+function loopwardenRun(check: string, where: string[], series?: string): number {
   const repo = repository();
   const started = performance.now();
   const result = spawnSync(
     process.execPath,
     [bin, "--quiet", ...where, "run", "--check", check, "--exec", AGENT, "--max-iterations", String(ITERATIONS)],
     // On demand means a coordinator for this run only (LOOPWARDEN_IDLE=0), as this comparison was defined.
-    { cwd: repo.dir, encoding: "utf8", env: { ...process.env, NO_COLOR: "1", LOOPWARDEN_IDLE: "0" } },
+    { cwd: repo.dir, encoding: "utf8", env: { ...process.env, NO_COLOR: "1", LOOPWARDEN_IDLE: "0", LOOPWARDEN_TIMINGS: "1" } },
   );
   const elapsed = performance.now() - started;
   repo.cleanup();
+  if (series) recordTimings(series, result.stderr);
   // Ten iterations without a promotion: no_progress_detected (17) or max_iterations_reached (12).
   if (result.status !== 17 && result.status !== 12) throw new Error(`loopwarden run exited ${result.status}: ${result.stderr}`);
   return elapsed;
@@ -90,10 +107,10 @@ try {
     const onDemand: number[] = [];
     for (let repetition = 0; repetition < REPETITIONS; repetition++) {
       shell.push(shellLoop(check));
-      server.push(loopwardenRun(check, ["--server", coordinator.url, "--token", coordinator.owner.token]));
+      server.push(loopwardenRun(check, ["--server", coordinator.url, "--token", coordinator.owner.token], seconds === CHECKS[0] ? "running" : undefined));
       const state = mkdtempSync(path.join(os.tmpdir(), "lw-bench-overhead-od-"));
       try {
-        onDemand.push(loopwardenRun(check, ["--state", state]));
+        onDemand.push(loopwardenRun(check, ["--state", state], seconds === CHECKS[0] ? "on-demand" : undefined));
       } finally {
         rmSync(state, { recursive: true, force: true });
       }
@@ -110,6 +127,16 @@ try {
   say(
     `Per iteration is the difference of the medians over the iterations, so it includes the run's fixed costs spread over ${ITERATIONS} iterations: the CLI's start, the baseline (loopwarden runs the check ${ITERATIONS + 1} times, t0 included, the shell loop ${ITERATIONS}), creating the loop, and with on-demand the coordinator's start. Goals: under 100 ms per iteration at 0.1 s checks; a ratio of at most 1.05 at 2 s checks.`,
   );
+  say();
+  say(
+    `Where a steady iteration's time goes, at ${CHECKS[0]} s checks (the runner's own LOOPWARDEN_TIMINGS=1 lines, iterations 2-${ITERATIONS} of every repetition; median ms; spawns and requests are counts). \`evaluate\` contains \`clone\`, \`gates\` (the check itself), \`upload\` (gate logs) and \`report\`; with \`--server\` the coordinator is a shared one, so each candidate's commits are also bundled and uploaded (\`bundle\`).`,
+  );
+  say();
+  const phases = [...new Set([...phaseSamples.values()].flatMap((map) => [...map.keys()]))];
+  const series = [...phaseSamples.keys()];
+  say(`| phase | ${series.map((name) => `coordinator ${name}`).join(" | ")} |`);
+  say(`|---|${series.map(() => "---:").join("|")}|`);
+  for (const phase of phases) say(`| ${phase} | ${series.map((name) => String(Math.round(median(phaseSamples.get(name)?.get(phase) ?? [])))).join(" | ")} |`);
 } finally {
   await coordinator.stop();
   rmSync(serverState, { recursive: true, force: true });

@@ -40,6 +40,7 @@ import {
 import type { Contract } from "../../shared/wire/contract.js";
 import type { ArtifactRef } from "../../shared/wire/observation.js";
 import { CoordinatorError, UserError } from "./errors.js";
+import { countRequest } from "./timings.js";
 
 // Defined with the other errors (main.ts catches it without loading the client and its schemas).
 export { CoordinatorError };
@@ -92,6 +93,7 @@ export class Client {
       // Full jitter: a wait drawn from [backoff/2, backoff], so runners that failed together do not retry together.
       let wait = backoff / 2 + Math.random() * (backoff / 2);
       const startedAt = performance.now();
+      countRequest();
       try {
         // A path is this coordinator's (with the token); a whole URL is presigned storage (never the token).
         const coordinator = isCoordinatorPath(path);

@@ -6,6 +6,7 @@ import { cloneEnv, isWithin } from "./environment.js";
 import { UserError } from "./errors.js";
 import { cloneAt } from "./git.js";
 import { isProcessAlive } from "./processes.js";
+import { timed } from "./timings.js";
 
 // Where candidates are evaluated (DESIGN §6.4): a fresh detached clone of the commit, outside the
 // repository, so nothing untracked in the working tree — node_modules/, .venv/, build output, a binary
@@ -63,7 +64,7 @@ export async function withClone<T>(repo: string, commit: string, label: string, 
   const dir = path.join(processDir(), `${label}-${randomBytes(4).toString("hex")}`);
   try {
     await mkdir(processDir(), { recursive: true, mode: 0o700 });
-    await cloneAt(repo, commit, dir);
+    await timed("clone", () => cloneAt(repo, commit, dir));
     return await use({ dir, env: cloneEnv(trees) });
   } finally {
     await rm(dir, { recursive: true, force: true });

@@ -115,6 +115,30 @@ export function workerConfigOf(text: string, file = "wrangler.toml"): WorkerConf
   };
 }
 
+/**
+ * Settings the local coordinator takes from its environment: `LOOPWARDEN_<NAME>` becomes its worker's
+ * `<NAME>`, over wrangler.toml's. LEASE_TTL (a shorter lease for tests that kill runners); S3 mode
+ * (README, "Artifacts in S3 mode": the S3 vars, and the two secrets, which never belong in a file); and
+ * where uploads split into parts (ARTIFACT_PUT_MAX_BYTES, ARTIFACT_PART_BYTES), so a test can make a
+ * small file go up in parts.
+ */
+export const ENV_SETTINGS = [
+  "LEASE_TTL",
+  "S3_ENDPOINT",
+  "S3_BUCKET",
+  "S3_REGION",
+  "S3_ACCESS_KEY_ID",
+  "S3_SECRET_ACCESS_KEY",
+  "S3_PRESIGN_TTL",
+  "ARTIFACT_PUT_MAX_BYTES",
+  "ARTIFACT_PART_BYTES",
+] as const;
+
+/** The worker settings `env` gives (its non-empty `LOOPWARDEN_<NAME>` of ENV_SETTINGS), by their worker names. */
+export function envSettings(env: NodeJS.ProcessEnv): Record<string, string> {
+  return Object.fromEntries(ENV_SETTINGS.flatMap((name) => (env[`LOOPWARDEN_${name}`] ? [[name, env[`LOOPWARDEN_${name}`] as string]] : [])));
+}
+
 /** The package's own wrangler.toml, as the local coordinator runs it. */
 export async function loadWorkerConfig(): Promise<WorkerConfig> {
   const file = path.join(PACKAGE_ROOT, "wrangler.toml");

@@ -3,6 +3,7 @@ import path from "node:path";
 import { UserError } from "./errors.js";
 import { executableIn } from "./processes.js";
 import { onShutdown } from "./shutdown.js";
+import { countSpawn } from "./timings.js";
 
 /** How a command ended. `output` is stdout and stderr interleaved as written, truncated to its tail. */
 export interface CommandResult {
@@ -117,6 +118,7 @@ export async function runCommand(
   },
 ): Promise<CommandResult> {
   options.signal?.throwIfAborted();
+  countSpawn();
   const [file = "/bin/sh", ...args] = options.network === "none" ? [...(await requireNetworkIsolation()), command] : ["/bin/sh", "-c", command];
   const started = performance.now();
   return new Promise((resolve, reject) => {

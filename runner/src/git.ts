@@ -4,6 +4,7 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { sha256Hex } from "../../shared/hash.js";
 import { UserError } from "./errors.js";
+import { countSpawn } from "./timings.js";
 
 const execFileAsync = promisify(execFile);
 
@@ -52,6 +53,7 @@ export function withoutRepoLocatingGitEnv(env: NodeJS.ProcessEnv): NodeJS.Proces
 
 /** Runs git in `cwd` and returns stdout. */
 export async function git(cwd: string, args: string[], options: { encoding?: "buffer" } = {}): Promise<string> {
+  countSpawn();
   try {
     const { stdout } = await execFileAsync("git", [...SAFE_CONFIG, ...args], {
       cwd,

@@ -13,6 +13,7 @@ import { shortCommit } from "./git.js";
 import { liveStatus, paint, progress, type OutputMode } from "./output.js";
 import { MetricLog, samplePairs, type PairedSamples } from "./sampling.js";
 import { matchArtifacts, uploadArtifactFiles } from "./artifact-files.js";
+import { timed } from "./timings.js";
 import type { Session } from "./session.js";
 
 // A leased evaluation job (DESIGN §2): the candidate evaluated in a clean clone under heartbeats, its
@@ -71,9 +72,9 @@ export async function evaluateLease(ctx: JobContext, lease: Lease, label: string
     const compareTo = lease.job.compare_to?.commit ?? (await foldLoop(ctx)).best.commit;
     return await withClone(ctx.repo, lease.job.commit, lease.job.candidate_id, async (candidateClone) => {
       const clone = jobClone(candidateClone);
-      const evaluation = await evaluateIn(clone, { ...evaluationOptions(mode, ctx.loaded, label), contract });
+      const evaluation = await timed("gates", () => evaluateIn(clone, { ...evaluationOptions(mode, ctx.loaded, label), contract }));
       lost.signal.throwIfAborted();
-      await uploadLogs(client, lease.loop_id, evaluation.logs);
+      await timed("upload", () => uploadLogs(client, lease.loop_id, evaluation.logs));
       const metricLog = new MetricLog();
       // What the contract's `artifacts` globs match in the clone, and the metric command's output, stored
       // by digest before each report names them (again after more readings: what is stored is not re-sent).
@@ -87,17 +88,19 @@ export async function evaluateLease(ctx: JobContext, lease: Lease, label: string
       const tests = compactTests(evaluation.observation.tests, base);
       const report = async (observation: FullObservation) => {
         lost.signal.throwIfAborted();
-        const artifacts = await storeArtifacts();
+        const artifacts = await timed("upload", storeArtifacts);
         liveStatus(mode, `${label} reporting`);
-        return client.report(lease.lease_id, {
-          fencing_token: lease.fencing_token,
-          observation: {
-            ...observation,
-            tests,
-            ...(artifacts.length > 0 ? { artifacts } : {}),
-            ...(lease.job.compare_to ? { compared_to: compareTo } : {}),
-          },
-        });
+        return timed("report", () =>
+          client.report(lease.lease_id, {
+            fencing_token: lease.fencing_token,
+            observation: {
+              ...observation,
+              tests,
+              ...(artifacts.length > 0 ? { artifacts } : {}),
+              ...(lease.job.compare_to ? { compared_to: compareTo } : {}),
+            },
+          }),
+        );
       };
       const decided = (answer: ReportResponse): { verdict: Verdict; loop: LoopSummary } | null => {
         if (answer.verdict.decision !== "requeued") return { verdict: answer.verdict, loop: answer.loop };

@@ -5,7 +5,7 @@ import type { Readable } from "node:stream";
 import type { Miniflare } from "miniflare";
 import { Client } from "./client.js";
 import { localOwnerToken, localSigningKey } from "./state-secrets.js";
-import { loadWorkerConfig, type WorkerConfig } from "./coordinator-config.js";
+import { envSettings, loadWorkerConfig, type WorkerConfig } from "./coordinator-config.js";
 import { UserError } from "./errors.js";
 import { freePort, isPortFree } from "./free-port.js";
 import { PACKAGE_ROOT } from "./paths.js";
@@ -211,8 +211,8 @@ export async function startLocalCoordinator(options: {
           ...(config.bindings as Record<string, never>),
           RECEIPT_SIGNING_KEY: signingKey,
           OWNER_TOKEN: owner.token,
-          // LOOPWARDEN_LEASE_TTL overrides wrangler.toml's lease lifetime (a duration), e.g. for tests that kill runners.
-          ...(process.env.LOOPWARDEN_LEASE_TTL ? { LEASE_TTL: process.env.LOOPWARDEN_LEASE_TTL } : {}),
+          // LOOPWARDEN_LEASE_TTL, LOOPWARDEN_S3_* and the like override or add to wrangler.toml's (ENV_SETTINGS).
+          ...envSettings(process.env),
         },
       },
     ],

@@ -35,6 +35,7 @@ import { clearPendingCreate, loadPendingCreate, savePendingCreate } from "./pend
 import { sampleAlone } from "./sampling.js";
 import { parseLabels } from "./labels.js";
 import { failureLine } from "./candidate-evidence.js";
+import { timed } from "./timings.js";
 import { foldLoop } from "./event-log.js";
 import { uploadCandidateBundle } from "./candidate-bundles.js";
 import type { Labels } from "../../shared/wire/contract.js";
@@ -217,11 +218,15 @@ export async function buildProposal(
   candidate: { commit: string; key: string; proposer: Proposer; agent: AgentRun | null; report?: { report: AgentReport | null; error?: string } },
 ): Promise<ProposeCandidateRequest> {
   const diff = await diffOf(session.repo, session.loop.best.commit, candidate.commit);
-  // A candidate that will be evaluated travels with its commits as a bundle, so a runner in another
-  // checkout can evaluate it (one the coordinator rejects unevaluated — empty, or its agent failed — needs none).
+  // A candidate another runner may evaluate travels with its commits as a bundle, so a runner in another
+  // checkout can evaluate it: on a shared coordinator (--server), or when the contract asks for runner
+  // labels. On the local coordinator this process evaluates its own candidates, and a bundle would only
+  // cost time (2 git spawns and 2 requests an iteration). One the coordinator rejects unevaluated —
+  // empty, or its agent failed — needs none.
   const failed = candidate.agent !== null && (candidate.agent.timed_out || candidate.agent.exit_code !== 0);
+  const shared = !session.connection.local || session.loaded.contract.evaluate !== undefined;
   const bundle =
-    diff.empty || failed
+    diff.empty || failed || !shared
       ? undefined
       : await uploadCandidateBundle(session.client, session.loop.loop_id, session.repo, candidate.commit, session.loop.t0.commit);
   return {
@@ -245,11 +250,11 @@ export async function decideCandidate(session: Session, proposal: ProposeCandida
   const pending = pendingProposalFile(session, proposal.idempotency_key);
   await mkdir(path.dirname(pending), { recursive: true });
   await writeFile(pending, JSON.stringify(proposal));
-  const proposed = await session.client.proposeCandidate(session.loop.loop_id, proposal);
+  const proposed = await timed("propose", () => session.client.proposeCandidate(session.loop.loop_id, proposal));
   session.loop = proposed.loop;
   let verdict = proposed.candidate.verdict;
   if (!verdict) {
-    const decided = await evaluateUntilDecided(session, proposed.candidate.candidate_id, iteration);
+    const decided = await timed("evaluate", () => evaluateUntilDecided(session, proposed.candidate.candidate_id, iteration));
     verdict = decided.verdict;
     session.loop = decided.loop;
   }
@@ -259,7 +264,7 @@ export async function decideCandidate(session: Session, proposal: ProposeCandida
     const why = failureLine((await foldLoop(session)).candidates[verdict.candidate_id]);
     if (why) progress(session.mode, `[${iteration}]   ${why}`);
     const ref = rejectedRef(session.loop.loop_id, verdict.candidate_id);
-    await revertTo(session.repo, session.loop.best.commit, { ref, commit: proposal.commit });
+    await timed("revert", () => revertTo(session.repo, session.loop.best.commit, { ref, commit: proposal.commit }));
     progress(session.mode, `[${iteration}] restored the working tree to ${shortCommit(session.loop.best.commit)}; the candidate is kept at ${ref}`);
   }
   await rm(pending, { force: true });

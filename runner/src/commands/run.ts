@@ -14,6 +14,7 @@ import { commitCandidate } from "../candidate-commits.js";
 import type { ContractOptions } from "../contract-resolution.js";
 import { confirmAgainstT0 } from "../confirm-job.js";
 import { foldLoop } from "../event-log.js";
+import { takeTimings, timed } from "../timings.js";
 import { settleInterruptedIteration } from "../interrupted-iteration.js";
 import { buildProposal, decideCandidate, enterLoopBranch, openSession } from "../session.js";
 
@@ -91,13 +92,15 @@ export async function runLoop(options: RunOptions): Promise<number> {
       const command = session.loaded.contract.agent.run;
       // No live line while the agent runs: its own output, streamed to stderr, is the progress.
       progress(mode, `[${iteration}] running the agent: ${command}`);
-      const files = await writeAgentContext(session.repo, await foldLoop(session));
-      const agent = await runCommand(command, {
-        cwd: session.repo,
-        timeoutMs: agentTimeoutMs,
-        env: childEnv(agentEnv(files, session.loop.loop_id, iteration)),
-        ...(mode.quiet || mode.json ? {} : { onOutput: (chunk: Buffer) => process.stderr.write(chunk) }),
-      });
+      const files = await timed("context", async () => writeAgentContext(session.repo, await foldLoop(session)));
+      const agent = await timed("agent", () =>
+        runCommand(command, {
+          cwd: session.repo,
+          timeoutMs: agentTimeoutMs,
+          env: childEnv(agentEnv(files, session.loop.loop_id, iteration)),
+          ...(mode.quiet || mode.json ? {} : { onOutput: (chunk: Buffer) => process.stderr.write(chunk) }),
+        }),
+      );
       await writeFile(path.join(logDir, `agent-${iteration}.log`), agent.output);
       // Keeping and reverting move only the loop's branch: if the agent left it, committing or resetting
       // here could move one of the user's branches, so stop instead.
@@ -110,10 +113,12 @@ export async function runLoop(options: RunOptions): Promise<number> {
       const report = await readAgentReport(session.repo, files.report);
       if (report.error) progress(mode, `[${iteration}] ${report.error}; not recorded`);
       const agentRun = { exit_code: agent.exit_code, timed_out: agent.timed_out, duration_ms: agent.duration_ms };
-      const { commit, key } = await commitCandidate(session, iteration, agentRun);
-      const proposal = await buildProposal(session, { commit, key, proposer: { kind: "command", command }, agent: agentRun, report });
+      const { commit, key } = await timed("commit", () => commitCandidate(session, iteration, agentRun));
+      const proposal = await timed("bundle", () => buildProposal(session, { commit, key, proposer: { kind: "command", command }, agent: agentRun, report }));
       await decideCandidate(session, proposal, iteration);
       ran++;
+      const timings = takeTimings();
+      if (timings) process.stderr.write(`[${iteration}] ${timings}\n`);
     }
     if (ran === 0 && session.resumed && session.loop.halt) progress(mode, HALTED_BEFORE);
     // A halted optimize loop's gain over t0 is measured once, here (DESIGN §6.3); a run that resumes a
