@@ -2,6 +2,7 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
 import { api, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
+import { timedWorkProject } from "../support/timed-work-project.js";
 
 // An optimize loop through the real stack: the runner reads the benchmark interleaved (best, then
 // candidate) in two clean clones, and the coordinator's sequential test keeps a real speed-up and
@@ -11,24 +12,7 @@ describe("an optimize loop", () => {
 
   it("promotes a real speed-up and not a no-op change, with the estimate and the pairs on record", async () => {
     const repo = makeRepo(path.join(tmp.dir, "repo"), {
-      // work() blocks for DELAY ms: a stand-in for code whose speed the agent changes.
-      "src/work.js": [
-        "const DELAY = 40;",
-        "export function work() {",
-        "  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, DELAY);",
-        "  return 42;",
-        "}",
-        "",
-      ].join("\n"),
-      "test/work.test.js":
-        "import assert from 'node:assert/strict';\nimport { test } from 'node:test';\nimport { work } from '../src/work.js';\ntest('work answers 42', () => assert.equal(work(), 42));\n",
-      "bench.mjs": [
-        "import { work } from './src/work.js';",
-        "const started = performance.now();",
-        "for (let i = 0; i < 3; i++) work();",
-        "console.log(`METRIC work_ms=${(performance.now() - started).toFixed(3)}`);",
-        "console.log(`METRIC rss_mb=${(process.memoryUsage().rss / 1e6).toFixed(1)}`);",
-      ].join("\n"),
+      ...timedWorkProject(),
       // Iteration 1 halves DELAY (a real 2x speed-up); iteration 2 only adds a comment.
       "agent.mjs": [
         "import { readFileSync, writeFileSync } from 'node:fs';",

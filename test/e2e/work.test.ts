@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import { LoopEvent, verifyChain } from "../../shared/engine/index.js";
 import { rederive } from "../../shared/receipts/verify.js";
 import { api, exitOf, makeRepo, recordedLoopId, runCli, sharedCoordinator, startCli, waitFor } from "../support/cli.js";
+import { timedWorkProject } from "../support/timed-work-project.js";
 import { mulberry32 } from "../support/prng.js";
 
 // Team-shared loops end to end (DESIGN §1.2): one agent proposing with `run`, three `loopwarden work`
@@ -14,22 +15,7 @@ import { mulberry32 } from "../support/prng.js";
 /** An optimize project whose agent makes a real 2x speed-up, then a no-op, then another 2x speed-up. */
 function optimizeProject(): Record<string, string> {
   return {
-    "src/work.js": [
-      "const DELAY = 40;",
-      "export function work() {",
-      "  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, DELAY);",
-      "  return 42;",
-      "}",
-      "",
-    ].join("\n"),
-    "test/work.test.js":
-      "import assert from 'node:assert/strict';\nimport { test } from 'node:test';\nimport { work } from '../src/work.js';\ntest('work answers 42', () => assert.equal(work(), 42));\n",
-    "bench.mjs": [
-      "import { work } from './src/work.js';",
-      "const started = performance.now();",
-      "for (let i = 0; i < 3; i++) work();",
-      "console.log(`METRIC work_ms=${(performance.now() - started).toFixed(3)}`);",
-    ].join("\n"),
+    ...timedWorkProject(),
     "agent.mjs": [
       "import { readFileSync, writeFileSync } from 'node:fs';",
       "const file = 'src/work.js';",
