@@ -254,18 +254,27 @@ export class Client {
   }
 
   private async uploadBlob(loopId: string, ref: ArtifactRef, blob: Blob, onProgress?: (sent: number, total: number) => void): Promise<ArtifactRef> {
-    const intent = await this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/artifacts`, ArtifactIntentResponse, {
-      sha256: ref.sha256,
-      size: ref.size,
-      content_type: ref.content_type,
-      name: ref.name,
-    });
+    const askIntent = () =>
+      this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/artifacts`, ArtifactIntentResponse, {
+        sha256: ref.sha256,
+        size: ref.size,
+        content_type: ref.content_type,
+        name: ref.name,
+      });
+    const intent = await askIntent();
     if (intent.status === "exists") return ref;
     if (intent.status === "upload") {
       const response = await this.send("PUT", intent.url, blob, { "Content-Type": ref.content_type });
       if (!response.ok) await this.parse(response, ArtifactStored);
       await response.body?.cancel();
       onProgress?.(ref.size, ref.size);
+      // Storage reached by a presigned URL does not tell the coordinator: asking again has it verify and
+      // record the object now, one file a request (not all of a report's files inside the report).
+      if (!isCoordinatorPath(intent.url)) {
+        const recorded = await askIntent();
+        if (recorded.status !== "exists")
+          throw new Error(`storage did not keep ${ref.name} (${ref.sha256}): the coordinator finds no such object after the upload`);
+      }
       return ref;
     }
     // Multipart: each part is sent (and on failure re-sent, by `send`'s retries) on its own; a part

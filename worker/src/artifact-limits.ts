@@ -58,3 +58,28 @@ export function artifactLimits(env: { ARTIFACT_MAX_BYTES?: string; LOOP_ARTIFACT
     quotaBytes: configured("LOOP_ARTIFACT_QUOTA_BYTES", env.LOOP_ARTIFACT_QUOTA_BYTES, DEFAULT_LOOP_ARTIFACT_QUOTA_BYTES),
   };
 }
+
+/** The smallest part S3 and R2 take for every part but the last. */
+export const MIN_PART_BYTES = 5 * MiB;
+
+/** How this deployment splits uploads: one PUT up to `putMaxBytes`, else parts of `partBytes`. */
+export interface UploadSizes {
+  putMaxBytes: number;
+  partBytes: number;
+}
+
+/**
+ * ARTIFACT_PUT_MAX_BYTES (default MAX_PUT_BYTES) and ARTIFACT_PART_BYTES (default PART_SIZE): lower
+ * values make a small file go up in parts, which tests of multipart uploads use. Neither may exceed
+ * MAX_PUT_BYTES (a request body through the worker stays under 100 MB), and a part is at least
+ * MIN_PART_BYTES; a value outside that is a broken deployment, refused loudly.
+ */
+export function uploadSizes(env: { ARTIFACT_PUT_MAX_BYTES?: string; ARTIFACT_PART_BYTES?: string }): UploadSizes {
+  const putMaxBytes = configured("ARTIFACT_PUT_MAX_BYTES", env.ARTIFACT_PUT_MAX_BYTES, MAX_PUT_BYTES);
+  const partBytes = configured("ARTIFACT_PART_BYTES", env.ARTIFACT_PART_BYTES, PART_SIZE);
+  if (putMaxBytes > MAX_PUT_BYTES) throw new Error(`loopwarden: ARTIFACT_PUT_MAX_BYTES may be at most ${MAX_PUT_BYTES} bytes (95MiB)`);
+  if (partBytes < MIN_PART_BYTES || partBytes > MAX_PUT_BYTES) {
+    throw new Error(`loopwarden: ARTIFACT_PART_BYTES must be between ${MIN_PART_BYTES} (5MiB) and ${MAX_PUT_BYTES} (95MiB) bytes`);
+  }
+  return { putMaxBytes, partBytes };
+}

@@ -3,14 +3,16 @@ import type { DrizzleD1Database } from "drizzle-orm/d1";
 import { bytesToHex } from "@noble/hashes/utils.js";
 import type { ArtifactView } from "../../shared/wire/api.js";
 import { sanitizeName, recordedContentType } from "./artifact-names.js";
+import type { ArtifactStorage } from "./artifact-storage.js";
 import { artifacts, type ArtifactRow } from "./db/schema.js";
 
-// Artifacts (DESIGN §10): bytes in R2 under a content address, and a D1 row per artifact written only
-// once the object is confirmed with its size and SHA-256. A row therefore means "verified"; an object
-// without one (a crash between the two, or an object from before rows existed) is verified before it is
-// recorded, and one whose bytes do not hash to its key is deleted.
+// Artifacts (DESIGN §10): bytes in storage (the R2 binding, or S3) under a content address, and a D1 row
+// per artifact written only once the object is confirmed with its size and SHA-256. A row therefore means
+// "verified"; an object without one (a crash between the two, a presigned upload in S3 mode, or an object
+// from before rows existed) is verified before it is recorded, and one whose bytes do not hash to its key
+// is deleted.
 
-/** R2 key of a loop's artifact: content-addressed, scoped to the loop. */
+/** Storage key of a loop's artifact: content-addressed, scoped to the loop. */
 export function artifactKey(loopId: string, sha256: string): string {
   return `loops/${loopId}/sha256/${sha256}`;
 }
@@ -109,25 +111,36 @@ export async function digestOf(stream: ReadableStream): Promise<string> {
  * Deletes the object at `key` if it is still the one that was checked (same ETag): a refusal never
  * removes an object another upload has put there since.
  */
-export async function deleteIfUnchanged(bucket: R2Bucket, key: string, etag: string): Promise<void> {
-  const head = await bucket.head(key);
-  if (head?.etag === etag) await bucket.delete(key);
+export async function deleteIfUnchanged(storage: ArtifactStorage, key: string, etag: string): Promise<void> {
+  const head = await storage.head(key);
+  if (head?.etag === etag) await storage.delete(key);
+}
+
+/** What a caller knows of an artifact it names (an intent, a report's reference), used when storage kept neither. */
+export interface ArtifactHint {
+  name?: string | undefined;
+  content_type?: string | undefined;
 }
 
 /**
- * Records an object that is in R2 but not in D1, once its bytes are confirmed to hash to its key (and,
- * when given, to be `expectedSize` long). An object whose bytes do not match its key is deleted: it is
- * not the artifact it claims to be. Answers the row, or null when there is no such verified object.
+ * Records an object that is in storage but not in D1, once its bytes are confirmed to hash to its key
+ * (and, when given, to be `expectedSize` long). An object whose bytes do not match its key is deleted: it
+ * is not the artifact it claims to be. Its name and content type are what storage kept with it, else the
+ * caller's `hint`. Answers the row, or null when there is no such verified object.
+ *
+ * This is how S3 mode records a presigned single PUT, after which the runner never comes back: the next
+ * intent, report, proposal or download that asks for it adopts it.
  */
 export async function adoptObject(
-  bucket: R2Bucket,
+  storage: ArtifactStorage,
   db: DrizzleD1Database,
   loopId: string,
   sha256: string,
   expectedSize: number | null,
+  hint: ArtifactHint = {},
 ): Promise<ArtifactRow | null> {
   const key = artifactKey(loopId, sha256);
-  const object = await bucket.get(key);
+  const object = await storage.get(key);
   if (!object) return null;
   if (expectedSize !== null && object.size !== expectedSize) {
     await object.body.cancel();
@@ -135,15 +148,41 @@ export async function adoptObject(
   }
   if ((await digestOf(object.body)) !== sha256) {
     console.warn(`loopwarden: the object ${key} does not hash to its key; deleting it`);
-    await deleteIfUnchanged(bucket, key, object.etag);
+    await deleteIfUnchanged(storage, key, object.etag);
     return null;
   }
   const { row } = await recordArtifact(db, {
     loopId,
     sha256,
     size: object.size,
-    name: sanitizeName(object.customMetadata?.name, sha256),
-    contentType: recordedContentType(object.httpMetadata?.contentType),
+    name: sanitizeName(object.name ?? hint.name, sha256),
+    contentType: recordedContentType(object.contentType ?? hint.content_type),
   });
   return row;
+}
+
+/**
+ * Of the artifacts an observation or proposal cites, those neither recorded with that size nor in
+ * storage with it (and then verified and recorded now, as `adoptObject` does): the evidence a decision
+ * may rest on is only what the coordinator checked. One D1 query per 90 digests; storage is asked only
+ * about what D1 does not have (in binding mode, nothing but what a crash left unrecorded).
+ */
+export async function unverified<T extends { sha256: string; size: number; name?: string; content_type?: string }>(
+  storage: () => Promise<ArtifactStorage>,
+  db: DrizzleD1Database,
+  loopId: string,
+  cited: readonly T[],
+): Promise<T[]> {
+  const missing = await unrecorded(db, loopId, cited);
+  if (missing.length === 0) return [];
+  const store = await storage();
+  const still: T[] = [];
+  const adopted = new Set<string>();
+  for (const ref of missing) {
+    const key = `${ref.sha256}/${ref.size}`;
+    if (adopted.has(key)) continue;
+    if (await adoptObject(store, db, loopId, ref.sha256, ref.size, ref)) adopted.add(key);
+    else still.push(ref);
+  }
+  return still;
 }

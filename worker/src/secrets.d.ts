@@ -8,5 +8,9 @@ declare namespace Cloudflare {
     RECEIPT_SIGNING_KEY?: string;
     /** Public keys that signed earlier receipts: a JSON key set `{ "keys": [...] }` or an array of public JWKs. */
     RECEIPT_RETIRED_KEYS?: string;
+    /** S3 mode (README, "Artifacts in S3 mode"): the access key id of an S3 API token for S3_BUCKET (R2: Object Read & Write). */
+    S3_ACCESS_KEY_ID?: string;
+    /** S3 mode: that token's secret access key. */
+    S3_SECRET_ACCESS_KEY?: string;
   }
 }

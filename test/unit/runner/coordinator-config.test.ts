@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { workerConfigOf } from "../../../runner/src/coordinator-config.js";
+import { envSettings, workerConfigOf } from "../../../runner/src/coordinator-config.js";
 import { BoundedLog } from "../../../runner/src/local-coordinator.js";
 import { ROOT } from "../../support/cli.js";
 
@@ -51,6 +51,31 @@ preview_bucket_name = "dev-bucket"
     expect(() => workerConfigOf('name = "x"\ncompatibility_date = "2026-01-01"\n[[kv_namespaces]]\nbinding = "KV"\nid = "1"\n')).toThrow(
       /declares kv_namespaces, which the local coordinator does not map/,
     );
+  });
+});
+
+describe("envSettings", () => {
+  it("passes LOOPWARDEN_<NAME> through as the worker's <NAME> for the settings it knows, and nothing else", () => {
+    expect(
+      envSettings({
+        LOOPWARDEN_S3_ENDPOINT: "http://127.0.0.1:9000",
+        LOOPWARDEN_S3_BUCKET: "artifacts",
+        LOOPWARDEN_S3_ACCESS_KEY_ID: "id",
+        LOOPWARDEN_S3_SECRET_ACCESS_KEY: "secret",
+        LOOPWARDEN_S3_REGION: "",
+        LOOPWARDEN_LEASE_TTL: "4s",
+        LOOPWARDEN_ARTIFACT_PART_BYTES: "5MiB",
+        LOOPWARDEN_OWNER_TOKEN: "not a worker setting",
+        S3_BUCKET: "not prefixed",
+      }),
+    ).toEqual({
+      S3_ENDPOINT: "http://127.0.0.1:9000",
+      S3_BUCKET: "artifacts",
+      S3_ACCESS_KEY_ID: "id",
+      S3_SECRET_ACCESS_KEY: "secret",
+      LEASE_TTL: "4s",
+      ARTIFACT_PART_BYTES: "5MiB",
+    });
   });
 });
 

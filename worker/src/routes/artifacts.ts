@@ -10,8 +10,10 @@ import {
   type UploadedPart,
 } from "../../../shared/wire/api.js";
 import { Sha256 } from "../../../shared/wire/observation.js";
-import { MAX_PARTS, MAX_PUT_BYTES, PART_SIZE, artifactLimits, type ArtifactLimits } from "../artifact-limits.js";
+import { MAX_PARTS, artifactLimits, uploadSizes, type ArtifactLimits } from "../artifact-limits.js";
 import { downloadHeaders, recordedContentType, sanitizeName } from "../artifact-names.js";
+import { artifactStorage } from "../artifact-storage-mode.js";
+import { PartsRefused, UploadGone, type ArtifactStorage, type NewUpload, type StoredObject, type ThroughWorker } from "../artifact-storage.js";
 import {
   adoptObject,
   artifactKey,
@@ -23,7 +25,7 @@ import {
   recordedBytes,
   viewOf,
 } from "../artifact-store.js";
-import { R2_ERROR, declaredLength, r2ErrorCode, storageError, streamInto, uploadNotFound } from "../artifact-upload.js";
+import { declaredLength, storageError, uploadNotFound } from "../artifact-upload.js";
 import { requireScope, type AuthEnv } from "../auth.js";
 import type { ArtifactRow } from "../db/schema.js";
 import { ApiError, refusalError } from "../http-errors.js";
@@ -31,10 +33,12 @@ import { openLoop } from "../loops.js";
 import { readJson, readParam } from "../validate.js";
 
 /**
- * Artifact routes (DESIGN §10), mounted at `/v1/loops`: an upload intent answers `exists`, one PUT
- * through the worker (up to MAX_PUT_BYTES), or a multipart upload through the worker (parts of
- * PART_SIZE, then `complete`, which verifies the whole object before recording it). Nothing is
- * recorded in D1 before its bytes are confirmed in R2.
+ * Artifact routes (DESIGN §10), mounted at `/v1/loops`: an upload intent answers `exists`, one PUT (up
+ * to ARTIFACT_PUT_MAX_BYTES, default MAX_PUT_BYTES), or a multipart upload (parts of
+ * ARTIFACT_PART_BYTES, default PART_SIZE, then `complete`, which verifies the whole object before
+ * recording it). In binding mode the PUTs come through the worker into R2; in S3 mode they go to
+ * presigned storage URLs, and a single PUT's object is verified and recorded when next asked about
+ * (`adoptObject`). Nothing is recorded in D1 before its bytes are confirmed in storage.
  *
  * Abandoned multipart uploads: a client that fails aborts its upload (`DELETE …/uploads/:uploadId`); one
  * that cannot (it crashed) leaves parts that R2's bucket lifecycle aborts after 7 days, R2's default rule
@@ -56,7 +60,7 @@ async function requireLoop(c: Context<AuthEnv>, access: "read" | "write"): Promi
   return answer.loop.loop_id;
 }
 
-/** Upload ids are R2's, opaque; they travel URL-encoded in a path segment. */
+/** Upload ids are storage's, opaque; they travel URL-encoded in a path segment. */
 const UploadId = z.string().min(1).max(1_000);
 const PartNumber = z
   .string()
@@ -68,12 +72,36 @@ function shaOf(c: Context<AuthEnv>): string {
   return readParam(c.req.param("sha256"), Sha256, "sha256");
 }
 
-function uploadOf(c: Context<AuthEnv>, loopId: string, sha256: string): R2MultipartUpload {
-  return c.env.ARTIFACTS.resumeMultipartUpload(artifactKey(loopId, sha256), readParam(c.req.param("uploadId"), UploadId, "upload id"));
+function uploadIdOf(c: Context<AuthEnv>): string {
+  return readParam(c.req.param("uploadId"), UploadId, "upload id");
 }
 
 function limitsOf(c: Context<AuthEnv>): ArtifactLimits {
   return artifactLimits(c.env);
+}
+
+function storageOf(c: Context<AuthEnv>): Promise<ArtifactStorage> {
+  return artifactStorage(c.env);
+}
+
+/** The binding's way in through the worker; in S3 mode runners upload to the presigned URLs an intent answers. */
+function throughWorker(storage: ArtifactStorage): ThroughWorker {
+  if (storage.through) return storage.through;
+  throw new ApiError(
+    409,
+    "upload_to_storage",
+    "this coordinator keeps artifacts in S3: send an upload intent (POST /v1/loops/:id/artifacts) and PUT to the presigned URLs it answers",
+  );
+}
+
+/** Runs a storage call, answering what storage itself failed at as 502 `storage_error`. */
+async function inStorage<T>(call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    if (error instanceof ApiError) throw error;
+    throw storageError(error);
+  }
 }
 
 /** The 507 for storing `size` bytes as `sha256`, when that would take the loop's recorded artifacts past its quota. */
@@ -89,11 +117,11 @@ async function requireQuota(c: Context<AuthEnv>, loopId: string, sha256: string,
   if (refusal) throw refusal;
 }
 
-/** The artifact as recorded, when it is also in R2 with its recorded size: what `exists` means. */
-async function findStored(c: Context<AuthEnv>, loopId: string, sha256: string): Promise<ArtifactRow | null> {
+/** The artifact as recorded, when it is also in storage with its recorded size: what `exists` means. */
+async function findStored(c: Context<AuthEnv>, storage: ArtifactStorage, loopId: string, sha256: string): Promise<ArtifactRow | null> {
   const row = await findArtifact(drizzle(c.env.DB), loopId, sha256);
   if (!row) return null;
-  const head = await c.env.ARTIFACTS.head(artifactKey(loopId, sha256));
+  const head = await inStorage(() => storage.head(artifactKey(loopId, sha256)));
   return head && head.size === row.size ? row : null;
 }
 
@@ -122,42 +150,44 @@ artifactRoutes.get("/:id/artifacts", async (c) => {
 artifactRoutes.post("/:id/artifacts", async (c) => {
   const loopId = await requireLoop(c, "write");
   const intent = await readJson(c, ArtifactIntent);
+  const storage = await storageOf(c);
   const { maxBytes } = limitsOf(c);
-  const ceiling = Math.min(maxBytes, MAX_PARTS * PART_SIZE);
+  const { putMaxBytes, partBytes } = uploadSizes(c.env);
+  const ceiling = Math.min(maxBytes, MAX_PARTS * partBytes);
   if (intent.size > ceiling) throw new ApiError(413, "artifact_too_large", `artifacts are limited to ${ceiling} bytes; this one is ${intent.size}`);
 
   const key = artifactKey(loopId, intent.sha256);
   const db = drizzle(c.env.DB);
-  const [row, head] = await Promise.all([findArtifact(db, loopId, intent.sha256), c.env.ARTIFACTS.head(key)]);
-  // Recorded and in R2 with that size; or in R2 with that size but not recorded (a crash between the
-  // two), which is verified and recorded now.
+  const [row, head] = await Promise.all([findArtifact(db, loopId, intent.sha256), inStorage(() => storage.head(key))]);
+  // Recorded and in storage with that size; or in storage with that size but not recorded (a crash
+  // between the two, or a presigned PUT in S3 mode), which is verified and recorded now.
   const exists =
-    head?.size === intent.size && (row ? row.size === head.size : (await adoptObject(c.env.ARTIFACTS, db, loopId, intent.sha256, intent.size)) !== null);
+    head?.size === intent.size &&
+    (row ? row.size === head.size : (await inStorage(() => adoptObject(storage, db, loopId, intent.sha256, intent.size, intent))) !== null);
   if (exists) return c.json({ status: "exists" } satisfies ArtifactIntentResponse);
   await requireQuota(c, loopId, intent.sha256, intent.size);
 
-  const name = sanitizeName(intent.name, intent.sha256);
-  const base = `/v1/loops/${loopId}/artifacts/${intent.sha256}`;
-  if (intent.size <= MAX_PUT_BYTES) {
-    return c.json({ status: "upload", method: "PUT", url: `${base}?name=${encodeURIComponent(name)}` } satisfies ArtifactIntentResponse);
+  const upload: NewUpload = {
+    key,
+    path: `/v1/loops/${loopId}/artifacts/${intent.sha256}`,
+    sha256: intent.sha256,
+    size: intent.size,
+    contentType: intent.content_type,
+    recordedContentType: recordedContentType(intent.content_type),
+    name: sanitizeName(intent.name, intent.sha256),
+  };
+  if (intent.size <= putMaxBytes) {
+    const url = await inStorage(() => storage.uploadUrl(upload));
+    return c.json({ status: "upload", method: "PUT", url } satisfies ArtifactIntentResponse);
   }
-  let upload: R2MultipartUpload;
-  try {
-    upload = await c.env.ARTIFACTS.createMultipartUpload(key, {
-      httpMetadata: { contentType: recordedContentType(intent.content_type) },
-      // What `complete` checks the finished object against, and records.
-      customMetadata: { name, size: String(intent.size), sha256: intent.sha256 },
-    });
-  } catch (error) {
-    throw storageError(error);
-  }
-  const uploadBase = `${base}/uploads/${encodeURIComponent(upload.uploadId)}`;
-  const parts = Math.ceil(intent.size / PART_SIZE);
+  const { uploadId, partUrls } = await inStorage(() => storage.beginMultipart(upload, partBytes));
+  // `complete` and `abort` are always the coordinator's: it completes with storage, then verifies.
+  const uploadBase = `${upload.path}/uploads/${encodeURIComponent(uploadId)}`;
   const response: ArtifactIntentResponse = {
     status: "multipart",
-    upload_id: upload.uploadId,
-    part_size: PART_SIZE,
-    part_urls: Array.from({ length: parts }, (_, index) => `${uploadBase}/parts/${index + 1}`),
+    upload_id: uploadId,
+    part_size: partBytes,
+    part_urls: partUrls,
     complete_url: `${uploadBase}/complete`,
     abort_url: uploadBase,
   };
@@ -167,15 +197,16 @@ artifactRoutes.post("/:id/artifacts", async (c) => {
 artifactRoutes.put("/:id/artifacts/:sha256", async (c) => {
   const loopId = await requireLoop(c, "write");
   const sha256 = shaOf(c);
+  const through = throughWorker(await storageOf(c));
   const name = sanitizeName(c.req.query("name"), sha256);
   const contentType = recordedContentType(c.req.header("content-type"));
-  const length = declaredLength(c, Math.min(MAX_PUT_BYTES, limitsOf(c).maxBytes), "artifact");
+  const length = declaredLength(c, Math.min(uploadSizes(c.env).putMaxBytes, limitsOf(c).maxBytes), "artifact");
   await requireQuota(c, loopId, sha256, length);
   // R2 hashes the bytes itself and refuses any that do not hash to the key: nothing unverified is stored.
-  const object = await streamInto(c.req.raw.body, length, (stream) =>
-    c.env.ARTIFACTS.put(artifactKey(loopId, sha256), stream, { sha256, httpMetadata: { contentType }, customMetadata: { name } }),
+  const size = await inStorage(() =>
+    through.put({ key: artifactKey(loopId, sha256), sha256, contentType, recordedContentType: contentType, name }, c.req.raw.body, length),
   );
-  if (object?.size !== length) throw storageError(new Error(`R2 stored ${object?.size ?? "no"} bytes of ${length}`));
+  if (size !== length) throw storageError(new Error(`R2 stored ${size ?? "no"} bytes of ${length}`));
   const { row, created } = await recordArtifact(drizzle(c.env.DB), { loopId, sha256, size: length, name, contentType });
   return stored(c, row, created);
 });
@@ -183,9 +214,11 @@ artifactRoutes.put("/:id/artifacts/:sha256", async (c) => {
 artifactRoutes.get("/:id/artifacts/:sha256", async (c) => {
   const loopId = await requireLoop(c, "read");
   const sha256 = shaOf(c);
+  const storage = await storageOf(c);
+  const db = drizzle(c.env.DB);
   // Only what is recorded (verified) is served; an object stored but not yet recorded is verified first.
-  const row = (await findArtifact(drizzle(c.env.DB), loopId, sha256)) ?? (await adoptObject(c.env.ARTIFACTS, drizzle(c.env.DB), loopId, sha256, null));
-  const object = row ? await c.env.ARTIFACTS.get(artifactKey(loopId, sha256)) : null;
+  const row = (await findArtifact(db, loopId, sha256)) ?? (await inStorage(() => adoptObject(storage, db, loopId, sha256, null)));
+  const object = row ? await inStorage(() => storage.get(artifactKey(loopId, sha256))) : null;
   if (!row || !object || object.size !== row.size) {
     await object?.body.cancel();
     throw new ApiError(404, "not_found", "no such artifact");
@@ -195,12 +228,14 @@ artifactRoutes.get("/:id/artifacts/:sha256", async (c) => {
 
 artifactRoutes.put("/:id/artifacts/:sha256/uploads/:uploadId/parts/:part", async (c) => {
   const loopId = await requireLoop(c, "write");
-  const upload = uploadOf(c, loopId, shaOf(c));
+  const key = artifactKey(loopId, shaOf(c));
+  const through = throughWorker(await storageOf(c));
+  const uploadId = uploadIdOf(c);
   const partNumber = readParam(c.req.param("part"), PartNumber, "part number");
-  const length = declaredLength(c, PART_SIZE, "part");
+  const length = declaredLength(c, uploadSizes(c.env).partBytes, "part");
   if (length === 0) throw new ApiError(400, "invalid_request", "a part carries at least one byte");
   // A part sent again replaces the one sent before (R2 keeps the last): a retry needs nothing else.
-  const part = await streamInto(c.req.raw.body, length, (stream) => upload.uploadPart(partNumber, stream));
+  const part = await inStorage(() => through.uploadPart(key, uploadId, partNumber, c.req.raw.body, length));
   const response: UploadedPart = { part_number: part.partNumber, etag: part.etag };
   return c.json(response);
 });
@@ -208,7 +243,8 @@ artifactRoutes.put("/:id/artifacts/:sha256/uploads/:uploadId/parts/:part", async
 artifactRoutes.post("/:id/artifacts/:sha256/uploads/:uploadId/complete", async (c) => {
   const loopId = await requireLoop(c, "write");
   const sha256 = shaOf(c);
-  const upload = uploadOf(c, loopId, sha256);
+  const uploadId = uploadIdOf(c);
+  const storage = await storageOf(c);
   const body = await readJson(c, CompleteMultipartRequest);
   if (body.parts.some((part, index) => index > 0 && part.part_number <= (body.parts[index - 1]?.part_number ?? 0))) {
     throw new ApiError(400, "invalid_request", "list the parts in ascending order of part number, each once");
@@ -217,42 +253,43 @@ artifactRoutes.post("/:id/artifacts/:sha256/uploads/:uploadId/complete", async (
   const key = artifactKey(loopId, sha256);
 
   // Recorded already (another upload of the same bytes won): completing would only overwrite it.
-  const existing = await findStored(c, loopId, sha256);
+  const existing = await findStored(c, storage, loopId, sha256);
   if (existing) {
-    await upload.abort().catch(() => undefined);
+    await storage.abortMultipart(key, uploadId).catch(() => undefined);
     return stored(c, existing, false);
   }
-  let object: R2Object;
+  let object: StoredObject;
   try {
-    object = await upload.complete(body.parts.map((part) => ({ partNumber: part.part_number, etag: part.etag })));
+    object = await storage.completeMultipart(
+      key,
+      uploadId,
+      body.parts.map((part) => ({ partNumber: part.part_number, etag: part.etag })),
+    );
   } catch (error) {
-    const code = r2ErrorCode(error);
-    if (code === R2_ERROR.NO_SUCH_UPLOAD) {
+    if (error instanceof UploadGone) {
       // A retry of a complete that went through but whose verification never finished: verify it now.
-      const adopted = await adoptObject(c.env.ARTIFACTS, db, loopId, sha256, null);
+      const adopted = await inStorage(() => adoptObject(storage, db, loopId, sha256, null));
       if (adopted) return stored(c, adopted, false);
       throw uploadNotFound();
     }
-    if (code === R2_ERROR.INVALID_PART || code === R2_ERROR.ENTITY_TOO_SMALL || code === R2_ERROR.BAD_UPLOAD) {
-      throw new ApiError(400, "invalid_parts", `storage refused the parts: ${error instanceof Error ? error.message : String(error)}`);
-    }
+    if (error instanceof PartsRefused) throw new ApiError(400, "invalid_parts", `storage refused the parts: ${error.message}`);
     throw storageError(error);
   }
 
   // The object now exists but is not yet verified: it is checked whole, and deleted if it is not the artifact.
   const refuse = async (error: ApiError): Promise<never> => {
-    await deleteIfUnchanged(c.env.ARTIFACTS, key, object.etag);
+    await inStorage(() => deleteIfUnchanged(storage, key, object.etag));
     throw error;
   };
-  const declared = object.customMetadata?.size === undefined ? object.size : Number(object.customMetadata.size);
+  const declared = object.declaredSize ?? object.size;
   if (object.size !== declared) {
     await refuse(new ApiError(400, "digest_mismatch", `the parts add up to ${object.size} bytes; the artifact is ${declared}`));
   }
   const overQuota = await quotaRefusal(c, loopId, sha256, object.size);
   if (overQuota) await refuse(overQuota);
-  const whole = await c.env.ARTIFACTS.get(key);
+  const whole = await inStorage(() => storage.get(key));
   if (!whole) throw storageError(new Error(`the completed object ${key} is not in storage`));
-  if ((await digestOf(whole.body)) !== sha256) {
+  if ((await inStorage(() => digestOf(whole.body))) !== sha256) {
     console.warn(`loopwarden: a multipart upload to ${key} does not hash to its key; deleting it`);
     await refuse(new ApiError(400, "digest_mismatch", "the uploaded parts do not hash to the sha256 they were put under"));
   }
@@ -260,8 +297,8 @@ artifactRoutes.post("/:id/artifacts/:sha256/uploads/:uploadId/complete", async (
     loopId,
     sha256,
     size: whole.size,
-    name: sanitizeName(object.customMetadata?.name, sha256),
-    contentType: recordedContentType(object.httpMetadata?.contentType),
+    name: sanitizeName(object.name, sha256),
+    contentType: recordedContentType(object.contentType),
   });
   return stored(c, row, created);
 });
@@ -271,13 +308,15 @@ const AbortUploadRequest = z.strictObject({});
 
 artifactRoutes.delete("/:id/artifacts/:sha256/uploads/:uploadId", async (c) => {
   const loopId = await requireLoop(c, "write");
-  const upload = uploadOf(c, loopId, shaOf(c));
+  const key = artifactKey(loopId, shaOf(c));
+  const uploadId = uploadIdOf(c);
+  const storage = await storageOf(c);
   await readJson(c, AbortUploadRequest, { empty: {} });
   try {
-    await upload.abort();
+    await storage.abortMultipart(key, uploadId);
   } catch (error) {
     // Gone already (completed or aborted): what the caller wanted.
-    if (r2ErrorCode(error) !== R2_ERROR.NO_SUCH_UPLOAD) throw storageError(error);
+    if (!(error instanceof UploadGone)) throw storageError(error);
   }
   return c.json({ status: "aborted" as const });
 });

@@ -3,7 +3,8 @@ import { canonicalJson } from "../../../shared/canonical-json.js";
 import { sha256Hex } from "../../../shared/hash.js";
 import { HeartbeatRequest, ReportRequest, type ReportResponse } from "../../../shared/wire/api.js";
 import { drizzle } from "drizzle-orm/d1";
-import { unrecorded } from "../artifact-store.js";
+import { artifactStorage } from "../artifact-storage-mode.js";
+import { unverified } from "../artifact-store.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import type { AuthEnv } from "../auth.js";
 import { loopIdOfLease, openLoop } from "../loops.js";
@@ -27,12 +28,14 @@ leaseRoutes.post("/:leaseId/report", async (c) => {
   const body = await readJson(c, ReportRequest);
   // Evidence first: every log and file an observation cites must already be recorded — stored and
   // verified, with its declared size. Checked here, outside the LoopObject, so storage latency never sits
-  // inside a decision (DESIGN §4.5); one D1 query, not a request per file.
+  // inside a decision (DESIGN §4.5); one D1 query, not a request per file. What D1 does not have but
+  // storage does (a presigned upload in S3 mode, which the runner never confirms) is verified and
+  // recorded now.
   const cited = [
     ...body.observation.gates.flatMap((gate) => (gate.log ? [{ what: `the log of gate "${gate.name}"`, ...gate.log }] : [])),
     ...(body.observation.artifacts ?? []).map((ref) => ({ what: `artifact "${ref.name}"`, ...ref })),
   ];
-  const [missing] = await unrecorded(drizzle(c.env.DB), loopId, cited);
+  const [missing] = await unverified(() => artifactStorage(c.env), drizzle(c.env.DB), loopId, cited);
   if (missing) throw new ApiError(422, "artifact_missing", `${missing.what} (${missing.sha256}) is not stored; upload it first`);
   const answer = await stub.report({
     caller,
