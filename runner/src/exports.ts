@@ -120,6 +120,8 @@ export interface CandidateLine {
     report_error: string | null;
   }[];
   tests: { passing: number; failing: number } | null;
+  /** The files its evaluation stored besides gate logs (the contract's `artifacts`, `metric.log`), by digest. */
+  artifacts: { name: string; sha256: string; size: number }[];
 }
 
 function candidateLine(record: CandidateRecord): CandidateLine {
@@ -154,6 +156,7 @@ function candidateLine(record: CandidateRecord): CandidateLine {
     })),
     // The counts the ratchet compares: reported test ids plus one `gate:<name>` test per gate.
     tests: candidate.report ? countsOf(candidate.report.tests) : null,
+    artifacts: (observation?.artifacts ?? []).map(({ name, sha256, size }) => ({ name, sha256, size })),
   };
 }
 

@@ -84,6 +84,18 @@ describe("artifacts and logs", () => {
     const unknown = await runCli(["--server", coordinator.url, "logs", "c1", "--gate", "lint"], { cwd: repo });
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/ran no gate lint \(it ran: unit\)/);
+    // `status` lists what the loop stored; the export names each candidate's files.
+    const status = await runCli(["--json", "--server", coordinator.url, "status"], { cwd: repo });
+    expect((JSON.parse(status.stdout) as { artifacts: { name: string; sha256: string }[] }).artifacts).toContainEqual(
+      expect.objectContaining({ name: "unit.cpuprofile", sha256: profile.sha256 }),
+    );
+    const exported = await runCli(["--server", coordinator.url, "export", "--format", "candidates.jsonl"], { cwd: repo });
+    const c2 = exported.stdout
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as { candidate_id: string; artifacts: { name: string }[] })
+      .find((line) => line.candidate_id === "c2");
+    expect(c2?.artifacts.map((artifact) => artifact.name)).toContain("profile/unit.cpuprofile");
     // `explain` points at the output of a gate that failed.
     const explain = await runCli(["--server", coordinator.url, "explain"], { cwd: repo });
     expect(explain.stdout).toMatch(/c1 rejected .*\n\s+gate unit exit 1.*loopwarden logs c1/);

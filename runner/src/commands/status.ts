@@ -1,13 +1,15 @@
 import { connect, type ServerOptions } from "../connect.js";
 import { emitResult, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
+import { formatList } from "../../../shared/format-list.js";
 
 /** `loopwarden status [LOOP]`: the loop's state summary. Without LOOP, the repository's current loop. */
 export async function statusCommand(loopArg: string | undefined, options: ServerOptions & OutputMode & { cwd: string }): Promise<number> {
   const { loopId, server } = await resolveTarget(loopArg, options);
   const connection = await connect(server, options);
   try {
-    const loop = await connection.client.getLoop(loopId);
+    const [loop, stored] = await Promise.all([connection.client.getLoop(loopId), connection.client.listArtifacts(loopId)]);
+    const count = `${stored.artifacts.length}${stored.next_cursor ? "+" : ""}`;
     const halt = loop.halt;
     emitResult(
       options,
@@ -23,6 +25,7 @@ export async function statusCommand(loopArg: string | undefined, options: Server
             }
           : {}),
         loop,
+        artifacts: stored.artifacts,
       },
       [
         `loop ${loop.loop_id} (${loop.name}, ${loop.mode}): ${loop.status}${halt ? ` — ${halt.halt_reason} (exit ${halt.exit_class})` : ""}`,
@@ -31,6 +34,14 @@ export async function statusCommand(loopArg: string | undefined, options: Server
         `  best:       ${loop.best.candidate_id} at ${loop.best.commit.slice(0, 10)} with ${loop.best.failing} failing`,
         ...(halt ? [`  why:        ${halt.detail}`] : []),
         `  event log:  ${loop.head.seq} events, head ${loop.head.hash.slice(0, 16)}…`,
+        ...(stored.artifacts.length > 0
+          ? [
+              `  artifacts:  ${count} stored, newest ${formatList(
+                stored.artifacts.map((artifact) => artifact.name),
+                3,
+              )} (loopwarden artifacts)`,
+            ]
+          : []),
       ],
     );
     return 0;

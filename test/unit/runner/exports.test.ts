@@ -33,6 +33,7 @@ const REPORT = {
 };
 
 const UNIT_LOG = { sha256: sha256Hex("unit log"), size: 8, name: "unit.log", content_type: "text/plain" };
+const PROFILE = { sha256: sha256Hex("unit profile"), size: 1_234, name: "profile/unit.cpuprofile", content_type: "application/json" };
 
 function gate(name: string, exitCode: number, durationMs: number, extra: Partial<GateResult> = {}): GateResult {
   return { name, exit_code: exitCode, signal: null, timed_out: false, duration_ms: durationMs, log: null, ...extra };
@@ -67,7 +68,7 @@ function history(): LoopHarness {
   propose(loop, "c1");
   lease(loop);
   loop.expire(61_000);
-  report(loop, observed(["suite.b"], [gate("unit", 1, 1_500, { log: UNIT_LOG })]));
+  report(loop, { ...observed(["suite.b"], [gate("unit", 1, 1_500, { log: UNIT_LOG })]), artifacts: [PROFILE] });
   // c2, from an agent driving `step`, breaks that test: rejected as a regression.
   propose(loop, "c2", { proposer: { kind: "step" }, agent: null });
   report(loop, observed(["suite.b", TRICKY], [gate("unit", 1, 1_400)]));
@@ -165,6 +166,7 @@ describe("candidates.jsonl", () => {
         proposer: agent,
         gates: [unitGate(1_500, 1, UNIT_LOG.sha256)],
         tests: { passing: 5, failing: 4 },
+        artifacts: [{ name: PROFILE.name, sha256: PROFILE.sha256, size: PROFILE.size }],
       },
       {
         candidate_id: "c2",
@@ -185,6 +187,7 @@ describe("candidates.jsonl", () => {
         proposer: { kind: "step" },
         gates: [unitGate(1_400, 1)],
         tests: { passing: 4, failing: 5 },
+        artifacts: [],
       },
       {
         candidate_id: "c3",
@@ -205,6 +208,7 @@ describe("candidates.jsonl", () => {
         proposer: agent,
         gates: [],
         tests: null,
+        artifacts: [],
       },
       {
         candidate_id: "c4",
@@ -225,6 +229,7 @@ describe("candidates.jsonl", () => {
         proposer: agent,
         gates: [],
         tests: null,
+        artifacts: [],
       },
       {
         candidate_id: "c5",
@@ -249,6 +254,7 @@ describe("candidates.jsonl", () => {
           { ...unitGate(700, 1), name: "lint", metrics: { lint_errors: 0 } },
         ],
         tests: { passing: 9, failing: 0 },
+        artifacts: [],
       },
     ];
     const text = candidatesJsonl(loop.events);
@@ -277,6 +283,7 @@ describe("candidates.jsonl", () => {
       regressed: [],
       gates: [],
       tests: null,
+      artifacts: [],
     });
     expect(resultsTsv(loop.events).split("\n")).toHaveLength(3); // header, t0, and the final newline
     expect(benchmarkCsv(loop.events).split("\r\n")).toHaveLength(3);
