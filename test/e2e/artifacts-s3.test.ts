@@ -8,6 +8,7 @@ import { LoopEvent } from "../../shared/engine/index.js";
 import { ArtifactIntentResponse, ArtifactList } from "../../shared/wire/api.js";
 import { Client } from "../../runner/src/client.js";
 import { TEST_OWNER_TOKEN, api, makeRepo, recordedLoopId, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
+import { profiledAnswerProject } from "../support/profiled-answer-project.js";
 
 // Artifacts in S3 mode (DESIGN §10) end to end: the local coordinator's worker (in workerd) is given S3
 // settings, and runners upload straight to an S3-compatible store (s3rver) through presigned URLs, a
@@ -250,26 +251,13 @@ describe("artifacts in S3 mode, against s3rver", () => {
   });
 
   it("a run uploads its logs, files and bundles straight to storage; reports and proposals citing them have them verified and recorded", async () => {
-    const repo = makeRepo(path.join(tmp.dir, "repo"), {
-      "src/answer.js": "export function answer() {\n  return 41;\n}\n",
-      "test/answer.test.js":
-        "import assert from 'node:assert/strict';\nimport { test } from 'node:test';\nimport { answer } from '../src/answer.js';\ntest('the answer is 42', () => assert.equal(answer(), 42));\n",
-      "agent.mjs": "import { writeFileSync } from 'node:fs';\nwriteFileSync('src/answer.js', 'export function answer() {\\n  return 42;\\n}\\n');\n",
-      "loop.yaml": [
-        "name: answer",
-        "mode: check_fixpoint",
-        "gates:",
-        "  - name: unit",
-        "    run: node --cpu-prof --cpu-prof-dir=profile --cpu-prof-name=unit.cpuprofile --test",
-        "agent:",
-        "  run: node agent.mjs",
-        "artifacts: [profile/*.cpuprofile]",
-        "stop:",
-        "  max_iterations: 2",
-        "",
-      ].join("\n"),
-      ".gitignore": ".loopwarden/\nprofile/\n",
-    });
+    const repo = makeRepo(
+      path.join(tmp.dir, "repo"),
+      profiledAnswerProject(
+        "import { writeFileSync } from 'node:fs';\nwriteFileSync('src/answer.js', 'export function answer() {\\n  return 42;\\n}\\n');\n",
+        2,
+      ),
+    );
     const run = await runCli(["--server", coordinator.url, "run"], { cwd: repo });
     expect(run.code, run.stderr).toBe(10);
     loopId = recordedLoopId(repo, "loop.yaml");

@@ -3,6 +3,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
+import { profiledAnswerProject } from "../support/profiled-answer-project.js";
 import { api, makeRepo, recordedLoopId, runCli, sharedCoordinator } from "../support/cli.js";
 
 // Artifacts end to end (DESIGN §10): a gate that writes a CPU profile (`node --cpu-prof`) named by the
@@ -15,31 +16,17 @@ describe("artifacts and logs", () => {
   const { tmp, coordinator } = sharedCoordinator("artifacts");
 
   it("stores the gate's CPU profile byte-exact, and `logs` shows a rejected candidate's failing gate", async () => {
-    const repo = makeRepo(path.join(tmp.dir, "repo"), {
-      "src/answer.js": "export function answer() {\n  return 41;\n}\n",
-      "test/answer.test.js":
-        "import assert from 'node:assert/strict';\nimport { test } from 'node:test';\nimport { answer } from '../src/answer.js';\ntest('the answer is 42', () => assert.equal(answer(), 42, 'the answer must be 42'));\n",
-      // Iteration 1 makes it worse (throws), iteration 2 fixes it.
-      "agent.mjs": [
-        "import { writeFileSync } from 'node:fs';",
-        "const body = process.env.LOOPWARDEN_ITERATION === '1' ? \"throw new Error('answer exploded');\" : 'return 42;';",
-        "writeFileSync('src/answer.js', `export function answer() {\\n  ${body}\\n}\\n`);",
-      ].join("\n"),
-      "loop.yaml": [
-        "name: answer",
-        "mode: check_fixpoint",
-        "gates:",
-        "  - name: unit",
-        "    run: node --cpu-prof --cpu-prof-dir=profile --cpu-prof-name=unit.cpuprofile --test",
-        "agent:",
-        "  run: node agent.mjs",
-        "artifacts: [profile/*.cpuprofile]",
-        "stop:",
-        "  max_iterations: 4",
-        "",
-      ].join("\n"),
-      ".gitignore": ".loopwarden/\nprofile/\n",
-    });
+    const repo = makeRepo(
+      path.join(tmp.dir, "repo"),
+      profiledAnswerProject(
+        [
+          "import { writeFileSync } from 'node:fs';",
+          "const body = process.env.LOOPWARDEN_ITERATION === '1' ? \"throw new Error('answer exploded');\" : 'return 42;';",
+          "writeFileSync('src/answer.js', `export function answer() {\\n  ${body}\\n}\\n`);",
+        ].join("\n"),
+        4,
+      ),
+    );
 
     const run = await runCli(["--server", coordinator.url, "run"], { cwd: repo });
     expect(run.code, run.stderr).toBe(10);
