@@ -83,6 +83,12 @@ describe("artifacts and logs", () => {
       .map((line) => JSON.parse(line) as { candidate_id: string; artifacts: { name: string }[] })
       .find((line) => line.candidate_id === "c2");
     expect(c2?.artifacts.map((artifact) => artifact.name)).toContain("profile/unit.cpuprofile");
+    // The public receipt page names the best's stored files by digest (the bytes stay the team's).
+    const loop = (await (await api(`${coordinator.url}/v1/loops/${loopId}`)).json()) as { receipt_id: string };
+    const page = await (await fetch(`${coordinator.url}/r/${loop.receipt_id}`)).text();
+    expect(page).toContain("Files stored with the best");
+    expect(page).toContain("profile/unit.cpuprofile");
+    expect(page).toContain(profile.sha256.slice(0, 16));
     // `explain` points at the output of a gate that failed.
     const explain = await runCli(["--server", coordinator.url, "explain"], { cwd: repo });
     expect(explain.stdout).toMatch(/c1 rejected .*\n\s+gate unit exit 1.*loopwarden logs c1/);

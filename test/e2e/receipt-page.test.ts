@@ -65,8 +65,10 @@ describe("the receipt page", () => {
     const body = (await page.locator("body").textContent()) ?? "";
     expect(body).toContain("Halted: success_condition_met");
     expect(body).toContain("every gate passes on the best candidate");
-    expect(await page.locator("table").nth(1).locator("tr").count()).toBe(4);
-    // Three candidates in the table; the chart has the two that were measured (c2 changed nothing).
+    // Three candidates in their table (found by its heading: other tables come and go with the evidence),
+    // and the best's stored files (its gate log); the chart has the two that were measured (c2 changed nothing).
+    expect(await page.locator("h2:text-is('Candidates') + table tr").count()).toBe(4);
+    expect(await page.locator("h2:text-is('Files stored with the best') + table").textContent()).toContain("gate-check.log");
     expect(await page.locator("svg.chart circle").count()).toBe(2);
     expect(await page.locator("svg.chart circle.promoted").count()).toBe(1);
     await page.close();

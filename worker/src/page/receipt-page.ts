@@ -28,6 +28,24 @@ function pointsOf(state: LoopState): Point[] {
   return points;
 }
 
+/**
+ * What the best candidate's evaluation stored (its gate logs, the contract's artifacts, the metric's
+ * output), by name, size and digest: evidence named in the signed log. The bytes are the loop's team's,
+ * fetched with one of its tokens; the page links none of them.
+ */
+function storedFiles(state: LoopState) {
+  const report = state.candidates[state.best.candidate_id]?.report;
+  if (!report) return "";
+  const files = [...report.gates.flatMap((gate) => (gate.log ? [gate.log] : [])), ...report.artifacts];
+  if (files.length === 0) return "";
+  return html`<h2>Files stored with the best</h2>
+<table>
+<tr><th>file</th><th>bytes</th><th>sha256</th></tr>
+${files.map((file) => html`<tr><td>${file.name}</td><td>${file.size}</td><td><code>${file.sha256.slice(0, 16)}…</code></td></tr>`)}
+</table>
+<p class="muted">Named in the signed log by digest; a member of the loop's team fetches them with <code>loopwarden artifacts ${state.best.candidate_id} ${state.loop_id} --download DIR</code>, which checks each digest.</p>`;
+}
+
 /** The metric (or failing count) over iterations as inline SVG: every candidate a dot, the best-so-far a staircase. */
 function chart(state: LoopState, baseline: number | null) {
   const points = pointsOf(state);
@@ -126,6 +144,8 @@ ${predicate.objective ? html`<p>${predicate.objective}</p>` : ""}
 ${optimize ? headline(predicate) : ""}
 <p class="muted">Iterations: ${predicate.iterations.total} of ${predicate.iterations.max} (${predicate.iterations.promoted} promoted, ${predicate.iterations.rejected} rejected).
 Signed head: event ${predicate.log.seq}, <code>${predicate.log.hash.slice(0, 16)}…</code>. Contract <code>${predicate.contract_hash.slice(0, 16)}…</code>.</p>
+
+${storedFiles(state)}
 
 <h2>Over the iterations</h2>
 ${chart(state, optimize ? state.t0.metric : state.t0.failing.length)}
