@@ -48,16 +48,30 @@ async function hasCommit(repo: string, commit: string): Promise<boolean> {
  */
 export async function ensureCandidateCommit(ctx: { client: Client; repo: string }, lease: Lease, note: (text: string) => void): Promise<void> {
   const needed = [lease.job.commit, ...(lease.job.compare_to ? [lease.job.compare_to.commit] : [])];
-  for (const commit of needed) {
+  await ensureCommits(
+    ctx,
+    lease.loop_id,
+    needed.map((commit) => ({ commit, bundle: lease.job.bundles.find((candidate) => candidate.commit === commit) ?? null })),
+    note,
+  );
+}
+
+/** Makes sure this checkout has each commit, fetching a missing one from its bundle (and checking its id). */
+export async function ensureCommits(
+  ctx: { client: Client; repo: string },
+  loopId: string,
+  commits: readonly { commit: string; bundle: BundleRef | null }[],
+  note: (text: string) => void,
+): Promise<void> {
+  for (const { commit, bundle } of commits) {
     if (await hasCommit(ctx.repo, commit)) continue;
-    const bundle = lease.job.bundles.find((candidate) => candidate.commit === commit);
     if (!bundle) {
       throw new UserError(
-        `this checkout lacks commit ${shortCommit(commit)} of loop ${lease.loop_id}, and its proposer uploaded no bundle of it; fetch it into this repository (git fetch <remote>) and start work again`,
+        `this checkout lacks commit ${shortCommit(commit)} of loop ${loopId}, and its proposer uploaded no bundle of it; fetch it into this repository (git fetch <remote>) and start work again`,
       );
     }
     note(`fetching ${shortCommit(commit)} from its bundle (${bundle.size} bytes)…`);
-    const bytes = await ctx.client.downloadArtifact(lease.loop_id, bundle.sha256);
+    const bytes = await ctx.client.downloadArtifact(loopId, bundle.sha256);
     if (bytes.byteLength !== bundle.size || sha256Hex(bytes) !== bundle.sha256) {
       throw new Error(`the bundle of ${shortCommit(commit)} does not match its digest; nothing was fetched`);
     }

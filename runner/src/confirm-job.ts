@@ -5,7 +5,10 @@ import { foldLoop } from "./event-log.js";
 import { shortCommit } from "./git.js";
 import { liveStatus, progress } from "./output.js";
 import { samplePairs, type PairedSamples } from "./sampling.js";
-import type { Session } from "./session.js";
+import type { Client } from "./client.js";
+import type { LoadedContract } from "./contract-file.js";
+import type { LoopReader } from "./event-log.js";
+import type { OutputMode } from "./output.js";
 import { formatInterval, formatPercent } from "../../shared/format-percent.js";
 
 // The confirm job (DESIGN §6.3): a chain of step-wise gains is not a gain over the baseline, so when an
@@ -18,7 +21,9 @@ import { formatInterval, formatPercent } from "../../shared/format-percent.js";
  * after the record (its final receipt re-issued with the figure), or null when there is nothing to
  * confirm or a reading failed (said on stderr; the loop's halt stands either way).
  */
-export async function confirmAgainstT0(session: Session): Promise<LoopSummary | null> {
+export async function confirmAgainstT0(
+  session: LoopReader & { loop: LoopSummary; loaded: LoadedContract; repo: string; mode: OutputMode; client: Client },
+): Promise<LoopSummary | null> {
   const { loop, mode } = session;
   const contract = session.loaded.contract;
   const metric = contract.metric;

@@ -143,6 +143,10 @@ describe("loopwarden work", () => {
       const expired = events.flatMap((event) => (event.type === "lease_expired" ? [event.data] : []));
       expect(expired.length).toBeGreaterThanOrEqual(1);
       for (const lease of expired) expect(finals.some((verdict) => verdict.candidate_id === lease.candidate_id)).toBe(true);
+      // The gain over t0 was confirmed once, by the runner whose report halted the loop (it has the
+      // labels; the proposer does not), as the single-runner run confirmed its own.
+      expect(events.filter((event) => event.type === "confirm_measured")).toHaveLength(1);
+      expect(survivors.some((worker) => worker.output().includes("confirmed against t0"))).toBe(true);
       // The candidate commits came to the runners' checkouts as bundles.
       expect(survivors.some((worker) => worker.output().includes("from its bundle"))).toBe(true);
     } finally {

@@ -1,7 +1,7 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { parseDuration } from "../../../shared/duration.js";
-import { HALT_EXIT_CODES } from "../../../shared/engine/index.js";
+import { HALT_EXIT_CODES, labelsSatisfy } from "../../../shared/engine/index.js";
 import type { LoopSummary } from "../../../shared/wire/api.js";
 import type { Connection, ServerOptions } from "../connect.js";
 import { childEnv } from "../environment.js";
@@ -122,8 +122,16 @@ export async function runLoop(options: RunOptions): Promise<number> {
     }
     if (ran === 0 && session.resumed && session.loop.halt) progress(mode, HALTED_BEFORE);
     // A halted optimize loop's gain over t0 is measured once, here (DESIGN §6.3); a run that resumes a
-    // halted loop whose confirm is missing (interrupted) measures it then.
-    session.loop = (await confirmAgainstT0(session)) ?? session.loop;
+    // halted loop whose confirm is missing (interrupted) measures it then. Measured where the contract's
+    // candidates are: a run without the evaluation labels leaves it to the `work` runner that halted it.
+    const required = session.loaded.contract.evaluate?.labels ?? {};
+    if (labelsSatisfy(required, session.labels)) session.loop = (await confirmAgainstT0(session)) ?? session.loop;
+    else if (session.loop.halt && session.loaded.contract.mode === "optimize") {
+      progress(
+        mode,
+        "the confirm measurement against t0 runs on a machine with the contract's evaluate.labels: the `loopwarden work` runner that reported the halt measures it",
+      );
+    }
     return reportOutcome(mode, session.loop, session.connection);
   } finally {
     await session.connection.close();

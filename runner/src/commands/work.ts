@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import os from "node:os";
-import type { Lease } from "../../../shared/wire/api.js";
+import type { Lease, LoopSummary } from "../../../shared/wire/api.js";
 import type { Labels } from "../../../shared/wire/contract.js";
 import { CoordinatorError, type Client } from "../client.js";
 import { removeStaleClones } from "../clone.js";
@@ -13,7 +13,9 @@ import { parseLabels } from "../labels.js";
 import { evaluateLease, LONG_POLL_MS, verdictLine, type JobContext } from "../lease-job.js";
 import { emitResult, progress, type OutputMode } from "../output.js";
 import { drainOnFirstSignal } from "../shutdown.js";
-import { ensureCandidateCommit } from "../candidate-bundles.js";
+import { ensureCandidateCommit, ensureCommits } from "../candidate-bundles.js";
+import { confirmAgainstT0 } from "../confirm-job.js";
+import { BASELINE_ID } from "../../../shared/engine/index.js";
 import { failureLine } from "../candidate-evidence.js";
 import { foldLoop } from "../event-log.js";
 
@@ -154,7 +156,12 @@ export async function workCommand(options: WorkOptions): Promise<number> {
           const why = failureLine((await foldLoop(context)).candidates[result.verdict.candidate_id]);
           if (why) progress(mode, `${label}   ${why}`);
         }
-        if (result.loop.status === "halted") directory.stale();
+        if (result.loop.status === "halted") {
+          directory.stale();
+          // The runner whose report halted an optimize loop measures t0 against the final best (DESIGN
+          // §6.3): it has the contract's labels, and exactly one runner reports a halt.
+          await confirmHalted(context, result.loop, (text) => progress(mode, `${label} ${text}`));
+        }
       }
     };
     await Promise.all(Array.from({ length: concurrency }, (_, index) => slot(index)));
@@ -201,4 +208,21 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
     }
     signal.addEventListener("abort", done, { once: true });
   });
+}
+
+/** The confirm measurement of a loop this runner's report halted, with the commits it needs fetched first. */
+async function confirmHalted(context: JobContext, loop: LoopSummary, note: (text: string) => void): Promise<void> {
+  if (context.loaded.contract.mode !== "optimize" || loop.best.candidate_id === BASELINE_ID) return;
+  const state = await foldLoop(context);
+  const best = state.candidates[loop.best.candidate_id];
+  await ensureCommits(
+    context,
+    loop.loop_id,
+    [
+      { commit: state.t0.commit, bundle: null },
+      { commit: loop.best.commit, bundle: best?.bundle ?? null },
+    ],
+    note,
+  );
+  await confirmAgainstT0({ ...context, loop });
 }
