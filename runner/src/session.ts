@@ -31,7 +31,7 @@ import {
 } from "./git.js";
 import { evaluateUntilDecided, verdictLine } from "./lease-job.js";
 import { liveStatus, progress, type OutputMode } from "./output.js";
-import { clearPendingCreate, loadPendingCreate, savePendingCreate } from "./pending-create.js";
+import { clearPendingCreate, loadPendingCreate, savePendingCreate, type PendingCreate } from "./pending-create.js";
 import { sampleAlone } from "./sampling.js";
 import { parseLabels } from "./labels.js";
 import { failureLine } from "./candidate-evidence.js";
@@ -91,6 +91,52 @@ async function measureBaseline(repo: string, commit: string, loaded: LoadedContr
 }
 
 /**
+ * Everything a new loop's creation needs before the coordinator is asked (DESIGN §6.6): a clean tree for
+ * `run`, a t0 that is a commit the user made, and the creation request — the one an interrupted runner
+ * left in flight when it still fits, else a new one with the baseline measured — saved before it is sent.
+ */
+async function prepareCreation(
+  repo: string,
+  source: string,
+  loaded: LoadedContract,
+  options: { purpose: "run" | "step" },
+  mode: OutputMode,
+): Promise<{ pending: PendingCreate; startedFrom: string | null }> {
+  if (options.purpose === "run") {
+    const dirty = await dirtyPaths(repo);
+    if (dirty.length > 0) {
+      throw new UserError(`the working tree has uncommitted changes (${formatList(dirty)}); commit or stash them first, so a revert never loses your work`);
+    }
+  }
+  const startedFrom = await currentBranch(repo);
+  const t0Commit = await headCommit(repo);
+  await refuseCandidateBaseline(repo, t0Commit, startedFrom);
+  // A creation an interrupted runner left in flight is finished with its very request (DESIGN §6.6):
+  // the coordinator answers the loop it may already have created, rather than a second one.
+  let pending = await loadPendingCreate(repo, source);
+  if (pending && (contractHash(pending.request.contract) !== loaded.hash || pending.request.t0.commit !== t0Commit)) {
+    progress(mode, "an interrupted loop creation no longer matches the contract or HEAD: measuring a new baseline");
+    pending = null;
+  }
+  if (pending) {
+    progress(mode, `finishing the interrupted creation of a loop (baseline at ${shortCommit(t0Commit)}, already measured)`);
+    return { pending, startedFrom };
+  }
+  const baseline = await measureBaseline(repo, t0Commit, loaded, mode);
+  pending = {
+    request: {
+      idempotency_key: `run-${randomBytes(16).toString("hex")}`,
+      contract: loaded.contract,
+      t0: { commit: t0Commit, observation: baseline.observation },
+      repository: await repositoryName(repo),
+    },
+    logs: baseline.logs,
+  };
+  await savePendingCreate(repo, source, pending);
+  return { pending, startedFrom };
+}
+
+/**
  * Opens the repository's loop for its contract (DESIGN §6.6). The loop recorded for the contract in
  * `.loopwarden/state.json` is resumed whatever the flags when it is running (flags that would change
  * its pinned contract are refused), and reported as it is when it has halted; a new loop is created only
@@ -118,9 +164,20 @@ export async function openSession(
   };
 
   // A new loop's contract is checked before any coordinator is reached (a bad contract starts nothing);
-  // a recorded loop's is compared with what it pinned once the coordinator answers.
+  // a recorded loop's is compared with what it pinned once the coordinator answers. A loop that is new
+  // for certain has its baseline measured while the coordinator starts (DESIGN §12: the on-demand start
+  // overlapped with t0, not added to it).
   const fresh = previous === null || options.new === true ? await resolveContract(repo, options) : null;
-  const connection = await connect(server, mode);
+  const preparing = fresh ? prepareCreation(repo, source, fresh, options, mode) : null;
+  // Awaited below; until then a refusal (a dirty tree) must not count as unhandled.
+  preparing?.catch(() => undefined);
+  let connection: Connection;
+  try {
+    connection = await connect(server, mode);
+  } catch (error) {
+    await preparing?.catch(() => undefined);
+    throw error;
+  }
   try {
     if (previous && !options.new) {
       const loop = await connection.client.getLoop(previous.loop_id).catch((error: unknown) => {
@@ -141,37 +198,7 @@ export async function openSession(
     }
     if (previous && options.new) progress(mode, `--new: loop ${previous.loop_id} is left as it is on its coordinator; this repository now follows a new loop`);
     const loaded = fresh ?? (await resolveContract(repo, options));
-    if (options.purpose === "run") {
-      const dirty = await dirtyPaths(repo);
-      if (dirty.length > 0) {
-        throw new UserError(`the working tree has uncommitted changes (${formatList(dirty)}); commit or stash them first, so a revert never loses your work`);
-      }
-    }
-    const startedFrom = await currentBranch(repo);
-    const t0Commit = await headCommit(repo);
-    await refuseCandidateBaseline(repo, t0Commit, startedFrom);
-    // A creation an interrupted runner left in flight is finished with its very request (DESIGN §6.6):
-    // the coordinator answers the loop it may already have created, rather than a second one.
-    let pending = await loadPendingCreate(repo, source);
-    if (pending && (contractHash(pending.request.contract) !== loaded.hash || pending.request.t0.commit !== t0Commit)) {
-      progress(mode, "an interrupted loop creation no longer matches the contract or HEAD: measuring a new baseline");
-      pending = null;
-    }
-    if (pending) {
-      progress(mode, `finishing the interrupted creation of a loop (baseline at ${shortCommit(t0Commit)}, already measured)`);
-    } else {
-      const baseline = await measureBaseline(repo, t0Commit, loaded, mode);
-      pending = {
-        request: {
-          idempotency_key: `run-${randomBytes(16).toString("hex")}`,
-          contract: loaded.contract,
-          t0: { commit: t0Commit, observation: baseline.observation },
-          repository: await repositoryName(repo),
-        },
-        logs: baseline.logs,
-      };
-      await savePendingCreate(repo, source, pending);
-    }
+    const { pending, startedFrom } = await (preparing ?? prepareCreation(repo, source, loaded, options, mode));
     faultPoint("create-saved");
     const created = await connection.client.createLoop(pending.request);
     const loop = created.loop;
