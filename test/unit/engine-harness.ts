@@ -4,6 +4,7 @@ import {
   applyEvent,
   createLoop,
   expireLeases,
+  foldEvents,
   grantLease,
   proposeCandidate,
   renewLease,
@@ -170,4 +171,22 @@ export class LoopHarness {
 export function passingIds(standing: TestStanding, base: TestBase): string[] {
   const notPassing = new Set(standing.base_not_passing);
   return [...base.ids.filter((id) => !notPassing.has(id)), ...standing.extra_passing].sort();
+}
+
+/** The optimize metric the engine tests judge by (lower is better, 2% minimum effect, 5-40 pairs). */
+export const OPTIMIZE_METRIC = { run: "node bench.js", name: "parse_ms", direction: "lower" as const, min_effect: "2%", samples: { min: 5, max: 40 } };
+
+/** Readings around `center` with a small deterministic spread (±1%); a prefix of more readings is the same readings. */
+export function readings(center: number, count: number, offset = 0): number[] {
+  return Array.from({ length: count }, (_, index) => center * (1 + 0.01 * Math.sin(index + offset)));
+}
+
+/** An optimize loop whose t0 passes every test and reads 100 on OPTIMIZE_METRIC. */
+export function optimizeLoop(overrides: Partial<ContractInput> = {}): LoopHarness {
+  const harness = new LoopHarness([], { mode: "optimize", metric: OPTIMIZE_METRIC, ...overrides });
+  const created = harness.events[0];
+  if (created?.type !== "loop_created") throw new Error("no loop_created");
+  created.data.t0.observation = { ...observationOf([]), samples: { best: [], candidate: readings(100, 5) } };
+  harness.state = foldEvents([created]) ?? harness.state;
+  return harness;
 }

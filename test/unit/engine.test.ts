@@ -17,7 +17,18 @@ import { canonicalJson } from "../../shared/canonical-json.js";
 import { sha256Hex } from "../../shared/hash.js";
 import type { ContractInput } from "../../shared/wire/contract.js";
 import type { FullObservation, GuardReadings, Observation } from "../../shared/wire/observation.js";
-import { AGENT_FAILED, LoopHarness, TEST_IDS, commitOf, contractOf, observationOf, passingIds } from "./engine-harness.js";
+import {
+  AGENT_FAILED,
+  LoopHarness,
+  OPTIMIZE_METRIC,
+  TEST_IDS,
+  commitOf,
+  contractOf,
+  observationOf,
+  optimizeLoop,
+  passingIds,
+  readings,
+} from "./engine-harness.js";
 
 const [A, B, C, D] = TEST_IDS;
 // The fixture contract's one gate is also one test, failing whenever the gate exits non-zero, so every
@@ -783,21 +794,11 @@ describe("engine: no convergence and untrusted checks (DESIGN §6.2, §6.5)", ()
 });
 
 describe("engine: optimize mode (DESIGN §6.1, §6.3)", () => {
-  const metric = { run: "node bench.js", name: "parse_ms", direction: "lower" as const, min_effect: "2%", samples: { min: 5, max: 40 } };
-  /** Readings around `center` with a small deterministic spread (±1%). */
-  const readings = (center: number, count: number, offset = 0) => Array.from({ length: count }, (_, index) => center * (1 + 0.01 * Math.sin(index + offset)));
+  const metric = OPTIMIZE_METRIC;
   const measured = (best: number[], candidate: number[], failing: string[] = []): Observation => ({
     ...observationOf(failing),
     samples: { best, candidate },
   });
-  const optimizeLoop = (overrides: Partial<ContractInput> = {}) => {
-    const harness = new LoopHarness([], { mode: "optimize", metric, ...overrides });
-    const created = harness.events[0];
-    if (created?.type !== "loop_created") throw new Error("no loop_created");
-    created.data.t0.observation = { ...observationOf([]), samples: { best: [], candidate: readings(100, 5) } };
-    harness.state = foldEvents([created]) ?? harness.state;
-    return harness;
-  };
   const leaseFor = (harness: LoopHarness, label: string) => {
     harness.propose(label);
     const leased = harness.lease();

@@ -16,7 +16,7 @@ import { sha256Hex } from "../../shared/hash.js";
 import { rederive } from "../../shared/receipts/verify.js";
 import type { ContractInput, Labels } from "../../shared/wire/contract.js";
 import type { Observation } from "../../shared/wire/observation.js";
-import { LoopHarness, TEST_IDS, commitOf, observationOf, requestHashOf } from "./engine-harness.js";
+import { LoopHarness, TEST_IDS, commitOf, observationOf, optimizeLoop, readings, requestHashOf } from "./engine-harness.js";
 
 // Parallel evaluation without stale evidence (DESIGN §6.3, §11): runners get jobs by their labels; a
 // lease names the best it is compared against; a report whose comparison went stale while it ran is
@@ -50,20 +50,6 @@ function sealed(drafts: readonly EventDraft[]): LoopEvent[] {
     head = { seq: event.seq, hash: event.hash };
     return event;
   });
-}
-
-const metric = { run: "node bench.js", name: "parse_ms", direction: "lower" as const, min_effect: "2%", samples: { min: 5, max: 40 } };
-/** Readings around `center` with a small deterministic spread (±1%); a prefix of more readings is the same readings. */
-const readings = (center: number, count: number, offset = 0) => Array.from({ length: count }, (_, index) => center * (1 + 0.01 * Math.sin(index + offset)));
-
-/** An optimize loop whose t0 passes every test and reads 100 on the metric. */
-function optimizeLoop(overrides: Partial<ContractInput> = {}): LoopHarness {
-  const harness = new LoopHarness([], { mode: "optimize", metric, ...overrides });
-  const created = harness.events[0];
-  if (created?.type !== "loop_created") throw new Error("no loop_created");
-  created.data.t0.observation = { ...observationOf([]), samples: { best: [], candidate: readings(100, 5) } };
-  harness.state = foldEvents([created]) ?? harness.state;
-  return harness;
 }
 
 /** Paired readings of the lease's compare_to (at `best`) and its candidate (at `candidate`), echoing compare_to. */
