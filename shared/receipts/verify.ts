@@ -117,19 +117,10 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     return created.events.slice(1);
   }
   if (state && draft.type === "candidate_proposed") {
-    const { data } = draft;
-    const proposal = {
-      idempotency_key: data.idempotency_key,
-      commit: data.commit,
-      diff_sha256: data.diff_sha256,
-      empty: data.empty,
-      proposer: data.proposer,
-      agent: data.agent,
-      agent_report: data.agent_report,
-      agent_report_error: data.agent_report_error,
-      bundle: data.bundle,
-    };
-    const proposed = proposeCandidate(state, proposal, { request_hash: data.request_hash, at: draft.at });
+    // The proposal is the event's data less what the engine assigned (id, parent) and the request's hash:
+    // derived, not listed field by field, so a field added to proposals cannot be left out here.
+    const { candidate_id: _id, parent: _parent, request_hash, ...proposal } = draft.data;
+    const proposed = proposeCandidate(state, proposal, { request_hash, at: draft.at });
     if (!proposed.ok) throw new Error(`the engine refuses this proposal (${proposed.error.message})`);
     const [recomputed, ...rest] = proposed.events;
     if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("the engine proposes this candidate differently");
