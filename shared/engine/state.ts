@@ -51,8 +51,6 @@ export interface CandidateState {
     request_hash: string;
     /** Where the report stands against t0's collected set (`standingOf`): as large as what differs from t0. */
     tests: TestStanding;
-    /** sha256 digests of the gate logs stored in R2. */
-    logs: string[];
     /** How each gate ended, and where its log is: what `logs` and a rejection line name. */
     gates: GateSummary[];
     /** The files the evaluation stored besides gate logs (the contract's `artifacts`, `metric.log`). */
@@ -302,7 +300,6 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
           fencing_token: data.fencing_token,
           request_hash: data.request_hash,
           tests: standingOf(state.contract, data.observation, state.t0_base),
-          logs: data.observation.gates.flatMap((gate) => (gate.log ? [gate.log.sha256] : [])),
           gates: data.observation.gates.map(({ name, exit_code, signal, timed_out, log }) => ({ name, exit_code, signal, timed_out, log })),
           artifacts: data.observation.artifacts ?? [],
         },

@@ -34,7 +34,7 @@ export function outboxItemsFor(state: LoopState, events: readonly LoopEvent[], t
         status: candidate.status,
         reason: candidate.verdict?.reason ?? null,
         detail: candidate.verdict?.detail ?? null,
-        logDigests: JSON.stringify(candidate.report?.logs ?? []),
+        logDigests: JSON.stringify(candidate.report?.gates.flatMap((gate) => (gate.log ? [gate.log.sha256] : [])) ?? []),
         proposedAt: candidate.proposed_at,
         updatedSeq: last.seq,
       },
