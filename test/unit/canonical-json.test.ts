@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { canonicalJson } from "../../shared/canonical-json.js";
+import { RFC8785_SERIALISATION, RFC8785_SORTING } from "../fixtures/rfc8785-examples.js";
 
 // Vectors from RFC 8785 (JSON Canonicalization Scheme): §3.2.2 (serialisation), §3.2.3 (sorting) and
 // Appendix B (numbers, given as IEEE 754 bit patterns). A receipt verifies only if every implementation
@@ -13,31 +14,12 @@ function fromBits(hex: string): number {
 
 describe("canonicalJson (RFC 8785)", () => {
   it("serialises the RFC's §3.2.2 example byte for byte", () => {
-    const input = JSON.parse(
-      String.raw`{
-        "numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
-        "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
-        "literals": [null, true, false]
-      }`,
-    ) as unknown;
-    expect(canonicalJson(input)).toBe(
-      String.raw`{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}`,
-    );
+    expect(canonicalJson(JSON.parse(RFC8785_SERIALISATION.input) as unknown)).toBe(RFC8785_SERIALISATION.canonical);
   });
 
   it("sorts keys by UTF-16 code units, not by code points (the RFC's §3.2.3 example)", () => {
-    const input = {
-      "\u20ac": "Euro Sign",
-      "\r": "Carriage Return",
-      "\ufb33": "Hebrew Letter Dalet With Dagesh",
-      "1": "One",
-      "\ud83d\ude00": "Emoji: Grinning Face",
-      "\u0080": "Control",
-      "\u00f6": "Latin Small Letter O With Diaeresis",
-    };
-    // U+1F600 (surrogates D83D DE00) sorts before U+FB33 by code units, after it by code points. (Read the
-    // order off the text: parsing it back would put "1" first, as JS orders integer-like keys first.)
-    expect(canonicalJson(input)).toBe(
+    // U+1F600 (surrogates D83D DE00) sorts before U+FB33 by code units, after it by code points.
+    expect(canonicalJson(RFC8785_SORTING.input)).toBe(
       '{"\\r":"Carriage Return","1":"One","\u0080":"Control","\u00f6":"Latin Small Letter O With Diaeresis",' +
         '"\u20ac":"Euro Sign","\ud83d\ude00":"Emoji: Grinning Face","\ufb33":"Hebrew Letter Dalet With Dagesh"}',
     );

@@ -1,6 +1,7 @@
 import { createHash, generateKeyPairSync, sign, type KeyObject } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { canonicalize, jwkThumbprint, pae, verifyIndependently } from "../support/independent-verifier.js";
+import { RFC8785_SERIALISATION, RFC8785_SORTING } from "../fixtures/rfc8785-examples.js";
 
 // The independent verifier checked on its own: the specs' own examples for its building blocks, then
 // receipts built here with node:crypto alone (no product code) and tampered with one change at a time.
@@ -101,31 +102,13 @@ describe("independent verifier: building blocks from the specs", () => {
   });
 
   it("canonicalises RFC 8785 §3.2.2's example byte for byte", () => {
-    const input = JSON.parse(
-      String.raw`{
-        "numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
-        "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
-        "literals": [null, true, false]
-      }`,
-    ) as unknown;
-    expect(canonicalize(input)).toBe(
-      String.raw`{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}`,
-    );
+    expect(canonicalize(JSON.parse(RFC8785_SERIALISATION.input) as unknown)).toBe(RFC8785_SERIALISATION.canonical);
   });
 
   it("sorts members by UTF-16 code units (RFC 8785 §3.2.3's example)", () => {
-    const input = {
-      "\u20ac": "Euro Sign",
-      "\r": "Carriage Return",
-      "\ufb33": "Hebrew Letter Dalet With Dagesh",
-      "1": "One",
-      "\ud83d\ude00": "Emoji: Grinning Face",
-      "\u0080": "Control",
-      "\u00f6": "Latin Small Letter O With Diaeresis",
-    };
     // Read the order off the text: parsing it back would put "1" first, as JS orders integer-like keys first.
-    const names = [...canonicalize(input).matchAll(/"((?:[^"\\]|\\.)*)":/g)].map((match) => JSON.parse(`"${match[1]}"`) as string);
-    expect(names).toEqual(["\r", "1", "\u0080", "\u00f6", "\u20ac", "\ud83d\ude00", "\ufb33"]);
+    const names = [...canonicalize(RFC8785_SORTING.input).matchAll(/"((?:[^"\\]|\\.)*)":/g)].map((match) => JSON.parse(`"${match[1]}"`) as string);
+    expect(names).toEqual(RFC8785_SORTING.order);
   });
 
   it("escapes control characters as ECMAScript does and rejects what is not I-JSON", () => {
