@@ -14,8 +14,13 @@ import { withoutRepoLocatingGitEnv } from "./git.js";
  */
 export function childEnv(extra: Record<string, string> = {}, base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...withoutRepoLocatingGitEnv(base), ...extra };
+  // Every credential the runner may hold: its token, the local owner token, and storage keys a local
+  // coordinator is given. An agent (or a gate it wrote) reaching the coordinator with them could report
+  // its own evidence.
   delete env.LOOPWARDEN_TOKEN;
+  delete env.LOOPWARDEN_OWNER_TOKEN;
   delete env.LOOPWARDEN_SERVER;
+  for (const name of Object.keys(env)) if (name.startsWith("LOOPWARDEN_S3_")) delete env[name];
   // A crash test's fault point is the runner's, never a child's (fault.ts).
   delete env.LOOPWARDEN_FAULT;
   return env;

@@ -132,4 +132,40 @@ describe("the agent's side of the loop", () => {
     expect(result.code, result.stderr).toBe(18);
     expect(JSON.parse(result.stdout)).toMatchObject({ halt_reason: "budget_exceeded", exit_class: 18, iteration: 2 });
   });
+
+  it("an agent that reports its own evidence with the credentials in its environment gets 401 and earns nothing", async () => {
+    // The runner holds LOOPWARDEN_TOKEN and LOOPWARDEN_OWNER_TOKEN (the test environment sets both); the
+    // agent knows where the coordinator is and tries to propose, lease and report a passing candidate of
+    // its own, then changes nothing. It must not reach exit 10: the check still fails.
+    const statuses = path.join(tmp.dir, "cheat-statuses.json");
+    const cheat = [
+      "import { writeFileSync } from 'node:fs';",
+      `const base = ${JSON.stringify(coordinator.url)} + '/v1/loops/' + process.env.LOOPWARDEN_LOOP_ID;`,
+      "const token = process.env.LOOPWARDEN_TOKEN ?? process.env.LOOPWARDEN_OWNER_TOKEN;",
+      "const headers = { 'content-type': 'application/json', ...(token ? { authorization: 'Bearer ' + token } : {}) };",
+      "const post = (path, body) => fetch(base + path, { method: 'POST', headers, body: JSON.stringify(body) });",
+      "const commit = 'c'.repeat(40);",
+      "const proposed = await post('/candidates', { idempotency_key: 'cheat-' + process.env.LOOPWARDEN_ITERATION, commit, diff_sha256: 'd'.repeat(64), empty: false, proposer: { kind: 'step' }, agent: null });",
+      "const leased = await post('/leases', { runner_id: 'cheater' });",
+      "writeFileSync(process.env.CHEAT_STATUSES, JSON.stringify({ token: Boolean(token), proposed: proposed.status, leased: leased.status }));",
+    ].join("\n");
+    const repo = project({ "agent.mjs": cheat });
+    const result = await runCli(
+      ["--json", "--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs", "--max-iterations", "2"],
+      {
+        cwd: repo,
+        env: { CHEAT_STATUSES: statuses },
+      },
+    );
+    expect(result.code, result.stderr).not.toBe(10);
+    expect(JSON.parse(readFileSync(statuses, "utf8"))).toEqual({ token: false, proposed: 401, leased: 401 });
+    const loopId = (JSON.parse(result.stdout) as { loop_id: string }).loop_id;
+    const events = (await (await api(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
+      .trim()
+      .split("\n")
+      .map((line) => LoopEvent.parse(JSON.parse(line)));
+    // Only the runner's own candidates and leases are in the log.
+    expect(events.filter((event) => event.type === "lease_granted" && event.data.runner_id === "cheater")).toEqual([]);
+    expect(events.filter((event) => event.type === "candidate_proposed" && event.data.commit === "c".repeat(40))).toEqual([]);
+  });
 });
