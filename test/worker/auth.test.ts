@@ -1,5 +1,6 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { RATE_LIMIT_PERIOD_S } from "../../worker/src/auth.js";
 import { call, candidateBody, createLoopBody, drainOutbox, logOf, observationOf, postJson } from "./fixtures.js";
 
 // Tenancy and auth (DESIGN §11): every API route needs a token; a team sees only its own loops (another
@@ -216,21 +217,41 @@ describe("tokens", () => {
     const team = await createTeam("eta");
     const busy = await createToken(team.admin, { scopes: ["propose", "evaluate"] });
     const loop = await json<{ loop: { loop_id: string } }>(await postJson("/v1/loops", createLoopBody("eta-loop", ["parse.empty"]), busy.token), 201);
-    const statuses: number[] = [];
-    let limited: Response | null = null;
-    for (let request = 0; request < 60 && !limited; request++) {
-      const response = await call(`/v1/loops/${loop.loop.loop_id}`, {}, busy.token);
-      statuses.push(response.status);
-      if (response.status === 429) limited = response;
-      else await response.body?.cancel();
+    // The limiter counts in fixed windows of RATE_LIMIT_PERIOD_S (miniflare's, like Cloudflare's, starts
+    // a new one on each multiple of the period). A loaded machine may cross a boundary between the 429
+    // and the request that must also be refused; such an attempt proves nothing and is made again, so
+    // the assertions below only ever judge requests that fell in one window.
+    const windowOf = (ms: number): number => Math.floor(ms / (RATE_LIMIT_PERIOD_S * 1000));
+    let judged = false;
+    for (let attempt = 0; attempt < 3 && !judged; attempt++) {
+      const started = Date.now();
+      const statuses: number[] = [];
+      let limited: Response | null = null;
+      for (let request = 0; request < 60 && !limited; request++) {
+        const response = await call(`/v1/loops/${loop.loop.loop_id}`, {}, busy.token);
+        statuses.push(response.status);
+        if (response.status === 429) limited = response;
+        else await response.body?.cancel();
+      }
+      if (!limited) {
+        expect(windowOf(Date.now()), `no 429 within one window; statuses: ${statuses.join(",")}`).not.toBe(windowOf(started));
+        continue;
+      }
+      expect(Number(limited.headers.get("retry-after"))).toBe(RATE_LIMIT_PERIOD_S);
+      expect(await errorCode(limited)).toBe("rate_limited");
+      const before = await logOf(loop.loop.loop_id);
+      const refused = await postJson(`/v1/loops/${loop.loop.loop_id}/candidates`, candidateBody(`eta-c${attempt}`), busy.token);
+      const after = await logOf(loop.loop.loop_id);
+      if (windowOf(Date.now()) !== windowOf(started)) {
+        await refused.body?.cancel();
+        continue;
+      }
+      expect(refused.status).toBe(429);
+      await refused.body?.cancel();
+      expect(after).toEqual(before);
+      judged = true;
     }
-    expect(limited, `statuses: ${statuses.join(",")}`).not.toBeNull();
-    if (!limited) return;
-    expect(Number(limited.headers.get("retry-after"))).toBeGreaterThan(0);
-    expect(await errorCode(limited)).toBe("rate_limited");
-    const before = await logOf(loop.loop.loop_id);
-    expect((await postJson(`/v1/loops/${loop.loop.loop_id}/candidates`, candidateBody("eta-c"), busy.token)).status).toBe(429);
-    expect(await logOf(loop.loop.loop_id)).toEqual(before);
+    expect(judged, "three attempts each crossed a rate-limit window").toBe(true);
     // Another token of the same team has a budget of its own; the owner is never limited.
     const fresh = await createToken(team.admin, { scopes: ["read"] });
     expect((await call(`/v1/loops/${loop.loop.loop_id}`, {}, fresh.token)).status).toBe(200);
