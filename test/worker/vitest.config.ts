@@ -2,8 +2,14 @@ import { webcrypto } from "node:crypto";
 import path from "node:path";
 import { cloudflareTest, readD1Migrations } from "@cloudflare/vitest-pool-workers";
 import { defineConfig } from "vitest/config";
+import { quietRuntimeNoise } from "../support/runtime-noise.js";
 
 const root = path.resolve(import.meta.dirname, "../..");
+
+// The pool writes workerd's logs to this process's stderr and stdout: what a passing run prints there
+// is only what concerns the tests (test/support/runtime-noise.ts lists what is dropped, and why).
+quietRuntimeNoise(process.stderr);
+quietRuntimeNoise(process.stdout);
 
 export default defineConfig(async () => {
   const migrations = await readD1Migrations(path.join(root, "migrations"));
