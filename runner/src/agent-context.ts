@@ -32,23 +32,31 @@ export interface HistoryLine {
   description: string | null;
 }
 
-const diffSummaries = new Map<string, string>();
+const diffSummaries = new Map<string, Promise<string>>();
 
-/** `src/a.ts +3 -1, test/b.ts +10 -0` for the change from `base` to `commit` (cached: commits never change). */
-async function diffSummary(repo: string, base: string, commit: string): Promise<string> {
+/**
+ * `src/a.ts +3 -1, test/b.ts +10 -0` for the change from `base` to `commit` (cached: commits never
+ * change). A runner asks for its candidate's while the candidate is evaluated, so the next iteration's
+ * history finds it ready.
+ */
+export function diffSummary(repo: string, base: string, commit: string): Promise<string> {
   const key = `${base}..${commit}`;
-  const cached = diffSummaries.get(key);
-  if (cached !== undefined) return cached;
-  const numstat = await git(repo, ["diff", "--numstat", "--no-renames", base, commit]).catch(() => "");
-  const files = numstat
-    .split("\n")
-    .filter(Boolean)
-    .map((line) => {
-      const [added, removed, file] = line.split("\t");
-      return added === "-" ? `${file} (binary)` : `${file} +${added} -${removed}`;
-    });
-  const summary = files.length === 0 ? "no change" : files.length > 8 ? `${files.slice(0, 8).join(", ")} and ${files.length - 8} more files` : files.join(", ");
-  diffSummaries.set(key, summary);
+  let summary = diffSummaries.get(key);
+  if (!summary) {
+    summary = git(repo, ["diff", "--numstat", "--no-renames", base, commit])
+      .catch(() => "")
+      .then((numstat) => {
+        const files = numstat
+          .split("\n")
+          .filter(Boolean)
+          .map((line) => {
+            const [added, removed, file] = line.split("\t");
+            return added === "-" ? `${file} (binary)` : `${file} +${added} -${removed}`;
+          });
+        return files.length === 0 ? "no change" : files.length > 8 ? `${files.slice(0, 8).join(", ")} and ${files.length - 8} more files` : files.join(", ");
+      });
+    diffSummaries.set(key, summary);
+  }
   return summary;
 }
 

@@ -49,11 +49,8 @@ export async function removeStaleClones(): Promise<void> {
   }
 }
 
-/**
- * Runs `use` on a fresh detached clone of `commit` in the system's temporary directory (never the
- * agent's working tree, never beneath it), and removes the clone afterwards whatever happens.
- */
-export async function withClone<T>(repo: string, commit: string, label: string, use: (clone: Clone) => Promise<T>): Promise<T> {
+/** Refuses a temporary directory inside the repository: clones there could reach the working tree's untracked files. */
+async function checkedTreePaths(repo: string): Promise<string[]> {
   const trees = await workTreePaths(repo);
   const root = await realpath(os.tmpdir()).catch(() => os.tmpdir());
   if (trees.some((tree) => isWithin(root, tree))) {
@@ -61,14 +58,70 @@ export async function withClone<T>(repo: string, commit: string, label: string, 
       `the temporary directory ${os.tmpdir()} is inside the repository ${repo}, so clones there could reach the working tree's untracked files; set TMPDIR to a directory outside it`,
     );
   }
+  return trees;
+}
+
+/** Makes a fresh detached clone of `commit` in this process's directory and answers where it is. */
+async function makeClone(repo: string, commit: string, label: string): Promise<string> {
   const dir = path.join(processDir(), `${label}-${randomBytes(4).toString("hex")}`);
+  await mkdir(processDir(), { recursive: true, mode: 0o700 });
   try {
-    await mkdir(processDir(), { recursive: true, mode: 0o700 });
     await timed("clone", () => cloneAt(repo, commit, dir));
+  } catch (error) {
+    await removeClone(dir);
+    throw error;
+  }
+  return dir;
+}
+
+async function removeClone(dir: string): Promise<void> {
+  await rm(dir, { recursive: true, force: true });
+  // The process's directory goes too once empty (another clone of this process may still be in it).
+  await rmdir(processDir()).catch(() => undefined);
+}
+
+// Clones made ahead of their use, by repository and commit: the runner starts a candidate's clone while
+// its proposal and lease are in flight, so the evaluation's clone is not on the iteration's critical path.
+const ahead = new Map<string, Promise<string>>();
+const aheadKey = (repo: string, commit: string) => `${path.resolve(repo)}\0${commit}`;
+
+/**
+ * Starts a clean clone of `commit` now, for the next `withClone` of the same repository and commit to
+ * take. One never taken must be given back with `dropCloneAhead`.
+ */
+export function cloneAhead(repo: string, commit: string): void {
+  const key = aheadKey(repo, commit);
+  if (ahead.has(key)) return;
+  const made = checkedTreePaths(repo).then(() => makeClone(repo, commit, `ahead-${commit.slice(0, 10)}`));
+  // A failure is met again by the withClone that takes it (or is moot when nothing does).
+  made.catch(() => undefined);
+  ahead.set(key, made);
+}
+
+/** Removes the clone `cloneAhead` started for `commit`, unless a `withClone` took it. */
+export async function dropCloneAhead(repo: string, commit: string): Promise<void> {
+  const key = aheadKey(repo, commit);
+  const made = ahead.get(key);
+  if (!made) return;
+  ahead.delete(key);
+  const dir = await made.catch(() => null);
+  if (dir) await removeClone(dir);
+}
+
+/**
+ * Runs `use` on a fresh detached clone of `commit` in the system's temporary directory (never the
+ * agent's working tree, never beneath it), and removes the clone afterwards whatever happens. A clone
+ * `cloneAhead` started for the same commit is used when there is one.
+ */
+export async function withClone<T>(repo: string, commit: string, label: string, use: (clone: Clone) => Promise<T>): Promise<T> {
+  const trees = await checkedTreePaths(repo);
+  const key = aheadKey(repo, commit);
+  const made = ahead.get(key);
+  ahead.delete(key);
+  const dir = await (made ?? makeClone(repo, commit, label));
+  try {
     return await use({ dir, env: cloneEnv(trees) });
   } finally {
-    await rm(dir, { recursive: true, force: true });
-    // The process's directory goes too once empty (another clone of this process may still be in it).
-    await rmdir(processDir()).catch(() => undefined);
+    await removeClone(dir);
   }
 }

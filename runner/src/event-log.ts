@@ -28,6 +28,18 @@ export async function foldLoop(session: LoopReader, waitMs = 0): Promise<LoopSta
   return state;
 }
 
+/**
+ * The loop's state as of the last summary the coordinator answered (`session.loop.head`, which a
+ * proposal's and a report's answers carry): the log is read only when that summary names events the
+ * fold has not seen, so an iteration whose own answer is the latest news costs no request. Events
+ * that arrived after that answer (another runner's) are read at the next fold that needs them.
+ */
+export async function stateAtHead(session: LoopReader & { loop: { head: { seq: number } } }): Promise<LoopState> {
+  const folded = session.folded;
+  if (folded && folded.seq >= session.loop.head.seq) return folded.state;
+  return foldLoop(session);
+}
+
 /** t0's collected test set, which every report is a difference from (DESIGN §8): from the folded log, read once a session. */
 export async function testBaseOf(session: LoopReader): Promise<TestBase> {
   return (session.folded?.state ?? (await foldLoop(session))).t0_base;

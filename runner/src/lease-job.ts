@@ -174,11 +174,20 @@ function evaluationOptions(mode: OutputMode, loaded: LoadedContract, label: stri
  * Has `candidateId` evaluated and answers its verdict: this runner evaluates whatever job it may lease
  * (a local loop has only its own queued), and when there is none for it — another runner holds the
  * job, or the contract asks for labels this runner lacks — it waits on the log (a long-poll) until the
- * verdict is there, or the job comes back to the queue.
+ * verdict is there, or the job comes back to the queue. `offered` is what the proposal's answer already
+ * leased (null: nothing for this runner; undefined: the proposal did not ask).
  */
-export async function evaluateUntilDecided(session: Session, candidateId: string, iteration: number): Promise<{ verdict: Verdict; loop: LoopSummary }> {
+export async function evaluateUntilDecided(
+  session: Session,
+  candidateId: string,
+  iteration: number,
+  offered?: Lease | null,
+): Promise<{ verdict: Verdict; loop: LoopSummary }> {
+  let first = offered;
   for (;;) {
-    const lease = await session.client.leaseJob(session.loop.loop_id, { runner_id: session.workspace.runner_id, labels: session.labels });
+    const lease =
+      first !== undefined ? first : await session.client.leaseJob(session.loop.loop_id, { runner_id: session.workspace.runner_id, labels: session.labels });
+    first = undefined;
     if (lease) {
       const result = await evaluateLease(session, lease, `[${iteration}] ${lease.job.candidate_id}`);
       if (result && lease.job.candidate_id === candidateId) return result;

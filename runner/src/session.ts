@@ -2,13 +2,13 @@ import { randomBytes } from "node:crypto";
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import type { AgentRun, LoopState, Proposer, Verdict } from "../../shared/engine/index.js";
+import { labelsSatisfy, type AgentRun, type LoopState, type Proposer, type Verdict } from "../../shared/engine/index.js";
 import { formatList } from "../../shared/format-list.js";
 import type { AgentReport } from "../../shared/wire/agent-report.js";
 import type { LoopSummary, ProposeCandidateRequest } from "../../shared/wire/api.js";
 import { refuseCandidateBaseline } from "./candidate-commits.js";
 import { CoordinatorError, type Client } from "./client.js";
-import { removeStaleClones, withClone } from "./clone.js";
+import { cloneAhead, dropCloneAhead, removeStaleClones, withClone } from "./clone.js";
 import { connect, type Connection, type ServerOptions } from "./connect.js";
 import { contractFileOf, contractHash, validateContract, type LoadedContract } from "./contract-file.js";
 import { resolveContract, resumedContract, type ContractOptions } from "./contract-resolution.js";
@@ -35,8 +35,9 @@ import { clearPendingCreate, loadPendingCreate, savePendingCreate, type PendingC
 import { sampleAlone } from "./sampling.js";
 import { parseLabels } from "./labels.js";
 import { failureLine } from "./candidate-evidence.js";
+import { diffSummary } from "./agent-context.js";
 import { timed } from "./timings.js";
-import { foldLoop } from "./event-log.js";
+import { stateAtHead } from "./event-log.js";
 import { uploadCandidateBundle } from "./candidate-bundles.js";
 import type { Labels } from "../../shared/wire/contract.js";
 import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
@@ -244,29 +245,42 @@ export async function buildProposal(
   session: Session,
   candidate: { commit: string; key: string; proposer: Proposer; agent: AgentRun | null; report?: { report: AgentReport | null; error?: string } },
 ): Promise<ProposeCandidateRequest> {
-  const diff = await diffOf(session.repo, session.loop.best.commit, candidate.commit);
-  // A candidate another runner may evaluate travels with its commits as a bundle, so a runner in another
-  // checkout can evaluate it: on a shared coordinator (--server), or when the contract asks for runner
-  // labels. On the local coordinator this process evaluates its own candidates, and a bundle would only
-  // cost time (2 git spawns and 2 requests an iteration). One the coordinator rejects unevaluated —
-  // empty, or its agent failed — needs none.
   const failed = candidate.agent !== null && (candidate.agent.timed_out || candidate.agent.exit_code !== 0);
-  const shared = !session.connection.local || session.loaded.contract.evaluate !== undefined;
-  const bundle =
-    diff.empty || failed || !shared
-      ? undefined
-      : await uploadCandidateBundle(session.client, session.loop.loop_id, session.repo, candidate.commit, session.loop.t0.commit);
-  return {
-    idempotency_key: candidate.key,
-    commit: candidate.commit,
-    diff_sha256: diff.sha256,
-    empty: diff.empty,
-    proposer: candidate.proposer,
-    agent: candidate.agent,
-    ...(candidate.report?.report ? { agent_report: candidate.report.report } : {}),
-    ...(candidate.report?.error ? { agent_report_error: candidate.report.error } : {}),
-    ...(bundle ? { bundle } : {}),
-  };
+  // A runner the contract's labels admit evaluates its own candidate: the clone for it is made while the
+  // proposal is prepared and sent (decideCandidate gives it back if it goes unused: an empty candidate
+  // is rejected unevaluated), and the proposal asks for the lease too.
+  const evaluatesOwn = !failed && labelsSatisfy(session.loaded.contract.evaluate?.labels ?? {}, session.labels);
+  if (evaluatesOwn) cloneAhead(session.repo, candidate.commit);
+  // Its one-line summary for the agent's history is ready by the next iteration.
+  void diffSummary(session.repo, session.loop.best.commit, candidate.commit);
+  try {
+    const diff = await diffOf(session.repo, session.loop.best.commit, candidate.commit);
+    // A candidate another runner may evaluate travels with its commits as a bundle, so a runner in another
+    // checkout can evaluate it: on a shared coordinator (--server), or when the contract asks for runner
+    // labels. On the local coordinator this process evaluates its own candidates, and a bundle would only
+    // cost time (2 git spawns and 2 requests an iteration). One the coordinator rejects unevaluated —
+    // empty, or its agent failed — needs none.
+    const shared = !session.connection.local || session.loaded.contract.evaluate !== undefined;
+    const bundle =
+      diff.empty || failed || !shared
+        ? undefined
+        : await uploadCandidateBundle(session.client, session.loop.loop_id, session.repo, candidate.commit, session.loop.t0.commit);
+    return {
+      idempotency_key: candidate.key,
+      commit: candidate.commit,
+      diff_sha256: diff.sha256,
+      empty: diff.empty,
+      proposer: candidate.proposer,
+      agent: candidate.agent,
+      ...(candidate.report?.report ? { agent_report: candidate.report.report } : {}),
+      ...(candidate.report?.error ? { agent_report_error: candidate.report.error } : {}),
+      ...(bundle ? { bundle } : {}),
+      ...(evaluatesOwn && !diff.empty ? { lease: { runner_id: session.workspace.runner_id, labels: session.labels } } : {}),
+    };
+  } catch (error) {
+    await dropCloneAhead(session.repo, candidate.commit);
+    throw error;
+  }
 }
 
 /**
@@ -277,23 +291,31 @@ export async function decideCandidate(session: Session, proposal: ProposeCandida
   const pending = pendingProposalFile(session, proposal.idempotency_key);
   await mkdir(path.dirname(pending), { recursive: true });
   await writeFile(pending, JSON.stringify(proposal));
-  const proposed = await timed("propose", () => session.client.proposeCandidate(session.loop.loop_id, proposal));
-  session.loop = proposed.loop;
-  let verdict = proposed.candidate.verdict;
-  if (!verdict) {
-    const decided = await timed("evaluate", () => evaluateUntilDecided(session, proposed.candidate.candidate_id, iteration));
-    verdict = decided.verdict;
-    session.loop = decided.loop;
+  try {
+    const proposed = await timed("propose", () => session.client.proposeCandidate(session.loop.loop_id, proposal));
+    session.loop = proposed.loop;
+    let verdict = proposed.candidate.verdict;
+    if (!verdict) {
+      const decided = await timed("evaluate", () => evaluateUntilDecided(session, proposed.candidate.candidate_id, iteration, proposed.lease));
+      verdict = decided.verdict;
+      session.loop = decided.loop;
+    }
+    progress(session.mode, verdictLine(iteration, verdict));
+    if (verdict.decision === "rejected") {
+      // Why, in the gates' own terms, and where the output is (a candidate rejected unevaluated has no
+      // report): read from the log while the working tree is restored.
+      const ref = rejectedRef(session.loop.loop_id, verdict.candidate_id);
+      const [state] = await Promise.all([
+        stateAtHead(session),
+        timed("revert", () => revertTo(session.repo, session.loop.best.commit, { ref, commit: proposal.commit })),
+      ]);
+      const why = failureLine(state.candidates[verdict.candidate_id]);
+      if (why) progress(session.mode, `[${iteration}]   ${why}`);
+      progress(session.mode, `[${iteration}] restored the working tree to ${shortCommit(session.loop.best.commit)}; the candidate is kept at ${ref}`);
+    }
+    await rm(pending, { force: true });
+    return verdict;
+  } finally {
+    await dropCloneAhead(session.repo, proposal.commit);
   }
-  progress(session.mode, verdictLine(iteration, verdict));
-  if (verdict.decision === "rejected") {
-    // Why, in the gates' own terms, and where the output is (a candidate rejected unevaluated has no report).
-    const why = failureLine((await foldLoop(session)).candidates[verdict.candidate_id]);
-    if (why) progress(session.mode, `[${iteration}]   ${why}`);
-    const ref = rejectedRef(session.loop.loop_id, verdict.candidate_id);
-    await timed("revert", () => revertTo(session.repo, session.loop.best.commit, { ref, commit: proposal.commit }));
-    progress(session.mode, `[${iteration}] restored the working tree to ${shortCommit(session.loop.best.commit)}; the candidate is kept at ${ref}`);
-  }
-  await rm(pending, { force: true });
-  return verdict;
 }

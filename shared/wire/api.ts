@@ -75,28 +75,6 @@ export const LoopList = z.object({
 });
 export type LoopList = z.infer<typeof LoopList>;
 
-/** `POST /v1/loops/:id/candidates`. */
-export const ProposeCandidateRequest = z.strictObject({ idempotency_key: IdempotencyKey, ...ProposalFields });
-export type ProposeCandidateRequest = z.infer<typeof ProposeCandidateRequest>;
-
-/** A candidate as the API shows it. */
-export const CandidateView = z.object({
-  candidate_id: z.string(),
-  parent: z.string(),
-  commit: GitCommit,
-  status: z.enum(["queued", "leased", "promoted", "rejected"]),
-  verdict: Verdict.nullable(),
-});
-export type CandidateView = z.infer<typeof CandidateView>;
-
-/** `POST /v1/loops/:id/candidates` answer; `verdict` is set when it was decided without evaluation. */
-export const ProposeCandidateResponse = z.object({
-  candidate: CandidateView,
-  replayed: z.boolean(),
-  loop: LoopSummary,
-});
-export type ProposeCandidateResponse = z.infer<typeof ProposeCandidateResponse>;
-
 /** Runner ids: chosen by the runner, unique per runner process (and per slot of `work --concurrency`). */
 export const RunnerId = z.string().regex(/^[A-Za-z0-9_.:-]{1,100}$/, "use 1-100 letters, digits or _.:-");
 
@@ -138,6 +116,40 @@ export const Lease = z.object({
   }),
 });
 export type Lease = z.infer<typeof Lease>;
+
+/**
+ * What a proposal may ask besides the candidate: the next job leased to this runner in the same
+ * request (a proposer usually evaluates its own candidate), one round trip rather than two. It is not
+ * part of the proposal: neither recorded with it nor in its idempotency hash.
+ */
+export const ProposalLease = z.strictObject({ runner_id: RunnerId, labels: Labels.default({}) });
+
+/** `POST /v1/loops/:id/candidates`; with `lease`, also `POST /v1/loops/:id/leases` for that runner (the token needs both scopes). */
+export const ProposeCandidateRequest = z.strictObject({ idempotency_key: IdempotencyKey, ...ProposalFields, lease: ProposalLease.optional() });
+export type ProposeCandidateRequest = z.infer<typeof ProposeCandidateRequest>;
+
+/** A candidate as the API shows it. */
+export const CandidateView = z.object({
+  candidate_id: z.string(),
+  parent: z.string(),
+  commit: GitCommit,
+  status: z.enum(["queued", "leased", "promoted", "rejected"]),
+  verdict: Verdict.nullable(),
+});
+export type CandidateView = z.infer<typeof CandidateView>;
+
+/**
+ * `POST /v1/loops/:id/candidates` answer; `verdict` is set when it was decided without evaluation.
+ * `lease` answers a request's `lease`: the job now leased to that runner (this candidate or an older
+ * one still queued), or null when there is none for it.
+ */
+export const ProposeCandidateResponse = z.object({
+  candidate: CandidateView,
+  replayed: z.boolean(),
+  loop: LoopSummary,
+  lease: Lease.nullable().optional(),
+});
+export type ProposeCandidateResponse = z.infer<typeof ProposeCandidateResponse>;
 
 /** `POST /v1/leases/:leaseId/heartbeat`. */
 export const HeartbeatRequest = z.strictObject({ fencing_token: z.number().int().min(1) });

@@ -219,6 +219,39 @@ describe("a check_fixpoint loop through HTTP", () => {
     expect(await live.json()).toMatchObject({ lease_id: lease.lease_id, fencing_token: lease.fencing_token });
   });
 
+  it("a proposal that asks for the lease gets it in the same answer: one round trip, the same log as propose then lease", async () => {
+    const loop = await createLoop("propose-lease", [A, B]);
+    const body = { ...candidateBody("propose-lease"), lease: { runner_id: "laptop" } };
+    const proposed = await postJson(`/v1/loops/${loop.loop_id}/candidates`, body);
+    expect(proposed.status).toBe(201);
+    const answer = (await proposed.json()) as {
+      candidate: { candidate_id: string; status: string };
+      lease: { lease_id: string; fencing_token: number; job: { candidate_id: string } };
+    };
+    expect(answer.candidate.status).toBe("queued");
+    expect(answer.lease.job.candidate_id).toBe(answer.candidate.candidate_id);
+    const types = parseJsonl(await ndjson(await call(`/v1/loops/${loop.loop_id}/events`))).map((event) => event.type);
+    expect(types.slice(-2)).toEqual(["candidate_proposed", "lease_granted"]);
+    // The lease is not part of the proposal: without it, the same key is a replay, not a conflict, and
+    // a retry with it answers the lease this runner already holds.
+    const without = await postJson(`/v1/loops/${loop.loop_id}/candidates`, candidateBody("propose-lease"));
+    expect(without.status).toBe(200);
+    const retried = await postJson(`/v1/loops/${loop.loop_id}/candidates`, body);
+    expect(retried.status).toBe(200);
+    expect(((await retried.json()) as { lease: unknown }).lease).toEqual(answer.lease);
+    // The report under that lease decides the candidate, as under a lease asked for on its own.
+    const reported = await report(answer.lease.lease_id, { fencing_token: answer.lease.fencing_token, observation: observationOf([A]) });
+    expect(reported.status).toBe(200);
+    expect(await reported.json()).toMatchObject({ verdict: { decision: "promoted" } });
+  });
+
+  it("a proposal asking for the lease with labels the contract's lack is registered, with lease null", async () => {
+    const loop = await createLoop("propose-lease-labels", [A], { evaluate: { labels: { gpu: "a100" } } });
+    const proposed = await postJson(`/v1/loops/${loop.loop_id}/candidates`, { ...candidateBody("propose-lease-labels"), lease: { runner_id: "laptop" } });
+    expect(proposed.status).toBe(201);
+    expect(await proposed.json()).toMatchObject({ candidate: { status: "queued" }, lease: null });
+  });
+
   it("rejects a failed agent run at once without offering a job, and three in a row halt execution_failure (40)", async () => {
     const loop = await createLoop("agent-fails", [A]);
     for (const [index, expected] of [

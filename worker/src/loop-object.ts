@@ -307,12 +307,16 @@ export class LoopObject extends DurableObject<Env> {
     return { ok: true, loop: this.summary() };
   }
 
-  /** Registers a candidate (idempotent by key). */
+  /**
+   * Registers a candidate (idempotent by key); with `lease`, then leases that runner the next job, as
+   * `lease()` without a wait would (a proposal's answer is never held open).
+   */
   async propose(input: {
     caller: Caller;
     proposal: Proposal;
     request_hash: string;
-  }): Promise<Answer<{ candidate: CandidateView; replayed: boolean; loop: LoopSummary }>> {
+    lease?: { runner_id: string; labels: Labels };
+  }): Promise<Answer<{ candidate: CandidateView; replayed: boolean; loop: LoopSummary; lease?: Lease | null }>> {
     const state = this.admit(input.caller);
     if (!state) return NOT_FOUND;
     const outcome = proposeCandidate(state, input.proposal, { request_hash: input.request_hash, at: new Date().toISOString() });
@@ -321,8 +325,16 @@ export class LoopObject extends DurableObject<Env> {
     if ("ok" in appended) return appended;
     await this.issueFinalReceipt();
     await this.scheduleAlarm();
-    const current = this.state ?? state;
-    return { ok: true, candidate: viewCandidate(current, outcome.value.candidate_id), replayed: outcome.value.replayed, loop: this.summary() };
+    const candidate = viewCandidate(this.state ?? state, outcome.value.candidate_id);
+    const leased = input.lease ? await this.lease({ caller: input.caller, ...input.lease, wait_ms: 0 }) : null;
+    return {
+      ok: true,
+      candidate,
+      replayed: outcome.value.replayed,
+      loop: this.summary(),
+      // A lease refused (the loop halted meanwhile) is none: the proposal stands either way.
+      ...(leased ? { lease: leased.ok ? leased.lease : null } : {}),
+    };
   }
 
   /**

@@ -13,7 +13,7 @@ import { agentEnv, readAgentReport, writeAgentContext } from "../agent-context.j
 import { commitCandidate } from "../candidate-commits.js";
 import type { ContractOptions } from "../contract-resolution.js";
 import { confirmAgainstT0 } from "../confirm-job.js";
-import { foldLoop } from "../event-log.js";
+import { stateAtHead } from "../event-log.js";
 import { takeTimings, timed } from "../timings.js";
 import { settleInterruptedIteration } from "../interrupted-iteration.js";
 import { buildProposal, decideCandidate, enterLoopBranch, openSession } from "../session.js";
@@ -92,7 +92,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
       const command = session.loaded.contract.agent.run;
       // No live line while the agent runs: its own output, streamed to stderr, is the progress.
       progress(mode, `[${iteration}] running the agent: ${command}`);
-      const files = await timed("context", async () => writeAgentContext(session.repo, await foldLoop(session)));
+      const files = await timed("context", async () => writeAgentContext(session.repo, await stateAtHead(session)));
       const agent = await timed("agent", () =>
         runCommand(command, {
           cwd: session.repo,

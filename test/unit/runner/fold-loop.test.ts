@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { foldEvents, sealEvent, type ChainHead, type EventDraft } from "../../../shared/engine/index.js";
 import type { Client } from "../../../runner/src/client.js";
-import { foldLoop } from "../../../runner/src/event-log.js";
+import { foldLoop, stateAtHead } from "../../../runner/src/event-log.js";
 import type { Session } from "../../../runner/src/session.js";
 import { LoopHarness, TEST_IDS } from "../engine-harness.js";
 
@@ -44,5 +44,31 @@ describe("foldLoop", () => {
     // An idle read (nothing new) answers the same state without folding anything.
     expect(await foldLoop(session)).toEqual(foldEvents(harness.events));
     expect(asked.at(-1)).toBe(log.length);
+  });
+
+  it("stateAtHead reads the log only when the last summary names events the fold has not seen", async () => {
+    const harness = new LoopHarness([...TEST_IDS], { stop: { max_iterations: 100, no_progress: 100 } });
+    const log: string[] = [];
+    let reads = 0;
+    const client = {
+      eventLines: async (_loopId: string, after = 0) => {
+        reads++;
+        return log.slice(after);
+      },
+    } as unknown as Client;
+    harness.evaluate("c0", TEST_IDS.slice(1));
+    log.push(...sealed(harness.events));
+    const session = { client, loop: { loop_id: "lp_0123456789abcdef01234567", head: { seq: log.length } } } as unknown as Session;
+    expect(await stateAtHead(session)).toEqual(foldEvents(harness.events));
+    expect(reads).toBe(1);
+    // The summary (a report's answer) names nothing newer: no request.
+    expect(await stateAtHead(session)).toEqual(foldEvents(harness.events));
+    expect(reads).toBe(1);
+    // A verdict since, named by the next answer's head: read and folded.
+    harness.evaluate("c1", TEST_IDS.slice(2));
+    log.push(...sealed(harness.events).slice(log.length));
+    session.loop = { ...session.loop, head: { seq: log.length, hash: "" } };
+    expect(await stateAtHead(session)).toEqual(foldEvents(harness.events));
+    expect(reads).toBe(2);
   });
 });

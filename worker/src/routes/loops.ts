@@ -110,15 +110,21 @@ loopRoutes.get("/:id", async (c) => {
 
 loopRoutes.post("/:id/candidates", async (c) => {
   const { stub, caller, loopId } = openLoop(c, c.req.param("id"), "propose");
-  const body = await readJson(c, ProposeCandidateRequest);
+  const { lease, ...body } = await readJson(c, ProposeCandidateRequest);
+  if (lease) requireScope(c, "evaluate");
   // A bundle the proposal names must be recorded already, with its size (checked outside the LoopObject,
   // as a report's logs are, so storage latency never sits inside a decision), or be in storage and verified now.
   if (body.bundle && (await unverified(() => artifactStorage(c.env), drizzle(c.env.DB), loopId, [body.bundle])).length > 0) {
     throw new ApiError(422, "artifact_missing", `the candidate's bundle (${body.bundle.sha256}) is not stored; upload it first`);
   }
-  const answer = await stub.propose({ caller, proposal: body, request_hash: sha256Hex(canonicalJson(body)) });
+  const answer = await stub.propose({ caller, proposal: body, request_hash: sha256Hex(canonicalJson(body)), ...(lease ? { lease } : {}) });
   if (!answer.ok) throw refusalError(answer);
-  const response: ProposeCandidateResponse = { candidate: answer.candidate, replayed: answer.replayed, loop: answer.loop };
+  const response: ProposeCandidateResponse = {
+    candidate: answer.candidate,
+    replayed: answer.replayed,
+    loop: answer.loop,
+    ...(lease ? { lease: answer.lease ?? null } : {}),
+  };
   return c.json(response, answer.replayed ? 200 : 201);
 });
 
