@@ -76,9 +76,18 @@ export interface ClientOptions {
 }
 
 /** The runner's API client: one typed function per endpoint, every response parsed with the shared schemas. */
+/** The largest artifact sent without an intent first, once the coordinator is known to store uploads itself. */
+const DIRECT_PUT_MAX_BYTES = 256 * 1024;
+
 export class Client {
   readonly baseUrl: string;
   private readonly options: ClientOptions;
+  /**
+   * Whether this coordinator stores uploads itself (an intent answered with one of its own paths, not a
+   * presigned URL): a small artifact is then PUT at once, one request rather than an intent and a PUT.
+   * Re-sending a few KiB the coordinator may already hold costs less than the round trip that would ask.
+   */
+  private storesUploads = false;
 
   constructor(baseUrl: string, options: ClientOptions = {}) {
     this.baseUrl = baseUrl.replace(/\/+$/, "");
@@ -261,9 +270,21 @@ export class Client {
         content_type: ref.content_type,
         name: ref.name,
       });
+    if (this.storesUploads && ref.size <= DIRECT_PUT_MAX_BYTES) {
+      const direct = await this.send("PUT", `/v1/loops/${encodeURIComponent(loopId)}/artifacts/${ref.sha256}?name=${encodeURIComponent(ref.name)}`, blob, {
+        "Content-Type": ref.content_type,
+      });
+      await direct.body?.cancel();
+      if (direct.ok) {
+        onProgress?.(ref.size, ref.size);
+        return ref;
+      }
+      // Refused (a limit, or storage configured otherwise since): the intent says what to do.
+    }
     const intent = await askIntent();
     if (intent.status === "exists") return ref;
     if (intent.status === "upload") {
+      if (isCoordinatorPath(intent.url)) this.storesUploads = true;
       const response = await this.send("PUT", intent.url, blob, { "Content-Type": ref.content_type });
       if (!response.ok) await this.parse(response, ArtifactStored);
       await response.body?.cancel();

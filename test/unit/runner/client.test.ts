@@ -117,3 +117,43 @@ describe("Client errors", () => {
     expect((error as Error).message).toMatch(/cannot reach the coordinator/);
   });
 });
+
+// Uploads (DESIGN §10): the first asks for an intent; once the coordinator has shown it stores uploads
+// itself (an intent answered with its own path), a small artifact is PUT at once — one request, not
+// two — while a large one still asks first.
+describe("Client uploads", () => {
+  let server: Server;
+  let url = "";
+  const seen: string[] = [];
+  beforeAll(async () => {
+    server = createServer((request, response) => {
+      request.resume();
+      request.on("end", () => {
+        const path = (request.url ?? "").replace(/\?.*$/, "");
+        seen.push(`${request.method} ${path}`);
+        response.writeHead(200, { "Content-Type": "application/json" });
+        if (request.method === "POST") {
+          response.end(JSON.stringify({ status: "upload", method: "PUT", url: `${path}/${"a".repeat(64)}` }));
+          return;
+        }
+        response.end(JSON.stringify({ status: "stored", artifact: {} }));
+      });
+    });
+    const port = await freePort();
+    await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
+    url = `http://127.0.0.1:${port}`;
+  });
+  afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+  it("asks for an intent once, then PUTs small artifacts directly; a large one still asks", async () => {
+    const client = new Client(url, { retryForMs: 0 });
+    const loop = "lp_0123456789abcdef01234567";
+    await client.uploadArtifact(loop, "gate-1.log", new TextEncoder().encode("first"), "text/plain");
+    await client.uploadArtifact(loop, "gate-2.log", new TextEncoder().encode("second"), "text/plain");
+    const methods = seen.map((line) => line.split(" ")[0]);
+    expect(methods).toEqual(["POST", "PUT", "PUT"]);
+    seen.length = 0;
+    await client.uploadArtifact(loop, "profile.bin", new Uint8Array(512 * 1024), "application/octet-stream");
+    expect(seen.map((line) => line.split(" ")[0])).toEqual(["POST", "PUT"]);
+  });
+});
