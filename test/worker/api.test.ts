@@ -245,6 +245,21 @@ describe("a check_fixpoint loop through HTTP", () => {
     expect(await reported.json()).toMatchObject({ verdict: { decision: "promoted" } });
   });
 
+  it("a proposal decided without evaluation leases nothing, even with another candidate queued", async () => {
+    const loop = await createLoop("propose-lease-decided", [A]);
+    const queued = await postJson(`/v1/loops/${loop.loop_id}/candidates`, candidateBody("propose-lease-queued"));
+    expect(queued.status).toBe(201);
+    const failed = await postJson(`/v1/loops/${loop.loop_id}/candidates`, {
+      ...candidateBody("propose-lease-failed", { exit_code: 1 }),
+      lease: { runner_id: "laptop" },
+    });
+    expect(failed.status).toBe(201);
+    expect(await failed.json()).toMatchObject({ candidate: { status: "rejected" }, lease: null });
+    // The queued one is still there for whoever asks.
+    const leased = await postJson(`/v1/loops/${loop.loop_id}/leases`, { runner_id: "other" });
+    expect(leased.status).toBe(200);
+  });
+
   it("a proposal asking for the lease with labels the contract's lack is registered, with lease null", async () => {
     const loop = await createLoop("propose-lease-labels", [A], { evaluate: { labels: { gpu: "a100" } } });
     const proposed = await postJson(`/v1/loops/${loop.loop_id}/candidates`, { ...candidateBody("propose-lease-labels"), lease: { runner_id: "laptop" } });

@@ -326,14 +326,17 @@ export class LoopObject extends DurableObject<Env> {
     await this.issueFinalReceipt();
     await this.scheduleAlarm();
     const candidate = viewCandidate(this.state ?? state, outcome.value.candidate_id);
-    const leased = input.lease ? await this.lease({ caller: input.caller, ...input.lease, wait_ms: 0 }) : null;
+    // A candidate decided without evaluation (or a replay of one since judged) needs no job: a lease
+    // of another candidate would sit unused with a proposer that goes on to apply this verdict.
+    const wanted = input.lease && candidate.verdict === null;
+    const leased = wanted && input.lease ? await this.lease({ caller: input.caller, ...input.lease, wait_ms: 0 }) : null;
     return {
       ok: true,
       candidate,
       replayed: outcome.value.replayed,
       loop: this.summary(),
       // A lease refused (the loop halted meanwhile) is none: the proposal stands either way.
-      ...(leased ? { lease: leased.ok ? leased.lease : null } : {}),
+      ...(input.lease ? { lease: leased?.ok ? leased.lease : null } : {}),
     };
   }
 
