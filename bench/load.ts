@@ -756,6 +756,12 @@ say(
 say(
   '- The oversized bodies (4 MiB + 1 on the report route, 1 MiB + 1 streamed on the others) are refused when the limit is crossed: with a Content-Length at once, without one after the limit\'s bytes were read; their round trip is in the malformed latency and in "all requests".',
 );
+say(
+  "- Over-cap bodies with a Content-Length: workerd answers 413 before reading the body, then resets the connection (the unread bytes make the kernel send RST). On a pooled keep-alive connection that reset fell on whichever request fetch sent next (a valid one, answered ECONNRESET, in an earlier version of this bench), and it may come before the 413 is read; so these requests go on a connection of their own, and a reset before the 413 is counted as a refusal (nothing is stored either way). Streamed bodies (no Content-Length) are read up to the cap and answered 413 without a reset. The worker cannot prevent it: a `Connection: close` it sets is dropped by workerd (tried). Deployed, Cloudflare's front end, not workerd, holds the client's connection.",
+);
+say(
+  '- wrangler dev\'s proxy: after it forwards a 413 answered early for a body over 1 MiB (the proposal route), the next request it forwards may be answered 503 "Your worker restarted mid-request" by the proxy itself, without reaching the worker (the worker did not restart); the client sends such a valid request again, as the runner\'s client does (counted in "valid requests answered 5xx"). The local coordinator (Miniflare, no proxy) never answered 5xx. wrangler dev also does not apply D1 migrations: the bench runs `wrangler d1 migrations apply DB --local` first (without it, every route that reads D1 answers 500).',
+);
 say(`- Every process started was stopped by its pid: ${stopped.join(", ")}.`);
 
 if (!TRIAL) {
