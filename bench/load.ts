@@ -24,10 +24,13 @@ import { applyWranglerMigrations, startWranglerDev } from "../test/support/wrang
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 /** Loop counts; `tsx bench/load.ts 5 --only miniflare` tries other ones (printed, not written to results). */
 const args = process.argv.slice(2);
-const only = args.includes("--only") ? args[args.indexOf("--only") + 1] : undefined;
-const chosenSizes = args.filter((arg, index) => /^\d+$/.test(arg) && args[index - 1] !== "--only").map(Number);
+const option = (name: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined);
+const only = option("--only");
+/** A coordinator already running (its owner token TEST_OWNER_TOKEN), to drive instead of starting one: for looking into its log. */
+const given = option("--url");
+const chosenSizes = args.filter((arg, index) => /^\d+$/.test(arg) && !args[index - 1]?.startsWith("--")).map(Number);
 const SIZES = chosenSizes.length > 0 ? chosenSizes : [50, 200];
-const TRIAL = chosenSizes.length > 0 || only !== undefined;
+const TRIAL = chosenSizes.length > 0 || only !== undefined || given !== undefined;
 /** Decisions per loop at most: the plan below halts a loop on its 8th (success). */
 const ITERATIONS = 8;
 /** No iteration starts after this long from a run's start; a run's whole drive is bounded by it. */
@@ -223,14 +226,16 @@ class Http {
   }
 
   /**
-   * A valid request, sent again (at most 3 times) when answered 503 as a runner's client does: wrangler
-   * dev's proxy answers 503 "Your worker restarted mid-request" for a request it could not forward. Every
-   * attempt is a sample (and a 503 counts as a 5xx); creations, proposals and reports are idempotent.
+   * A valid request, sent again (at most 3 times) after a connection error or a 503, as a runner's
+   * client does: wrangler dev's proxy answers 503 "Your worker restarted mid-request" for a request it
+   * could not forward, and a pooled keep-alive connection may be closed by the server as it is reused.
+   * Every attempt is a sample (a 503 counts as a 5xx, a connection error as one); each request of the
+   * cycle is idempotent (creation and proposal by key, a lease by runner id, a report by lease and body).
    */
   async json(kind: Kind, method: string, route: string, body: unknown): Promise<{ status: number; text: string }> {
     for (let attempt = 1; ; attempt++) {
       const answer = await this.send(kind, method, route, JSON.stringify(body));
-      if (answer.status !== 503 || attempt === 3 || kind === "malformed") return answer;
+      if ((answer.status !== 503 && answer.status !== 0) || attempt === 3 || kind === "malformed") return answer;
       this.retried++;
     }
   }
@@ -238,7 +243,7 @@ class Http {
   /** The first few connection errors, with undici's cause. */
   readonly connectionErrors: string[] = [];
 
-  /** Valid requests sent again after a 503. */
+  /** Valid requests sent again after a 503 or a connection error. */
   retried = 0;
 }
 
@@ -418,7 +423,8 @@ interface MalformedOutcome {
 
 async function driveLoop(http: Http, label: string, deadline: number, random: () => number, outcomes: MalformedOutcome[]): Promise<Told> {
   const created = await http.json("create", "POST", "/v1/loops", createBody(`${label}-loop`));
-  if (created.status !== 201) throw new Error(`creating ${label} answered ${created.status}: ${created.text.slice(0, 300)}`);
+  // 200: a creation sent again after a connection error, which the first attempt had made.
+  if (created.status !== 201 && created.status !== 200) throw new Error(`creating ${label} answered ${created.status}: ${created.text.slice(0, 300)}`);
   const loopId = (JSON.parse(created.text) as { loop: { loop_id: string } }).loop.loop_id;
   const told: Told = { loopId, proposed: [], leases: 0, verdicts: [], halted: false, malformedCreations: [], failure: null };
   const fail = (what: string, answer: { status: number; text: string }) => {
@@ -550,6 +556,8 @@ const quantiles = (values: number[]) => {
 
 interface RunResult {
   host: string;
+  /** The machine's 1-minute load average as the run started: what else was running on its 2 cores. */
+  load: number;
   loops: number;
   wallMs: number;
   decisions: number;
@@ -567,6 +575,7 @@ async function runLoad(host: string, url: string, loops: number): Promise<RunRes
   const http = new Http(url);
   const outcomes: MalformedOutcome[] = [];
   const run = `load-${loops}-${Date.now().toString(36)}`;
+  const load = os.loadavg()[0] ?? Number.NaN;
   const started = performance.now();
   const deadline = started + DEADLINE_MS;
   const settled = await Promise.allSettled(
@@ -580,6 +589,7 @@ async function runLoad(host: string, url: string, loops: number): Promise<RunRes
   for (const loop of told) for (const problem of await differences(url, loop)) problems.push(`${loop.loopId}: ${problem}`);
   return {
     host,
+    load,
     loops,
     wallMs,
     decisions: told.reduce((total, loop) => total + loop.verdicts.length, 0),
@@ -634,7 +644,7 @@ function table(result: RunResult): void {
   const report = quantiles(reports.map((sample) => sample.ms));
   const validQ = quantiles(valid.map((sample) => sample.ms));
   say(
-    `| ${result.host} | ${result.loops} | ${result.decisions} (${result.halted} loops halted) | ${(result.wallMs / 1000).toFixed(1)} s | **${(result.decisions / (result.wallMs / 1000)).toFixed(0)}** | ${ms(report.p50)} / ${ms(report.p99)} | ${ms(validQ.p50)} / ${ms(validQ.p99)} | ${ms(all.p50)} / ${ms(all.p99)} | ${result.samples.length} | ${malformed.length} / ${refused} / ${resets} / ${malformed5xx} | ${wrong} | ${valid5xx} (${result.retried} sent again) | ${dropped} | ${result.problems.length === 0 ? "**0**" : `**${result.problems.length} problems**`} |`,
+    `| ${result.host} | ${result.loops} | ${result.load.toFixed(1)} | ${result.decisions} (${result.halted} loops halted) | ${(result.wallMs / 1000).toFixed(1)} s | **${(result.decisions / (result.wallMs / 1000)).toFixed(0)}** | ${ms(report.p50)} / ${ms(report.p99)} | ${ms(validQ.p50)} / ${ms(validQ.p99)} | ${ms(all.p50)} / ${ms(all.p99)} | ${result.samples.length} | ${malformed.length} / ${refused} / ${resets} / ${malformed5xx} | ${wrong} | ${valid5xx} | ${dropped} (${result.retried} requests sent again) | ${result.problems.length === 0 ? "**0**" : `**${result.problems.length} problems**`} |`,
   );
 }
 
@@ -664,8 +674,9 @@ process.env.LOOPWARDEN_OWNER_TOKEN = TEST_OWNER_TOKEN;
 const work = mkdtempSync(path.join(os.tmpdir(), "lw-bench-load-"));
 const benchStarted = performance.now();
 try {
-  if (only !== "wrangler") await onHost("Miniflare (`loopwarden serve`)", () => startCoordinator(path.join(work, "serve-state")));
-  if (only !== "miniflare")
+  if (given) await onHost(`the coordinator at ${given}`, async () => ({ url: given, pid: 0, stop: async () => undefined }));
+  else if (only !== "wrangler") await onHost("Miniflare (`loopwarden serve`)", () => startCoordinator(path.join(work, "serve-state")));
+  if (only !== "miniflare" && !given)
     await onHost("wrangler dev", () => {
       const [persistTo, logDir] = [path.join(work, "wrangler-state"), path.join(work, "wrangler-logs")];
       applyWranglerMigrations(persistTo, logDir);
@@ -691,9 +702,9 @@ say(
 );
 say();
 say(
-  "| host | loops | decisions | wall | decisions/s | report p50 / p99 | valid requests p50 / p99 | all requests p50 / p99 | requests | malformed sent / refused 4xx / reset before the 413 / 5xx | malformed answered otherwise than defined | valid requests answered 5xx | connection errors | malformed stored |",
+  "| host | loops | load avg | decisions | wall | decisions/s | report p50 / p99 | valid requests p50 / p99 | all requests p50 / p99 | requests | malformed sent / refused 4xx / reset before the 413 / 5xx | malformed answered otherwise than defined | valid requests answered 5xx | connection errors | malformed stored |",
 );
-say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
 for (const result of results) table(result);
 say();
 const problems = results.flatMap((result) => result.problems.map((problem) => `${result.host}, ${result.loops} loops: ${problem}`));
