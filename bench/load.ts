@@ -717,6 +717,10 @@ say(
   `"Malformed stored" is the check after each run: every loop's event log (GET /v1/loops/:id/events) holds exactly one loop_created, the candidate_proposed events of the proposals its client made (by candidate id), its lease_granted events, one observation_reported and one verdict per decision its client was told (by candidate, decision and reason), halted and at most one receipt_issued when it was told the loop halted, and nothing else; verifyChain (shared/engine) passes on every log; and no loop exists for a refused creation. ${problems.length === 0 && wrong.length === 0 ? "Every check passed on every run." : `Problems: ${[...problems, ...wrong].slice(0, 20).join("; ")}`}`,
 );
 say();
+say(
+  "\"Load avg\" is the machine's 1-minute load average as the run started (other work shares its cores). A valid request answered 503 or lost to a connection error is sent again, up to 3 times, as the runner's client does; every attempt is counted in the latencies and in the 5xx and connection-error columns.",
+);
+say();
 say("Round trip by request kind (p50 / p99, count):");
 say();
 const KINDS: Kind[] = ["create", "propose", "lease", "report", "malformed"];
@@ -771,7 +775,7 @@ say(
   "- Over-cap bodies with a Content-Length: workerd answers 413 before reading the body, then resets the connection (the unread bytes make the kernel send RST). On a pooled keep-alive connection that reset fell on whichever request fetch sent next (a valid one, answered ECONNRESET, in an earlier version of this bench), and it may come before the 413 is read; so these requests go on a connection of their own, and a reset before the 413 is counted as a refusal (nothing is stored either way). Streamed bodies (no Content-Length) are read up to the cap and answered 413 without a reset. The worker cannot prevent it: a `Connection: close` it sets is dropped by workerd (tried). Deployed, Cloudflare's front end, not workerd, holds the client's connection.",
 );
 say(
-  '- wrangler dev\'s proxy: after it forwards a 413 answered early for a body over 1 MiB (the proposal route), the next request it forwards may be answered 503 "Your worker restarted mid-request" by the proxy itself, without reaching the worker (the worker did not restart); the client sends such a valid request again, as the runner\'s client does (counted in "valid requests answered 5xx"). The local coordinator (Miniflare, no proxy) never answered 5xx. wrangler dev also does not apply D1 migrations: the bench runs `wrangler d1 migrations apply DB --local` first (without it, every route that reads D1 answers 500).',
+  '- wrangler dev\'s proxy: after it forwards a 413 answered early for a body over 1 MiB (the proposal route), the next request it forwards on that connection may be answered 503 "Your worker restarted mid-request" by the proxy itself, without reaching the worker (the worker did not restart; reproduced one request at a time with a 1 MiB + 1 proposal sent with its Content-Length, then a valid report); the client sends such a valid request again, as the runner\'s client does (counted in "valid requests answered 5xx" and in "requests sent again"). The local coordinator (Miniflare, no proxy) never answered 5xx. wrangler dev also does not apply D1 migrations: the bench runs `wrangler d1 migrations apply DB --local` first (without it, every route that reads D1 answers 500).',
 );
 say(`- Every process started was stopped by its pid: ${stopped.join(", ")}.`);
 
