@@ -616,6 +616,25 @@ async function floorOf(url: string): Promise<{ p50: number; p99: number }> {
   return quantiles(times);
 }
 
+/** The same route, FLOOR_REQUESTS × 5 requests with MAX_IN_FLIGHT in flight: what each host forwards per second at most. */
+async function busyFloorOf(url: string): Promise<{ perSecond: number; p50: number; p99: number }> {
+  const times: number[] = [];
+  let next = 0;
+  const total = FLOOR_REQUESTS * 5;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: MAX_IN_FLIGHT }, async () => {
+      while (next++ < total) {
+        const sent = performance.now();
+        const response = await fetch(`${url}/load-floor`);
+        await response.arrayBuffer();
+        times.push(performance.now() - sent);
+      }
+    }),
+  );
+  return { perSecond: total / ((performance.now() - started) / 1000), ...quantiles(times) };
+}
+
 // ---- the report -----------------------------------------------------------------------------------
 
 const lines: string[] = [];
@@ -649,40 +668,52 @@ function table(result: RunResult): void {
 }
 
 const results: RunResult[] = [];
-const floors = new Map<string, { p50: number; p99: number }>();
+const floors = new Map<string, { alone: { p50: number; p99: number }; busy: { perSecond: number; p50: number; p99: number } }>();
 const stopped: string[] = [];
 
-async function onHost(host: string, start: () => Promise<{ url: string; pid: number; stop(): Promise<void> }>): Promise<void> {
+interface Host {
+  name: string;
+  url: string;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+/** Starts a host and measures its floor. */
+async function startHost(name: string, start: () => Promise<{ url: string; pid: number; stop(): Promise<void> }>): Promise<Host> {
   const launched = performance.now();
   const coordinator = await start();
-  console.error(`${host}: pid ${coordinator.pid} at ${coordinator.url}, started in ${((performance.now() - launched) / 1000).toFixed(1)} s`);
-  try {
-    floors.set(host, await floorOf(coordinator.url));
-    for (const loops of SIZES) {
-      console.error(`${host}: ${loops} loops…`);
-      const result = await runLoad(host, coordinator.url, loops);
-      results.push(result);
-      for (const line of [...result.serverErrors, ...result.connectionErrors, ...result.problems.slice(0, 20)]) console.error(`  ${line}`);
-    }
-  } finally {
-    await coordinator.stop();
-    stopped.push(`${host} (pid ${coordinator.pid})`);
-  }
+  console.error(`${name}: pid ${coordinator.pid} at ${coordinator.url}, started in ${((performance.now() - launched) / 1000).toFixed(1)} s`);
+  return { name, ...coordinator, stop: () => coordinator.stop() };
 }
 
 process.env.LOOPWARDEN_OWNER_TOKEN = TEST_OWNER_TOKEN;
 const work = mkdtempSync(path.join(os.tmpdir(), "lw-bench-load-"));
 const benchStarted = performance.now();
+const hosts: Host[] = [];
 try {
-  if (given) await onHost(`the coordinator at ${given}`, async () => ({ url: given, pid: 0, stop: async () => undefined }));
-  else if (only !== "wrangler") await onHost("Miniflare (`loopwarden serve`)", () => startCoordinator(path.join(work, "serve-state")));
-  if (only !== "miniflare" && !given)
-    await onHost("wrangler dev", () => {
-      const [persistTo, logDir] = [path.join(work, "wrangler-state"), path.join(work, "wrangler-logs")];
-      applyWranglerMigrations(persistTo, logDir);
-      return startWranglerDev(persistTo, logDir, { script: BUNDLE_FILE });
-    });
+  // Both hosts run at once, and each load runs on one host after the other, N by N: the other work on
+  // this machine changes over minutes, so the two hosts' figures of one N are taken close together.
+  if (given) hosts.push({ name: `the coordinator at ${given}`, url: given, pid: 0, stop: async () => undefined });
+  else if (only !== "wrangler") hosts.push(await startHost("Miniflare (`loopwarden serve`)", () => startCoordinator(path.join(work, "serve-state"))));
+  if (only !== "miniflare" && !given) {
+    const [persistTo, logDir] = [path.join(work, "wrangler-state"), path.join(work, "wrangler-logs")];
+    applyWranglerMigrations(persistTo, logDir);
+    hosts.push(await startHost("wrangler dev", () => startWranglerDev(persistTo, logDir, { script: BUNDLE_FILE })));
+  }
+  for (const host of hosts) floors.set(host.name, { alone: await floorOf(host.url), busy: await busyFloorOf(host.url) });
+  for (const loops of SIZES) {
+    for (const host of hosts) {
+      console.error(`${host.name}: ${loops} loops…`);
+      const result = await runLoad(host.name, host.url, loops);
+      results.push(result);
+      for (const line of [...result.serverErrors, ...result.connectionErrors, ...result.problems.slice(0, 20)]) console.error(`  ${line}`);
+    }
+  }
 } finally {
+  for (const host of hosts) {
+    await host.stop();
+    if (host.pid !== 0) stopped.push(`${host.name} (pid ${host.pid})`);
+  }
   rmSync(work, { recursive: true, force: true });
 }
 const benchSeconds = (performance.now() - benchStarted) / 1000;
@@ -698,7 +729,7 @@ say(
 );
 say();
 say(
-  "Both hosts run the same built worker, dist/worker/index.js: `loopwarden serve` runs it in workerd through Miniflare's API in its own process, nothing in front of it (the local coordinator); `wrangler dev dist/worker/index.js --no-bundle` runs it in workerd behind wrangler's proxy. N = 50 and then N = 200 run on one coordinator per host, fresh state.",
+  "Both hosts run the same built worker, dist/worker/index.js: `loopwarden serve` runs it in workerd through Miniflare's API in its own process, nothing in front of it (the local coordinator); `wrangler dev dist/worker/index.js --no-bundle` runs it in workerd behind wrangler's proxy. Both coordinators start first (fresh state each) and stay up; then N = 50 runs on one and then the other, then N = 200 likewise, so the two hosts' figures for one N are taken close together.",
 );
 say();
 say(
@@ -708,11 +739,14 @@ say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 for (const result of results) table(result);
 say();
 const problems = results.flatMap((result) => result.problems.map((problem) => `${result.host}, ${result.loops} loops: ${problem}`));
-const wrong = results.flatMap((result) =>
-  result.outcomes
-    .filter((outcome) => outcome.status !== outcome.expected)
-    .map((outcome) => `${result.host}, ${result.loops} loops: ${outcome.name} → ${outcome.status} ${outcome.code} (expected ${outcome.expected})`),
-);
+const wrongCounts = new Map<string, number>();
+for (const result of results) {
+  for (const outcome of result.outcomes.filter(isWrong)) {
+    const line = `${result.host}, ${result.loops} loops: ${outcome.name} → ${outcome.status} ${outcome.code} (defined: ${outcome.expected} ${outcome.expectedCode})`;
+    wrongCounts.set(line, (wrongCounts.get(line) ?? 0) + 1);
+  }
+}
+const wrong = [...wrongCounts].map(([line, count]) => `${line}, ${count}×`);
 say(
   `"Malformed stored" is the check after each run: every loop's event log (GET /v1/loops/:id/events) holds exactly one loop_created, the candidate_proposed events of the proposals its client made (by candidate id), its lease_granted events, one observation_reported and one verdict per decision its client was told (by candidate, decision and reason), halted and at most one receipt_issued when it was told the loop halted, and nothing else; verifyChain (shared/engine) passes on every log; and no loop exists for a refused creation. ${problems.length === 0 && wrong.length === 0 ? "Every check passed on every run." : `Problems: ${[...problems, ...wrong].slice(0, 20).join("; ")}`}`,
 );
@@ -738,12 +772,13 @@ say();
 say("## Worker and proxy");
 say();
 say(
-  `Round trip of one request the worker answers without a Durable Object, D1 or R2 (Hono's 404), ${FLOOR_REQUESTS} in a row, no load: what each host adds to every request.`,
+  `Round trip of one request the worker answers without a Durable Object, D1 or R2 (Hono's 404): ${FLOOR_REQUESTS} in a row with nothing else running, then ${FLOOR_REQUESTS * 5} with ${MAX_IN_FLIGHT} in flight. What each host adds to every request, and how many it can pass per second at most.`,
 );
 say();
-say("| host | p50 | p99 |");
-say("|---|---:|---:|");
-for (const [host, floor] of floors) say(`| ${host} | ${ms(floor.p50)} | ${ms(floor.p99)} |`);
+say(`| host | one at a time p50 / p99 | ${MAX_IN_FLIGHT} in flight: requests/s | p50 / p99 |`);
+say("|---|---:|---:|---:|");
+for (const [host, floor] of floors)
+  say(`| ${host} | ${ms(floor.alone.p50)} / ${ms(floor.alone.p99)} | ${floor.busy.perSecond.toFixed(0)} | ${ms(floor.busy.p50)} / ${ms(floor.busy.p99)} |`);
 say();
 const byHost = (host: string, loops: number) => results.find((result) => result.host.startsWith(host) && result.loops === loops);
 for (const loops of SIZES) {
@@ -752,8 +787,9 @@ for (const loops of SIZES) {
   if (!miniflare || !wrangler) continue;
   const rate = (result: RunResult) => result.decisions / (result.wallMs / 1000);
   const report = (result: RunResult) => quantiles(result.samples.filter((sample) => sample.kind === "report").map((sample) => sample.ms)).p50;
+  const added = report(wrangler) - report(miniflare);
   say(
-    `- ${loops} loops: the worker alone (Miniflare) makes ${rate(miniflare).toFixed(0)} decisions/s; behind wrangler dev's proxy, ${rate(wrangler).toFixed(0)} (${((rate(wrangler) / rate(miniflare)) * 100).toFixed(0)}%). Report p50 ${ms(report(miniflare))} → ${ms(report(wrangler))}: the proxy's part is ${ms(Math.max(0, report(wrangler) - report(miniflare)))} of ${ms(report(wrangler))} (${((Math.max(0, report(wrangler) - report(miniflare)) / report(wrangler)) * 100).toFixed(0)}%).`,
+    `- ${loops} loops: the worker alone (Miniflare) made ${rate(miniflare).toFixed(1)} decisions/s; behind wrangler dev's proxy, ${rate(wrangler).toFixed(1)} (${((rate(wrangler) / rate(miniflare)) * 100).toFixed(0)}%). Report p50 ${ms(report(miniflare))} → ${ms(report(wrangler))}: ${added > 0 ? `the proxy's part is ${ms(added)} of ${ms(report(wrangler))} (${((added / report(wrangler)) * 100).toFixed(0)}%)` : "no cost of the proxy shows under this load (the difference is within the noise of a shared machine)"}.`,
   );
 }
 say();
@@ -775,8 +811,14 @@ say(
   "- Over-cap bodies with a Content-Length: workerd answers 413 before reading the body, then resets the connection (the unread bytes make the kernel send RST). On a pooled keep-alive connection that reset fell on whichever request fetch sent next (a valid one, answered ECONNRESET, in an earlier version of this bench), and it may come before the 413 is read; so these requests go on a connection of their own, and a reset before the 413 is counted as a refusal (nothing is stored either way). Streamed bodies (no Content-Length) are read up to the cap and answered 413 without a reset. The worker cannot prevent it: a `Connection: close` it sets is dropped by workerd (tried). Deployed, Cloudflare's front end, not workerd, holds the client's connection.",
 );
 say(
-  '- wrangler dev\'s proxy: after it forwards a 413 answered early for a body over 1 MiB (the proposal route), the next request it forwards on that connection may be answered 503 "Your worker restarted mid-request" by the proxy itself, without reaching the worker (the worker did not restart; reproduced one request at a time with a 1 MiB + 1 proposal sent with its Content-Length, then a valid report); the client sends such a valid request again, as the runner\'s client does (counted in "valid requests answered 5xx" and in "requests sent again"). The local coordinator (Miniflare, no proxy) never answered 5xx. wrangler dev also does not apply D1 migrations: the bench runs `wrangler d1 migrations apply DB --local` first (without it, every route that reads D1 answers 500).',
+  '- wrangler dev\'s proxy: after it forwards a 413 answered early for a body over 1 MiB (the proposal route), the next request it forwards on that connection may be answered 503 "Your worker restarted mid-request" by the proxy itself, without reaching the worker (the worker did not restart; reproduced one request at a time with a 1 MiB + 1 proposal sent with its Content-Length, then a valid report); the client sends such a valid request again, as the runner\'s client does (counted in "valid requests answered 5xx" and in "requests sent again"). This is the reset of the note above, met by the proxy on its own pooled connection to the worker. wrangler dev also does not apply D1 migrations: the bench runs `wrangler d1 migrations apply DB --local` first (without it, every route that reads D1 answers 500).',
 );
+const miniflare5xx = results
+  .filter((result) => result.host.startsWith("Miniflare"))
+  .flatMap((result) => result.samples.filter((sample) => sample.status >= 500));
+if (results.some((result) => result.host.startsWith("Miniflare"))) {
+  say(`- The local coordinator (Miniflare, no proxy) answered ${miniflare5xx.length === 0 ? "no 5xx at all" : `${miniflare5xx.length} 5xx`} in this run.`);
+}
 say(`- Every process started was stopped by its pid: ${stopped.join(", ")}.`);
 
 if (!TRIAL) {
