@@ -671,6 +671,9 @@ const results: RunResult[] = [];
 const floors = new Map<string, { alone: { p50: number; p99: number }; busy: { perSecond: number; p50: number; p99: number } }>();
 const stopped: string[] = [];
 
+const MINIFLARE = "Miniflare (`loopwarden serve`)";
+const WRANGLER = "wrangler dev";
+
 interface Host {
   name: string;
   url: string;
@@ -694,11 +697,11 @@ try {
   // Both hosts run at once, and each load runs on one host after the other, N by N: the other work on
   // this machine changes over minutes, so the two hosts' figures of one N are taken close together.
   if (given) hosts.push({ name: `the coordinator at ${given}`, url: given, pid: 0, stop: async () => undefined });
-  else if (only !== "wrangler") hosts.push(await startHost("Miniflare (`loopwarden serve`)", () => startCoordinator(path.join(work, "serve-state"))));
+  else if (only !== "wrangler") hosts.push(await startHost(MINIFLARE, () => startCoordinator(path.join(work, "serve-state"))));
   if (only !== "miniflare" && !given) {
     const [persistTo, logDir] = [path.join(work, "wrangler-state"), path.join(work, "wrangler-logs")];
     applyWranglerMigrations(persistTo, logDir);
-    hosts.push(await startHost("wrangler dev", () => startWranglerDev(persistTo, logDir, { script: BUNDLE_FILE })));
+    hosts.push(await startHost(WRANGLER, () => startWranglerDev(persistTo, logDir, { script: BUNDLE_FILE })));
   }
   for (const host of hosts) floors.set(host.name, { alone: await floorOf(host.url), busy: await busyFloorOf(host.url) });
   for (const loops of SIZES) {
@@ -792,6 +795,12 @@ for (const loops of SIZES) {
     `- ${loops} loops: the worker alone (Miniflare) made ${rate(miniflare).toFixed(1)} decisions/s; behind wrangler dev's proxy, ${rate(wrangler).toFixed(1)} (${((rate(wrangler) / rate(miniflare)) * 100).toFixed(0)}%). Report p50 ${ms(report(miniflare))} → ${ms(report(wrangler))}: ${added > 0 ? `the proxy's part is ${ms(added)} of ${ms(report(wrangler))} (${((added / report(wrangler)) * 100).toFixed(0)}%)` : "no cost of the proxy shows under this load (the difference is within the noise of a shared machine)"}.`,
   );
 }
+const busy = [...floors.values()].map((floor) => floor.busy.perSecond);
+if (busy.length === 2) {
+  say(
+    `- Without a loop behind it, the proxy passes ${(busy[1] ?? 0).toFixed(0)} requests/s with ${MAX_IN_FLIGHT} in flight, next to ${(busy[0] ?? 0).toFixed(0)} for the worker alone, and adds ${ms(Math.max(0, (floors.get(WRANGLER)?.alone.p50 ?? 0) - (floors.get(MINIFLARE)?.alone.p50 ?? 0)))} to a lone request: under the loops' load, what it costs is the CPU it takes on the cores the worker and the client share (each request and its body cross it twice), rather than a rate it cannot exceed.`,
+  );
+}
 say();
 say("## Expectations and notes");
 say();
@@ -801,6 +810,16 @@ say(
 say(
   "- Expectation: one loop's requests are serialised in its Durable Object, but loops do not contend for a lock, so decisions/s should hold from 50 to 200 loops while latency grows with the queue (every Durable Object and the worker share one workerd process here; deployed, they spread over Cloudflare's machines).",
 );
+const rateOf = (host: string, loops: number) => {
+  const result = byHost(host, loops);
+  return result ? (result.decisions / (result.wallMs / 1000)).toFixed(1) : "—";
+};
+if (SIZES.length >= 2) {
+  const [small, large] = [SIZES[0] ?? 0, SIZES[SIZES.length - 1] ?? 0];
+  say(
+    `- Observed: ${small} → ${large} loops, ${rateOf("Miniflare", small)} → ${rateOf("Miniflare", large)} decisions/s on Miniflare and ${rateOf("wrangler", small)} → ${rateOf("wrangler", large)} behind wrangler dev; every loop ran to its halt within the deadline unless the table says otherwise.`,
+  );
+}
 say(
   `- This is a ${os.cpus().length}-core machine shared with other work; the client (this Node process, ${MAX_IN_FLIGHT} requests in flight, gzip and JSON work for the oversized bodies) runs on the same cores as workerd and, for wrangler dev, its proxy; so the figures are a floor of what the worker does, not a capacity figure for a deployment.`,
 );
