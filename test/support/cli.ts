@@ -129,6 +129,8 @@ export function exitOf(child: ChildProcess): Promise<number | null> {
 export interface TestCoordinator {
   url: string;
   port: number;
+  /** The `loopwarden serve` process (its workerd is a child in the same process group). */
+  pid: number;
   stateDir: string;
   /** Stops it gracefully (SIGTERM to the serve process, which stops its workerd). */
   stop(): Promise<void>;
@@ -185,6 +187,7 @@ export async function startCoordinator(stateDir: string, port?: number, env: Nod
   return {
     url,
     port: chosen,
+    pid,
     stateDir,
     async stop() {
       if (child.exitCode !== null) return;

@@ -1,4 +1,4 @@
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import path from "node:path";
 import { freePort } from "../../runner/src/free-port.js";
 import { wranglerBin } from "../../runner/src/worker-bundle.js";
@@ -15,8 +15,34 @@ export interface WranglerDev {
   stop(): Promise<void>;
 }
 
-/** Starts `wrangler dev --persist-to <persistTo>` on 127.0.0.1 and waits until `/healthz` answers. */
-export async function startWranglerDev(persistTo: string, logDir: string): Promise<WranglerDev> {
+const wranglerEnv = (logDir: string) => ({
+  ...process.env,
+  WRANGLER_SEND_METRICS: "false",
+  XDG_CONFIG_HOME: path.join(logDir, "config"),
+  WRANGLER_LOG_PATH: logDir,
+  CI: "true",
+});
+
+/**
+ * Applies the D1 migrations to the local database under `persistTo`, as a user of `wrangler dev` does
+ * (`wrangler d1 migrations apply DB --local`): wrangler dev itself does not, and a route that reads D1
+ * answers 500 until they are applied.
+ */
+export function applyWranglerMigrations(persistTo: string, logDir: string): void {
+  const result = spawnSync(process.execPath, [wranglerBin(), "d1", "migrations", "apply", "DB", "--local", "--persist-to", persistTo], {
+    cwd: ROOT,
+    env: wranglerEnv(logDir),
+    encoding: "utf8",
+  });
+  if (result.status !== 0) throw new Error(`wrangler d1 migrations apply exited ${result.status}: ${result.stderr.slice(-2_000)}`);
+}
+
+/**
+ * Starts `wrangler dev --persist-to <persistTo>` on 127.0.0.1 and waits until `/healthz` answers. With
+ * `script` (the built bundle, dist/worker/index.js) wrangler serves that file as it is (`--no-bundle`),
+ * so it runs the very worker the local coordinator runs; without, it bundles wrangler.toml's `main` itself.
+ */
+export async function startWranglerDev(persistTo: string, logDir: string, options: { script?: string } = {}): Promise<WranglerDev> {
   const wrangler = wranglerBin();
   const port = await freePort();
   const inspectorPort = await freePort();
@@ -25,6 +51,7 @@ export async function startWranglerDev(persistTo: string, logDir: string): Promi
     [
       wrangler,
       "dev",
+      ...(options.script ? [options.script, "--no-bundle"] : []),
       "--ip",
       "127.0.0.1",
       "--port",
@@ -42,7 +69,7 @@ export async function startWranglerDev(persistTo: string, logDir: string): Promi
     ],
     {
       cwd: ROOT,
-      env: { ...process.env, WRANGLER_SEND_METRICS: "false", XDG_CONFIG_HOME: path.join(logDir, "config"), WRANGLER_LOG_PATH: logDir, CI: "true" },
+      env: wranglerEnv(logDir),
       stdio: ["ignore", "ignore", "pipe"],
     },
   );
