@@ -258,7 +258,7 @@ export async function buildProposal(
     // A candidate another runner may evaluate travels with its commits as a bundle, so a runner in another
     // checkout can evaluate it: on a shared coordinator (--server), or when the contract asks for runner
     // labels. On the local coordinator this process evaluates its own candidates, and a bundle would only
-    // cost time (2 git spawns and 2 requests an iteration). One the coordinator rejects unevaluated —
+    // cost time (2 git spawns and an upload an iteration). One the coordinator rejects unevaluated —
     // empty, or its agent failed — needs none.
     const shared = !session.connection.local || session.loaded.contract.evaluate !== undefined;
     const bundle =
