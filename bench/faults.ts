@@ -15,7 +15,7 @@
 import { cpSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { execFileSync, type ChildProcess } from "node:child_process";
+import { execFileSync, spawnSync, type ChildProcess } from "node:child_process";
 import { LoopEvent, verifyChain } from "../shared/engine/index.js";
 import { rederive } from "../shared/receipts/verify.js";
 import { LoopList } from "../shared/wire/api.js";
@@ -58,7 +58,8 @@ interface Scenario {
   drop: number;
   duplicate: number;
   kill: ("run" | "work" | "coordinator")[];
-  corrupt: boolean;
+  /** A stored gate log, overwritten after the halt; or the first candidate's git bundle, before any runner fetched it. */
+  corrupt: "log" | "bundle" | null;
 }
 
 interface Outcome {
@@ -72,6 +73,7 @@ interface Outcome {
   /** The final verdicts in order, e.g. `c1 rejected, c2 promoted`. */
   verdicts: string;
   referenceVerdicts: string;
+  kills: KillPhase[];
   lost: number;
   duplicated: number;
   orphaned: number;
@@ -174,6 +176,72 @@ interface LoopRun {
   loopId: string;
   coordinator: RestartableCoordinator;
   kills: Record<"run" | "work" | "coordinator", number>;
+  /** Where in the loop each kill fell: the process, and the type of the loop's last event then. */
+  killPhases: KillPhase[];
+  /** Invariants broken on the way (a corrupted bundle not refused). */
+  failures: string[];
+}
+
+/** What was killed, and the loop's last event at that moment ("before creation" when there was no loop yet). */
+interface KillPhase {
+  what: "run" | "work" | "coordinator";
+  after: string;
+}
+
+/** The type of the loop's last event, read from the coordinator itself (not through the proxy). */
+async function lastEventOf(url: string, loopId: string | null): Promise<string> {
+  if (!loopId) return "before creation";
+  try {
+    const response = await api(`${url}/v1/loops/${loopId}/events`, { signal: AbortSignal.timeout(3_000) });
+    const lines = (await response.text()).trim().split("\n");
+    return (JSON.parse(lines.at(-1) ?? "{}") as { type?: string }).type ?? "unknown";
+  } catch {
+    return "unknown";
+  }
+}
+
+/**
+ * Overwrites the first candidate's git bundle before any runner has fetched it, then starts a `work`
+ * runner: it must refuse the bundle (digest mismatch) and fetch nothing. The runner's checkout is then
+ * given the commit the way its error says (git fetch from the proposer) and the loop goes on. Answers the
+ * failures.
+ */
+async function corruptBundleFirst(
+  coordinator: RestartableCoordinator,
+  loopId: string,
+  proposer: string,
+  checkout: string,
+  startWork: () => ChildProcess & { output(): string },
+  random: () => number,
+  deadline: number,
+): Promise<string[]> {
+  let bundle: { sha256: string } | undefined;
+  let commit = "";
+  while (!bundle) {
+    if (Date.now() > deadline) return ["the first candidate was never proposed with a bundle"];
+    const events = await eventsOf(coordinator.url, loopId).catch(() => []);
+    const first = events.find((event) => event.type === "candidate_proposed");
+    if (first?.type === "candidate_proposed") {
+      bundle = first.data.bundle;
+      commit = first.data.commit;
+      if (!bundle) return [`${first.data.candidate_id} was proposed without a bundle`];
+    } else await sleep(100);
+  }
+  corruptStoredArtifact(coordinator.stateDir, bundle.sha256, random());
+  const refused = startWork();
+  const exitDeadline = Date.now() + 60_000;
+  while (refused.exitCode === null && Date.now() < exitDeadline) await sleep(100);
+  const failures: string[] = [];
+  if (refused.exitCode === null) {
+    refused.kill("SIGKILL");
+    failures.push(`a work runner given a corrupted bundle did not stop:\n${refused.output().slice(-1500)}`);
+  } else if (refused.exitCode === 0 || !/does not match its digest/.test(refused.output()))
+    failures.push(`a work runner given a corrupted bundle exited ${refused.exitCode} without naming the digest mismatch:\n${refused.output().slice(-1500)}`);
+  // Nothing may have been fetched from the corrupted bundle.
+  if (spawnSync("git", ["cat-file", "-e", `${commit}^{commit}`], { cwd: checkout, stdio: "ignore" }).status === 0)
+    failures.push(`the corrupted bundle's commit ${commit} reached the runner's checkout`);
+  gitIn(checkout, "fetch", "-q", proposer, "+refs/heads/*:refs/remotes/proposer/*", "+refs/loopwarden/*:refs/proposer/loopwarden/*");
+  return failures;
 }
 
 /**
@@ -197,6 +265,8 @@ async function runLoop(
   const checkout = twoRunner ? path.join(dir, "runner") : null;
   if (checkout) execFileSync("git", ["clone", "-q", repo, checkout]);
   const kills = { run: 0, work: 0, coordinator: 0 };
+  const killPhases: KillPhase[] = [];
+  const failures: string[] = [];
   const deadline = Date.now() + SCENARIO_TIMEOUT_MS;
 
   let run = processes.track(startCli(runArgs, { cwd: repo }));
@@ -212,6 +282,8 @@ async function runLoop(
     if (Date.now() > deadline) throw new Error(`no halt after ${SCENARIO_TIMEOUT_MS / 1000} s (hang); run's output:\n${run.output().slice(-3000)}`);
     const loopId = loopIdIn(repo, source);
     if (twoRunner && loopId && !work) {
+      if (scenario.corrupt === "bundle" && checkout)
+        failures.push(...(await corruptBundleFirst(coordinator, loopId, repo, checkout, () => startWork(loopId), random, deadline)));
       work = startWork(loopId);
       due.work = nextKill("work");
     }
@@ -222,24 +294,30 @@ async function runLoop(
     }
     const now = Date.now();
     if (now >= due.run) {
+      const after = await lastEventOf(coordinator.url, loopId);
       await processes.kill(run);
       // It may have exited by itself just before: the top of the loop then takes its exit code.
       if (run.signalCode !== "SIGKILL") continue;
       kills.run++;
+      killPhases.push({ what: "run", after });
       run = processes.track(startCli(runArgs, { cwd: repo }));
       due.run = nextKill("run");
     } else if (work && now >= due.work) {
       if (work.exitCode === null) {
+        const after = await lastEventOf(coordinator.url, loopId);
         await processes.kill(work);
         kills.work++;
+        killPhases.push({ what: "work", after });
         // Restarted after a moment: its lease is re-queued when it expires, or the restarted runner reports it.
         await sleep(random() * 1_000);
         work = startWork(loopId ?? "");
       }
       due.work = nextKill("work");
     } else if (now >= due.coordinator) {
+      const after = await lastEventOf(coordinator.url, loopId);
       await coordinator.crashAndRestart(random() * 1_000);
       kills.coordinator++;
+      killPhases.push({ what: "coordinator", after });
       due.coordinator = nextKill("coordinator");
     } else {
       await sleep(50);
@@ -253,7 +331,7 @@ async function runLoop(
   }
   const loopId = loopIdIn(repo, source);
   if (!loopId) throw new Error(`no loop recorded in ${repo}`);
-  return { repo, source, loopId, coordinator, kills };
+  return { repo, source, loopId, coordinator, kills, killPhases, failures };
 }
 
 /** The invariants every scenario must end with; answers the failures (empty when all hold) and the counts. */
@@ -375,17 +453,18 @@ function plan(): Scenario[] {
   const add = (count: number, base: Omit<Scenario, "name">, name: string) => {
     for (let index = 1; index <= count; index++) scenarios.push({ ...base, name: `${name}-${index}` });
   };
-  add(4, { project: "demo", drop: 0.3, duplicate: 0.3, kill: [], corrupt: false }, "demo-wire");
-  add(4, { project: "demo", drop: 0.1, duplicate: 0.1, kill: ["run"], corrupt: false }, "demo-kill-run");
-  add(3, { project: "demo", drop: 0.1, duplicate: 0.1, kill: ["coordinator"], corrupt: false }, "demo-kill-coordinator");
-  add(2, { project: "demo", drop: 0.1, duplicate: 0.1, kill: ["run", "coordinator"], corrupt: false }, "demo-kill-both");
-  add(3, { project: "demo", drop: 0.2, duplicate: 0.2, kill: [], corrupt: true }, "demo-corrupt");
-  add(2, { project: "two-runner", drop: 0.25, duplicate: 0.25, kill: [], corrupt: false }, "two-wire");
-  add(2, { project: "two-runner", drop: 0.1, duplicate: 0.1, kill: ["run"], corrupt: false }, "two-kill-run");
-  add(2, { project: "two-runner", drop: 0.1, duplicate: 0.1, kill: ["work"], corrupt: false }, "two-kill-work");
-  add(2, { project: "two-runner", drop: 0.1, duplicate: 0.1, kill: ["coordinator"], corrupt: false }, "two-kill-coordinator");
-  add(2, { project: "two-runner", drop: 0.1, duplicate: 0.1, kill: ["run", "work", "coordinator"], corrupt: false }, "two-kill-all");
-  add(1, { project: "two-runner", drop: 0.1, duplicate: 0.1, kill: [], corrupt: true }, "two-corrupt");
+  add(4, { project: "demo", drop: 0.3, duplicate: 0.3, kill: [], corrupt: null }, "demo-wire");
+  add(4, { project: "demo", drop: 0.1, duplicate: 0.1, kill: ["run"], corrupt: null }, "demo-kill-run");
+  add(3, { project: "demo", drop: 0.1, duplicate: 0.1, kill: ["coordinator"], corrupt: null }, "demo-kill-coordinator");
+  add(2, { project: "demo", drop: 0.1, duplicate: 0.1, kill: ["run", "coordinator"], corrupt: null }, "demo-kill-both");
+  add(3, { project: "demo", drop: 0.2, duplicate: 0.2, kill: [], corrupt: "log" }, "demo-corrupt");
+  add(2, { project: "two-runner", drop: 0.25, duplicate: 0.25, kill: [], corrupt: null }, "two-wire");
+  add(2, { project: "two-runner", drop: 0.1, duplicate: 0.1, kill: ["run"], corrupt: null }, "two-kill-run");
+  add(2, { project: "two-runner", drop: 0.1, duplicate: 0.1, kill: ["work"], corrupt: null }, "two-kill-work");
+  add(2, { project: "two-runner", drop: 0.1, duplicate: 0.1, kill: ["coordinator"], corrupt: null }, "two-kill-coordinator");
+  add(2, { project: "two-runner", drop: 0.1, duplicate: 0.1, kill: ["run", "work", "coordinator"], corrupt: null }, "two-kill-all");
+  add(1, { project: "two-runner", drop: 0.1, duplicate: 0.1, kill: [], corrupt: "log" }, "two-corrupt-log");
+  add(2, { project: "two-runner", drop: 0.1, duplicate: 0.1, kill: [], corrupt: "bundle" }, "two-corrupt-bundle");
   return scenarios.filter((scenario) => ONLY === undefined || scenario.name.startsWith(ONLY));
 }
 
@@ -412,7 +491,7 @@ async function referenceOf(project: Project, dir: string): Promise<Reference> {
   try {
     const started = Date.now();
     const loop = await runLoop(
-      { name: `reference-${project}`, project, drop: 0, duplicate: 0, kill: [], corrupt: false },
+      { name: `reference-${project}`, project, drop: 0, duplicate: 0, kill: [], corrupt: null },
       dir,
       coordinator,
       null,
@@ -449,6 +528,7 @@ async function runScenario(scenario: Scenario, seed: number, reference: Referenc
     finals: 0,
     verdicts: "",
     referenceVerdicts: reference.verdicts,
+    kills: [],
     lost: 0,
     duplicated: 0,
     orphaned: 0,
@@ -465,7 +545,10 @@ async function runScenario(scenario: Scenario, seed: number, reference: Referenc
     faults.run_sigkill = loop.kills.run;
     faults.work_sigkill = loop.kills.work;
     faults.coordinator_sigkill = loop.kills.coordinator;
-    if (scenario.corrupt) {
+    outcome.kills = loop.killPhases;
+    outcome.failures.push(...loop.failures);
+    if (scenario.corrupt === "bundle") faults.corrupted_artifact = 1;
+    if (scenario.corrupt === "log") {
       outcome.failures.push(...(await corruptAndCheck(loop, random)));
       faults.corrupted_artifact = 1;
     }
@@ -557,6 +640,21 @@ say(
   `| **total** | **${allFaults}** (goal ≥ 100) | ${outcomes.length} | ${outcomes.filter((o) => o.halt === o.reference).length} / ${outcomes.length} | ${sum("lost")} (goal 0) | ${sum("duplicated")} (goal 0) | ${sum("orphaned")} (goal 0) |`,
 );
 say();
+say("## Where the kills fell");
+say();
+say(
+  "Each SIGKILL by the type of the loop's last event at that moment, read from the coordinator just before the kill (`before creation`: no loop recorded yet, e.g. during the baseline; `unknown`: the coordinator did not answer).",
+);
+say();
+const kills = outcomes.flatMap((outcome) => outcome.kills);
+const phases = [...new Set(kills.map((kill) => kill.after))].sort();
+say("| last event before the kill | run | work | coordinator |");
+say("|---|---:|---:|---:|");
+for (const phase of phases) {
+  const count = (what: KillPhase["what"]) => kills.filter((kill) => kill.after === phase && kill.what === what).length;
+  say(`| ${phase} | ${count("run")} | ${count("work")} | ${count("coordinator")} |`);
+}
+say();
 say("## Scenarios");
 say();
 say(
@@ -581,7 +679,7 @@ say();
 say("## What each scenario asserts");
 say();
 say(
-  "The halt reason equals the fault-free run's; the event chain verifies (`verifyChain`); every verdict re-derives (`rederive`); candidate ids are unique and each proposed candidate has exactly one final verdict (none lost, none judged twice); every promoted candidate's commit is reachable from the loop's branch `loopwarden/<loop-id>` in the proposer's repository; the scenario's coordinator lists exactly one loop and it is halted (no loop orphaned by a lost creation answer or a restart); `loopwarden receipt` then `loopwarden verify <url>` exits 0. A corrupted artifact (one byte of a stored gate log changed in the coordinator's R2 blob, same length) must make `loopwarden artifacts C --download DIR` and `loopwarden logs C --gate G` fail naming the digest mismatch.",
+  "The halt reason equals the fault-free run's; the event chain verifies (`verifyChain`); every verdict re-derives (`rederive`); candidate ids are unique and each proposed candidate has exactly one final verdict (none lost, none judged twice); every promoted candidate's commit is reachable from the loop's branch `loopwarden/<loop-id>` in the proposer's repository; the scenario's coordinator lists exactly one loop and it is halted (no loop orphaned by a lost creation answer or a restart); `loopwarden receipt` then `loopwarden verify <url>` exits 0. A corrupted artifact (one byte changed in the coordinator's R2 blob, same length, so only a digest check can tell) must be refused where the runner promises to check digests: a stored gate log, overwritten after the halt, makes `loopwarden artifacts C --download DIR` and `loopwarden logs C --gate G` fail naming the digest mismatch (`*-corrupt-log`); the first candidate's git bundle, overwritten before any runner fetched it, makes the `work` runner that needs it stop naming the mismatch, with nothing fetched into its checkout; its checkout is then given the commit the way the error says (`git fetch` from the proposer's repository), a new `work` runner is started, and the loop must still end as the reference does (`two-corrupt-bundle`).",
 );
 say();
 say(
@@ -594,7 +692,7 @@ say(
   "- Kill points are random in time, not chosen at specific code points (e.g. between a git commit and the proposal): the seed replays the plan, not the interleaving. Over many runs the windows are hit by chance only.\n" +
     "- The proxy drops answers after the coordinator acted and duplicates whole requests; it does not delay, reorder, truncate bodies, or drop requests before they arrive (a connection failure the runner retries the same way).\n" +
     "- Only the coordinator's local mode (workerd through Miniflare, R2 on disk) is exercised, not Cloudflare's network or S3 mode; D1 and Durable Object storage files are never corrupted, only R2 blobs.\n" +
-    "- A corrupted git bundle (the way candidates reach `work` runners) is not injected during a loop: its digest is checked before it is fetched (`ensureCommits`), but a loop whose only bundle is corrupted cannot progress on a runner that lacks the commit.\n" +
+    "- A corrupted git bundle is detected, but it is never repaired: the proposer's upload intent for the same digest is answered `exists` (the coordinator compares sizes, not bytes), so no runner that lacks the commit can evaluate that candidate until someone fetches the commit by hand; the loop waits meanwhile (here the suite does the fetch). Corrupted R2 bytes are also served by the coordinator with status 200 (it checks sizes on download, not digests); detection is the runner's.\n" +
     "- Processes a killed runner had started (its agent or gate, in their own process groups) are not killed by the suite; they are short and exit by themselves.",
 );
 if (ONLY === undefined) {
