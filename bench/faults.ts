@@ -188,16 +188,31 @@ interface KillPhase {
   after: string;
 }
 
-/** The type of the loop's last event, read from the coordinator itself (not through the proxy). */
-async function lastEventOf(url: string, loopId: string | null): Promise<string> {
-  if (!loopId) return "before creation";
+/** How far the loop is: its last event's seq and type, read from the coordinator itself (not through the proxy). */
+async function progressOf(url: string, loopId: string | null, previous: Progress): Promise<Progress> {
+  if (!loopId) return { seq: 0, type: "before creation" };
   try {
-    const response = await api(`${url}/v1/loops/${loopId}/events`, { signal: AbortSignal.timeout(3_000) });
+    const response = await api(`${url}/v1/loops/${loopId}/events`, { signal: AbortSignal.timeout(2_000) });
+    if (!response.ok) return previous;
     const lines = (await response.text()).trim().split("\n");
-    return (JSON.parse(lines.at(-1) ?? "{}") as { type?: string }).type ?? "unknown";
+    const last = JSON.parse(lines.at(-1) ?? "{}") as { seq?: number; type?: string };
+    return { seq: last.seq ?? 0, type: last.type ?? "unknown" };
   } catch {
-    return "unknown";
+    // The coordinator is down (being restarted): the loop is where it was.
+    return previous;
   }
+}
+
+interface Progress {
+  seq: number;
+  type: string;
+}
+
+/** When a process is next killed: once the loop's log reaches `atSeq` events, `delayMs` later. */
+interface KillPoint {
+  atSeq: number;
+  delayMs: number;
+  reachedAt: number | null;
 }
 
 /**
@@ -254,7 +269,7 @@ async function runLoop(
   coordinator: RestartableCoordinator,
   proxy: FaultProxy | null,
   random: () => number,
-  reference: number,
+  referenceEvents: number,
   processes: Processes,
 ): Promise<LoopRun> {
   const server = proxy?.url ?? coordinator.url;
@@ -273,10 +288,21 @@ async function runLoop(
   let work: (ChildProcess & { output(): string }) | null = null;
   const startWork = (loopId: string) =>
     processes.track(startCli(["--server", server, "work", "--labels", "pool=shared", "--loop", loopId], { cwd: checkout ?? repo }));
-  // When each process is next killed: a random point within the fault-free run's duration.
-  const nextKill = (what: "run" | "work" | "coordinator") =>
-    scenario.kill.includes(what) && kills[what] < MAX_KILLS ? Date.now() + 200 + random() * reference * 0.9 : Number.POSITIVE_INFINITY;
-  const due = { run: nextKill("run"), work: Number.POSITIVE_INFINITY, coordinator: nextKill("coordinator") };
+  // Kill points are drawn over the loop's progress, not over time, so that they spread over its phases (the
+  // baseline before creation, proposals, evaluations, verdicts) rather than fall mostly on the baseline that
+  // every restarted `run` measures again: a number of events, uniform between where the loop is and the
+  // fault-free run's total, then a delay of up to 0.8 s.
+  let progress: Progress = { seq: 0, type: "before creation" };
+  const nextKill = (what: KillPhase["what"]): KillPoint | null =>
+    scenario.kill.includes(what) && kills[what] < MAX_KILLS
+      ? { atSeq: progress.seq + Math.floor(random() * (Math.max(0, referenceEvents - progress.seq) + 1)), delayMs: random() * 800, reachedAt: null }
+      : null;
+  const isDue = (point: KillPoint | null): boolean => {
+    if (!point || progress.seq < point.atSeq) return false;
+    point.reachedAt ??= Date.now();
+    return Date.now() - point.reachedAt >= point.delayMs;
+  };
+  const due: Record<KillPhase["what"], KillPoint | null> = { run: nextKill("run"), work: null, coordinator: nextKill("coordinator") };
 
   for (;;) {
     if (Date.now() > deadline) throw new Error(`no halt after ${SCENARIO_TIMEOUT_MS / 1000} s (hang); run's output:\n${run.output().slice(-3000)}`);
@@ -292,9 +318,9 @@ async function runLoop(
       if (run.exitCode < 10) throw new Error(`run exited ${run.exitCode} without a halt:\n${run.output().slice(-3000)}`);
       break;
     }
-    const now = Date.now();
-    if (now >= due.run) {
-      const after = await lastEventOf(coordinator.url, loopId);
+    if (due.run || due.work || due.coordinator) progress = await progressOf(coordinator.url, loopId, progress);
+    const after = progress.type;
+    if (isDue(due.run)) {
       await processes.kill(run);
       // It may have exited by itself just before: the top of the loop then takes its exit code.
       if (run.signalCode !== "SIGKILL") continue;
@@ -302,9 +328,8 @@ async function runLoop(
       killPhases.push({ what: "run", after });
       run = processes.track(startCli(runArgs, { cwd: repo }));
       due.run = nextKill("run");
-    } else if (work && now >= due.work) {
+    } else if (work && isDue(due.work)) {
       if (work.exitCode === null) {
-        const after = await lastEventOf(coordinator.url, loopId);
         await processes.kill(work);
         kills.work++;
         killPhases.push({ what: "work", after });
@@ -313,14 +338,13 @@ async function runLoop(
         work = startWork(loopId ?? "");
       }
       due.work = nextKill("work");
-    } else if (now >= due.coordinator) {
-      const after = await lastEventOf(coordinator.url, loopId);
+    } else if (isDue(due.coordinator)) {
       await coordinator.crashAndRestart(random() * 1_000);
       kills.coordinator++;
       killPhases.push({ what: "coordinator", after });
       due.coordinator = nextKill("coordinator");
     } else {
-      await sleep(50);
+      await sleep(100);
     }
   }
   if (work) {
@@ -473,6 +497,8 @@ function plan(): (Scenario & { seed: number })[] {
 interface Reference {
   halt: string;
   ms: number;
+  /** How many events its log has: the range kill points are drawn from. */
+  events: number;
   verdicts: string;
 }
 
@@ -507,7 +533,7 @@ async function referenceOf(project: Project, dir: string): Promise<Reference> {
     // The reference itself must satisfy every invariant the faulty runs are held to.
     const checked = await checkLoop(loop, halted.data.halt_reason);
     if (checked.failures.length > 0) throw new Error(`the fault-free ${project} run fails: ${checked.failures.join("; ")}`);
-    return { halt: halted.data.halt_reason, ms, verdicts: checked.verdicts };
+    return { halt: halted.data.halt_reason, ms, events: events.length, verdicts: checked.verdicts };
   } finally {
     await processes.stopAll();
     await coordinator.stop();
@@ -542,7 +568,7 @@ async function runScenario(scenario: Scenario, seed: number, reference: Referenc
   try {
     coordinator = await RestartableCoordinator.start(path.join(dir, "state"));
     proxy = await startFaultProxy(coordinator.url, { seed, drop: scenario.drop, duplicate: scenario.duplicate });
-    const loop = await runLoop(scenario, dir, coordinator, proxy, random, reference.ms, processes);
+    const loop = await runLoop(scenario, dir, coordinator, proxy, random, reference.events, processes);
     faults.run_sigkill = loop.kills.run;
     faults.work_sigkill = loop.kills.work;
     faults.coordinator_sigkill = loop.kills.coordinator;
@@ -645,7 +671,7 @@ say();
 say("## Where the kills fell");
 say();
 say(
-  "Each SIGKILL by the type of the loop's last event at that moment, read from the coordinator just before the kill (`before creation`: no loop recorded yet, e.g. during the baseline; `unknown`: the coordinator did not answer).",
+  "Each SIGKILL by the type of the loop's last event at that moment, as last read from the coordinator before the kill (`before creation`: no loop recorded yet by `run`, e.g. during the baseline; `unknown`: the coordinator did not answer).",
 );
 say();
 const kills = outcomes.flatMap((outcome) => outcome.kills);
@@ -685,13 +711,13 @@ say(
 );
 say();
 say(
-  "Faults are counted as injected: each SIGKILL of a `run`, a `work` runner or the coordinator (its whole process group, workerd included; restarted on the same state directory and port after up to 1 s), each answer the proxy dropped after the coordinator acted, each request it sent twice, each corrupted artifact. Kill times are drawn uniformly within the fault-free run's duration, at most 3 per process per scenario; a killed `run` is restarted with the same command in the same repository, a killed `work` runner with the same command in its checkout. Leases live 4 s (`LOOPWARDEN_LEASE_TTL`), so a lease whose grant was lost, or whose runner was killed, is re-queued within the scenario.",
+  "Faults are counted as injected: each SIGKILL of a `run`, a `work` runner or the coordinator (its whole process group, workerd included; restarted on the same state directory and port after up to 1 s), each answer the proxy dropped after the coordinator acted, each request it sent twice, each corrupted artifact. Kill points are drawn over the loop's progress: a number of events, uniform between where the loop is and the fault-free run's total, then a delay of up to 0.8 s (so kills spread over the baseline, proposals, evaluations and verdicts instead of falling mostly on the baseline that each restarted `run` measures again); at most 3 per process per scenario; a killed `run` is restarted with the same command in the same repository, a killed `work` runner with the same command in its checkout. Leases live 4 s (`LOOPWARDEN_LEASE_TTL`), so a lease whose grant was lost, or whose runner was killed, is re-queued within the scenario.",
 );
 say();
 say("## Not covered");
 say();
 say(
-  "- Kill points are random in time, not chosen at specific code points (e.g. between a git commit and the proposal): the seed replays the plan, not the interleaving. Over many runs the windows are hit by chance only.\n" +
+  "- Kill points are random (an event count and a delay), not chosen at specific code points (e.g. between a git commit and the proposal, or inside the coordinator's transaction): the seed replays the plan, not the interleaving, and narrow windows are hit by chance only (the table above shows where the kills fell).\n" +
     "- The proxy drops answers after the coordinator acted and duplicates whole requests; it does not delay, reorder, truncate bodies, or drop requests before they arrive (a connection failure the runner retries the same way).\n" +
     "- Only the coordinator's local mode (workerd through Miniflare, R2 on disk) is exercised, not Cloudflare's network or S3 mode; D1 and Durable Object storage files are never corrupted, only R2 blobs.\n" +
     "- A corrupted git bundle is detected, but it is never repaired: the proposer's upload intent for the same digest is answered `exists` (the coordinator compares sizes, not bytes), so no runner that lacks the commit can evaluate that candidate until someone fetches the commit by hand; the loop waits meanwhile (here the suite does the fetch). Corrupted R2 bytes are also served by the coordinator with status 200 (it checks sizes on download, not digests); detection is the runner's.\n" +
