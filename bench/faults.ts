@@ -276,7 +276,8 @@ async function runLoop(
   const twoRunner = scenario.project === "two-runner";
   const repo = twoRunner ? makeRepo(path.join(dir, "proposer"), twoRunnerProject()) : demoRepo(path.join(dir, "repo"));
   const source = twoRunner ? "loop.yaml" : "flags";
-  const runArgs = ["--json", "--server", server, ...(twoRunner ? ["run"] : DEMO_FLAGS)];
+  // Not --json: the progress lines say what `run` was doing when something failed.
+  const runArgs = ["--server", server, ...(twoRunner ? ["run"] : DEMO_FLAGS)];
   const checkout = twoRunner ? path.join(dir, "runner") : null;
   if (checkout) execFileSync("git", ["clone", "-q", repo, checkout]);
   const kills = { run: 0, work: 0, coordinator: 0 };
@@ -315,7 +316,13 @@ async function runLoop(
     }
     if (run.exitCode !== null) {
       // Exit codes 10-50 are halts; anything else (1, 2) is a runtime error, which is a failure.
-      if (run.exitCode < 10) throw new Error(`run exited ${run.exitCode} without a halt:\n${run.output().slice(-3000)}`);
+      if (run.exitCode < 10) {
+        const log = await eventsOf(coordinator.url, loopId ?? "").catch(() => []);
+        const summary = log.map((event) => `${event.seq}:${event.type}${"candidate_id" in event.data ? `:${String(event.data.candidate_id)}` : ""}`).join(" ");
+        throw new Error(
+          `run exited ${run.exitCode} without a halt:\n${run.output().slice(-3000)}\nwork:\n${work?.output().slice(-2000) ?? "(none)"}\nevents: ${summary}`,
+        );
+      }
       break;
     }
     if (due.run || due.work || due.coordinator) progress = await progressOf(coordinator.url, loopId, progress);
