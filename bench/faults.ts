@@ -292,11 +292,11 @@ async function runLoop(
   // Kill points are drawn over the loop's progress, not over time, so that they spread over its phases (the
   // baseline before creation, proposals, evaluations, verdicts) rather than fall mostly on the baseline that
   // every restarted `run` measures again: a number of events, uniform between where the loop is and the
-  // fault-free run's total, then a delay of up to 0.8 s.
+  // fault-free run's total less its last two (the halt's receipt), then a delay of up to 0.8 s.
   let progress: Progress = { seq: 0, type: "before creation" };
   const nextKill = (what: KillPhase["what"]): KillPoint | null =>
     scenario.kill.includes(what) && kills[what] < MAX_KILLS
-      ? { atSeq: progress.seq + Math.floor(random() * (Math.max(0, referenceEvents - progress.seq) + 1)), delayMs: random() * 800, reachedAt: null }
+      ? { atSeq: progress.seq + Math.floor(random() * (Math.max(0, referenceEvents - 2 - progress.seq) + 1)), delayMs: random() * 800, reachedAt: null }
       : null;
   const isDue = (point: KillPoint | null): boolean => {
     if (!point || progress.seq < point.atSeq) return false;
@@ -719,6 +719,12 @@ say(
 say();
 say(
   "Faults are counted as injected: each SIGKILL of a `run`, a `work` runner or the coordinator (its whole process group, workerd included; restarted on the same state directory and port after up to 1 s), each answer the proxy dropped after the coordinator acted, each request it sent twice, each corrupted artifact. Kill points are drawn over the loop's progress: a number of events, uniform between where the loop is and the fault-free run's total, then a delay of up to 0.8 s (so kills spread over the baseline, proposals, evaluations and verdicts instead of falling mostly on the baseline that each restarted `run` measures again); at most 3 per process per scenario; a killed `run` is restarted with the same command in the same repository, a killed `work` runner with the same command in its checkout. Leases live 4 s (`LOOPWARDEN_LEASE_TTL`), so a lease whose grant was lost, or whose runner was killed, is re-queued within the scenario.",
+);
+say();
+say("## Seen once, not reproduced");
+say();
+say(
+  "In one earlier full run (seed 525405, scenario `two-kill-run-2`, before the kill plan changed; no kill had happened yet, the proxy had dropped 2 answers and duplicated 4 requests) the proposing `run` exited 1 instead of 10: `the coordinator refused: the loop has halted (success_condition_met) (loop_halted)`. The loop itself had halted as the reference did, and the work runner stopped with 0. The engine refuses with `loop_halted` only a proposal with a new idempotency key, or a report, once the loop has halted; `run` in a two-runner loop never holds a lease, so it proposed a new candidate after the halt. Not reproduced in 44 further two-runner scenarios with the same fault rates (that run printed only `run`'s JSON line; `run` now runs without `--json`, so a recurrence reports its progress lines, the work runner's output and the loop's events).",
 );
 say();
 say("## Not covered");
