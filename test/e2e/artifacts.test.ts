@@ -5,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
 import { profiledAnswerProject } from "../support/profiled-answer-project.js";
 import { api, makeRepo, recordedLoopId, runCli, sharedCoordinator } from "../support/cli.js";
+import { corruptStoredArtifact } from "../support/stored-blobs.js";
 
 // Artifacts end to end (DESIGN §10): a gate that writes a CPU profile (`node --cpu-prof`) named by the
 // contract's `artifacts` globs has it stored with the loop, byte-exact; a rejected candidate's failing
@@ -92,5 +93,21 @@ describe("artifacts and logs", () => {
     // `explain` points at the output of a gate that failed.
     const explain = await runCli(["--server", coordinator.url, "explain"], { cwd: repo });
     expect(explain.stdout).toMatch(/c1 rejected .*\n\s+gate unit exit 1.*loopwarden logs c1/);
+
+    // A stored log whose bytes were damaged in storage (one byte, same length) is never passed off as the
+    // gate's output: `logs` and `artifacts --download` name the digest mismatch and fail.
+    const c1Report = events.find((event) => event.type === "observation_reported" && event.data.candidate_id === "c1");
+    const c1Log = c1Report?.type === "observation_reported" ? c1Report.data.observation.gates[0]?.log : null;
+    if (!c1Log) throw new Error("no stored log for c1");
+    corruptStoredArtifact(path.join(tmp.dir, "state"), c1Log.sha256, 0.5);
+    const damaged = await runCli(["--server", coordinator.url, "logs", "c1"], { cwd: repo });
+    expect(damaged.code).toBe(1);
+    expect(damaged.stderr).toMatch(/gate-unit\.log as stored does not match its digest/);
+    const damagedJson = await runCli(["--json", "--server", coordinator.url, "logs", "c1"], { cwd: repo });
+    expect(damagedJson.code).toBe(1);
+    expect(damagedJson.stdout).not.toContain("answer exploded");
+    const damagedDownload = await runCli(["--server", coordinator.url, "artifacts", "c1", "--download", path.join(tmp.dir, "damaged")], { cwd: repo });
+    expect(damagedDownload.code).toBe(1);
+    expect(damagedDownload.stderr).toMatch(/gate-unit\.log as downloaded does not match its digest/);
   });
 });

@@ -3,7 +3,7 @@ import { mkdir } from "node:fs/promises";
 import path from "node:path";
 import { Readable, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { createHash } from "node:crypto";
+import { createHash, type Hash } from "node:crypto";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { foldEvents, LoopEvent, type LoopState } from "../../../shared/engine/index.js";
 import type { ArtifactRef } from "../../../shared/wire/observation.js";
@@ -61,16 +61,32 @@ export async function logsCommand(
     }
     progress(options, `${candidate.candidate_id} ${what}: ${ref.name}, ${ref.size} bytes`);
     const response = await connection.client.artifactResponse(loopId, ref.sha256);
+    // Content-addressed: bytes that do not hash to the log's digest were damaged in storage, and are refused
+    // (in JSON, before anything is printed; streamed, as soon as the end shows it).
+    const mismatch = () => new Error(`${ref.name} as stored does not match its digest ${ref.sha256}${options.json ? "" : "; do not trust the output above"}`);
     if (options.json) {
-      const text = new TextDecoder().decode(await response.arrayBuffer());
-      emitResult(options, { status: "ok", loop_id: loopId, candidate_id: candidate.candidate_id, artifact: ref, log: text }, []);
+      const bytes = new Uint8Array(await response.arrayBuffer());
+      if (createHash("sha256").update(bytes).digest("hex") !== ref.sha256) throw mismatch();
+      emitResult(options, { status: "ok", loop_id: loopId, candidate_id: candidate.candidate_id, artifact: ref, log: new TextDecoder().decode(bytes) }, []);
     } else if (response.body) {
-      await pipeline(Readable.fromWeb(response.body as WebReadableStream<Uint8Array>), process.stdout, { end: false });
+      const hash = createHash("sha256");
+      await pipeline(Readable.fromWeb(response.body as WebReadableStream<Uint8Array>), hashing(hash), process.stdout, { end: false });
+      if (hash.digest("hex") !== ref.sha256) throw mismatch();
     }
     return 0;
   } finally {
     await connection.close();
   }
+}
+
+/** A pass-through stream that feeds every chunk to `hash`. */
+function hashing(hash: Hash): Transform {
+  return new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      hash.update(chunk);
+      done(null, chunk);
+    },
+  });
 }
 
 /** Where a stored file is written under `dir`: its name's path, never outside `dir`. */
@@ -103,13 +119,7 @@ export async function artifactsCommand(
         const response = await connection.client.artifactResponse(loopId, file.sha256);
         if (!response.body) throw new Error(`the coordinator sent no body for ${file.name}`);
         const hash = createHash("sha256");
-        const hashing = new Transform({
-          transform(chunk: Buffer, _encoding, done) {
-            hash.update(chunk);
-            done(null, chunk);
-          },
-        });
-        await pipeline(Readable.fromWeb(response.body as WebReadableStream<Uint8Array>), hashing, createWriteStream(target));
+        await pipeline(Readable.fromWeb(response.body as WebReadableStream<Uint8Array>), hashing(hash), createWriteStream(target));
         if (hash.digest("hex") !== file.sha256)
           throw new Error(`${file.name} as downloaded does not match its digest ${file.sha256}; the file was written to ${target}, do not trust it`);
         written.push(target);
