@@ -41,8 +41,8 @@ describe("guards through the CLI", () => {
         "writeFileSync('test/text.test.js', \"import { test } from 'node:test';\\ntest('slugify joins words with single hyphens', () => {});\\ntest('titleCase capitalises every word', () => {});\\ntest('wordCount counts words across any whitespace', () => {});\\n\");",
       ].join("\n"),
     );
-    const { code, output, stderr } = await run(repo);
-    expect(code, stderr).toBe(13);
+    const { code, output, stderr, stdout } = await run(repo);
+    expect(code, `${stderr}\n${stdout}`).toBe(13);
     expect(output).toMatchObject({ halt_reason: "blocked_path_modified", exit_class: 13, iteration: 1 });
     // The rewritten test never reached the loop's branch.
     expect(readFileSync(path.join(repo, "test", "text.test.js"), "utf8")).toContain("assert.equal(slugify");
@@ -70,8 +70,8 @@ describe("guards through the CLI", () => {
         writeFileSync(contract, readFileSync(contract, "utf8").replace(".loopwarden/out/tests.tap\n", ".loopwarden/out/tests.tap checks/text.check.js\n"));
       },
     );
-    const { code, output, stderr } = await run(repo);
-    expect(code, stderr).toBe(13);
+    const { code, output, stderr, stdout } = await run(repo);
+    expect(code, `${stderr}\n${stdout}`).toBe(13);
     expect(output).toMatchObject({ halt_reason: "metric_integrity_violation", iteration: 1 });
   });
 
@@ -92,8 +92,8 @@ describe("guards through the CLI", () => {
       ].join("\n"),
       ["stop:", "  max_iterations: 2"],
     );
-    const { code, output, stderr } = await run(repo);
-    expect(code, stderr).toBe(12);
+    const { code, output, stderr, stdout } = await run(repo);
+    expect(code, `${stderr}\n${stdout}`).toBe(12);
     expect(output).toMatchObject({ halt_reason: "max_iterations_reached", still_improving: true, iteration: 2 });
     const loopId = output.loop_id as string;
     const watch = await runCli(["--server", coordinator.url, "watch", loopId], { cwd: repo });
@@ -108,8 +108,8 @@ describe("guards through the CLI", () => {
 
   it("an agent that does nothing halts no_progress_detected (17)", async () => {
     const repo = project("// changes nothing\n", ["stop:", "  no_progress: 3"]);
-    const { code, output, stderr } = await run(repo);
-    expect(code, stderr).toBe(17);
+    const { code, output, stderr, stdout } = await run(repo);
+    expect(code, `${stderr}\n${stdout}`).toBe(17);
     expect(output).toMatchObject({ halt_reason: "no_progress_detected", exit_class: 17, iteration: 3 });
     const explained = await runCli(["--json", "--server", coordinator.url, "explain"], { cwd: repo });
     expect(explained.code).toBe(0);

@@ -184,18 +184,26 @@ export async function startCoordinator(stateDir: string, port?: number, env: Nod
   });
   const pid = child.pid;
   if (pid === undefined) throw new Error("serve did not start");
+  // A coordinator that dies while its tests run leaves them failing with "cannot reach": say why, once.
+  let expectedExit = false;
+  child.once("exit", (code, signal) => {
+    if (!expectedExit)
+      console.error(`the test coordinator at ${url} (pid ${pid}) exited on its own (${signal ?? `exit ${code}`}); its stderr ends:\n${stderr.slice(-4000)}`);
+  });
   return {
     url,
     port: chosen,
     pid,
     stateDir,
     async stop() {
+      expectedExit = true;
       if (child.exitCode !== null) return;
       const exited = exitOf(child);
       child.kill("SIGTERM");
       await exited;
     },
     async crash() {
+      expectedExit = true;
       const exited = exitOf(child);
       process.kill(-pid, "SIGKILL");
       await exited;
