@@ -12,7 +12,9 @@ let drain: (() => void) | null = null;
 async function shutdown(signal: NodeJS.Signals): Promise<void> {
   if (shuttingDown) return;
   shuttingDown = true;
-  process.stderr.write(`\nloopwarden: ${signal}, stopping what this run started…\n`);
+  // Said only when there is something to stop: a process that merely loaded the runner's modules (a test
+  // worker torn down with SIGTERM) exits as quietly as it would have.
+  if (cleanups.size > 0) process.stderr.write(`\nloopwarden: ${signal}, stopping what this run started…\n`);
   // Newest first: running commands before the coordinator they report to.
   for (const cleanup of [...cleanups].reverse()) {
     try {
