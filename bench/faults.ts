@@ -12,19 +12,21 @@
 // be refused where the runner promises digests are checked. Exits 1 on any failure; writes
 // bench/results/faults.md. LOOPWARDEN_TEST_SEED replays a run's fault plan; LOOPWARDEN_FAULTS_ONLY=<name
 // prefix> runs only matching scenarios (their results are not written).
-import { cpSync, rmSync, writeFileSync } from "node:fs";
+import { rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { execFileSync, spawnSync, type ChildProcess } from "node:child_process";
-import { LoopEvent, verifyChain } from "../shared/engine/index.js";
+import { verifyChain } from "../shared/engine/index.js";
 import { rederive } from "../shared/receipts/verify.js";
 import { LoopList } from "../shared/wire/api.js";
 import {
   ROOT,
   api,
   clonesOf,
+  demoRepo,
   exitOf,
   gitIn,
+  loopEvents,
   makeRepo,
   recordedLoopId,
   runCli,
@@ -86,25 +88,10 @@ interface Outcome {
 
 const DEMO_FLAGS = ["run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"];
 
-/** The demo (examples/demo) as a fresh repository. */
-function demoRepo(dir: string): string {
-  cpSync(path.join(ROOT, "examples", "demo"), dir, { recursive: true });
-  return makeRepo(dir, {});
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Helpers
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function eventsOf(url: string, loopId: string): Promise<LoopEvent[]> {
-  const response = await api(`${url}/v1/loops/${loopId}/events`);
-  if (!response.ok) throw new Error(`events of ${loopId}: ${response.status}`);
-  return (await response.text())
-    .trim()
-    .split("\n")
-    .map((line) => LoopEvent.parse(JSON.parse(line)));
-}
 
 function loopIdIn(repo: string, source: string): string | null {
   try {
@@ -234,7 +221,7 @@ async function corruptBundleFirst(
   let commit = "";
   while (!bundle) {
     if (Date.now() > deadline) return ["the first candidate was never proposed with a bundle"];
-    const events = await eventsOf(coordinator.url, loopId).catch(() => []);
+    const events = await loopEvents(coordinator.url, loopId).catch(() => []);
     const first = events.find((event) => event.type === "candidate_proposed");
     if (first?.type === "candidate_proposed") {
       bundle = first.data.bundle;
@@ -317,7 +304,7 @@ async function runLoop(
     if (run.exitCode !== null) {
       // Exit codes 10-50 are halts; anything else (1, 2) is a runtime error, which is a failure.
       if (run.exitCode < 10) {
-        const log = await eventsOf(coordinator.url, loopId ?? "").catch(() => []);
+        const log = await loopEvents(coordinator.url, loopId ?? "").catch(() => []);
         const summary = log.map((event) => `${event.seq}:${event.type}${"candidate_id" in event.data ? `:${String(event.data.candidate_id)}` : ""}`).join(" ");
         throw new Error(
           `run exited ${run.exitCode} without a halt:\n${run.output().slice(-3000)}\nwork:\n${work?.output().slice(-2000) ?? "(none)"}\nevents: ${summary}`,
@@ -372,7 +359,7 @@ async function checkLoop(
 ): Promise<Pick<Outcome, "halt" | "candidates" | "finals" | "verdicts" | "lost" | "duplicated" | "orphaned" | "failures">> {
   const failures: string[] = [];
   const url = loop.coordinator.url;
-  const events = await eventsOf(url, loop.loopId);
+  const events = await loopEvents(url, loop.loopId);
   const halted = events.find((event) => event.type === "halted");
   const halt = halted?.type === "halted" ? halted.data.halt_reason : null;
   if (halt !== referenceHalt) failures.push(`halt ${halt} ≠ reference ${referenceHalt}`);
@@ -451,7 +438,7 @@ async function checkLoop(
 async function corruptAndCheck(loop: LoopRun, random: () => number): Promise<string[]> {
   const failures: string[] = [];
   const url = loop.coordinator.url;
-  const events = await eventsOf(url, loop.loopId);
+  const events = await loopEvents(url, loop.loopId);
   // The gate logs of each candidate's last report (the one `artifacts` and `logs` show).
   const lastReports = new Map(
     events.flatMap((event) => (event.type === "observation_reported" ? [[event.data.candidate_id, event.data.observation] as const] : [])),
@@ -534,7 +521,7 @@ async function referenceOf(project: Project, dir: string): Promise<Reference> {
       processes,
     );
     const ms = Date.now() - started;
-    const events = await eventsOf(coordinator.url, loop.loopId);
+    const events = await loopEvents(coordinator.url, loop.loopId);
     const halted = events.find((event) => event.type === "halted");
     if (halted?.type !== "halted") throw new Error(`the reference ${project} loop did not halt`);
     // The reference itself must satisfy every invariant the faulty runs are held to.

@@ -20,6 +20,7 @@ import type { FullObservation, FullTests } from "../shared/wire/observation.js";
 import { BUNDLE_FILE } from "../runner/src/worker-bundle.js";
 import { startCoordinator, TEST_OWNER_TOKEN } from "../test/support/cli.js";
 import { applyWranglerMigrations, startWranglerDev } from "../test/support/wrangler-dev.js";
+import { mulberry32 } from "../test/support/prng.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 /** Loop counts; `tsx bench/load.ts 5 --only miniflare` tries other ones (printed, not written to results). */
@@ -133,18 +134,6 @@ class Slots {
     if (next) next();
     else this.free++;
   }
-}
-
-/** A seeded PRNG (mulberry32): the same malformed mix on every host. */
-function randomFrom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
 }
 
 class Http {
@@ -579,7 +568,7 @@ async function runLoad(host: string, url: string, loops: number): Promise<RunRes
   const started = performance.now();
   const deadline = started + DEADLINE_MS;
   const settled = await Promise.allSettled(
-    Array.from({ length: loops }, (_, index) => driveLoop(http, `${run}-${index}`, deadline, randomFrom(SEED * 1_000 + index), outcomes)),
+    Array.from({ length: loops }, (_, index) => driveLoop(http, `${run}-${index}`, deadline, mulberry32(SEED * 1_000 + index), outcomes)),
   );
   const wallMs = performance.now() - started;
   const told = settled.flatMap((result) => (result.status === "fulfilled" ? [result.value] : []));

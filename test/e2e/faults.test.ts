@@ -1,10 +1,9 @@
-import { cpSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { LoopEvent, verifyChain } from "../../shared/engine/index.js";
+import { verifyChain } from "../../shared/engine/index.js";
 import { LoopList } from "../../shared/wire/api.js";
 import { rederive } from "../../shared/receipts/verify.js";
-import { ROOT, api, makeRepo, recordedLoopId, runCli, sharedCoordinator } from "../support/cli.js";
+import { api, demoRepo, loopEvents, recordedLoopId, runCli, sharedCoordinator } from "../support/cli.js";
 import { startFaultProxy } from "../support/fault-proxy.js";
 
 // A reduced fault-injection run (DESIGN §4 invariant 6): the demo loop through a proxy that sends some
@@ -12,18 +11,6 @@ import { startFaultProxy } from "../support/fault-proxy.js";
 // never heard back about; every retry must land on the stored outcome. The loop must end exactly as it
 // does without faults: same halt, a chain that verifies, every verdict re-derived, one final verdict per
 // candidate, and one loop, not a second one orphaned by a lost creation answer.
-
-async function eventsOf(url: string, loopId: string): Promise<LoopEvent[]> {
-  return (await (await api(`${url}/v1/loops/${loopId}/events`)).text())
-    .trim()
-    .split("\n")
-    .map((line) => LoopEvent.parse(JSON.parse(line)));
-}
-
-function demoRepo(dir: string): string {
-  cpSync(path.join(ROOT, "examples", "demo"), dir, { recursive: true });
-  return makeRepo(dir, {});
-}
 
 const FLAGS = ["run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"];
 
@@ -51,7 +38,7 @@ describe("faults on the wire", () => {
       expect(proxy.counts.dropped, JSON.stringify(proxy.counts)).toBeGreaterThan(0);
 
       const loopId = recordedLoopId(repo);
-      const events = await eventsOf(coordinator.url, loopId);
+      const events = await loopEvents(coordinator.url, loopId);
       expect(verifyChain(events as unknown as Record<string, unknown>[]).ok).toBe(true);
       expect(rederive(events)).toMatchObject({ ok: true });
       const finals = events.flatMap((event) => (event.type === "verdict" && event.data.decision !== "need_samples" ? [event.data.candidate_id] : []));

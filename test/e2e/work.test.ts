@@ -1,9 +1,9 @@
 import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { LoopEvent, verifyChain } from "../../shared/engine/index.js";
+import { verifyChain, type LoopEvent } from "../../shared/engine/index.js";
 import { rederive } from "../../shared/receipts/verify.js";
-import { api, exitOf, makeRepo, recordedLoopId, runCli, sharedCoordinator, startCli, waitFor } from "../support/cli.js";
+import { exitOf, loopEvents, makeRepo, recordedLoopId, runCli, sharedCoordinator, startCli, waitFor } from "../support/cli.js";
 import { timedWorkProject } from "../support/timed-work-project.js";
 import { mulberry32 } from "../support/prng.js";
 
@@ -47,14 +47,6 @@ function optimizeProject(): Record<string, string> {
     ].join("\n"),
     ".gitignore": ".loopwarden/\n",
   };
-}
-
-async function eventsOf(url: string, loopId: string): Promise<LoopEvent[]> {
-  const text = await (await api(`${url}/v1/loops/${loopId}/events`)).text();
-  return text
-    .trim()
-    .split("\n")
-    .map((line) => LoopEvent.parse(JSON.parse(line)));
 }
 
 function finalVerdicts(events: readonly LoopEvent[]): { candidate_id: string; decision: string }[] {
@@ -113,7 +105,7 @@ describe("loopwarden work", () => {
       expect(code, run.output()).toBe(12);
       expect(survivorCodes, survivors.map((worker) => worker.output()).join("\n---\n")).toEqual([0, 0]);
 
-      const events = await eventsOf(coordinator.url, loopId);
+      const events = await loopEvents(coordinator.url, loopId);
       const halted = events.find((event) => event.type === "halted");
       expect(halted?.type === "halted" ? halted.data.halt_reason : null).toBe(referenceHalt);
       expect(verifyChain(events as unknown as Record<string, unknown>[]).ok).toBe(true);
@@ -125,7 +117,7 @@ describe("loopwarden work", () => {
       expect(new Set(finals.map((verdict) => verdict.candidate_id)).size).toBe(finals.length);
       expect(finals.map((verdict) => verdict.candidate_id)).toEqual(["c1", "c2", "c3"]);
       expect(finals.map((verdict) => verdict.decision)).toEqual(
-        finalVerdicts(await eventsOf(coordinator.url, recordedLoopId(single, "loop.yaml"))).map((v) => v.decision),
+        finalVerdicts(await loopEvents(coordinator.url, recordedLoopId(single, "loop.yaml"))).map((v) => v.decision),
       );
       // Every promotion was measured against the best it was promoted over.
       for (const event of events) {

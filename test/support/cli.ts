@@ -1,10 +1,11 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll } from "vitest";
 import { freePort } from "../../runner/src/free-port.js";
+import { LoopEvent } from "../../shared/engine/index.js";
 
 /** The repository root. */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -30,6 +31,12 @@ export function makeRepo(dir: string, files: Record<string, string>): string {
   git("add", "-A");
   git("commit", "-q", "-m", "initial");
   return dir;
+}
+
+/** The demo project (examples/demo) committed as a fresh repository in `dir`. */
+export function demoRepo(dir: string): string {
+  cpSync(path.join(ROOT, "examples", "demo"), dir, { recursive: true });
+  return makeRepo(dir, {});
 }
 
 /** The loop the runner recorded in `repo` for a contract source (`flags` for a flag-only loop; DESIGN §6.6). */
@@ -68,6 +75,17 @@ export function api(url: string, init: RequestInit = {}): Promise<Response> {
   const headers = new Headers(init.headers);
   if (!headers.has("authorization")) headers.set("authorization", `Bearer ${TEST_OWNER_TOKEN}`);
   return fetch(url, { ...init, headers });
+}
+
+/** Every stored event of a loop, page after page while the coordinator says more follow (DESIGN §8), as the owner. */
+export async function loopEvents(url: string, loopId: string): Promise<LoopEvent[]> {
+  const events: LoopEvent[] = [];
+  for (;;) {
+    const response = await api(`${url}/v1/loops/${loopId}/events?after=${events.length}`);
+    if (!response.ok) throw new Error(`events of ${loopId}: ${response.status} ${await response.text()}`);
+    for (const line of (await response.text()).split("\n")) if (line.length > 0) events.push(LoopEvent.parse(JSON.parse(line)));
+    if (response.headers.get("loopwarden-more") !== "true") return events;
+  }
 }
 
 /**

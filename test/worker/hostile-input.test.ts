@@ -5,8 +5,7 @@ import { ArtifactIntentResponse, UploadedPart } from "../../shared/wire/api.js";
 import { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "../../worker/src/app.js";
 import { OWNER_TEAM } from "../../worker/src/auth.js";
 import { loopIdFor } from "../../worker/src/loops.js";
-import { PART_SIZE } from "../../worker/src/artifact-limits.js";
-import { MAX_PUT_BYTES } from "../../worker/src/artifact-limits.js";
+import { MAX_PUT_BYTES, PART_SIZE } from "../../worker/src/artifact-limits.js";
 import {
   TEST_IDS,
   call,
