@@ -5,7 +5,7 @@ import { sha256Hex } from "../../shared/hash.js";
 import { app } from "../../worker/src/app.js";
 import { s3Settings } from "../../worker/src/artifact-storage-mode.js";
 import { s3Storage } from "../../worker/src/artifact-storage-s3.js";
-import { TEST_IDS, createLoop } from "./fixtures.js";
+import { TEST_IDS, candidateBody, createLoop, logOf, observationOf, proposeAndLease } from "./fixtures.js";
 
 // Which storage a deployment's artifacts go to (DESIGN §10): the R2 binding unless S3 settings are
 // configured; all of them or none, a half-configured S3 mode answered as a 500 that names what is
@@ -20,8 +20,8 @@ const S3 = {
   S3_SECRET_ACCESS_KEY: "secret",
 };
 
-/** A request to the worker with `overrides` on its env (a deployment configured otherwise). */
-async function callWith(overrides: Record<string, string>, path: string, init: RequestInit = {}): Promise<Response> {
+/** A request to the worker with `overrides` on its env (a deployment configured otherwise, or a storage stub). */
+async function callWith(overrides: Record<string, unknown>, path: string, init: RequestInit = {}): Promise<Response> {
   const headers = new Headers(init.headers);
   headers.set("authorization", `Bearer ${env.OWNER_TOKEN}`);
   const ctx = createExecutionContext();
@@ -35,6 +35,29 @@ function intent(sha256: string, size = 10) {
 }
 
 afterEach(() => vi.restoreAllMocks());
+
+/** An R2 binding that is down: every call fails as a storage outage does (not as a refusal of the request). */
+function failingBucket(): R2Bucket {
+  const down = () => Promise.reject(new Error("R2 is unavailable (simulated outage)"));
+  return {
+    head: down,
+    get: down,
+    put: down,
+    delete: down,
+    list: down,
+    createMultipartUpload: down,
+    resumeMultipartUpload: () => ({ uploadPart: down, abort: down, complete: down }),
+  } as unknown as R2Bucket;
+}
+
+async function errorOf(response: Response): Promise<{ code: string; message: string }> {
+  return ((await response.json()) as { error: { code: string; message: string } }).error;
+}
+
+/** The loop's D1 artifact rows. */
+async function rowCount(loopId: string): Promise<number> {
+  return (await env.DB.prepare("SELECT COUNT(*) AS n FROM artifacts WHERE loop_id = ?").bind(loopId).first<{ n: number }>())?.n ?? 0;
+}
 
 describe("s3Settings", () => {
   it("is off (the binding) with no S3 setting, and on with the four it needs, region auto and URLs valid 15 minutes unless set", () => {
@@ -112,5 +135,51 @@ describe("S3 mode in workerd", () => {
     expect(url.searchParams.get("x-amz-meta-name")).toBe("gate-unit.log");
     // No checksum the runner would have to send.
     expect([...url.searchParams.keys()].filter((key) => /checksum/i.test(key))).toEqual([]);
+  });
+});
+
+describe("storage that fails", () => {
+  const log = { sha256: sha256Hex("a log storage never got"), size: 42, name: "gate-unit.log", content_type: "text/plain; charset=utf-8" };
+
+  it("answers a report citing an artifact it must look up in storage with 502 storage_error, not 500; nothing recorded, nothing appended", async () => {
+    const loop = await createLoop("storage-down-report", [A]);
+    const lease = await proposeAndLease(loop.loop_id, "storage-down-report");
+    const before = await logOf(loop.loop_id);
+    vi.spyOn(console, "error").mockImplementation(() => undefined);
+    const response = await callWith({ ARTIFACTS: failingBucket() }, `/v1/leases/${lease.lease_id}/report`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ fencing_token: lease.fencing_token, observation: observationOf([], log) }),
+    });
+    expect(response.status).toBe(502);
+    expect(await errorOf(response)).toMatchObject({ code: "storage_error", message: expect.stringContaining("simulated outage") });
+    expect(await logOf(loop.loop_id)).toEqual(before);
+    expect(await rowCount(loop.loop_id)).toBe(0);
+  });
+
+  it("answers a proposal citing a bundle it must look up in storage with 502 storage_error; nothing proposed", async () => {
+    const loop = await createLoop("storage-down-propose", [A]);
+    const before = await logOf(loop.loop_id);
+    vi.spyOn(console, "error").mockImplementation(() => undefined);
+    const response = await callWith({ ARTIFACTS: failingBucket() }, `/v1/loops/${loop.loop_id}/candidates`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ ...candidateBody("storage-down-propose"), bundle: { sha256: log.sha256, size: log.size } }),
+    });
+    expect(response.status).toBe(502);
+    expect(await errorOf(response)).toMatchObject({ code: "storage_error" });
+    expect(await logOf(loop.loop_id)).toEqual(before);
+    expect(await rowCount(loop.loop_id)).toBe(0);
+  });
+
+  it("answers an intent and a download with 502 storage_error as well", async () => {
+    const loop = await createLoop("storage-down-routes", [A]);
+    vi.spyOn(console, "error").mockImplementation(() => undefined);
+    const responses = [
+      await callWith({ ARTIFACTS: failingBucket() }, `/v1/loops/${loop.loop_id}/artifacts`, intent(log.sha256, log.size)),
+      await callWith({ ARTIFACTS: failingBucket() }, `/v1/loops/${loop.loop_id}/artifacts/${log.sha256}`),
+    ];
+    for (const response of responses) expect([response.status, (await errorOf(response)).code]).toEqual([502, "storage_error"]);
+    expect(await rowCount(loop.loop_id)).toBe(0);
   });
 });

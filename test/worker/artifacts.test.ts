@@ -357,7 +357,7 @@ describe("a large artifact: a multipart upload through the worker", () => {
   );
 
   it(
-    "deletes a completed object that does not hash to its sha256, or is not its declared size: 400 digest_mismatch, no row, no object",
+    "deletes a completed object that does not hash to its sha256 (400 digest_mismatch) or is not its declared size (400 size_mismatch): no row, no object",
     async () => {
       const loop = await createLoop("artifact-big-mismatch", [A]);
       const claimed = sha256Hex("not the big file");
@@ -379,7 +379,7 @@ describe("a large artifact: a multipart upload through the worker", () => {
         if (short.status !== "multipart") throw new Error("expected a multipart upload");
         const shortRefused = await complete(short, [await putPart(short.part_urls[0] ?? "", 0, MiB)]);
         expect(shortRefused.status).toBe(400);
-        expect(await errorOf(shortRefused)).toMatchObject({ code: "digest_mismatch", message: expect.stringContaining(`${BIG_SIZE}`) });
+        expect(await errorOf(shortRefused)).toMatchObject({ code: "size_mismatch", message: expect.stringContaining(`${BIG_SIZE}`) });
         expect(await rowsOf(loop.loop_id)).toEqual([]);
         expect(await objectsOf(loop.loop_id)).toEqual([]);
       } finally {

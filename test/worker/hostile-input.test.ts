@@ -216,7 +216,7 @@ const ROUTES: Route[] = [
   },
   {
     // The upload holds one small part, not the file its intent declared: a completion taken gets past
-    // every body check to the size check, which deletes the object it made (400 digest_mismatch).
+    // every body check to the size check, which deletes the object it made (400 size_mismatch).
     route: "POST /v1/loops/:id/artifacts/:sha256/uploads/:uploadId/complete",
     method: "POST",
     path: () => `${world.uploadPath}/complete`,

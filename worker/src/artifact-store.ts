@@ -4,6 +4,7 @@ import { bytesToHex } from "@noble/hashes/utils.js";
 import type { ArtifactView } from "../../shared/wire/api.js";
 import { sanitizeName, recordedContentType } from "./artifact-names.js";
 import type { ArtifactStorage } from "./artifact-storage.js";
+import { inStorage } from "./artifact-upload.js";
 import { artifacts, type ArtifactRow } from "./db/schema.js";
 
 // Artifacts (DESIGN §10): bytes in storage (the R2 binding, or S3) under a content address, and a D1 row
@@ -165,7 +166,8 @@ export async function adoptObject(
  * Of the artifacts an observation or proposal cites, those neither recorded with that size nor in
  * storage with it (and then verified and recorded now, as `adoptObject` does): the evidence a decision
  * may rest on is only what the coordinator checked. One D1 query per 90 digests; storage is asked only
- * about what D1 does not have (in binding mode, nothing but what a crash left unrecorded).
+ * about what D1 does not have (in binding mode, nothing but what a crash left unrecorded). What storage
+ * failed at is 502 `storage_error`.
  */
 export async function unverified<T extends { sha256: string; size: number; name?: string; content_type?: string }>(
   storage: () => Promise<ArtifactStorage>,
@@ -175,13 +177,13 @@ export async function unverified<T extends { sha256: string; size: number; name?
 ): Promise<T[]> {
   const missing = await unrecorded(db, loopId, cited);
   if (missing.length === 0) return [];
-  const store = await storage();
+  const store = await inStorage(storage);
   const still: T[] = [];
   const adopted = new Set<string>();
   for (const ref of missing) {
     const key = `${ref.sha256}/${ref.size}`;
     if (adopted.has(key)) continue;
-    if (await adoptObject(store, db, loopId, ref.sha256, ref.size, ref)) adopted.add(key);
+    if (await inStorage(() => adoptObject(store, db, loopId, ref.sha256, ref.size, ref))) adopted.add(key);
     else still.push(ref);
   }
   return still;

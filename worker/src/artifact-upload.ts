@@ -32,6 +32,19 @@ export function storageError(error: unknown): ApiError {
 }
 
 /**
+ * Runs a storage call, answering what storage itself failed at as 502 `storage_error` (an ApiError the
+ * call threw, such as a refusal or a misconfiguration, is passed on as it is).
+ */
+export async function inStorage<T>(call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    if (error instanceof ApiError) throw error;
+    throw storageError(error);
+  }
+}
+
+/**
  * The declared length of a raw upload body, which R2 needs before the first byte: 411 without one, 413
  * past `cap`.
  */

@@ -25,7 +25,7 @@ import {
   recordedBytes,
   viewOf,
 } from "../artifact-store.js";
-import { declaredLength, storageError, uploadNotFound } from "../artifact-upload.js";
+import { declaredLength, inStorage, storageError, uploadNotFound } from "../artifact-upload.js";
 import { requireScope, type AuthEnv } from "../auth.js";
 import type { ArtifactRow } from "../db/schema.js";
 import { ApiError, refusalError } from "../http-errors.js";
@@ -92,16 +92,6 @@ function throughWorker(storage: ArtifactStorage): ThroughWorker {
     "upload_to_storage",
     "this coordinator keeps artifacts in S3: send an upload intent (POST /v1/loops/:id/artifacts) and PUT to the presigned URLs it answers",
   );
-}
-
-/** Runs a storage call, answering what storage itself failed at as 502 `storage_error`. */
-async function inStorage<T>(call: () => Promise<T>): Promise<T> {
-  try {
-    return await call();
-  } catch (error) {
-    if (error instanceof ApiError) throw error;
-    throw storageError(error);
-  }
 }
 
 /** The 507 for storing `size` bytes as `sha256`, when that would take the loop's recorded artifacts past its quota. */
@@ -281,9 +271,11 @@ artifactRoutes.post("/:id/artifacts/:sha256/uploads/:uploadId/complete", async (
     await inStorage(() => deleteIfUnchanged(storage, key, object.etag));
     throw error;
   };
+  // The parts are the client's: parts that add up to another size than the intent declared are an
+  // incomplete (or overlong) upload, told apart from bytes that do not hash to the key.
   const declared = object.declaredSize ?? object.size;
   if (object.size !== declared) {
-    await refuse(new ApiError(400, "digest_mismatch", `the parts add up to ${object.size} bytes; the artifact is ${declared}`));
+    await refuse(new ApiError(400, "size_mismatch", `the parts add up to ${object.size} bytes; the artifact is ${declared}`));
   }
   const overQuota = await quotaRefusal(c, loopId, sha256, object.size);
   if (overQuota) await refuse(overQuota);
