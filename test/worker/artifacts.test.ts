@@ -1,10 +1,13 @@
 import { env } from "cloudflare:workers";
+import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
+import { drizzle } from "drizzle-orm/d1";
 import { beforeAll, describe, expect, it, vi } from "vitest";
 import { sha256Hex } from "../../shared/hash.js";
 import { ArtifactIntentResponse, ArtifactList, ArtifactStored, UploadedPart } from "../../shared/wire/api.js";
-import { MAX_PUT_BYTES, PART_SIZE, artifactLimits, parseByteSize } from "../../worker/src/artifact-limits.js";
+import { app } from "../../worker/src/app.js";
+import { MAX_PUT_BYTES, MIN_PART_BYTES, PART_SIZE, artifactLimits, parseByteSize } from "../../worker/src/artifact-limits.js";
 import { sanitizeName } from "../../worker/src/artifact-names.js";
-import { artifactKey } from "../../worker/src/artifact-store.js";
+import { artifactKey, recordArtifact } from "../../worker/src/artifact-store.js";
 import { TEST_IDS, call, createLoop, postJson } from "./fixtures.js";
 
 // Artifacts through the R2 binding (DESIGN §10): an intent answers `exists`, one PUT, or a multipart
@@ -31,10 +34,48 @@ function put(path: string, body: BodyInit, headers: Record<string, string> = {})
   return call(path, { method: "PUT", headers, body });
 }
 
+/** A request (with the owner's token) to a worker whose deployment sets `vars` otherwise (a lower quota, smaller parts). */
+async function callWith(vars: Record<string, string>, path: string, init: RequestInit = {}): Promise<Response> {
+  const headers = new Headers(init.headers);
+  headers.set("authorization", `Bearer ${env.OWNER_TOKEN}`);
+  // Handed to the app directly, a request has no Content-Length unless it is given one.
+  if (init.body instanceof Uint8Array && !headers.has("content-length")) headers.set("content-length", String(init.body.length));
+  const ctx = createExecutionContext();
+  const response = await app.fetch(new Request(`http://lw.test${path}`, { ...init, headers }), { ...env, ...vars }, ctx);
+  await waitOnExecutionContext(ctx);
+  return response;
+}
+
+/** The loop's running total of recorded bytes, and the sum of its rows' sizes: the two must agree. */
+async function usageOf(loopId: string): Promise<{ total: number | null; sum: number }> {
+  const total = await env.DB.prepare("SELECT bytes FROM loop_artifact_usage WHERE loop_id = ?").bind(loopId).first<{ bytes: number }>();
+  const sum = await env.DB.prepare("SELECT coalesce(sum(size), 0) AS bytes FROM artifacts WHERE loop_id = ?").bind(loopId).first<{ bytes: number }>();
+  return { total: total?.bytes ?? null, sum: sum?.bytes ?? 0 };
+}
+
+/** The ETag an artifact's row keeps (null: none). */
+async function recordedEtag(loopId: string, sha256: string): Promise<string | null> {
+  const row = await env.DB.prepare("SELECT etag FROM artifacts WHERE loop_id = ? AND sha256 = ?").bind(loopId, sha256).first<{ etag: string | null }>();
+  return row?.etag ?? null;
+}
+
 /** The loop's D1 rows, as the routes record them. */
 async function rowsOf(loopId: string): Promise<{ sha256: string; size: number; name: string; content_type: string }[]> {
   const { results } = await env.DB.prepare("SELECT sha256, size, name, content_type FROM artifacts WHERE loop_id = ? ORDER BY sha256").bind(loopId).all();
   return results as { sha256: string; size: number; name: string; content_type: string }[];
+}
+
+/** Records a filler artifact of `size` bytes (no object) and counts it in the loop's running total, as an upload would. */
+async function fillQuota(loopId: string, size: number): Promise<void> {
+  await env.DB.batch([
+    env.DB.prepare(
+      "INSERT INTO artifacts (loop_id, sha256, size, name, content_type, created_at) VALUES (?, ?, ?, 'filler.bin', 'application/octet-stream', ?)",
+    ).bind(loopId, sha256Hex(`filler ${size}`), size, new Date().toISOString()),
+    env.DB.prepare("INSERT INTO loop_artifact_usage (loop_id, bytes) VALUES (?, ?) ON CONFLICT (loop_id) DO UPDATE SET bytes = bytes + excluded.bytes").bind(
+      loopId,
+      size,
+    ),
+  ]);
 }
 
 /** The keys of the loop's objects in R2. */
@@ -272,12 +313,8 @@ describe("limits", () => {
     const small = encode("0123456789");
     const smallSha = sha256Hex(small);
     expect((await put(`${base}/${smallSha}`, small)).status).toBe(201);
-    // As if the loop had stored all but 10 bytes of its quota already.
-    await env.DB.prepare(
-      "INSERT INTO artifacts (loop_id, sha256, size, name, content_type, created_at) VALUES (?, ?, ?, 'filler.bin', 'application/octet-stream', ?)",
-    )
-      .bind(loop.loop_id, sha256Hex("filler"), limits.quotaBytes - 20, new Date().toISOString())
-      .run();
+    // As if the loop had stored all but 10 bytes of its quota already: a row, and the running total that counts it.
+    await fillQuota(loop.loop_id, limits.quotaBytes - 20);
 
     const eleven = encode("01234567890");
     const refused = await postJson(base, { sha256: sha256Hex(eleven), size: eleven.length, content_type: "text/plain" });
@@ -420,6 +457,262 @@ describe("a large artifact: a multipart upload through the worker", () => {
     expect([afterAbort.status, (await errorOf(afterAbort)).code]).toEqual([404, "upload_not_found"]);
     expect(await rowsOf(loop.loop_id)).toEqual([]);
     expect(await objectsOf(loop.loop_id)).toEqual([]);
+  });
+});
+
+describe("a recorded artifact is immutable", () => {
+  const log = encode("FAIL parse.unicode\nexpected é, got e\n");
+  const sha = sha256Hex(log);
+  /** Bytes of the same length that are not the artifact (one byte changed): what a write after verification leaves. */
+  const forged = log.map((byte, index) => (index === 0 ? byte ^ 0x20 : byte));
+
+  async function recordLog(key: string): Promise<{ loopId: string; base: string }> {
+    const loop = await createLoop(key, [A]);
+    const base = `/v1/loops/${loop.loop_id}/artifacts`;
+    expect((await put(`${base}/${sha}?name=unit.log`, log, { "content-type": "text/plain" })).status).toBe(201);
+    return { loopId: loop.loop_id, base };
+  }
+
+  it("refuses an intent or a PUT that gives a recorded artifact another size with 409 size_conflict: nothing offered, nothing stored", async () => {
+    expect(forged.length).toBe(log.length);
+    const { loopId, base } = await recordLog("immutable-size");
+    const object = await env.ARTIFACTS.head(artifactKey(loopId, sha));
+    const before = { rows: await rowsOf(loopId), usage: await usageOf(loopId) };
+
+    const intent = await postJson(base, { sha256: sha, size: log.length + 1, content_type: "text/plain" });
+    expect(intent.status).toBe(409);
+    const body = (await intent.json()) as { error: { code: string; message: string }; url?: string };
+    expect(body.error).toMatchObject({ code: "size_conflict", message: expect.stringContaining(`${log.length} bytes`) });
+    expect(body).not.toHaveProperty("url");
+    const longer = await put(`${base}/${sha}`, new Uint8Array([...log, 10]));
+    expect([longer.status, (await errorOf(longer)).code]).toEqual([409, "size_conflict"]);
+
+    expect((await env.ARTIFACTS.head(artifactKey(loopId, sha)))?.etag).toBe(object?.etag);
+    expect({ rows: await rowsOf(loopId), usage: await usageOf(loopId) }).toEqual(before);
+    expect(await intend(loopId, { sha256: sha, size: log.length, content_type: "text/plain" })).toEqual({ status: "exists" });
+  });
+
+  it("keeps the ETag of the bytes it verified; an object written since is never served, and a download deletes it as damaged (404 artifact_damaged)", async () => {
+    const { loopId, base } = await recordLog("immutable-get");
+    const key = artifactKey(loopId, sha);
+    expect(await recordedEtag(loopId, sha)).toBe((await env.ARTIFACTS.head(key))?.etag);
+
+    // Same length, other bytes, written straight into storage after the artifact was verified.
+    await env.ARTIFACTS.put(key, forged);
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    try {
+      const got = await call(`${base}/${sha}`);
+      expect(got.status).toBe(404);
+      expect(await errorOf(got)).toMatchObject({ code: "artifact_damaged", message: expect.stringContaining("upload it again") });
+      expect(warn).toHaveBeenCalledWith(expect.stringContaining("does not hash to its key"));
+    } finally {
+      warn.mockRestore();
+    }
+    expect(await objectsOf(loopId)).toEqual([]);
+    const again = await call(`${base}/${sha}`);
+    expect([again.status, (await errorOf(again)).code]).toEqual([404, "artifact_damaged"]);
+    // Still recorded (the reports that cite it stand), and counted once.
+    expect(await rowsOf(loopId)).toEqual([{ sha256: sha, size: log.length, name: "unit.log", content_type: "text/plain" }]);
+
+    // The runner's next upload of it is not answered `exists`: it uploads it again, which repairs it.
+    const intent = await intend(loopId, { sha256: sha, size: log.length, content_type: "text/plain", name: "again.log" });
+    expect(intent).toMatchObject({ status: "upload" });
+    const repaired = await put(intent.status === "upload" ? intent.url : "", log, { "content-type": "text/plain" });
+    expect(repaired.status).toBe(200);
+    expect(ArtifactStored.parse(await repaired.json()).artifact.name).toBe("unit.log");
+    const served = await call(`${base}/${sha}`);
+    expect(served.status).toBe(200);
+    expect(new Uint8Array(await served.arrayBuffer())).toEqual(log);
+    expect(await recordedEtag(loopId, sha)).toBe((await env.ARTIFACTS.head(key))?.etag);
+    expect(await usageOf(loopId)).toEqual({ total: log.length, sum: log.length });
+  });
+
+  it("answers an intent for an artifact whose object was written since `upload`, not `exists`, and the re-upload is recorded again", async () => {
+    const { loopId } = await recordLog("immutable-intent");
+    const key = artifactKey(loopId, sha);
+    await env.ARTIFACTS.put(key, forged);
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    let intent: ArtifactIntentResponse;
+    try {
+      intent = await intend(loopId, { sha256: sha, size: log.length, content_type: "text/plain" });
+    } finally {
+      warn.mockRestore();
+    }
+    expect(intent).toMatchObject({ status: "upload" });
+    expect((await put(intent.status === "upload" ? intent.url : "", log)).status).toBe(200);
+    expect(await intend(loopId, { sha256: sha, size: log.length, content_type: "text/plain" })).toEqual({ status: "exists" });
+    const object = await env.ARTIFACTS.get(key);
+    expect(new Uint8Array((await object?.arrayBuffer()) ?? new ArrayBuffer(0))).toEqual(log);
+    expect(await usageOf(loopId)).toEqual({ total: log.length, sum: log.length });
+  });
+
+  it("checks a row recorded before ETags were kept once, whole, and pins it; a wrong object under such a row is uploaded again", async () => {
+    const { loopId, base } = await recordLog("immutable-legacy");
+    const key = artifactKey(loopId, sha);
+    const etag = (await env.ARTIFACTS.head(key))?.etag;
+    await env.DB.prepare("UPDATE artifacts SET etag = NULL WHERE loop_id = ?").bind(loopId).run();
+    expect(await intend(loopId, { sha256: sha, size: log.length, content_type: "text/plain" })).toEqual({ status: "exists" });
+    expect(await recordedEtag(loopId, sha)).toBe(etag);
+
+    await env.DB.prepare("UPDATE artifacts SET etag = NULL WHERE loop_id = ?").bind(loopId).run();
+    const served = await call(`${base}/${sha}`);
+    expect(served.status).toBe(200);
+    expect(new Uint8Array(await served.arrayBuffer())).toEqual(log);
+    expect(await recordedEtag(loopId, sha)).toBe(etag);
+
+    await env.DB.prepare("UPDATE artifacts SET etag = NULL WHERE loop_id = ?").bind(loopId).run();
+    await env.ARTIFACTS.put(key, forged);
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    try {
+      expect(await intend(loopId, { sha256: sha, size: log.length, content_type: "text/plain" })).toMatchObject({ status: "upload" });
+    } finally {
+      warn.mockRestore();
+    }
+  });
+
+  it(
+    "completes a multipart upload over a recorded artifact whose object was damaged, rather than answering the damaged one stored",
+    async () => {
+      const vars = { ARTIFACT_PUT_MAX_BYTES: "5MiB", ARTIFACT_PART_BYTES: "5MiB" };
+      const loop = await createLoop("immutable-multipart", [A]);
+      const size = MIN_PART_BYTES + 1;
+      const digest = await sha256Of(bigFile(0, size));
+      const upload = async (): Promise<Response> => {
+        const intent = await callWith(vars, `/v1/loops/${loop.loop_id}/artifacts`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ sha256: digest, size, content_type: "application/x-git-bundle", name: "candidate.bundle" }),
+        });
+        const answer = ArtifactIntentResponse.parse(await intent.json());
+        if (answer.status !== "multipart") throw new Error(`expected a multipart upload, got ${JSON.stringify(answer)}`);
+        const parts: UploadedPart[] = [];
+        for (const [index, url] of answer.part_urls.entries()) {
+          const start = index * MIN_PART_BYTES;
+          const end = Math.min(start + MIN_PART_BYTES, size);
+          const sent = await callWith(vars, url, {
+            method: "PUT",
+            headers: { "content-length": String(end - start) },
+            body: sized(bigFile(start, end), end - start),
+          });
+          parts.push(UploadedPart.parse(await sent.json()));
+        }
+        return callWith(vars, answer.complete_url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ parts }) });
+      };
+      expect((await upload()).status).toBe(201);
+      const key = artifactKey(loop.loop_id, digest);
+      // Damaged in storage: the same length, other bytes.
+      await env.ARTIFACTS.put(key, sized(bigFile(1, size + 1), size));
+      const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+      let completed: Response;
+      try {
+        completed = await upload();
+      } finally {
+        warn.mockRestore();
+      }
+      expect(completed.status).toBe(200);
+      expect(ArtifactStored.parse(await completed.json()).artifact).toMatchObject({ sha256: digest, size, name: "candidate.bundle" });
+      const object = await env.ARTIFACTS.get(key);
+      expect(await sha256Of(object?.body ?? new ReadableStream())).toBe(digest);
+      expect(await recordedEtag(loop.loop_id, digest)).toBe((await env.ARTIFACTS.head(key))?.etag);
+      expect(await usageOf(loop.loop_id)).toEqual({ total: size, sum: size });
+    },
+    BIG_TIMEOUT_MS,
+  );
+});
+
+describe("the quota's running total", () => {
+  const quota = { LOOP_ARTIFACT_QUOTA_BYTES: "100" };
+  const bytesOf = (label: string, length: number) => encode(label.repeat(length).slice(0, length));
+
+  it("counts each recorded artifact once: new ones, not duplicates, re-uploads or refusals (507, nothing stored)", async () => {
+    const loop = await createLoop("quota-total", [A]);
+    const base = `/v1/loops/${loop.loop_id}/artifacts`;
+    const [a, b, c, d] = [bytesOf("a", 40), bytesOf("b", 40), bytesOf("c", 30), bytesOf("d", 20)] as const;
+    const putWith = (bytes: Uint8Array) => callWith(quota, `${base}/${sha256Hex(bytes)}`, { method: "PUT", body: bytes });
+    expect(await usageOf(loop.loop_id)).toEqual({ total: null, sum: 0 });
+
+    expect((await putWith(a)).status).toBe(201);
+    expect((await putWith(b)).status).toBe(201);
+    expect((await putWith(a)).status).toBe(200);
+    expect(await usageOf(loop.loop_id)).toEqual({ total: 80, sum: 80 });
+
+    const refused = await putWith(c);
+    expect([refused.status, (await errorOf(refused)).code]).toEqual([507, "quota_exceeded"]);
+    const intent = await callWith(quota, base, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ sha256: sha256Hex(c), size: c.length, content_type: "text/plain" }),
+    });
+    expect([intent.status, (await errorOf(intent)).code]).toEqual([507, "quota_exceeded"]);
+    expect(await objectsOf(loop.loop_id)).not.toContain(artifactKey(loop.loop_id, sha256Hex(c)));
+
+    // A duplicate of a recorded artifact is taken at a full quota: it adds nothing.
+    expect((await putWith(d)).status).toBe(201);
+    expect(await usageOf(loop.loop_id)).toEqual({ total: 100, sum: 100 });
+    expect((await putWith(b)).status).toBe(200);
+    // So is the re-upload of one whose object was damaged.
+    await env.ARTIFACTS.put(artifactKey(loop.loop_id, sha256Hex(a)), bytesOf("z", 40));
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    try {
+      expect((await callWith(quota, `${base}/${sha256Hex(a)}`)).status).toBe(404);
+    } finally {
+      warn.mockRestore();
+    }
+    expect((await putWith(a)).status).toBe(200);
+    expect(await usageOf(loop.loop_id)).toEqual({ total: 100, sum: 100 });
+    expect(await rowsOf(loop.loop_id)).toHaveLength(3);
+  });
+
+  it("records at most one of two concurrent uploads that together exceed the quota; the other's object is not kept", async () => {
+    const loop = await createLoop("quota-race", [A]);
+    const base = `/v1/loops/${loop.loop_id}/artifacts`;
+    const first = bytesOf("x", 60);
+    const second = bytesOf("y", 60);
+    // The first upload's body is held back until the second has been answered: both pass the check made
+    // before any byte is stored (the loop has recorded nothing yet), so what decides is the recording.
+    let streaming: () => void = () => undefined;
+    const started = new Promise<void>((resolve) => (streaming = resolve));
+    let release: () => void = () => undefined;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const held = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        streaming();
+        await released;
+        controller.enqueue(first);
+        controller.close();
+      },
+    });
+    const slow = callWith(quota, `${base}/${sha256Hex(first)}`, { method: "PUT", headers: { "content-length": String(first.length) }, body: held });
+    await started;
+    const fast = await callWith(quota, `${base}/${sha256Hex(second)}`, { method: "PUT", body: second });
+    release();
+    const responses = [await slow, fast];
+    expect(responses.map((response) => response.status)).toEqual([507, 201]);
+    expect(await errorOf(responses[0] ?? fast)).toMatchObject({ code: "quota_exceeded" });
+    expect(await rowsOf(loop.loop_id)).toEqual([expect.objectContaining({ sha256: sha256Hex(second) })]);
+    expect(await usageOf(loop.loop_id)).toEqual({ total: 60, sum: 60 });
+    expect(await objectsOf(loop.loop_id)).toEqual([artifactKey(loop.loop_id, sha256Hex(second))]);
+  });
+
+  it("decides in the recording batch itself: of two verified artifacts recorded at once past the quota, one is refused", async () => {
+    const loop = await createLoop("quota-batch", [A]);
+    const db = drizzle(env.DB);
+    const artifact = (label: string) => ({
+      loopId: loop.loop_id,
+      sha256: sha256Hex(label),
+      size: 60,
+      name: `${label}.bin`,
+      contentType: "application/octet-stream",
+      etag: label,
+    });
+    const results = await Promise.all([recordArtifact(db, artifact("one"), 100), recordArtifact(db, artifact("two"), 100)]);
+    expect(results.filter((result) => result?.created)).toHaveLength(1);
+    expect(results.filter((result) => result === null)).toHaveLength(1);
+    expect(await usageOf(loop.loop_id)).toEqual({ total: 60, sum: 60 });
+    // Recording one of them again: no new row, nothing counted, and the quota has no say over it.
+    const again = await recordArtifact(db, artifact(results[0] ? "one" : "two"), 100);
+    expect(again?.created).toBe(false);
+    expect(await usageOf(loop.loop_id)).toEqual({ total: 60, sum: 60 });
   });
 });
 

@@ -74,7 +74,7 @@ export function bindingStorage(bucket: R2Bucket): ArtifactStorage {
             customMetadata: { name: upload.name },
           }),
         );
-        return object?.size ?? null;
+        return object ? describe(object) : null;
       },
       async uploadPart(key, uploadId, partNumber, body, length) {
         const part = await streamInto(body, length, (stream) => bucket.resumeMultipartUpload(key, uploadId).uploadPart(partNumber, stream));

@@ -66,11 +66,12 @@ export function s3Storage(settings: S3Settings): ArtifactStorage {
     ContentType?: string | undefined;
     Metadata?: Record<string, string> | undefined;
   }): StoredObject => {
-    const etag = out.ETag ?? "";
+    // Compared unquoted, as the binding answers it: an artifact recorded in one mode is the same object in the other.
+    const etag = (out.ETag ?? "").replace(/^"(.*)"$/, "$1");
     return {
       size: out.ContentLength ?? 0,
       etag,
-      httpEtag: etag.startsWith('"') ? etag : `"${etag}"`,
+      httpEtag: `"${etag}"`,
       name: out.Metadata?.name,
       contentType: out.ContentType,
       declaredSize: declaredSizeOf(out.Metadata),

@@ -9,7 +9,10 @@
 /** An object as storage describes it. */
 export interface StoredObject {
   size: number;
-  /** Storage's ETag as it compares it: whether the object is still the one that was checked. */
+  /**
+   * Storage's ETag as it compares it (unquoted): whether the object is still the one that was checked. Any
+   * write of other bytes changes it, so the artifact row keeps the ETag of the bytes it verified.
+   */
   etag: string;
   /** The ETag as an HTTP header carries it (quoted). */
   httpEtag: string;
@@ -53,8 +56,8 @@ export class PartsRefused extends Error {}
 
 /** Storage that takes uploads through the worker (binding mode): bodies streamed in with their length. */
 export interface ThroughWorker {
-  /** Streams a whole artifact in; R2 refuses bytes that do not hash to `sha256`. Answers the stored size (null: nothing stored). */
-  put(upload: Omit<NewUpload, "size" | "path">, body: ReadableStream<Uint8Array> | null, length: number): Promise<number | null>;
+  /** Streams a whole artifact in; R2 refuses bytes that do not hash to `sha256`. Answers the stored object (null: nothing stored). */
+  put(upload: Omit<NewUpload, "size" | "path">, body: ReadableStream<Uint8Array> | null, length: number): Promise<StoredObject | null>;
   /** Streams one part in (a part sent again replaces the earlier one). */
   uploadPart(key: string, uploadId: string, partNumber: number, body: ReadableStream<Uint8Array> | null, length: number): Promise<UploadedPartRef>;
 }

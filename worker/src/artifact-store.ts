@@ -1,21 +1,35 @@
-import { and, desc, eq, inArray, lt, ne, or, sql } from "drizzle-orm";
-import type { DrizzleD1Database } from "drizzle-orm/d1";
+import { and, desc, eq, inArray, lt, or, sql } from "drizzle-orm";
+import { drizzle, type DrizzleD1Database } from "drizzle-orm/d1";
 import { bytesToHex } from "@noble/hashes/utils.js";
 import type { ArtifactView } from "../../shared/wire/api.js";
+import { artifactLimits } from "./artifact-limits.js";
 import { sanitizeName, recordedContentType } from "./artifact-names.js";
-import type { ArtifactStorage } from "./artifact-storage.js";
+import { artifactStorage } from "./artifact-storage-mode.js";
+import type { ArtifactStorage, StoredObject } from "./artifact-storage.js";
 import { inStorage } from "./artifact-upload.js";
-import { artifacts, type ArtifactRow } from "./db/schema.js";
+import { artifacts, loopArtifactUsage, type ArtifactRow } from "./db/schema.js";
+import { ApiError } from "./http-errors.js";
 
 // Artifacts (DESIGN §10): bytes in storage (the R2 binding, or S3) under a content address, and a D1 row
 // per artifact written only once the object is confirmed with its size and SHA-256. A row therefore means
-// "verified"; an object without one (a crash between the two, a presigned upload in S3 mode, or an object
-// from before rows existed) is verified before it is recorded, and one whose bytes do not hash to its key
-// is deleted.
+// "verified", and it keeps the ETag of the object it verified: storage's object is the artifact only while
+// it still has that ETag (`confirmStored`). An object without a row (a crash between the two, a presigned
+// upload in S3 mode, or an object from before rows existed) is verified before it is recorded; one whose
+// bytes do not hash to its key is deleted. Each loop's recorded bytes are a running total
+// (`loop_artifact_usage`), grown in the same D1 batch as the row it counts, so the quota costs one row read.
 
 /** Storage key of a loop's artifact: content-addressed, scoped to the loop. */
 export function artifactKey(loopId: string, sha256: string): string {
   return `loops/${loopId}/sha256/${sha256}`;
+}
+
+/** What the functions that read, verify and record a loop's artifacts work on. */
+export interface ArtifactScope {
+  storage: ArtifactStorage;
+  db: DrizzleD1Database;
+  loopId: string;
+  /** LOOP_ARTIFACT_QUOTA_BYTES: what the loop's recorded artifacts may take. */
+  quotaBytes: number;
 }
 
 /** The wire view of a recorded artifact. */
@@ -53,29 +67,209 @@ export async function unrecorded<T extends { sha256: string; size: number }>(db:
   return cited.filter((ref) => sizes.get(ref.sha256) !== ref.size);
 }
 
-/**
- * Records a verified artifact. Recording one already recorded keeps the first row (its name and time):
- * the bytes are the same by construction. Answers the row and whether this call created it.
- */
-export async function recordArtifact(db: DrizzleD1Database, artifact: Omit<ArtifactRow, "createdAt">): Promise<{ row: ArtifactRow; created: boolean }> {
-  const [inserted] = await db
-    .insert(artifacts)
-    .values({ ...artifact, createdAt: new Date().toISOString() })
-    .onConflictDoNothing()
-    .returning();
-  if (inserted) return { row: inserted, created: true };
-  const existing = await findArtifact(db, artifact.loopId, artifact.sha256);
-  if (!existing) throw new Error(`the artifact row ${artifact.loopId}/${artifact.sha256} conflicted but is not there`);
-  return { row: existing, created: false };
+/** The bytes a loop's recorded artifacts take: its running total, one row (0 before its first artifact). */
+export async function usedBytes(db: DrizzleD1Database, loopId: string): Promise<number> {
+  const [usage] = await db.select({ bytes: loopArtifactUsage.bytes }).from(loopArtifactUsage).where(eq(loopArtifactUsage.loopId, loopId)).limit(1);
+  return Number(usage?.bytes ?? 0);
 }
 
-/** The bytes a loop's recorded artifacts take, but for the one with `sha256` (which an upload of it replaces). */
-export async function recordedBytes(db: DrizzleD1Database, loopId: string, sha256: string): Promise<number> {
-  const [total] = await db
-    .select({ bytes: sql<number>`coalesce(sum(${artifacts.size}), 0)` })
-    .from(artifacts)
-    .where(and(eq(artifacts.loopId, loopId), ne(artifacts.sha256, sha256)));
-  return Number(total?.bytes ?? 0);
+/** The 507 for a new artifact of `size` bytes that would take the loop's recorded artifacts past its quota. */
+export function quotaExceeded(quotaBytes: number, used: number, size: number): ApiError {
+  return new ApiError(507, "quota_exceeded", `this loop's artifacts may take ${quotaBytes} bytes; it has ${used}, and this one is ${size}`);
+}
+
+/** A verified object, as it is recorded: its ETag is the one whose bytes were checked. */
+export type VerifiedArtifact = Omit<ArtifactRow, "createdAt" | "etag"> & { etag: string };
+
+/**
+ * Records a verified artifact, held to the loop's quota, in one D1 batch (one transaction; D1 runs a
+ * database's writes one at a time, so no other upload's batch falls between these statements):
+ *   1. the loop's usage row exists (0 bytes when new);
+ *   2. the artifact row is inserted only if the loop's running total plus its size stays within the
+ *      quota, and not if the artifact is recorded already (ON CONFLICT DO NOTHING);
+ *   3. the running total grows by its size only if statement 2 inserted the row (`changes() = 1`: the
+ *      rows the statement just before changed), so a duplicate or a refusal adds nothing;
+ *   4. the row's ETag becomes the verified object's (a row recorded already, whose object was changed
+ *      or damaged since, or was recorded before ETags were kept, is pinned to the bytes checked now).
+ * The quota check and the growth are thus one step: of two uploads that together exceed the quota, the
+ * second batch finds the first's total and records nothing. Answers the row and whether this call
+ * created it, or null when the quota refused it (nothing recorded).
+ */
+export async function recordArtifact(
+  db: DrizzleD1Database,
+  artifact: VerifiedArtifact,
+  quotaBytes: number,
+): Promise<{ row: ArtifactRow; created: boolean } | null> {
+  const { loopId, sha256, size, name, contentType, etag } = artifact;
+  const createdAt = new Date().toISOString();
+  const [, inserted, counted, pinned] = await db.batch([
+    db.insert(loopArtifactUsage).values({ loopId, bytes: 0 }).onConflictDoNothing(),
+    db
+      .insert(artifacts)
+      .select(
+        sql`SELECT ${loopId}, ${sha256}, ${size}, ${name}, ${contentType}, ${createdAt}, ${etag}
+            WHERE (SELECT ${loopArtifactUsage.bytes} FROM ${loopArtifactUsage} WHERE ${loopArtifactUsage.loopId} = ${loopId}) + ${size} <= ${quotaBytes}`,
+      )
+      .onConflictDoNothing()
+      .returning({ sha256: artifacts.sha256 }),
+    db
+      .update(loopArtifactUsage)
+      .set({ bytes: sql`${loopArtifactUsage.bytes} + ${size}` })
+      .where(and(eq(loopArtifactUsage.loopId, loopId), sql`changes() = 1`))
+      .returning({ bytes: loopArtifactUsage.bytes }),
+    db
+      .update(artifacts)
+      .set({ etag })
+      .where(and(eq(artifacts.loopId, loopId), eq(artifacts.sha256, sha256)))
+      .returning(),
+  ]);
+  const created = inserted.length > 0;
+  if (created !== counted.length > 0) {
+    // Never expected: the running total no longer counts what the rows hold. Said loudly, never silently.
+    console.error(`loopwarden: recording ${loopId}/${sha256} ${created ? "inserted a row but did not count it" : "counted a row it did not insert"}`);
+  }
+  const [row] = pinned;
+  return row ? { row, created } : null;
+}
+
+/** The SHA-256 (hex) of a stream, computed as it flows: a large object is never held in memory. */
+export async function digestOf(stream: ReadableStream): Promise<string> {
+  const digest = new crypto.DigestStream("SHA-256");
+  await stream.pipeTo(digest);
+  return bytesToHex(new Uint8Array(await digest.digest));
+}
+
+/**
+ * Deletes the object at `key` if it is still the one that was checked (same ETag): a refusal never
+ * removes an object another upload has put there since.
+ */
+export async function deleteIfUnchanged(storage: ArtifactStorage, key: string, etag: string): Promise<void> {
+  const head = await storage.head(key);
+  if (head?.etag === etag) await storage.delete(key);
+}
+
+/**
+ * Records an object whose bytes were verified (`etag` is the object checked). When the quota refuses it,
+ * the object (which nothing records) is deleted and the 507 thrown.
+ */
+export async function recordVerified(scope: ArtifactScope, artifact: VerifiedArtifact): Promise<{ row: ArtifactRow; created: boolean }> {
+  const recorded = await recordArtifact(scope.db, artifact, scope.quotaBytes);
+  if (recorded) return recorded;
+  const used = await usedBytes(scope.db, scope.loopId);
+  await inStorage(() => deleteIfUnchanged(scope.storage, artifactKey(scope.loopId, artifact.sha256), artifact.etag));
+  throw quotaExceeded(scope.quotaBytes, used, artifact.size);
+}
+
+/** What a caller knows of an artifact it names (an intent, a report's reference), used when storage kept neither. */
+export interface ArtifactHint {
+  name?: string | undefined;
+  content_type?: string | undefined;
+}
+
+/**
+ * Reads the object at the artifact's key whole and records it if its bytes hash to the key (and, when
+ * given, it is `expectedSize` long), pinning the row to the ETag of the bytes read. An object whose bytes
+ * do not hash to its key is deleted: it is not the artifact it claims to be. So is one of another size
+ * than the artifact's row (`recorded`) says, which cannot be its bytes either; without a row, another size
+ * than the caller expects only answers null (the caller may be wrong). Its name and content type are
+ * the row's, else what storage kept with it, else the caller's `hint`. Answers the row, or null when
+ * there is no such verified object. Storage failures are 502 `storage_error`; a quota refusal is 507.
+ */
+export async function verifyObject(
+  scope: ArtifactScope,
+  sha256: string,
+  expectedSize: number | null,
+  hint: ArtifactHint,
+  recorded: ArtifactRow | null,
+): Promise<ArtifactRow | null> {
+  const { storage, loopId } = scope;
+  const key = artifactKey(loopId, sha256);
+  const object = await inStorage(() => storage.get(key));
+  if (!object) return null;
+  const size = recorded?.size ?? expectedSize;
+  if (size !== null && object.size !== size) {
+    await object.body.cancel();
+    if (recorded) {
+      console.warn(`loopwarden: the object ${key} is ${object.size} bytes, not the ${size} recorded; deleting it`);
+      await inStorage(() => deleteIfUnchanged(storage, key, object.etag));
+    }
+    return null;
+  }
+  if ((await inStorage(() => digestOf(object.body))) !== sha256) {
+    console.warn(`loopwarden: the object ${key} does not hash to its key; deleting it`);
+    await inStorage(() => deleteIfUnchanged(storage, key, object.etag));
+    return null;
+  }
+  const { row } = await recordVerified(scope, {
+    loopId,
+    sha256,
+    size: object.size,
+    name: recorded?.name ?? sanitizeName(object.name ?? hint.name, sha256),
+    contentType: recorded?.contentType ?? recordedContentType(object.contentType ?? hint.content_type),
+    etag: object.etag,
+  });
+  return row;
+}
+
+/**
+ * Records an object that is in storage but not in D1, once its bytes are confirmed to hash to its key
+ * (`verifyObject`). This is how S3 mode records a presigned single PUT, after which the runner never
+ * comes back: the next intent, report, proposal or download that asks for it adopts it.
+ */
+export function adoptObject(scope: ArtifactScope, sha256: string, expectedSize: number | null, hint: ArtifactHint = {}): Promise<ArtifactRow | null> {
+  return verifyObject(scope, sha256, expectedSize, hint, null);
+}
+
+/**
+ * The recorded artifact, when storage still holds the object it verified: the same ETag and size, asked
+ * with one HEAD (or `head`, when the caller has one). When storage's object has another ETag (it was
+ * written since: changed, damaged, or the same bytes uploaded again) or the row has none (recorded before
+ * ETags were kept), its bytes are read whole and checked once (`verifyObject`): right, and the row is
+ * pinned to its ETag; wrong, and the object is deleted and null answered, so the artifact is uploaded
+ * again. Null too when storage has no object.
+ */
+export async function confirmStored(scope: ArtifactScope, row: ArtifactRow, head?: StoredObject | null): Promise<ArtifactRow | null> {
+  const object = head === undefined ? await inStorage(() => scope.storage.head(artifactKey(scope.loopId, row.sha256))) : head;
+  if (!object) return null;
+  if (row.etag !== null && object.etag === row.etag && object.size === row.size) return row;
+  return verifyObject(scope, row.sha256, row.size, {}, row);
+}
+
+/**
+ * Of the artifacts an observation or proposal cites, those neither recorded with that size nor in
+ * storage with it (and then verified and recorded now, as `adoptObject` does): the evidence a decision
+ * may rest on is only what the coordinator checked. One D1 query per 90 digests; storage is asked only
+ * about what D1 does not have (in binding mode, nothing but what a crash left unrecorded). What storage
+ * failed at is 502 `storage_error`.
+ */
+export async function unverified<T extends { sha256: string; size: number; name?: string; content_type?: string }>(
+  storage: () => Promise<ArtifactStorage>,
+  db: DrizzleD1Database,
+  loopId: string,
+  quotaBytes: number,
+  cited: readonly T[],
+): Promise<T[]> {
+  const missing = await unrecorded(db, loopId, cited);
+  if (missing.length === 0) return [];
+  const scope: ArtifactScope = { storage: await inStorage(storage), db, loopId, quotaBytes };
+  const still: T[] = [];
+  const adopted = new Set<string>();
+  for (const ref of missing) {
+    const key = `${ref.sha256}/${ref.size}`;
+    if (adopted.has(key)) continue;
+    if (await adoptObject(scope, ref.sha256, ref.size, ref)) adopted.add(key);
+    else still.push(ref);
+  }
+  return still;
+}
+
+/** `unverified` for a request's deployment: its configured storage, D1 and quota. */
+export function unverifiedIn<T extends { sha256: string; size: number; name?: string; content_type?: string }>(
+  env: Env,
+  loopId: string,
+  cited: readonly T[],
+): Promise<T[]> {
+  return unverified(() => artifactStorage(env), drizzle(env.DB), loopId, artifactLimits(env).quotaBytes, cited);
 }
 
 /** A page of a loop's recorded artifacts, newest first, after a `created_at|sha256` cursor. */
@@ -99,92 +293,4 @@ export async function listArtifacts(
   const page = rows.slice(0, limit);
   const last = page.at(-1);
   return { rows: page, nextCursor: rows.length > limit && last ? `${last.createdAt}|${last.sha256}` : null };
-}
-
-/** The SHA-256 (hex) of a stream, computed as it flows: a large object is never held in memory. */
-export async function digestOf(stream: ReadableStream): Promise<string> {
-  const digest = new crypto.DigestStream("SHA-256");
-  await stream.pipeTo(digest);
-  return bytesToHex(new Uint8Array(await digest.digest));
-}
-
-/**
- * Deletes the object at `key` if it is still the one that was checked (same ETag): a refusal never
- * removes an object another upload has put there since.
- */
-export async function deleteIfUnchanged(storage: ArtifactStorage, key: string, etag: string): Promise<void> {
-  const head = await storage.head(key);
-  if (head?.etag === etag) await storage.delete(key);
-}
-
-/** What a caller knows of an artifact it names (an intent, a report's reference), used when storage kept neither. */
-export interface ArtifactHint {
-  name?: string | undefined;
-  content_type?: string | undefined;
-}
-
-/**
- * Records an object that is in storage but not in D1, once its bytes are confirmed to hash to its key
- * (and, when given, to be `expectedSize` long). An object whose bytes do not match its key is deleted: it
- * is not the artifact it claims to be. Its name and content type are what storage kept with it, else the
- * caller's `hint`. Answers the row, or null when there is no such verified object.
- *
- * This is how S3 mode records a presigned single PUT, after which the runner never comes back: the next
- * intent, report, proposal or download that asks for it adopts it.
- */
-export async function adoptObject(
-  storage: ArtifactStorage,
-  db: DrizzleD1Database,
-  loopId: string,
-  sha256: string,
-  expectedSize: number | null,
-  hint: ArtifactHint = {},
-): Promise<ArtifactRow | null> {
-  const key = artifactKey(loopId, sha256);
-  const object = await storage.get(key);
-  if (!object) return null;
-  if (expectedSize !== null && object.size !== expectedSize) {
-    await object.body.cancel();
-    return null;
-  }
-  if ((await digestOf(object.body)) !== sha256) {
-    console.warn(`loopwarden: the object ${key} does not hash to its key; deleting it`);
-    await deleteIfUnchanged(storage, key, object.etag);
-    return null;
-  }
-  const { row } = await recordArtifact(db, {
-    loopId,
-    sha256,
-    size: object.size,
-    name: sanitizeName(object.name ?? hint.name, sha256),
-    contentType: recordedContentType(object.contentType ?? hint.content_type),
-  });
-  return row;
-}
-
-/**
- * Of the artifacts an observation or proposal cites, those neither recorded with that size nor in
- * storage with it (and then verified and recorded now, as `adoptObject` does): the evidence a decision
- * may rest on is only what the coordinator checked. One D1 query per 90 digests; storage is asked only
- * about what D1 does not have (in binding mode, nothing but what a crash left unrecorded). What storage
- * failed at is 502 `storage_error`.
- */
-export async function unverified<T extends { sha256: string; size: number; name?: string; content_type?: string }>(
-  storage: () => Promise<ArtifactStorage>,
-  db: DrizzleD1Database,
-  loopId: string,
-  cited: readonly T[],
-): Promise<T[]> {
-  const missing = await unrecorded(db, loopId, cited);
-  if (missing.length === 0) return [];
-  const store = await inStorage(storage);
-  const still: T[] = [];
-  const adopted = new Set<string>();
-  for (const ref of missing) {
-    const key = `${ref.sha256}/${ref.size}`;
-    if (adopted.has(key)) continue;
-    if (await inStorage(() => adoptObject(store, db, loopId, ref.sha256, ref.size, ref))) adopted.add(key);
-    else still.push(ref);
-  }
-  return still;
 }

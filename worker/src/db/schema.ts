@@ -117,6 +117,9 @@ export const tokens = sqliteTable(
  * teams and tokens, the source of truth and not a projection: a row is written only once the object is
  * confirmed in R2 with its size and SHA-256, so a row means "verified". `name` and `content_type` are
  * sanitised on the way in and describe the file for listings and downloads; neither decides how it is served.
+ * `etag` is storage's ETag of the object whose bytes were verified: storage's object is taken as the
+ * artifact (answered `exists`, served) only while it still has that ETag. Null on rows recorded before
+ * ETags were kept: the first time such a row's object is needed, its bytes are verified again and the ETag pinned.
  */
 export const artifacts = sqliteTable(
   "artifacts",
@@ -127,9 +130,20 @@ export const artifacts = sqliteTable(
     name: text("name").notNull(),
     contentType: text("content_type").notNull(),
     createdAt: text("created_at").notNull(),
+    etag: text("etag"),
   },
   (table) => [primaryKey({ columns: [table.loopId, table.sha256] }), index("artifacts_by_loop").on(table.loopId, table.createdAt, table.sha256)],
 );
+
+/**
+ * The bytes each loop's recorded artifacts take: a running total, what the quota (LOOP_ARTIFACT_QUOTA_BYTES)
+ * is checked against in one row read, whatever the loop's history. It grows in the same D1 batch as the
+ * artifact row it counts, and only when that row was created (`recordArtifact`).
+ */
+export const loopArtifactUsage = sqliteTable("loop_artifact_usage", {
+  loopId: text("loop_id").primaryKey(),
+  bytes: integer("bytes").notNull(),
+});
 
 export type LoopRow = typeof loops.$inferInsert;
 export type CandidateRow = typeof candidates.$inferInsert;

@@ -13,17 +13,21 @@ import { Sha256 } from "../../../shared/wire/observation.js";
 import { MAX_PARTS, artifactLimits, uploadSizes, type ArtifactLimits } from "../artifact-limits.js";
 import { downloadHeaders, recordedContentType, sanitizeName } from "../artifact-names.js";
 import { artifactStorage } from "../artifact-storage-mode.js";
-import { PartsRefused, UploadGone, type ArtifactStorage, type NewUpload, type StoredObject, type ThroughWorker } from "../artifact-storage.js";
+import { PartsRefused, UploadGone, type ArtifactStorage, type NewUpload, type ObjectBody, type StoredObject, type ThroughWorker } from "../artifact-storage.js";
 import {
   adoptObject,
   artifactKey,
+  confirmStored,
   deleteIfUnchanged,
   digestOf,
   findArtifact,
   listArtifacts,
-  recordArtifact,
-  recordedBytes,
+  quotaExceeded,
+  recordVerified,
+  usedBytes,
+  verifyObject,
   viewOf,
+  type ArtifactScope,
 } from "../artifact-store.js";
 import { declaredLength, inStorage, storageError, uploadNotFound } from "../artifact-upload.js";
 import { requireScope, type AuthEnv } from "../auth.js";
@@ -38,7 +42,9 @@ import { readJson, readParam } from "../validate.js";
  * ARTIFACT_PART_BYTES, default PART_SIZE, then `complete`, which verifies the whole object before
  * recording it). In binding mode the PUTs come through the worker into R2; in S3 mode they go to
  * presigned storage URLs, and a single PUT's object is verified and recorded when next asked about
- * (`adoptObject`). Nothing is recorded in D1 before its bytes are confirmed in storage.
+ * (`adoptObject`). Nothing is recorded in D1 before its bytes are confirmed in storage, and a recorded
+ * artifact is immutable: an intent that gives it another size is refused (409 `size_conflict`), and its
+ * object is answered `exists` or served only while it has the ETag of the bytes verified (`confirmStored`).
  *
  * Abandoned multipart uploads: a client that fails aborts its upload (`DELETE …/uploads/:uploadId`); one
  * that cannot (it crashed) leaves parts that R2's bucket lifecycle aborts after 7 days, R2's default rule
@@ -94,25 +100,43 @@ function throughWorker(storage: ArtifactStorage): ThroughWorker {
   );
 }
 
-/** The 507 for storing `size` bytes as `sha256`, when that would take the loop's recorded artifacts past its quota. */
-async function quotaRefusal(c: Context<AuthEnv>, loopId: string, sha256: string, size: number): Promise<ApiError | null> {
-  const { quotaBytes } = limitsOf(c);
-  const used = await recordedBytes(drizzle(c.env.DB), loopId, sha256);
-  if (used + size <= quotaBytes) return null;
-  return new ApiError(507, "quota_exceeded", `this loop's artifacts may take ${quotaBytes} bytes; it has ${used}, and this one is ${size}`);
+function scopeOf(c: Context<AuthEnv>, storage: ArtifactStorage, loopId: string): ArtifactScope {
+  return { storage, db: drizzle(c.env.DB), loopId, quotaBytes: limitsOf(c).quotaBytes };
 }
 
-async function requireQuota(c: Context<AuthEnv>, loopId: string, sha256: string, size: number): Promise<void> {
-  const refusal = await quotaRefusal(c, loopId, sha256, size);
+/**
+ * The 507 for a new artifact (one not recorded: a recorded one is counted already) of `size` bytes that
+ * would take the loop past its quota: checked on the running total, one row, before a byte is stored.
+ * Recording checks it again in the same D1 batch that counts the artifact (`recordArtifact`), which is
+ * what holds when uploads race.
+ */
+async function quotaRefusal(scope: ArtifactScope, size: number): Promise<ApiError | null> {
+  const used = await usedBytes(scope.db, scope.loopId);
+  return used + size <= scope.quotaBytes ? null : quotaExceeded(scope.quotaBytes, used, size);
+}
+
+async function requireQuota(scope: ArtifactScope, size: number): Promise<void> {
+  const refusal = await quotaRefusal(scope, size);
   if (refusal) throw refusal;
 }
 
-/** The artifact as recorded, when it is also in storage with its recorded size: what `exists` means. */
-async function findStored(c: Context<AuthEnv>, storage: ArtifactStorage, loopId: string, sha256: string): Promise<ArtifactRow | null> {
-  const row = await findArtifact(drizzle(c.env.DB), loopId, sha256);
-  if (!row) return null;
-  const head = await inStorage(() => storage.head(artifactKey(loopId, sha256)));
-  return head && head.size === row.size ? row : null;
+/**
+ * A recorded artifact's size is its bytes' size: an upload of the same sha256 with another is not those
+ * bytes, and is refused before anything is presigned or stored (storage's object is never replaced by it).
+ */
+function requireRecordedSize(row: ArtifactRow | null, size: number): void {
+  if (row && row.size !== size) {
+    throw new ApiError(409, "size_conflict", `artifact ${row.sha256} is recorded with ${row.size} bytes; an upload of it cannot be ${size}`);
+  }
+}
+
+/** A recorded artifact whose verified bytes storage no longer holds (gone, or changed and not the artifact's): upload it again. */
+function damaged(sha256: string): ApiError {
+  return new ApiError(
+    404,
+    "artifact_damaged",
+    `artifact ${sha256} is recorded, but storage no longer holds bytes that hash to it: upload it again (the same intent) to repair it`,
+  );
 }
 
 function stored(c: Context<AuthEnv>, row: ArtifactRow, created: boolean) {
@@ -147,15 +171,18 @@ artifactRoutes.post("/:id/artifacts", async (c) => {
   if (intent.size > ceiling) throw new ApiError(413, "artifact_too_large", `artifacts are limited to ${ceiling} bytes; this one is ${intent.size}`);
 
   const key = artifactKey(loopId, intent.sha256);
-  const db = drizzle(c.env.DB);
-  const [row, head] = await Promise.all([findArtifact(db, loopId, intent.sha256), inStorage(() => storage.head(key))]);
-  // Recorded and in storage with that size; or in storage with that size but not recorded (a crash
-  // between the two, or a presigned PUT in S3 mode), which is verified and recorded now.
-  const exists =
-    head?.size === intent.size &&
-    (row ? row.size === head.size : (await inStorage(() => adoptObject(storage, db, loopId, intent.sha256, intent.size, intent))) !== null);
+  const scope = scopeOf(c, storage, loopId);
+  const [row, head] = await Promise.all([findArtifact(scope.db, loopId, intent.sha256), inStorage(() => storage.head(key))]);
+  requireRecordedSize(row, intent.size);
+  // Recorded, and storage still holds the object verified (its ETag; else it is checked again whole);
+  // or in storage with that size but not recorded (a crash between the two, or a presigned PUT in S3
+  // mode), which is verified and recorded now. Otherwise it is uploaded (again: a damaged object is
+  // replaced under the same key, and verified before the row is pinned to it).
+  const exists = row
+    ? (await confirmStored(scope, row, head)) !== null
+    : head?.size === intent.size && (await adoptObject(scope, intent.sha256, intent.size, intent)) !== null;
   if (exists) return c.json({ status: "exists" } satisfies ArtifactIntentResponse);
-  await requireQuota(c, loopId, intent.sha256, intent.size);
+  if (!row) await requireQuota(scope, intent.size);
 
   const upload: NewUpload = {
     key,
@@ -187,33 +214,57 @@ artifactRoutes.post("/:id/artifacts", async (c) => {
 artifactRoutes.put("/:id/artifacts/:sha256", async (c) => {
   const loopId = await requireLoop(c, "write");
   const sha256 = shaOf(c);
-  const through = throughWorker(await storageOf(c));
+  const storage = await storageOf(c);
+  const through = throughWorker(storage);
   const name = sanitizeName(c.req.query("name"), sha256);
   const contentType = recordedContentType(c.req.header("content-type"));
   const length = declaredLength(c, Math.min(uploadSizes(c.env).putMaxBytes, limitsOf(c).maxBytes), "artifact");
-  await requireQuota(c, loopId, sha256, length);
+  const scope = scopeOf(c, storage, loopId);
+  const recorded = await findArtifact(scope.db, loopId, sha256);
+  requireRecordedSize(recorded, length);
+  if (!recorded) await requireQuota(scope, length);
   // R2 hashes the bytes itself and refuses any that do not hash to the key: nothing unverified is stored.
-  const size = await inStorage(() =>
+  // A recorded artifact sent again replaces its object with the same bytes (repairing a damaged one).
+  const object = await inStorage(() =>
     through.put({ key: artifactKey(loopId, sha256), sha256, contentType, recordedContentType: contentType, name }, c.req.raw.body, length),
   );
-  if (size !== length) throw storageError(new Error(`R2 stored ${size ?? "no"} bytes of ${length}`));
-  const { row, created } = await recordArtifact(drizzle(c.env.DB), { loopId, sha256, size: length, name, contentType });
+  if (object?.size !== length) throw storageError(new Error(`R2 stored ${object?.size ?? "no"} bytes of ${length}`));
+  const { row, created } = await recordVerified(scope, { loopId, sha256, size: length, name, contentType, etag: object.etag });
   return stored(c, row, created);
 });
+
+/** A refusal by the quota, when verifying an unrecorded object on the way to a download, is "no such artifact". */
+function unlessQuota(error: unknown): null {
+  if (error instanceof ApiError && error.code === "quota_exceeded") return null;
+  throw error;
+}
+
+function download(c: Context<AuthEnv>, row: ArtifactRow, object: ObjectBody): Response {
+  return c.body(object.body, 200, { ...downloadHeaders(row), "Content-Length": String(object.size), ETag: object.httpEtag });
+}
 
 artifactRoutes.get("/:id/artifacts/:sha256", async (c) => {
   const loopId = await requireLoop(c, "read");
   const sha256 = shaOf(c);
   const storage = await storageOf(c);
-  const db = drizzle(c.env.DB);
-  // Only what is recorded (verified) is served; an object stored but not yet recorded is verified first.
-  const row = (await findArtifact(db, loopId, sha256)) ?? (await inStorage(() => adoptObject(storage, db, loopId, sha256, null)));
-  const object = row ? await inStorage(() => storage.get(artifactKey(loopId, sha256))) : null;
-  if (!row || !object || object.size !== row.size) {
-    await object?.body.cancel();
-    throw new ApiError(404, "not_found", "no such artifact");
-  }
-  return c.body(object.body, 200, { ...downloadHeaders(row), "Content-Length": String(object.size), ETag: object.httpEtag });
+  const scope = scopeOf(c, storage, loopId);
+  const key = artifactKey(loopId, sha256);
+  // Only what is recorded (verified) is served; an object stored but not yet recorded is verified first
+  // (one the quota has no room for is deleted, and so not found).
+  const row = (await findArtifact(scope.db, loopId, sha256)) ?? (await adoptObject(scope, sha256, null).catch(unlessQuota));
+  if (!row) throw new ApiError(404, "not_found", "no such artifact");
+  const object = await inStorage(() => storage.get(key));
+  // Served only while storage's object has the ETag of the bytes verified: never bytes written since.
+  if (object && row.etag !== null && object.etag === row.etag && object.size === row.size) return download(c, row, object);
+  await object?.body.cancel();
+  // Written since it was verified (or verified before ETags were kept): its bytes are checked whole, once.
+  // Wrong ones are deleted and never served; the artifact is then uploaded again to repair it.
+  const confirmed = object ? await verifyObject(scope, sha256, row.size, {}, row) : null;
+  if (!confirmed) throw damaged(sha256);
+  const checked = await inStorage(() => storage.get(key));
+  if (checked && checked.etag === confirmed.etag && checked.size === confirmed.size) return download(c, confirmed, checked);
+  await checked?.body.cancel();
+  throw storageError(new Error(`the object ${key} changed while it was being checked; try again`));
 });
 
 artifactRoutes.put("/:id/artifacts/:sha256/uploads/:uploadId/parts/:part", async (c) => {
@@ -239,11 +290,13 @@ artifactRoutes.post("/:id/artifacts/:sha256/uploads/:uploadId/complete", async (
   if (body.parts.some((part, index) => index > 0 && part.part_number <= (body.parts[index - 1]?.part_number ?? 0))) {
     throw new ApiError(400, "invalid_request", "list the parts in ascending order of part number, each once");
   }
-  const db = drizzle(c.env.DB);
+  const scope = scopeOf(c, storage, loopId);
   const key = artifactKey(loopId, sha256);
 
-  // Recorded already (another upload of the same bytes won): completing would only overwrite it.
-  const existing = await findStored(c, storage, loopId, sha256);
+  // Recorded already, and storage still holds its verified bytes (another upload of the same bytes won):
+  // completing would only overwrite it. A recorded artifact whose object was damaged is replaced.
+  const recorded = await findArtifact(scope.db, loopId, sha256);
+  const existing = recorded ? await confirmStored(scope, recorded) : null;
   if (existing) {
     await storage.abortMultipart(key, uploadId).catch(() => undefined);
     return stored(c, existing, false);
@@ -258,7 +311,7 @@ artifactRoutes.post("/:id/artifacts/:sha256/uploads/:uploadId/complete", async (
   } catch (error) {
     if (error instanceof UploadGone) {
       // A retry of a complete that went through but whose verification never finished: verify it now.
-      const adopted = await inStorage(() => adoptObject(storage, db, loopId, sha256, null));
+      const adopted = await adoptObject(scope, sha256, null);
       if (adopted) return stored(c, adopted, false);
       throw uploadNotFound();
     }
@@ -273,24 +326,26 @@ artifactRoutes.post("/:id/artifacts/:sha256/uploads/:uploadId/complete", async (
   };
   // The parts are the client's: parts that add up to another size than the intent declared are an
   // incomplete (or overlong) upload, told apart from bytes that do not hash to the key.
-  const declared = object.declaredSize ?? object.size;
+  const declared = recorded?.size ?? object.declaredSize ?? object.size;
   if (object.size !== declared) {
     await refuse(new ApiError(400, "size_mismatch", `the parts add up to ${object.size} bytes; the artifact is ${declared}`));
   }
-  const overQuota = await quotaRefusal(c, loopId, sha256, object.size);
+  const overQuota = recorded ? null : await quotaRefusal(scope, object.size);
   if (overQuota) await refuse(overQuota);
   const whole = await inStorage(() => storage.get(key));
   if (!whole) throw storageError(new Error(`the completed object ${key} is not in storage`));
   if ((await inStorage(() => digestOf(whole.body))) !== sha256) {
     console.warn(`loopwarden: a multipart upload to ${key} does not hash to its key; deleting it`);
-    await refuse(new ApiError(400, "digest_mismatch", "the uploaded parts do not hash to the sha256 they were put under"));
+    await inStorage(() => deleteIfUnchanged(storage, key, whole.etag));
+    throw new ApiError(400, "digest_mismatch", "the uploaded parts do not hash to the sha256 they were put under");
   }
-  const { row, created } = await recordArtifact(db, {
+  const { row, created } = await recordVerified(scope, {
     loopId,
     sha256,
     size: whole.size,
     name: sanitizeName(object.name, sha256),
     contentType: recordedContentType(object.contentType),
+    etag: whole.etag,
   });
   return stored(c, row, created);
 });

@@ -2,9 +2,7 @@ import { Hono } from "hono";
 import { canonicalJson } from "../../../shared/canonical-json.js";
 import { sha256Hex } from "../../../shared/hash.js";
 import { HeartbeatRequest, ReportRequest, type ReportResponse } from "../../../shared/wire/api.js";
-import { drizzle } from "drizzle-orm/d1";
-import { artifactStorage } from "../artifact-storage-mode.js";
-import { unverified } from "../artifact-store.js";
+import { unverifiedIn } from "../artifact-store.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import type { AuthEnv } from "../auth.js";
 import { loopIdOfLease, openLoop } from "../loops.js";
@@ -35,7 +33,7 @@ leaseRoutes.post("/:leaseId/report", async (c) => {
     ...body.observation.gates.flatMap((gate) => (gate.log ? [{ what: `the log of gate "${gate.name}"`, ...gate.log }] : [])),
     ...(body.observation.artifacts ?? []).map((ref) => ({ what: `artifact "${ref.name}"`, ...ref })),
   ];
-  const [missing] = await unverified(() => artifactStorage(c.env), drizzle(c.env.DB), loopId, cited);
+  const [missing] = await unverifiedIn(c.env, loopId, cited);
   if (missing) throw new ApiError(422, "artifact_missing", `${missing.what} (${missing.sha256}) is not stored; upload it first`);
   const answer = await stub.report({
     caller,

@@ -18,8 +18,7 @@ import {
   type ConfirmResponse,
 } from "../../../shared/wire/api.js";
 import { loops } from "../db/schema.js";
-import { artifactStorage } from "../artifact-storage-mode.js";
-import { unverified } from "../artifact-store.js";
+import { unverifiedIn } from "../artifact-store.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import { requireScope, type AuthEnv } from "../auth.js";
 import { loopIdFor, loopStub, openLoop } from "../loops.js";
@@ -114,7 +113,7 @@ loopRoutes.post("/:id/candidates", async (c) => {
   if (lease) requireScope(c, "evaluate");
   // A bundle the proposal names must be recorded already, with its size (checked outside the LoopObject,
   // as a report's logs are, so storage latency never sits inside a decision), or be in storage and verified now.
-  if (body.bundle && (await unverified(() => artifactStorage(c.env), drizzle(c.env.DB), loopId, [body.bundle])).length > 0) {
+  if (body.bundle && (await unverifiedIn(c.env, loopId, [body.bundle])).length > 0) {
     throw new ApiError(422, "artifact_missing", `the candidate's bundle (${body.bundle.sha256}) is not stored; upload it first`);
   }
   const answer = await stub.propose({ caller, proposal: body, request_hash: sha256Hex(canonicalJson(body)), ...(lease ? { lease } : {}) });
