@@ -285,7 +285,8 @@ export class Client {
     if (intent.status === "exists") return ref;
     if (intent.status === "upload") {
       if (isCoordinatorPath(intent.url)) this.storesUploads = true;
-      const response = await this.send("PUT", intent.url, blob, { "Content-Type": ref.content_type });
+      // Headers the intent names are signed into a presigned URL (S3 mode's checksum): sent as given.
+      const response = await this.send("PUT", intent.url, blob, { "Content-Type": ref.content_type, ...intent.headers });
       if (!response.ok) await this.parse(response, ArtifactStored);
       await response.body?.cancel();
       onProgress?.(ref.size, ref.size);

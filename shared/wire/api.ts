@@ -183,11 +183,20 @@ export type ArtifactIntent = z.infer<typeof ArtifactIntent>;
  * The answer to an upload intent: already stored; one PUT of the whole file; or a multipart upload, one
  * PUT per part (each answering its ETag), then `complete_url` with the parts' ETags (or `abort_url`).
  * A URL that starts with `/` is the coordinator's own (send the token); any other is presigned storage
- * (send nothing else).
+ * (send nothing else but `headers`).
  */
 export const ArtifactIntentResponse = z.discriminatedUnion("status", [
   z.object({ status: z.literal("exists") }),
-  z.object({ status: z.literal("upload"), method: z.literal("PUT"), url: z.string() }),
+  z.object({
+    status: z.literal("upload"),
+    method: z.literal("PUT"),
+    url: z.string(),
+    /**
+     * Headers the PUT must carry as given, besides its Content-Type (a presigned URL signs them: S3 mode's
+     * `x-amz-checksum-sha256`, with which storage refuses any bytes but the artifact's).
+     */
+    headers: z.record(z.string(), z.string()).optional(),
+  }),
   z.object({
     status: z.literal("multipart"),
     upload_id: z.string().min(1).max(1_000),

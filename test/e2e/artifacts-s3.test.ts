@@ -17,7 +17,8 @@ import { profiledAnswerProject } from "../support/profiled-answer-project.js";
 // s3rver checks a presigned URL's expiry but not its SigV4 signature (its source says so), so the store
 // the coordinator is pointed at is a gate in front of s3rver that recomputes every request's signature
 // with the secret, as S3 and R2 do, and refuses a mismatch (403 SignatureDoesNotMatch) before s3rver
-// sees it.
+// sees it. s3rver ignores x-amz-checksum-sha256 as well; the gate checks it as R2 and S3 do (400
+// BadDigest), unless a test turns that off to stand for a store that ignores it.
 
 const MiB = 1024 * 1024;
 const BUCKET = "loopwarden-test";
@@ -115,6 +116,8 @@ interface GateRequest {
 interface Store {
   /** The gate's origin: what the coordinator is given as S3_ENDPOINT. */
   endpoint: string;
+  /** Whether the gate refuses a PUT whose body does not hash to its x-amz-checksum-sha256 (as R2 does); on unless turned off. */
+  verifyChecksums: boolean;
   /** s3rver's own origin, for the test to look at what is stored (unsigned reads). */
   direct: string;
   requests: GateRequest[];
@@ -126,27 +129,46 @@ async function startStore(directory: string): Promise<Store> {
   const s3rver = new S3rver({ address: "127.0.0.1", port: 0, directory, silent: true, configureBuckets: [{ name: BUCKET }] });
   const { port: s3Port } = await s3rver.run();
   const requests: GateRequest[] = [];
+  const refuse = (res: http.ServerResponse, status: number, code: string, message: string) => {
+    res.writeHead(status, { "content-type": "application/xml" });
+    res.end(`<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>${code}</Code><Message>${message}</Message></Error>`);
+  };
   const gate = http.createServer((req, res) => {
     const auth = new URL(req.url ?? "/", "http://gate").searchParams.has("X-Amz-Signature") ? "presigned" : req.headers.authorization ? "header" : "none";
     const problem = signatureProblem(req, SECRET_ACCESS_KEY);
-    requests.push({ method: req.method ?? "", path: (req.url ?? "").split("?")[0] ?? "", auth, refused: problem !== null });
+    const record: GateRequest = { method: req.method ?? "", path: (req.url ?? "").split("?")[0] ?? "", auth, refused: problem !== null };
+    requests.push(record);
     if (problem) {
       req.resume();
-      res.writeHead(403, { "content-type": "application/xml" });
-      res.end(`<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SignatureDoesNotMatch</Code><Message>${problem}</Message></Error>`);
+      refuse(res, 403, "SignatureDoesNotMatch", problem);
       return;
     }
-    const upstream = http.request({ host: "127.0.0.1", port: s3Port, method: req.method, path: req.url, headers: req.headers }, (answer) => {
-      res.writeHead(answer.statusCode ?? 502, answer.headers);
-      answer.pipe(res);
+    const forward = (body: Buffer | null) => {
+      const upstream = http.request({ host: "127.0.0.1", port: s3Port, method: req.method, path: req.url, headers: req.headers }, (answer) => {
+        res.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(res);
+      });
+      upstream.on("error", (error) => res.destroy(error));
+      if (body) upstream.end(body);
+      else req.pipe(upstream);
+    };
+    const checksum = req.headers["x-amz-checksum-sha256"];
+    if (req.method !== "PUT" || typeof checksum !== "string" || !store.verifyChecksums) return forward(null);
+    // As R2 and S3 do: the body must hash to the SHA-256 the request carries, or nothing is stored.
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.on("end", () => {
+      const body = Buffer.concat(chunks);
+      if (createHash("sha256").update(body).digest("base64") === checksum) return forward(body);
+      record.refused = true;
+      refuse(res, 400, "BadDigest", "The SHA256 you specified did not match the calculated checksum.");
     });
-    upstream.on("error", (error) => res.destroy(error));
-    req.pipe(upstream);
   });
   await new Promise<void>((resolve) => gate.listen(0, "127.0.0.1", resolve));
   const gatePort = (gate.address() as { port: number }).port;
-  return {
+  const store: Store = {
     endpoint: `http://127.0.0.1:${gatePort}`,
+    verifyChecksums: true,
     direct: `http://127.0.0.1:${s3Port}`,
     requests,
     async close() {
@@ -156,6 +178,7 @@ async function startStore(directory: string): Promise<Store> {
       await s3rver.close();
     },
   };
+  return store;
 }
 
 /** The keys s3rver holds under `prefix` (an unsigned ListObjects straight to s3rver). */
@@ -224,9 +247,17 @@ async function createLoop(url: string, key: string): Promise<string> {
   return ((await response.json()) as { loop: { loop_id: string } }).loop.loop_id;
 }
 
-/** A PUT to a presigned storage URL, as a runner sends it (no token). */
-function putToStorage(url: string, body: Uint8Array, contentType?: string): Promise<Response> {
-  return fetch(url, { method: "PUT", body, headers: contentType ? { "content-type": contentType } : {} });
+/** A PUT to a presigned storage URL, as a runner sends it: no token, the content type, and the headers the intent named. */
+function putToStorage(url: string, body: Uint8Array, contentType?: string, headers: Record<string, string> = {}): Promise<Response> {
+  return fetch(url, { method: "PUT", body, headers: { ...(contentType ? { "content-type": contentType } : {}), ...headers } });
+}
+
+/** The SHA-256 of what s3rver holds under `key` (an unsigned GET straight to s3rver), or null when it holds nothing. */
+async function storedDigest(store: Store, key: string): Promise<string | null> {
+  const response = await fetch(`${store.direct}/${BUCKET}/${key}`);
+  if (response.status === 404) return null;
+  expect(response.status).toBe(200);
+  return sha256(new Uint8Array(await response.arrayBuffer()));
 }
 
 describe("artifacts in S3 mode, against s3rver", () => {
@@ -317,7 +348,7 @@ describe("artifacts in S3 mode, against s3rver", () => {
     const files = path.join(tmp.dir, "files");
     mkdirSync(files, { recursive: true });
 
-    // One PUT (3 MiB): the intent answers a presigned URL that binds the length and content type.
+    // One PUT (3 MiB): the intent answers a presigned URL that binds the length, content type and SHA-256.
     const small = randomBytes(3 * MiB);
     writeFileSync(path.join(files, "small.bin"), small);
     const smallIntent = await intend(coordinator.url, loopId, {
@@ -330,10 +361,11 @@ describe("artifacts in S3 mode, against s3rver", () => {
     const signed = new URL(smallIntent.url);
     expect(signed.origin).toBe(store.endpoint);
     expect(signed.pathname).toBe(`/${BUCKET}/loops/${loopId}/sha256/${sha256(small)}`);
-    expect(signed.searchParams.get("X-Amz-SignedHeaders")).toBe("content-length;content-type;host");
+    expect(signed.searchParams.get("X-Amz-SignedHeaders")).toBe("content-length;content-type;host;x-amz-checksum-sha256");
     expect(signed.searchParams.get("X-Amz-Expires")).toBe("900");
+    expect(smallIntent.headers).toEqual({ "x-amz-checksum-sha256": createHash("sha256").update(small).digest("base64") });
     // A PUT straight to storage is not confirmed to the coordinator: nothing is recorded until the object is asked about …
-    const put = await fetch(smallIntent.url, { method: "PUT", headers: { "Content-Type": "application/x-test" }, body: small });
+    const put = await fetch(smallIntent.url, { method: "PUT", headers: { "Content-Type": "application/x-test", ...smallIntent.headers }, body: small });
     expect(put.status).toBe(200);
     const smallRef = { sha256: sha256(small), size: small.length };
     expect((await listed(coordinator.url, loopId)).map((artifact) => artifact.sha256)).not.toContain(smallRef.sha256);
@@ -373,31 +405,103 @@ describe("artifacts in S3 mode, against s3rver", () => {
     expect(bindingObjects(coordinator.stateDir)).toEqual([]);
   });
 
-  it("storage refuses a tampered signature or another length; bytes that do not hash to their key are deleted, never recorded", async () => {
+  it("storage refuses a tampered signature, another length, a dropped checksum or other bytes; bytes that do not hash to their key are deleted, never recorded", async () => {
     const bytes = randomBytes(64 * 1024);
     const digest = sha256(bytes);
+    const key = `loops/${loopId}/sha256/${digest}`;
     const intent = await intend(coordinator.url, loopId, { sha256: digest, size: bytes.length, content_type: "application/octet-stream" });
     if (intent.status !== "upload") throw new Error(`expected an upload, got ${intent.status}`);
+    const headers = intent.headers ?? {};
 
     const tampered = new URL(intent.url);
     const signature = tampered.searchParams.get("X-Amz-Signature") ?? "";
     tampered.searchParams.set("X-Amz-Signature", `${signature.slice(0, -1)}${signature.endsWith("0") ? "1" : "0"}`);
-    const forged = await putToStorage(tampered.toString(), bytes, "application/octet-stream");
+    const forged = await putToStorage(tampered.toString(), bytes, "application/octet-stream", headers);
     expect(forged.status).toBe(403);
     expect(await forged.text()).toContain("SignatureDoesNotMatch");
     // The signed length: a longer body under the same URL is refused too.
-    const longer = await putToStorage(intent.url, new Uint8Array([...bytes, 0]), "application/octet-stream");
+    const longer = await putToStorage(intent.url, new Uint8Array([...bytes, 0]), "application/octet-stream", headers);
     expect(longer.status).toBe(403);
-    expect(await storedKeys(store, `loops/${loopId}/sha256/${digest}`)).toEqual([]);
-
-    // The right URL with the wrong bytes (of the right length): storage takes them, but they never count.
+    // The signed checksum: a PUT that drops it (or names another digest) does not match the signature.
+    const unchecked = await putToStorage(intent.url, bytes, "application/octet-stream");
+    expect([unchecked.status, await unchecked.text()]).toEqual([403, expect.stringContaining("x-amz-checksum-sha256")]);
+    const otherDigest = await putToStorage(intent.url, bytes, "application/octet-stream", {
+      "x-amz-checksum-sha256": createHash("sha256").update("other").digest("base64"),
+    });
+    expect(otherDigest.status).toBe(403);
+    // Other bytes of the right length, under the signed checksum: a store that checks it (R2, S3) refuses them.
     const wrong = randomBytes(bytes.length);
-    expect((await putToStorage(intent.url, wrong, "application/octet-stream")).status).toBe(200);
-    expect(await storedKeys(store, `loops/${loopId}/sha256/${digest}`)).toHaveLength(1);
+    const refused = await putToStorage(intent.url, wrong, "application/octet-stream", headers);
+    expect([refused.status, await refused.text()]).toEqual([400, expect.stringContaining("BadDigest")]);
+    expect(await storedKeys(store, key)).toEqual([]);
+
+    // A store that ignores the checksum takes them, but they never count: verified when asked about, and deleted.
+    store.verifyChecksums = false;
+    try {
+      expect((await putToStorage(intent.url, wrong, "application/octet-stream", headers)).status).toBe(200);
+    } finally {
+      store.verifyChecksums = true;
+    }
+    expect(await storedKeys(store, key)).toHaveLength(1);
     expect((await api(`${coordinator.url}/v1/loops/${loopId}/artifacts/${digest}`)).status).toBe(404);
-    expect(await storedKeys(store, `loops/${loopId}/sha256/${digest}`)).toEqual([]);
+    expect(await storedKeys(store, key)).toEqual([]);
     expect((await intend(coordinator.url, loopId, { sha256: digest, size: bytes.length, content_type: "application/octet-stream" })).status).toBe("upload");
     expect((await listed(coordinator.url, loopId)).map((artifact) => artifact.sha256)).not.toContain(digest);
+  });
+
+  it("a recorded artifact stays what was verified: a presigned URL used again, or an intent with another size, never replaces it", async () => {
+    const client = new Client(coordinator.url, { token: TEST_OWNER_TOKEN, retryForMs: 5_000 });
+    const bytes = randomBytes(48 * 1024);
+    const digest = sha256(bytes);
+    const key = `loops/${loopId}/sha256/${digest}`;
+    const intent = await intend(coordinator.url, loopId, { sha256: digest, size: bytes.length, content_type: "application/octet-stream", name: "kept.bin" });
+    if (intent.status !== "upload") throw new Error(`expected an upload, got ${intent.status}`);
+    expect((await putToStorage(intent.url, bytes, "application/octet-stream", intent.headers)).status).toBe(200);
+    expect(await intend(coordinator.url, loopId, { sha256: digest, size: bytes.length, content_type: "application/octet-stream" })).toEqual({
+      status: "exists",
+    });
+    expect(await listed(coordinator.url, loopId)).toContainEqual(expect.objectContaining({ sha256: digest, name: "kept.bin" }));
+
+    // An intent that gives it another size is refused, and nothing is presigned for it.
+    const resized = await api(`${coordinator.url}/v1/loops/${loopId}/artifacts`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ sha256: digest, size: bytes.length + 1, content_type: "application/octet-stream" }),
+    });
+    expect(resized.status).toBe(409);
+    const refusal = (await resized.json()) as { error: { code: string }; url?: string };
+    expect(refusal.error.code).toBe("size_conflict");
+    expect(refusal).not.toHaveProperty("url");
+
+    // The URL used again before it expires, with other bytes of the same length: a store that checks the
+    // signed checksum refuses them, and the recorded object is untouched.
+    const other = randomBytes(bytes.length);
+    const again = await putToStorage(intent.url, other, "application/octet-stream", intent.headers);
+    expect(again.status).toBe(400);
+    expect(await storedDigest(store, key)).toBe(digest);
+
+    // A store that ignores the checksum takes them: the worker sees the object's ETag is not the one it
+    // verified, never serves those bytes or answers `exists`, and the runner's next upload repairs it.
+    store.verifyChecksums = false;
+    try {
+      expect((await putToStorage(intent.url, other, "application/octet-stream", intent.headers)).status).toBe(200);
+    } finally {
+      store.verifyChecksums = true;
+    }
+    expect(await storedDigest(store, key)).toBe(sha256(other));
+    const download = await api(`${coordinator.url}/v1/loops/${loopId}/artifacts/${digest}`);
+    expect(download.status).toBe(404);
+    expect(((await download.json()) as { error: { code: string } }).error.code).toBe("artifact_damaged");
+    expect(await storedDigest(store, key)).toBeNull();
+    expect(await listed(coordinator.url, loopId)).toContainEqual(expect.objectContaining({ sha256: digest, name: "kept.bin" }));
+
+    const files = path.join(tmp.dir, "kept");
+    mkdirSync(files, { recursive: true });
+    writeFileSync(path.join(files, "kept.bin"), bytes);
+    await client.uploadArtifactFile(loopId, path.join(files, "kept.bin"), "kept.bin", "application/octet-stream");
+    expect(await storedDigest(store, key)).toBe(digest);
+    expect(sha256(await client.downloadArtifact(loopId, digest))).toBe(digest);
+    expect(store.requests.filter((request) => request.refused && request.auth === "header")).toEqual([]);
   });
 
   it("refuses a presigned URL once it has expired (S3_PRESIGN_TTL)", async () => {
@@ -409,7 +513,7 @@ describe("artifacts in S3 mode, against s3rver", () => {
       if (intent.status !== "upload") throw new Error(`expected an upload, got ${intent.status}`);
       expect(new URL(intent.url).searchParams.get("X-Amz-Expires")).toBe("1");
       await new Promise((resolve) => setTimeout(resolve, 2_500));
-      const late = await putToStorage(intent.url, bytes, "application/octet-stream");
+      const late = await putToStorage(intent.url, bytes, "application/octet-stream", intent.headers);
       expect(late.status).toBe(403);
       expect(await late.text()).toMatch(/Request has expired/);
       expect(await storedKeys(store, `loops/${loop}/`)).toEqual([]);

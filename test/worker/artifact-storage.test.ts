@@ -113,28 +113,29 @@ describe("S3 mode in workerd", () => {
     expect(((await response.json()) as { error: { code: string } }).error.code).toBe("upload_to_storage");
   });
 
-  it("presigns a single PUT that binds the key, length and content type, and keeps the name as x-amz-meta-name", async () => {
+  it("presigns a single PUT that binds the key, length, content type and SHA-256, and keeps the name as x-amz-meta-name", async () => {
     const settings = s3Settings({ ...S3, S3_PRESIGN_TTL: "2m" });
     if (!settings) throw new Error("S3 settings expected");
     const sha256 = sha256Hex("presigned");
-    const url = new URL(
-      await s3Storage(settings).uploadUrl({
-        key: `loops/l1/sha256/${sha256}`,
-        path: `/v1/loops/l1/artifacts/${sha256}`,
-        sha256,
-        size: 1234,
-        contentType: "text/plain; charset=utf-8",
-        recordedContentType: "text/plain; charset=utf-8",
-        name: "gate-unit.log",
-      }),
-    );
+    const target = await s3Storage(settings).uploadUrl({
+      key: `loops/l1/sha256/${sha256}`,
+      path: `/v1/loops/l1/artifacts/${sha256}`,
+      sha256,
+      size: 1234,
+      contentType: "text/plain; charset=utf-8",
+      recordedContentType: "text/plain; charset=utf-8",
+      name: "gate-unit.log",
+    });
+    const url = new URL(target.url);
     expect(url.origin + url.pathname).toBe(`http://127.0.0.1:9/artifacts/loops/l1/sha256/${sha256}`);
-    expect(url.searchParams.get("X-Amz-SignedHeaders")).toBe("content-length;content-type;host");
+    // The SHA-256 is a signed header (storage refuses other bytes), never a query parameter S3 would ignore.
+    expect(url.searchParams.get("X-Amz-SignedHeaders")).toBe("content-length;content-type;host;x-amz-checksum-sha256");
     expect(url.searchParams.get("X-Amz-Expires")).toBe("120");
     expect(url.searchParams.get("X-Amz-Credential")).toMatch(/^key-id\/\d{8}\/auto\/s3\/aws4_request$/);
     expect(url.searchParams.get("x-amz-meta-name")).toBe("gate-unit.log");
-    // No checksum the runner would have to send.
     expect([...url.searchParams.keys()].filter((key) => /checksum/i.test(key))).toEqual([]);
+    // What the runner sends with it: the digest in base64, as S3's checksum header carries it.
+    expect(target.headers).toEqual({ "x-amz-checksum-sha256": btoa(String.fromCharCode(...(sha256.match(/../g) ?? []).map((hex) => parseInt(hex, 16)))) });
   });
 });
 

@@ -33,7 +33,7 @@ export function bindingStorage(bucket: R2Bucket): ArtifactStorage {
       await bucket.delete(key);
     },
     async uploadUrl(upload) {
-      return `${upload.path}?name=${encodeURIComponent(upload.name)}`;
+      return { url: `${upload.path}?name=${encodeURIComponent(upload.name)}` };
     },
     async beginMultipart(upload, partBytes) {
       const created = await bucket.createMultipartUpload(upload.key, {

@@ -12,15 +12,20 @@ import {
   UploadPartCommand,
 } from "@aws-sdk/client-s3";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
-import { PartsRefused, UploadGone, type ArtifactStorage, type NewUpload, type ObjectBody, type StoredObject } from "./artifact-storage.js";
+import { hexToBytes } from "@noble/hashes/utils.js";
+import { base64 } from "@scure/base";
+import { PartsRefused, UploadGone, type ArtifactStorage, type NewUpload, type ObjectBody, type StoredObject, type UploadTarget } from "./artifact-storage.js";
 import type { S3Settings } from "./artifact-storage-mode.js";
 
 // S3 mode (DESIGN §10): artifacts in an S3-compatible bucket (R2's S3 API when deployed), reached with
 // @aws-sdk/client-s3. Runners upload straight to storage with presigned URLs (a single PUT, or one per
-// part) that bind the key, the length and (for a single PUT) the content type; the worker creates,
+// part) that bind the key, the length and (for a single PUT) the content type and SHA-256; the worker creates,
 // completes and aborts multipart uploads and reads objects back to verify them. After a single PUT the
 // runner does not come back, so such an object is verified and recorded when it is next asked about
 // (an intent, a report or proposal citing it, a download): `adoptObject`.
+
+/** The header a presigned single PUT carries the artifact's SHA-256 in (base64 of the digest), signed. */
+const CHECKSUM_HEADER = "x-amz-checksum-sha256";
 
 /** Error names S3 answers `complete` with when the listed parts are not ones it can put together. */
 const REFUSED_PARTS = new Set(["InvalidPart", "InvalidPartOrder", "EntityTooSmall", "MalformedXML"]);
@@ -51,9 +56,10 @@ export function s3Storage(settings: S3Settings): ArtifactStorage {
     credentials: { accessKeyId: settings.accessKeyId, secretAccessKey: settings.secretAccessKey },
     // Path-style (`<endpoint>/<bucket>/<key>`): R2 and local servers alike, no bucket subdomains.
     forcePathStyle: true,
-    // No checksums the store did not ask for: with the default, s3rver stored a streamed PutObject 45
-    // bytes longer (aws-chunked framing), and a presigned URL would demand checksum headers runners do
-    // not send. The bytes are verified by their SHA-256 here anyway.
+    // No checksums the SDK computes on its own: with the default, s3rver stored a streamed PutObject 45
+    // bytes longer (aws-chunked framing), and a presigned URL would demand a CRC32 header of bytes the
+    // worker never sees. The one checksum a presigned PUT carries is the artifact's SHA-256, given
+    // explicitly (`uploadUrl`); the worker verifies the bytes by their SHA-256 anyway.
     requestChecksumCalculation: "WHEN_REQUIRED",
     responseChecksumValidation: "WHEN_REQUIRED",
   });
@@ -104,19 +110,29 @@ export function s3Storage(settings: S3Settings): ArtifactStorage {
     async delete(key) {
       await client.send(new DeleteObjectCommand({ Bucket, Key: key }));
     },
-    async uploadUrl(upload: NewUpload) {
+    async uploadUrl(upload: NewUpload): Promise<UploadTarget> {
       // The length is signed (a body of another length is refused by storage); the content type too,
       // when it is one a header can carry as given (the runner sends the intent's content type); the
       // name travels as x-amz-meta-name in the query, which stores that keep it record with the object.
+      // The SHA-256 is signed as the x-amz-checksum-sha256 header (kept out of the query, where S3 would
+      // ignore it), so the runner must send it and storage (R2, S3) refuses bytes that do not hash to it:
+      // the URL cannot be used again, before it expires, to put other bytes under a verified artifact.
+      const checksum = base64.encode(hexToBytes(upload.sha256));
       const bindType = upload.contentType === upload.recordedContentType;
       const command = new PutObjectCommand({
         Bucket,
         Key: upload.key,
         ContentLength: upload.size,
         ...(bindType ? { ContentType: upload.contentType } : {}),
+        ChecksumSHA256: checksum,
         Metadata: { name: upload.name },
       });
-      return getSignedUrl(client, command, { expiresIn, ...(bindType ? { signableHeaders: new Set(["content-type"]) } : {}) });
+      const url = await getSignedUrl(client, command, {
+        expiresIn,
+        unhoistableHeaders: new Set([CHECKSUM_HEADER]),
+        ...(bindType ? { signableHeaders: new Set(["content-type"]) } : {}),
+      });
+      return { url, headers: { [CHECKSUM_HEADER]: checksum } };
     },
     async beginMultipart(upload: NewUpload, partBytes: number) {
       const created = await client.send(

@@ -54,6 +54,13 @@ export class UploadGone extends Error {}
 /** Storage refused the parts `complete` listed (a wrong ETag, a part too small, parts that do not fit). */
 export class PartsRefused extends Error {}
 
+/** Where the runner sends a whole file in one PUT, and the headers it sends with it besides its Content-Type. */
+export interface UploadTarget {
+  url: string;
+  /** Signed into a presigned URL (S3 mode's `x-amz-checksum-sha256`): a PUT without them is refused. */
+  headers?: Record<string, string>;
+}
+
 /** Storage that takes uploads through the worker (binding mode): bodies streamed in with their length. */
 export interface ThroughWorker {
   /** Streams a whole artifact in; R2 refuses bytes that do not hash to `sha256`. Answers the stored object (null: nothing stored). */
@@ -68,8 +75,11 @@ export interface ArtifactStorage {
   head(key: string): Promise<StoredObject | null>;
   get(key: string): Promise<ObjectBody | null>;
   delete(key: string): Promise<void>;
-  /** Where the runner sends the whole file in one PUT: a coordinator path, or a presigned storage URL. */
-  uploadUrl(upload: NewUpload): Promise<string>;
+  /**
+   * Where the runner sends the whole file in one PUT: a coordinator path, or a presigned storage URL that
+   * binds the length, the content type and the SHA-256 (storage refuses other bytes).
+   */
+  uploadUrl(upload: NewUpload): Promise<UploadTarget>;
   /** Begins a multipart upload of parts of `partBytes`; answers its id and where each part goes. */
   beginMultipart(upload: NewUpload, partBytes: number): Promise<{ uploadId: string; partUrls: string[] }>;
   /** Completes a multipart upload (throws UploadGone or PartsRefused); answers the object, not yet verified. */

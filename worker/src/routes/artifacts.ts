@@ -194,8 +194,8 @@ artifactRoutes.post("/:id/artifacts", async (c) => {
     name: sanitizeName(intent.name, intent.sha256),
   };
   if (intent.size <= putMaxBytes) {
-    const url = await inStorage(() => storage.uploadUrl(upload));
-    return c.json({ status: "upload", method: "PUT", url } satisfies ArtifactIntentResponse);
+    const target = await inStorage(() => storage.uploadUrl(upload));
+    return c.json({ status: "upload", method: "PUT", ...target } satisfies ArtifactIntentResponse);
   }
   const { uploadId, partUrls } = await inStorage(() => storage.beginMultipart(upload, partBytes));
   // `complete` and `abort` are always the coordinator's: it completes with storage, then verifies.
