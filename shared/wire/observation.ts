@@ -142,7 +142,10 @@ export const Observation = z
     /**
      * The best-so-far commit the runner compared the candidate with, echoed from its lease's `compare_to`.
      * A report that names another commit than its lease is not judged (the candidate is re-queued).
-     * Absent in reports of runners that predate it; t0's observation never has one.
+     * Optional here because only the lease says whether it is required: in an optimize loop, a report
+     * under a lease that names `compare_to` without it is refused (`invalid_observation`,
+     * `unnamedComparison`), since only it says which commit `samples.best` measured. Elsewhere it may be
+     * absent: reports of runners that predate it, under leases that predate `compare_to`, and t0's.
      */
     compared_to: GitCommit.optional(),
   })
