@@ -14,7 +14,7 @@
 // (the artifacts issue): the upload's throughput as a ratio to curl's floor, per mode and size.
 import { spawn, spawnSync } from "node:child_process";
 import { createHash, randomFillSync } from "node:crypto";
-import { closeSync, fsyncSync, mkdirSync, mkdtempSync, openSync, readSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fsyncSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { createRequire } from "node:module";
 import os from "node:os";
 import path from "node:path";
@@ -164,8 +164,9 @@ interface Transfer {
 async function curlUpload(transfers: readonly Transfer[], headers: Record<string, string>, parallel = 1): Promise<number> {
   const argv = ["-sS", "-H", "Expect:", "-w", "%{http_code} %{size_upload}\\n", ...(parallel > 1 ? ["--parallel", "--parallel-max", String(parallel)] : [])];
   for (const [name, value] of Object.entries(headers)) argv.push("-H", `${name}: ${value}`);
-  // Each -T and -o goes with the URL that follows it.
-  for (const transfer of transfers) argv.push("-T", transfer.file, "-o", "/dev/null", transfer.url);
+  // Each -T and -o goes with the URL that follows it; an answer is kept to say why, should a transfer fail.
+  const answerFiles = transfers.map((transfer, index) => `${transfer.file}.answer${index + 1}`);
+  transfers.forEach((transfer, index) => argv.push("-T", transfer.file, "-o", answerFiles[index] ?? "/dev/null", transfer.url));
   const started = performance.now();
   const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
     const child = spawn("curl", argv, { stdio: ["ignore", "pipe", "pipe"] });
@@ -178,9 +179,13 @@ async function curlUpload(transfers: readonly Transfer[], headers: Record<string
   });
   const elapsed = performance.now() - started;
   const answers = stdout.trim().split("\n");
-  const bad = answers.filter((answer) => !/^20[01] \d+$/.test(answer));
-  if (code !== 0 || answers.length !== transfers.length || bad.length > 0) {
-    throw new Error(`curl exited ${code}, answered ${JSON.stringify(answers)}: ${stderr}`);
+  const bodies = answerFiles.map((file) => (existsSync(file) ? readFileSync(file, "utf8").slice(0, 300) : ""));
+  for (const file of answerFiles) rmSync(file, { force: true });
+  if (code !== 0 || answers.length !== transfers.length || answers.some((answer) => !/^20[01] \d+$/.test(answer))) {
+    const failed = answers.flatMap((answer, index) =>
+      /^20[01] /.test(answer) ? [] : [`part ${index + 1} of ${transfers.length}: ${answer} ${bodies[index] ?? ""}`],
+    );
+    throw new Error(`curl exited ${code}${stderr ? ` (${stderr.trim()})` : ""}; ${failed.join("; ")}`);
   }
   return elapsed;
 }
@@ -240,13 +245,19 @@ async function abortUpload(url: string, abortUrl: string): Promise<void> {
 /** One traced request of the runner's client (LOOPWARDEN_TRACE_HTTP=1): what it was for, and its time. */
 interface Traced {
   phase: string;
+  /** The HTTP status, or the connection error's code when the request got no answer. */
+  status: string;
   ms: number;
 }
+
+/** A request that was answered with success, not one the client then sent again. */
+const isAnswered = (request: Traced) => /^2\d\d$/.test(request.status);
 
 /** Which step of an upload a traced request was (runner/src/client.ts `uploadBlob`). */
 function phaseOf(method: string, target: string, earlier: readonly Traced[]): string {
   const where = target.split("?")[0] ?? "";
-  if (method === "POST" && where.endsWith("/artifacts")) return earlier.some((request) => request.phase === "intent") ? "intent again" : "intent";
+  if (method === "POST" && where.endsWith("/artifacts"))
+    return earlier.some((request) => request.phase === "intent" && isAnswered(request)) ? "intent again" : "intent";
   if (method === "POST" && where.endsWith("/complete")) return "complete";
   if (method === "PUT") return where.includes("/parts/") || target.includes("partNumber=") ? "parts" : "PUT";
   return method;
@@ -261,9 +272,9 @@ async function timedUpload(client: Client, loopId: string, file: string): Promis
   const write = process.stderr.write;
   process.env.LOOPWARDEN_TRACE_HTTP = "1";
   process.stderr.write = ((chunk: unknown, ...rest: unknown[]) => {
-    const match = typeof chunk === "string" ? /^loopwarden http: (\S+) (\S+) (\S+) sent \d+ B(?: gzip)? in (\d+) ms\n$/.exec(chunk) : null;
+    const match = typeof chunk === "string" ? /^loopwarden http: (\S+) (\S+) (.+) sent \d+ B(?: gzip)? in (\d+) ms\n$/.exec(chunk) : null;
     if (!match) return (write as (...all: unknown[]) => boolean).call(process.stderr, chunk, ...rest);
-    requests.push({ phase: phaseOf(match[1] ?? "", match[2] ?? "", requests), ms: Number(match[4]) });
+    requests.push({ phase: phaseOf(match[1] ?? "", match[2] ?? "", requests), status: match[3] ?? "", ms: Number(match[4]) });
     return true;
   }) as typeof process.stderr.write;
   try {
@@ -304,6 +315,14 @@ interface Row {
 }
 
 const rows: Row[] = [];
+/** The runner's requests that failed and that its client sent again (runner/src/client.ts `send`). */
+const resent: string[] = [];
+/** curl floors that failed and were run again. */
+const curlFailures: string[] = [];
+const SINGLE_FLOOR = "curl -T, the same URL";
+const PARTS_FLOOR = "curl -T of each part, in sequence";
+const PARALLEL_FLOOR = `curl -T of the parts, ${PARALLEL_PARTS} at a time (first repetition only)`;
+const WHOLE_FLOOR = "curl -T of the whole file, one presigned PUT";
 
 async function measure(mode: Mode, coordinator: TestCoordinator, files: string, s3: { endpoint: string; client: S3Client } | null): Promise<void> {
   const client = new Client(coordinator.url, { token: TEST_OWNER_TOKEN });
@@ -321,10 +340,21 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
       phases: new Map(),
       verified: "",
     };
-    const floor = (name: string, ms: number) => {
-      const found = row.floors.find((entry) => entry.name === name);
-      if (found) found.ms.push(ms);
-      else row.floors.push({ name, ms: [ms] });
+    /** Runs a floor and records its time; one that fails (a dropped connection) is told in the notes and run once more, from a new intent. */
+    const floor = async (name: string, run: () => Promise<number>) => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          const ms = await run();
+          const found = row.floors.find((entry) => entry.name === name);
+          if (found) found.ms.push(ms);
+          else row.floors.push({ name, ms: [ms] });
+          return;
+        } catch (error) {
+          curlFailures.push(`${mode} mode, ${sizeMiB} MiB, ${name}: ${(error as Error).message}`);
+          console.error(`  ${curlFailures.at(-1)}`);
+          if (attempt >= 2) throw error;
+        }
+      }
     };
     for (let repetition = 0; repetition < REPETITIONS; repetition++) {
       // loopwarden: the runner's upload of a file of fresh bytes.
@@ -340,10 +370,13 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
         const back = await downloaded(client, loopId, digest);
         row.verified = back.sha256 === digest && back.size === size ? "byte-exact" : `**NOT byte-exact** (${back.size} bytes, sha256 ${back.sha256})`;
         if (back.sha256 !== digest || back.size !== size) process.exitCode = 1;
-        const counts = upload.requests.map((request) => request.phase);
+        const counts = upload.requests.filter(isAnswered).map((request) => request.phase);
         row.how = multipart
           ? `intent, ${counts.filter((phase) => phase === "parts").length} parts in sequence, complete`
           : `intent, one PUT${counts.includes("intent again") ? ", intent again" : ""}`;
+      }
+      for (const request of upload.requests.filter((request) => !isAnswered(request))) {
+        resent.push(`${mode} mode, ${sizeMiB} MiB, repetition ${repetition + 1}: ${request.phase} answered ${request.status} after ${request.ms} ms`);
       }
       rmSync(mine, { force: true });
 
@@ -353,22 +386,34 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
       const auth = mode === "binding" ? { Authorization: `Bearer ${TEST_OWNER_TOKEN}` } : {};
       const absolute = (url: string) => (url.startsWith("/") ? `${coordinator.url}${url}` : url);
       if (!multipart) {
-        const intent = await intend(coordinator.url, loopId, theirDigest, size);
-        if (intent.status !== "upload") throw new Error(`expected one PUT for ${sizeMiB} MiB, the intent answered ${intent.status}`);
-        floor("curl -T, the same URL", await curlUpload([{ file: theirs, url: absolute(intent.url) }], { ...auth, "Content-Type": CONTENT_TYPE }));
+        await floor(SINGLE_FLOOR, async () => {
+          const intent = await intend(coordinator.url, loopId, theirDigest, size);
+          if (intent.status !== "upload") throw new Error(`expected one PUT for ${sizeMiB} MiB, the intent answered ${intent.status}`);
+          return curlUpload([{ file: theirs, url: absolute(intent.url) }], { ...auth, "Content-Type": CONTENT_TYPE });
+        });
       } else {
         const parts = splitFile(theirs, size, 64 * MiB);
-        for (const [name, parallel] of [
-          ["curl -T of each part, in sequence", 1],
-          [`curl -T of the parts, ${PARALLEL_PARTS} at a time`, PARALLEL_PARTS],
-        ] as const) {
-          const intent = await intend(coordinator.url, loopId, theirDigest, size);
-          if (intent.status !== "multipart") throw new Error(`expected a multipart upload for ${sizeMiB} MiB, the intent answered ${intent.status}`);
-          if (intent.part_urls.length !== parts.length) throw new Error(`${intent.part_urls.length} part URLs for ${parts.length} parts`);
-          const transfers = intent.part_urls.map((url, index) => ({ file: parts[index] ?? "", url: absolute(url) }));
-          floor(name, await curlUpload(transfers, auth, parallel));
-          // s3rver 3.7.1 has no AbortMultipartUpload (405): its parts stay in its directory, removed at the end.
-          if (mode === "binding") await abortUpload(coordinator.url, intent.abort_url);
+        // The parts a few at a time only in the first repetition: in binding mode each is most of a minute here.
+        const ways =
+          repetition === 0
+            ? ([
+                [PARTS_FLOOR, 1],
+                [PARALLEL_FLOOR, PARALLEL_PARTS],
+              ] as const)
+            : ([[PARTS_FLOOR, 1]] as const);
+        for (const [name, parallel] of ways) {
+          await floor(name, async () => {
+            const intent = await intend(coordinator.url, loopId, theirDigest, size);
+            if (intent.status !== "multipart") throw new Error(`expected a multipart upload for ${sizeMiB} MiB, the intent answered ${intent.status}`);
+            if (intent.part_urls.length !== parts.length) throw new Error(`${intent.part_urls.length} part URLs for ${parts.length} parts`);
+            const transfers = intent.part_urls.map((url, index) => ({ file: parts[index] ?? "", url: absolute(url) }));
+            try {
+              return await curlUpload(transfers, auth, parallel);
+            } finally {
+              // s3rver 3.7.1 has no AbortMultipartUpload (405): its parts stay in its directory, removed at the end.
+              if (mode === "binding") await abortUpload(coordinator.url, intent.abort_url);
+            }
+          });
         }
         for (const part of parts) rmSync(part, { force: true });
         if (s3) {
@@ -378,7 +423,7 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
             expiresIn: 900,
             signableHeaders: new Set(["content-type"]),
           });
-          floor("curl -T of the whole file, one presigned PUT", await curlUpload([{ file: theirs, url }], { "Content-Type": CONTENT_TYPE }));
+          await floor(WHOLE_FLOOR, () => curlUpload([{ file: theirs, url }], { "Content-Type": CONTENT_TYPE }));
           // Only to keep the disk free: s3rver's directory is removed at the end anyway.
           await fetch(`${s3.endpoint}/${BUCKET}/${key}`, { method: "DELETE" }).then(
             (response) => response.body?.cancel(),
@@ -502,6 +547,26 @@ for (const row of rows) {
   say(`| ${row.mode} | ${row.sizeMiB} MiB | ${row.load.toFixed(1)} | ${cells.join(" | ")} | ${Math.round(median(row.loopwarden))} |`);
 }
 say();
+say("## Where each ratio comes from");
+say();
+say(
+  "Medians of the second table, against the first floor's median (so the parts need not add up to the whole): the bytes' way to storage, the client's against curl's; the coordinator's own check once the bytes are there; the rest.",
+);
+say();
+for (const row of rows) {
+  const phase = (name: string) => median(row.phases.get(name) ?? [Number.NaN]);
+  const sending = row.phases.has("parts") ? phase("parts") : phase("PUT");
+  const check: [string, number] | null = row.phases.has("complete")
+    ? ["`complete`", phase("complete")]
+    : row.phases.has("intent again")
+      ? ["the intent asked again", phase("intent again")]
+      : null;
+  const floorMs = median(row.floors[0]?.ms ?? [Number.NaN]);
+  say(
+    `- ${row.mode} mode, ${row.sizeMiB} MiB (${(median(row.loopwarden) / floorMs).toFixed(2)}×): the client sent the bytes in ${seconds(sending)} s against curl's ${seconds(floorMs)} s (${(sending / floorMs).toFixed(2)}×); ${check ? `the coordinator's check, ${check[0]}, took ${seconds(check[1])} s; ` : "the coordinator checked the bytes as they went into R2 (nothing after them); "}the sha256 pass and the rest outside requests ${seconds(phase("outside requests"))} s; the intent ${seconds(phase("intent"))} s.`,
+  );
+}
+say();
 say("## Notes");
 say();
 say(
@@ -514,7 +579,7 @@ say(
   `- The floor, S3 mode: the presigned URLs an intent answered for curl's file, straight to s3rver (one PUT at 10 MiB; the eight presigned UploadPart URLs at 500 MiB). At 500 MiB a second floor is one presigned PUT of the whole file (S3 takes up to 5 GiB in one PUT; the coordinator answers multipart above 95 MiB, the same split as binding mode): the ratio to it is the cost of uploading in parts at all, on top of the runner's own. The URL is presigned here as the worker presigns (length and content type bound), with \`requestChecksumCalculation: "WHEN_REQUIRED"\` as the worker's client has it (otherwise the URL demands checksum headers).`,
 );
 say(
-  `- The extra floor "${PARALLEL_PARTS} at a time" sends the same parts with \`curl --parallel --parallel-max ${PARALLEL_PARTS}\`: what sending a multipart upload's parts a few at once, rather than one after the other as the client does, could gain on this machine.`,
+  `- The extra floor "${PARALLEL_PARTS} at a time" (run once per mode, in the first repetition, to keep the bench's time bounded) sends the same parts with \`curl --parallel --parallel-max ${PARALLEL_PARTS}\`: what sending a multipart upload's parts a few at once, rather than one after the other as the client does, could gain on this machine.`,
 );
 say(
   `- Every curl figure is the \`curl\` command's wall time, its start and exit included (about ${curlStart.toFixed(0)} ms here, \`curl --version\`), with \`-H "Expect:"\`: for a body over 1 MiB curl would otherwise send \`Expect: 100-continue\` and wait for an answer to it before sending, which the runner's fetch never does. The runner's client is timed inside this process, so its figure has no process start.`,
@@ -530,6 +595,16 @@ say(
 );
 say(
   `- This is a ${os.cpus().length}-core machine shared with other work (the load average as each row started is in the second table); the client, curl, the coordinator's workerd and s3rver run on the same cores, so these figures are this machine's, not a deployment's.`,
+);
+say(
+  resent.length === 0
+    ? "- The runner's client sent no request again: every one was answered the first time."
+    : `- Requests of the runner's client that failed and that it sent again, as it does (their time is in its figure): ${resent.join("; ")}.`,
+);
+say(
+  curlFailures.length === 0
+    ? "- No curl transfer failed."
+    : `- curl transfers that failed, each floor then run once more from a new intent (the runner's client would have sent the failed request again itself): ${curlFailures.map((failure) => `\`${failure.replace(/`/g, "'")}\``).join("; ")}.`,
 );
 say(`- Every process started was stopped by its pid: ${stopped.join(", ")}; the generated files and the stores' directories were deleted.`);
 
