@@ -27,10 +27,19 @@ async function errorCode(response: Response): Promise<string> {
   return ((await response.json()) as { error: { code: string } }).error.code;
 }
 
+/** Every row of D1 `tokens`, as stored: what a refused request must leave exactly as it was. */
+async function tokenRows(): Promise<Record<string, unknown>[]> {
+  return (await env.DB.prepare("SELECT * FROM tokens ORDER BY id").all<Record<string, unknown>>()).results;
+}
+
 async function createTeam(name: string): Promise<{ team_id: string; admin: string }> {
   const created = await json<{ team: { team_id: string }; token: TokenCreated }>(await postJson("/v1/teams", { name }), 201);
   expect(created.token.scopes).toEqual(["admin"]);
   return { team_id: created.team.team_id, admin: created.token.token };
+}
+
+async function whoami(token: string): Promise<{ token_id: string; team_id: string }> {
+  return json<{ token_id: string; team_id: string }>(await call("/v1/whoami", {}, token), 200);
 }
 
 async function createToken(admin: string, body: Record<string, unknown>): Promise<TokenCreated> {
@@ -194,6 +203,96 @@ describe("tokens", () => {
     // A restriction names a loop of the team: another team's loop is refused like one that does not exist.
     const foreign = await loopWithLease((await createTeam("epsilon-other")).admin, "epsilon-foreign");
     expect((await postJson("/v1/tokens", { scopes: ["read"], loop_id: foreign.loopId }, team.admin)).status).toBe(404);
+  });
+
+  it("a token creates only tokens that can do no more than itself: a loop-restricted admin mints none unrestricted, for another loop or outliving it (403, nothing written)", async () => {
+    const team = await createTeam("theta");
+    const mine = await loopWithLease(team.admin, "theta-1");
+    const other = await loopWithLease(team.admin, "theta-2");
+    const restricted = await createToken(team.admin, { scopes: ["admin"], loop_id: mine.loopId, expires_in: "1d", name: "loop admin" });
+    const before = await tokenRows();
+    const refusals: [string, Record<string, unknown>][] = [
+      ["an unrestricted token", { scopes: ["read"], expires_in: "1h" }],
+      ["an unrestricted admin token", { scopes: ["admin"], expires_in: "1h" }],
+      ["an unrestricted token, naming its own team", { scopes: ["read"], expires_in: "1h", team_id: team.team_id }],
+      ["a token of another loop of the team", { scopes: ["read"], loop_id: other.loopId, expires_in: "1h" }],
+      ["a token of a loop that does not exist", { scopes: ["read"], loop_id: `lp_${"0".repeat(24)}`, expires_in: "1h" }],
+      ["a token that outlives it", { scopes: ["read"], loop_id: mine.loopId, expires_in: "2d" }],
+      ["a token that never expires", { scopes: ["read"], loop_id: mine.loopId }],
+    ];
+    for (const [what, body] of refusals) {
+      const response = await postJson("/v1/tokens", body, restricted.token);
+      expect(response.status, what).toBe(403);
+      expect(await errorCode(response), what).toBe("forbidden");
+    }
+    // A token without the admin scope creates none, not even one narrower than itself.
+    const proposer = await createToken(team.admin, { scopes: ["propose", "evaluate"], loop_id: mine.loopId });
+    const unchanged = await tokenRows();
+    for (const body of [
+      { scopes: ["admin"], loop_id: mine.loopId },
+      { scopes: ["read"], loop_id: mine.loopId },
+    ]) {
+      const response = await postJson("/v1/tokens", body, proposer.token);
+      expect(response.status, JSON.stringify(body)).toBe(403);
+    }
+    // Nor does a restricted token create teams.
+    expect((await postJson("/v1/teams", { name: "theta-escape" }, restricted.token)).status).toBe(403);
+    expect(await tokenRows()).toEqual(unchanged);
+    expect(unchanged.length).toBe(before.length + 1);
+
+    // What it may create: a token of its own loop that expires no later than itself, with scopes it holds.
+    const child = await createToken(restricted.token, { scopes: ["evaluate"], loop_id: mine.loopId, expires_in: "12h", name: "runner" });
+    expect(child).toMatchObject({ team_id: team.team_id, loop_id: mine.loopId, scopes: ["evaluate"] });
+    expect(Date.parse(child.expires_at ?? "")).toBeLessThanOrEqual(Date.parse(restricted.expires_at ?? ""));
+    expect((await postJson(`/v1/loops/${mine.loopId}/leases`, { runner_id: "theta-runner" }, child.token)).status).toBe(204);
+
+    // An unrestricted admin that expires mints nothing that outlives it either.
+    const expiring = await createToken(team.admin, { scopes: ["admin"], expires_in: "7d" });
+    const beforeExpiring = await tokenRows();
+    for (const body of [{ scopes: ["read"] }, { scopes: ["read"], expires_in: "8d" }, { scopes: ["admin"], expires_in: "30d" }]) {
+      const response = await postJson("/v1/tokens", body, expiring.token);
+      expect(response.status, JSON.stringify(body)).toBe(403);
+    }
+    expect(await tokenRows()).toEqual(beforeExpiring);
+    expect((await createToken(expiring.token, { scopes: ["read"], expires_in: "6d" })).loop_id).toBeNull();
+  });
+
+  it("a loop-restricted admin lists and revokes only the tokens of its loop; another team's admin finds none of them", async () => {
+    const team = await createTeam("iota");
+    const mine = await loopWithLease(team.admin, "iota-1");
+    const other = await loopWithLease(team.admin, "iota-2");
+    const restricted = await createToken(team.admin, { scopes: ["admin"], loop_id: mine.loopId });
+    const sameLoop = await createToken(team.admin, { scopes: ["read"], loop_id: mine.loopId });
+    const otherLoop = await createToken(team.admin, { scopes: ["read"], loop_id: other.loopId });
+    const unrestricted = await createToken(team.admin, { scopes: ["read"] });
+
+    const listed = await json<{ tokens: { token_id: string }[] }>(await call("/v1/tokens", {}, restricted.token), 200);
+    expect(listed.tokens.map((row) => row.token_id).sort()).toEqual([restricted.token_id, sameLoop.token_id].sort());
+    const named = await json<{ tokens: { token_id: string }[] }>(await call(`/v1/tokens?team_id=${team.team_id}`, {}, restricted.token), 200);
+    expect(named.tokens.map((row) => row.token_id).sort()).toEqual([restricted.token_id, sameLoop.token_id].sort());
+
+    // Tokens of other loops, and the team's unrestricted ones (its first admin token included), are not its to revoke.
+    const before = await tokenRows();
+    const intruder = await createTeam("iota-other");
+    for (const [who, token] of [
+      ["the restricted admin", restricted.token],
+      ["another team's admin", intruder.admin],
+    ] as const) {
+      for (const target of [otherLoop.token_id, unrestricted.token_id, (await whoami(team.admin)).token_id]) {
+        const response = await call(`/v1/tokens/${target}`, { method: "DELETE" }, token);
+        expect(response.status, `${who} revoking ${target}`).toBe(404);
+        expect(await errorCode(response)).toBe("not_found");
+      }
+    }
+    const intruderRevoking = await call(`/v1/tokens/${sameLoop.token_id}`, { method: "DELETE" }, intruder.admin);
+    expect(intruderRevoking.status).toBe(404);
+    // (Creating the intruder's team added its team and admin token, nothing else.)
+    expect((await tokenRows()).filter((row) => row.team_id === team.team_id)).toEqual(before.filter((row) => row.team_id === team.team_id));
+    for (const token of [otherLoop, unrestricted]) expect((await call(`/v1/loops/${token.loop_id ?? mine.loopId}`, {}, token.token)).status).toBe(200);
+
+    const revoked = await json<{ revoked_at: string | null }>(await call(`/v1/tokens/${sameLoop.token_id}`, { method: "DELETE" }, restricted.token), 200);
+    expect(revoked.revoked_at).not.toBeNull();
+    expect((await call(`/v1/loops/${mine.loopId}`, {}, sameLoop.token)).status).toBe(401);
   });
 
   it("teams: names are unique (409), the owner lists them and may manage any team's tokens", async () => {
