@@ -298,7 +298,7 @@ const token = program
   );
 token
   .command("create")
-  .description("create a token of your team")
+  .description("create a token of your team (with the owner token: of the team --team names)")
   .requiredOption("--scopes <list>", "comma-separated: admin, propose, evaluate, read (admin includes all; propose and evaluate include read)")
   .option("--loop <id>", "restrict the token to one loop (required of a token that is itself restricted: its own loop)")
   .option(
@@ -307,7 +307,7 @@ token
   )
   .addOption(new Option("--ttl <duration>", "same as --expires").hideHelp())
   .option("--name <label>", "a label shown by token list, e.g. the machine it is for")
-  .option("--team <id>", "with the owner token: the team to create it in")
+  .option("--team <id>", "with the owner token (required): the team to create it in")
   .action(async (options: { scopes: string; loop?: string; expires?: string; ttl?: string; name?: string; team?: string }) => {
     const { tokenCreateCommand } = await import("./commands/tenancy.js");
     exitCode = await tokenCreateCommand({ ...globals(), ...options, expires: options.expires ?? options.ttl });
@@ -315,7 +315,7 @@ token
 token
   .command("list")
   .description("list your team's tokens (never their secrets); a token restricted to a loop lists the tokens of that loop")
-  .option("--team <id>", "with the owner token: the team to list")
+  .option("--team <id>", "with the owner token: only this team's (default: every team's)")
   .action(async (options: { team?: string }) => {
     const { tokenListCommand } = await import("./commands/tenancy.js");
     exitCode = await tokenListCommand({ ...globals(), ...options });

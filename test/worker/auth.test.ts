@@ -1,5 +1,6 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { TokenList } from "../../shared/wire/auth.js";
 import { RATE_LIMIT_PERIOD_S } from "../../worker/src/auth.js";
 import { call, candidateBody, createLoopBody, drainOutbox, logOf, observationOf, postJson } from "./fixtures.js";
 
@@ -293,6 +294,41 @@ describe("tokens", () => {
     const revoked = await json<{ revoked_at: string | null }>(await call(`/v1/tokens/${sameLoop.token_id}`, { method: "DELETE" }, restricted.token), 200);
     expect(revoked.revoked_at).not.toBeNull();
     expect((await call(`/v1/loops/${mine.loopId}`, {}, sameLoop.token)).status).toBe(401);
+  });
+
+  it("the owner names the team a token is for: without one, 400 team_required and nothing written; the owner's list spans every team", async () => {
+    const team = await createTeam("kappa");
+    const before = await tokenRows();
+    for (const body of [{ scopes: ["read"] }, { scopes: ["admin"], name: "ops" }]) {
+      const response = await postJson("/v1/tokens", body);
+      expect(response.status, JSON.stringify(body)).toBe(400);
+      const error = ((await response.json()) as { error: { code: string; message: string } }).error;
+      expect(error.code).toBe("team_required");
+      expect(error.message).toMatch(/team_id/);
+    }
+    expect(await tokenRows()).toEqual(before);
+
+    // A row of the owner's own team, as coordinators before this check wrote for exactly that request,
+    // still lists (as the shared schema reads it) and can be revoked.
+    const legacyId = "tk_00000000000000aa";
+    await env.DB.prepare(
+      "INSERT INTO tokens (id, team_id, secret_hash, scopes, loop_id, name, created_at, created_by) VALUES (?, 'owner', ?, 'read', NULL, NULL, ?, 'owner')",
+    )
+      .bind(legacyId, "f".repeat(64), new Date().toISOString())
+      .run();
+    const all = TokenList.parse(await json(await call("/v1/tokens"), 200));
+    const teamsListed = new Set(all.tokens.map((row) => row.team_id));
+    expect(teamsListed).toContain("owner");
+    expect(teamsListed).toContain(team.team_id);
+    expect(all.tokens.map((row) => row.token_id)).toEqual(expect.arrayContaining([legacyId, ...before.map((row) => row.id)]));
+    const one = TokenList.parse(await json(await call(`/v1/tokens?team_id=${team.team_id}`), 200));
+    expect(new Set(one.tokens.map((row) => row.team_id))).toEqual(new Set([team.team_id]));
+    const revoked = await json<{ token_id: string; team_id: string; revoked_at: string | null }>(
+      await call(`/v1/tokens/${legacyId}`, { method: "DELETE" }),
+      200,
+    );
+    expect(revoked).toMatchObject({ token_id: legacyId, team_id: "owner" });
+    expect(revoked.revoked_at).not.toBeNull();
   });
 
   it("teams: names are unique (409), the owner lists them and may manage any team's tokens", async () => {

@@ -8,6 +8,7 @@ import {
   CreateTokenRequest,
   RevokeTokenRequest,
   TokenId,
+  TokenListQuery,
   type Identity,
   type Scope,
   type TeamCreated,
@@ -48,11 +49,18 @@ function requireOwner(c: Context<AuthEnv>): Principal {
   return principal;
 }
 
-/** The team an admin call acts on, for a caller holding the admin scope: the caller's own, or for the owner the one named (its own team without one). */
-async function teamNamed(c: Context<AuthEnv>, principal: Principal, named: string | undefined): Promise<string> {
-  if (named === undefined || named === principal.team_id) return principal.team_id;
-  // A team admin naming another team learns nothing about it: it is not theirs to name.
-  if (!principal.owner) throw new ApiError(403, "forbidden", "a team's token manages only its own team's tokens");
+/**
+ * The team an admin call acts on, for a caller holding the admin scope: a team token's own (naming
+ * another is 403), or for the owner the one named (404 when no such team exists), or null when the
+ * owner names none — the owner's token belongs to no team.
+ */
+async function teamNamed(c: Context<AuthEnv>, principal: Principal, named: string | undefined): Promise<string | null> {
+  if (!principal.owner) {
+    // A team admin naming another team learns nothing about it: it is not theirs to name.
+    if (named !== undefined && named !== principal.team_id) throw new ApiError(403, "forbidden", "a team's token manages only its own team's tokens");
+    return principal.team_id;
+  }
+  if (named === undefined) return null;
   const team = await drizzle(c.env.DB).select({ id: teams.id }).from(teams).where(eq(teams.id, named)).get();
   if (!team) throw new ApiError(404, "not_found", `no team ${named}`);
   return named;
@@ -150,6 +158,13 @@ tenancyRoutes.post("/tokens", async (c) => {
   const body = await readJson(c, CreateTokenRequest);
   const principal = requireScope(c, "admin");
   const teamId = await teamNamed(c, principal, body.team_id);
+  if (teamId === null) {
+    throw new ApiError(
+      400,
+      "team_required",
+      "the instance owner's token belongs to no team: name the team the new token is for (team_id; loopwarden token create --team ID, and loopwarden team list shows the teams)",
+    );
+  }
   const now = new Date();
   const grant: Grant = { scopes: body.scopes, loopId: body.loop_id ?? null, expiresAt: expiryOf(body.expires_in, now), name: body.name ?? null };
   // Checked before the loop is looked up: a restricted token naming another loop learns nothing of it.
@@ -167,15 +182,16 @@ tenancyRoutes.post("/tokens", async (c) => {
 
 /**
  * The tokens an admin may see, never their secrets: a team token's, of its own team (a token restricted
- * to a loop: only the tokens restricted to that loop); the owner's, of the team named (else its own).
+ * to a loop: only the tokens restricted to that loop); the owner's, of the team named, else of every team.
  */
 tenancyRoutes.get("/tokens", async (c) => {
   const principal = requireScope(c, "admin");
-  const teamId = await teamNamed(c, principal, c.req.query("team_id"));
+  const query = readParam(c.req.query(), TokenListQuery, "query");
+  const teamId = await teamNamed(c, principal, query.team_id);
   const rows = await drizzle(c.env.DB)
     .select()
     .from(tokens)
-    .where(and(eq(tokens.teamId, teamId), principal.loop_id === null ? undefined : eq(tokens.loopId, principal.loop_id)))
+    .where(and(teamId === null ? undefined : eq(tokens.teamId, teamId), principal.loop_id === null ? undefined : eq(tokens.loopId, principal.loop_id)))
     .orderBy(desc(tokens.createdAt))
     .limit(1_000);
   const response: TokenList = { tokens: rows.map(tokenView) };
