@@ -1,6 +1,8 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { TokenList } from "../../shared/wire/auth.js";
+import { MAX_PUT_BYTES } from "../../worker/src/artifact-limits.js";
+import { app } from "../../worker/src/app.js";
 import { RATE_LIMIT_PERIOD_S } from "../../worker/src/auth.js";
 import { call, candidateBody, createLoopBody, drainOutbox, logOf, observationOf, postJson } from "./fixtures.js";
 
@@ -47,8 +49,8 @@ async function createToken(admin: string, body: Record<string, unknown>): Promis
   return json<TokenCreated>(await postJson("/v1/tokens", body, admin), 201);
 }
 
-/** A loop of the token's team, with one candidate leased: every loop route then has something to reach. */
-async function loopWithLease(token: string, key: string): Promise<{ loopId: string; leaseId: string; fencing: number; receiptId: string }> {
+/** A loop of the token's team, with one candidate leased and a multipart upload open: every loop route then has something to reach. */
+async function loopWithLease(token: string, key: string): Promise<{ loopId: string; leaseId: string; fencing: number; receiptId: string; uploadId: string }> {
   const created = await json<{ loop: { loop_id: string } }>(await postJson("/v1/loops", createLoopBody(key, ["parse.empty"]), token), 201);
   const loopId = created.loop.loop_id;
   await json(await postJson(`/v1/loops/${loopId}/candidates`, candidateBody(key), token), 201);
@@ -57,25 +59,64 @@ async function loopWithLease(token: string, key: string): Promise<{ loopId: stri
     200,
   );
   const receipt = await json<{ receipt_id: string }>(await postJson(`/v1/loops/${loopId}/receipts`, {}, token), 201);
-  return { loopId, leaseId: lease.lease_id, fencing: lease.fencing_token, receiptId: receipt.receipt_id };
+  // An artifact too large for one PUT opens a multipart upload (no bytes are sent here).
+  const upload = await json<{ status: string; upload_id: string }>(
+    await postJson(`/v1/loops/${loopId}/artifacts`, { sha256: UPLOAD_SHA, size: MAX_PUT_BYTES + 1, content_type: "application/octet-stream" }, token),
+    200,
+  );
+  expect(upload.status).toBe("multipart");
+  return { loopId, leaseId: lease.lease_id, fencing: lease.fencing_token, receiptId: receipt.receipt_id, uploadId: upload.upload_id };
 }
 
-/** Every route of a loop, as [method, path, body]: what another team must find absent. */
-function loopRoutes(loop: { loopId: string; leaseId: string; fencing: number }): [string, string, unknown][] {
+/** The digest the fixture loops' multipart upload is opened for. */
+const UPLOAD_SHA = "b".repeat(64);
+
+/** A route as [method, pattern as mounted, path, body]. */
+type Route = [string, string, string, unknown];
+
+/** Every route of a loop (all mounted under /v1/loops/:id and /v1/leases): what another team must find absent. */
+function loopRoutes(loop: { loopId: string; leaseId: string; fencing: number; uploadId: string }): Route[] {
   const { loopId, leaseId, fencing } = loop;
+  const sha = "a".repeat(64);
+  const upload = `/v1/loops/${loopId}/artifacts/${UPLOAD_SHA}/uploads/${encodeURIComponent(loop.uploadId)}`;
   return [
-    ["GET", `/v1/loops/${loopId}`, undefined],
-    ["GET", `/v1/loops/${loopId}/events`, undefined],
-    ["POST", `/v1/loops/${loopId}/candidates`, candidateBody("intruder")],
-    ["POST", `/v1/loops/${loopId}/leases`, { runner_id: "intruder" }],
-    ["POST", `/v1/loops/${loopId}/receipts`, {}],
-    ["POST", `/v1/loops/${loopId}/confirm`, { candidate_id: "c1", samples: { t0: [1], best: [1] } }],
-    ["POST", `/v1/loops/${loopId}/artifacts`, { sha256: "a".repeat(64), size: 1, content_type: "text/plain" }],
-    ["GET", `/v1/loops/${loopId}/artifacts/${"a".repeat(64)}`, undefined],
-    ["PUT", `/v1/loops/${loopId}/artifacts/${"a".repeat(64)}`, "x"],
-    ["POST", `/v1/leases/${leaseId}/heartbeat`, { fencing_token: fencing }],
-    ["POST", `/v1/leases/${leaseId}/report`, { fencing_token: fencing, observation: observationOf([]) }],
+    ["GET", "/v1/loops/:id", `/v1/loops/${loopId}`, undefined],
+    ["GET", "/v1/loops/:id/events", `/v1/loops/${loopId}/events`, undefined],
+    ["POST", "/v1/loops/:id/candidates", `/v1/loops/${loopId}/candidates`, candidateBody("intruder")],
+    ["POST", "/v1/loops/:id/leases", `/v1/loops/${loopId}/leases`, { runner_id: "intruder" }],
+    ["POST", "/v1/loops/:id/receipts", `/v1/loops/${loopId}/receipts`, {}],
+    ["POST", "/v1/loops/:id/confirm", `/v1/loops/${loopId}/confirm`, { candidate_id: "c1", samples: { t0: [1], best: [1] } }],
+    ["GET", "/v1/loops/:id/artifacts", `/v1/loops/${loopId}/artifacts`, undefined],
+    ["POST", "/v1/loops/:id/artifacts", `/v1/loops/${loopId}/artifacts`, { sha256: sha, size: 1, content_type: "text/plain" }],
+    ["GET", "/v1/loops/:id/artifacts/:sha256", `/v1/loops/${loopId}/artifacts/${sha}`, undefined],
+    ["PUT", "/v1/loops/:id/artifacts/:sha256", `/v1/loops/${loopId}/artifacts/${sha}`, "x"],
+    ["PUT", "/v1/loops/:id/artifacts/:sha256/uploads/:uploadId/parts/:part", `${upload}/parts/1`, "x"],
+    ["POST", "/v1/loops/:id/artifacts/:sha256/uploads/:uploadId/complete", `${upload}/complete`, { parts: [{ part_number: 1, etag: "intruder" }] }],
+    ["DELETE", "/v1/loops/:id/artifacts/:sha256/uploads/:uploadId", upload, undefined],
+    ["POST", "/v1/leases/:leaseId/heartbeat", `/v1/leases/${leaseId}/heartbeat`, { fencing_token: fencing }],
+    ["POST", "/v1/leases/:leaseId/report", `/v1/leases/${leaseId}/report`, { fencing_token: fencing, observation: observationOf([]) }],
   ];
+}
+
+/** Every other API route (none of them about one loop): each needs a token as well. */
+function otherApiRoutes(): Route[] {
+  const token = `tk_${"0".repeat(16)}`;
+  return [
+    ["POST", "/v1/loops", "/v1/loops", createLoopBody("anonymous", ["parse.empty"])],
+    ["GET", "/v1/loops", "/v1/loops", undefined],
+    ["POST", "/v1/teams", "/v1/teams", { name: "anonymous" }],
+    ["GET", "/v1/teams", "/v1/teams", undefined],
+    ["POST", "/v1/tokens", "/v1/tokens", { scopes: ["read"] }],
+    ["GET", "/v1/tokens", "/v1/tokens", undefined],
+    ["DELETE", "/v1/tokens/:id", `/v1/tokens/${token}`, undefined],
+    ["GET", "/v1/whoami", "/v1/whoami", undefined],
+  ];
+}
+
+/** What a loop's refused requests must leave as they were: its log, and its recorded artifacts. */
+async function loopTrace(loopId: string): Promise<unknown> {
+  const artifacts = (await env.DB.prepare("SELECT * FROM artifacts WHERE loop_id = ? ORDER BY sha256").bind(loopId).all()).results;
+  return { log: await logOf(loopId), artifacts };
 }
 
 function send(method: string, path: string, body: unknown, token: string | null): Promise<Response> {
@@ -89,7 +130,7 @@ describe("tokens", () => {
     const loop = await loopWithLease(env.OWNER_TOKEN ?? "", "public");
     const unknown = `lwt_${"0".repeat(16)}_${"A".repeat(43)}`;
     for (const token of [null, "not-a-token", unknown]) {
-      for (const [method, path, body] of [...loopRoutes(loop), ["GET", "/v1/loops", undefined] as [string, string, unknown]]) {
+      for (const [method, , path, body] of [...loopRoutes(loop), ...otherApiRoutes()]) {
         const response = await send(method, path, body, token);
         expect(response.status, `${method} ${path} with ${token}`).toBe(401);
         expect(response.headers.get("www-authenticate")).toContain("Bearer");
@@ -107,16 +148,54 @@ describe("tokens", () => {
     expect(await logOf(loop.loopId)).toEqual(before);
   });
 
+  it("the route lists above are every route the app mounts under /v1: a new one cannot be left out of these tests", () => {
+    const placeholder = { loopId: "lp_x", leaseId: "lp_x-L1", fencing: 1, uploadId: "u" };
+    const key = ([method, pattern]: Route | [string, string]) => `${method} ${pattern}`;
+    const mounted = app.routes.filter((route) => route.method !== "ALL" && route.path.startsWith("/v1/")).map((route) => key([route.method, route.path]));
+    const perLoop = loopRoutes(placeholder).map(key);
+    expect(new Set(perLoop).size).toBe(perLoop.length);
+    // Every route under /v1/loops/:id or /v1/leases is a loop route, and the 404 and 401 tests send each.
+    expect(new Set(perLoop)).toEqual(new Set(mounted.filter((route) => /^\S+ \/v1\/(loops\/:|leases\/)/.test(route))));
+    expect(new Set([...perLoop, ...otherApiRoutes().map(key)])).toEqual(new Set(mounted));
+  });
+
+  it("an expired or revoked token of the loop's own team is 401 on every loop route, and changes nothing", async () => {
+    const team = await createTeam("lambda");
+    const loop = await loopWithLease(team.admin, "lambda-loop");
+    const expiring = await createToken(team.admin, { scopes: ["admin"], expires_in: "1d" });
+    const revoked = await createToken(team.admin, { scopes: ["admin"] });
+    // Each reaches the loop while it is valid.
+    for (const token of [expiring, revoked]) expect((await call(`/v1/loops/${loop.loopId}`, {}, token.token)).status).toBe(200);
+    await env.DB.prepare("UPDATE tokens SET expires_at = ? WHERE id = ?")
+      .bind(new Date(Date.now() - 1_000).toISOString(), expiring.token_id)
+      .run();
+    expect((await call(`/v1/tokens/${revoked.token_id}`, { method: "DELETE" }, team.admin)).status).toBe(200);
+    const before = await loopTrace(loop.loopId);
+    for (const [token, code] of [
+      [expiring.token, "token_expired"],
+      [revoked.token, "token_revoked"],
+    ] as const) {
+      for (const [method, , path, body] of loopRoutes(loop)) {
+        const response = await send(method, path, body, token);
+        expect(response.status, `${method} ${path} with a ${code} token`).toBe(401);
+        expect(response.headers.get("www-authenticate")).toContain("Bearer");
+        expect(await errorCode(response), `${method} ${path}`).toBe(code);
+      }
+    }
+    expect(await loopTrace(loop.loopId)).toEqual(before);
+  });
+
   it("team B's token finds nothing of team A's loop: 404 on every loop route, and the loop is absent from B's list", async () => {
     const a = await createTeam("alpha");
     const b = await createTeam("beta");
     const loop = await loopWithLease(a.admin, "alpha-loop");
-    const before = await logOf(loop.loopId);
-    for (const [method, path, body] of loopRoutes(loop)) {
+    const before = await loopTrace(loop.loopId);
+    for (const [method, , path, body] of loopRoutes(loop)) {
       const response = await send(method, path, body, b.admin);
       expect(response.status, `${method} ${path}`).toBe(404);
+      expect(await errorCode(response), `${method} ${path}`).toMatch(/^(not_found|lease_not_found)$/);
     }
-    expect(await logOf(loop.loopId)).toEqual(before);
+    expect(await loopTrace(loop.loopId)).toEqual(before);
     await drainOutbox(loop.loopId);
     const listOf = async (token: string) =>
       (await json<{ loops: { loop_id: string }[] }>(await call("/v1/loops", {}, token), 200)).loops.map((row) => row.loop_id);
@@ -128,6 +207,45 @@ describe("tokens", () => {
     // The same idempotency key in team B makes B's own loop, never a conflict with A's (which would tell B it exists).
     const mine = await json<{ loop: { loop_id: string } }>(await postJson("/v1/loops", createLoopBody("alpha-loop", ["parse.empty"]), b.admin), 201);
     expect(mine.loop.loop_id).not.toBe(loop.loopId);
+  });
+
+  it("GET /v1/loops pages a team's loops: limit=1 and next_cursor to the end give every loop of the team once, none of another team's", async () => {
+    const team = await createTeam("mu");
+    const other = await createTeam("mu-other");
+    const create = async (token: string, key: string) =>
+      (await json<{ loop: { loop_id: string } }>(await postJson("/v1/loops", createLoopBody(key, ["parse.empty"]), token), 201)).loop.loop_id;
+    const mine: string[] = [];
+    const theirs: string[] = [];
+    for (let index = 0; index < 4; index++) {
+      mine.push(await create(team.admin, `mu-${index}`));
+      if (index < 2) theirs.push(await create(other.admin, `mu-other-${index}`));
+    }
+    for (const loopId of [...mine, ...theirs]) await drainOutbox(loopId);
+
+    /** Every page of the list for `limit`, following next_cursor until it is null. */
+    const pages = async (token: string, limit: number): Promise<string[][]> => {
+      const seen: string[][] = [];
+      let cursor: string | null = null;
+      do {
+        const query: string = `limit=${limit}${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`;
+        const page = await json<{ loops: { loop_id: string }[]; next_cursor: string | null }>(await call(`/v1/loops?${query}`, {}, token), 200);
+        seen.push(page.loops.map((row) => row.loop_id));
+        cursor = page.next_cursor;
+      } while (cursor !== null && seen.length <= 10);
+      return seen;
+    };
+    const whole = (await pages(team.admin, 100)).flat();
+    expect(new Set(whole)).toEqual(new Set(mine));
+    const byOne = await pages(team.admin, 1);
+    expect(byOne.map((page) => page.length)).toEqual([1, 1, 1, 1]);
+    // Each loop once, in the one order the list has (newest first).
+    expect(byOne.flat()).toEqual(whole);
+    expect((await pages(team.admin, 3)).map((page) => page.length)).toEqual([3, 1]);
+    const reader = await createToken(team.admin, { scopes: ["read"] });
+    expect((await pages(reader.token, 1)).flat()).toEqual(whole);
+    const otherByOne = (await pages(other.admin, 1)).flat();
+    expect(otherByOne).toHaveLength(theirs.length);
+    expect(new Set(otherByOne)).toEqual(new Set(theirs));
   });
 
   it("a missing scope is 403: evaluate cannot create tokens or propose, read cannot create loops, a team admin cannot create teams", async () => {
