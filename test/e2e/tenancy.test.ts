@@ -1,7 +1,9 @@
+import { readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { TokenList } from "../../shared/wire/auth.js";
-import { api, runCli, sharedCoordinator, type CliResult } from "../support/cli.js";
+import { freePort } from "../../runner/src/free-port.js";
+import { api, exitOf, runCli, sharedCoordinator, startCli, tempDir, waitFor, type CliResult } from "../support/cli.js";
 
 // `loopwarden team …` and `loopwarden token …` (DESIGN §11, §13) against a local coordinator, as its
 // owner: the commands of a local state send the owner token without being given one.
@@ -77,5 +79,40 @@ describe("team and token commands", () => {
     const refusedWhoami = await local(["--token", reader.token, "whoami"]);
     expect(refusedWhoami.code).toBe(1);
     expect(refusedWhoami.stderr).toContain("token_revoked");
+  });
+
+  it("the first local command that starts a coordinator writes the owner token to the state's owner-token (0600); serve then says only where it is", async () => {
+    const state = tempDir("owner-token");
+    const env = { LOOPWARDEN_TOKEN: "", LOOPWARDEN_OWNER_TOKEN: "" };
+    try {
+      // No owner token in the environment: the state directory's own is made, by a command that is not `serve`.
+      const first = await runCli(["--json", "--state", state.dir, "team", "list"], { cwd: state.dir, env });
+      expect(first.code, first.stderr).toBe(0);
+      const file = path.join(state.dir, "owner-token");
+      expect(statSync(file).mode & 0o777).toBe(0o600);
+      const token = readFileSync(file, "utf8").trim();
+
+      const serve = startCli(["--json", "--state", state.dir, "serve", "--port", String(await freePort())], { cwd: state.dir, env });
+      try {
+        const resultLine = () =>
+          serve
+            .output()
+            .split("\n")
+            .slice(0, -1)
+            .find((line) => line.startsWith('{"tool"'));
+        await waitFor(() => resultLine() !== undefined, "serve to print its URL");
+        const started = JSON.parse(resultLine() ?? "") as { url: string; owner_token?: string; owner_token_file: string | null };
+        expect(started.owner_token_file).toBe(file);
+        expect(started.owner_token).toBeUndefined();
+        expect(serve.output()).not.toContain(token);
+        expect((await fetch(`${started.url}/v1/teams`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
+      } finally {
+        const exited = exitOf(serve);
+        serve.kill("SIGTERM");
+        await exited;
+      }
+    } finally {
+      state.cleanup();
+    }
   });
 });
