@@ -125,7 +125,7 @@ function send(method: string, path: string, body: unknown, token: string | null)
   return call(path, { method, headers: { "content-type": typeof body === "string" ? "text/plain" : "application/json" }, body: text }, token);
 }
 
-describe("tokens", () => {
+describe("tokens", { timeout: 60_000 }, () => {
   it("no token, a malformed or unknown one: 401 with WWW-Authenticate on every API route; /healthz and receipts stay public", async () => {
     const loop = await loopWithLease(env.OWNER_TOKEN ?? "", "public");
     const unknown = `lwt_${"0".repeat(16)}_${"A".repeat(43)}`;
