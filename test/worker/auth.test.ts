@@ -342,7 +342,10 @@ describe("tokens", { timeout: 60_000 }, () => {
     for (const [what, body] of refusals) {
       const response = await postJson("/v1/tokens", body, restricted.token);
       expect(response.status, what).toBe(403);
-      expect(await errorCode(response), what).toBe("forbidden");
+      const error = ((await response.json()) as { error: { code: string; message: string } }).error;
+      expect(error.code, what).toBe("forbidden");
+      // The refusal says what would be allowed.
+      expect(error.message, what).toMatch(new RegExp(`restricted to loop ${mine.loopId}|--expires \\d+m`));
     }
     // A token without the admin scope creates none, not even one narrower than itself.
     const proposer = await createToken(team.admin, { scopes: ["propose", "evaluate"], loop_id: mine.loopId });

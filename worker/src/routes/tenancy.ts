@@ -99,11 +99,14 @@ function requireDelegable(principal: Principal, grant: Grant): void {
     );
   }
   if (principal.expires_at !== null && (grant.expiresAt === null || Date.parse(grant.expiresAt) > Date.parse(principal.expires_at))) {
+    // The longest lifetime still allowed, in whole minutes, as `expires_in` takes it.
+    const minutesLeft = Math.floor((Date.parse(principal.expires_at) - Date.now()) / 60_000);
     throw new ApiError(
       403,
       "forbidden",
-      `this token expires at ${principal.expires_at}: a token it creates must expire no later (expires_in; --expires)` +
-        (grant.expiresAt === null ? "" : `, not at ${grant.expiresAt}`),
+      `this token expires at ${principal.expires_at}: a token it creates must expire no later` +
+        (grant.expiresAt === null ? "" : `, not at ${grant.expiresAt}`) +
+        (minutesLeft >= 1 ? ` (expires_in of at most ${minutesLeft}m; --expires ${minutesLeft}m)` : ""),
     );
   }
 }
