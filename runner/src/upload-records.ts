@@ -11,7 +11,8 @@ import { isProcessAlive } from "./processes.js";
 // runner that died mid-upload — killed, crashed, its machine restarted — is not the end of the parts it
 // sent: the next upload of the same bytes to the same loop resumes the upload, sending only the parts
 // not recorded, and an upload nobody resumes is aborted by the next runner that finds its record stale.
-// A record holds the upload's URLs: in S3 mode presigned ones, so the files are the user's alone (0600).
+// A record holds the upload's URLs: in S3 mode presigned ones, so the files are the user's alone (0600);
+// and since an agent can write there too, a record is used only when its URLs are this upload's own.
 
 /** One multipart upload in progress, as the client that began it last saw it. */
 export const UploadRecord = z.strictObject({
@@ -35,6 +36,24 @@ export const UploadRecord = z.strictObject({
   updated_at: z.string(),
 });
 export type UploadRecord = z.infer<typeof UploadRecord>;
+
+/**
+ * Whether a record's URLs are the ones the coordinator gives this upload: its own paths for this loop,
+ * digest and upload id (which the client sends with its token), or presigned storage URLs (sent without
+ * it). A record lives where an agent can write, so one naming any other coordinator route — a way to have
+ * the runner send its token to a route of the agent's choosing — is never used.
+ */
+export function hasUploadUrls(record: UploadRecord): boolean {
+  if (!/^[A-Za-z0-9_-]{1,100}$/.test(record.loop_id)) return false;
+  const base = `/v1/loops/${record.loop_id}/artifacts/${record.sha256}/uploads/${encodeURIComponent(record.upload_id)}`;
+  const parts = Math.max(1, Math.ceil(record.size / record.part_size));
+  return (
+    record.complete_url === `${base}/complete` &&
+    record.abort_url === base &&
+    record.part_urls.length === parts &&
+    record.part_urls.every((url, index) => url === `${base}/parts/${index + 1}` || /^https?:\/\//.test(url))
+  );
+}
 
 /** A record untouched this long, of a process that is gone, is aborted rather than kept for a resume. */
 export const STALE_RECORD_MS = 24 * 60 * 60 * 1_000;
@@ -71,7 +90,9 @@ export class UploadRecords {
       if (text === null) continue;
       try {
         const parsed = UploadRecord.safeParse(JSON.parse(text));
-        if (parsed.success) found.push({ file, record: parsed.data });
+        if (parsed.success && hasUploadUrls(parsed.data)) found.push({ file, record: parsed.data });
+        // A record with URLs that are not this upload's was not written by a runner: it is removed unused.
+        else if (parsed.success) await rm(file, { force: true });
       } catch {
         // Not JSON: not a record.
       }

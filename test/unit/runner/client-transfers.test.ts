@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { writeFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import path from "node:path";
@@ -301,6 +301,35 @@ describe("Client multipart uploads", () => {
       "PUT /parts/3": 1,
       "POST /complete": 1,
     });
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it("a planted record naming another coordinator route is never followed: the token never goes there, the upload starts afresh", async () => {
+    const bytes = bytesOf(300 * 1024, 9);
+    const dir = path.join(records.dir, "planted");
+    const { attempts, base } = multipart(bytes, 100 * 1024, () => null);
+    mkdirSync(dir, { recursive: true });
+    // What an agent could write where records live: this loop and digest, but its own choice of routes.
+    const planted = {
+      version: 1,
+      server: stub.url,
+      loop_id: LOOP,
+      sha256: sha256(bytes),
+      size: bytes.length,
+      name: "profile.bin",
+      upload_id: "up-1",
+      part_size: 100 * 1024,
+      part_urls: ["/v1/tokens", `${base}/parts/2`],
+      complete_url: "/v1/teams",
+      abort_url: "/v1/tokens/tok_victim",
+      parts: [],
+      pid: 999_999_999,
+      updated_at: "2000-01-01T00:00:00.000Z",
+    };
+    writeFileSync(path.join(dir, "planted.json"), JSON.stringify(planted));
+    await uploadFile(new Client(stub.url, { retryForMs: 0, token: "secret" }), bytes, dir);
+    expect(stub.seen.filter((line) => /\/v1\/(tokens|teams)/.test(line))).toEqual([]);
+    expect(Object.fromEntries(attempts)).toEqual({ intent: 1, "PUT /parts/1": 1, "PUT /parts/2": 1, "PUT /parts/3": 1, "POST /complete": 1 });
     expect(readdirSync(dir)).toEqual([]);
   });
 
