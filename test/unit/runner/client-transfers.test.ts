@@ -4,7 +4,7 @@ import { writeFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { Client } from "../../../runner/src/client.js";
+import { Client, idleTimeoutFromEnv } from "../../../runner/src/client.js";
 import { UserError } from "../../../runner/src/errors.js";
 import { TransferStalled } from "../../../runner/src/transfer-watch.js";
 import { tempDir } from "../../support/cli.js";
@@ -129,6 +129,15 @@ describe("Client transfers: slow is not dead", () => {
     const error = await client.getLoop(LOOP).catch((caught: unknown) => caught);
     expect(error).toBeInstanceOf(TransferStalled);
     expect((error as Error).message).toMatch(/the coordinator at .* did not finish answering within 300 ms while GET \/v1\/loops\//);
+  });
+});
+
+describe("LOOPWARDEN_HTTP_IDLE_TIMEOUT", () => {
+  it("is a duration; unset, 60 s; anything else is refused by name", () => {
+    expect(idleTimeoutFromEnv({})).toBe(60_000);
+    expect(idleTimeoutFromEnv({ LOOPWARDEN_HTTP_IDLE_TIMEOUT: "5m" })).toBe(300_000);
+    expect(idleTimeoutFromEnv({ LOOPWARDEN_HTTP_IDLE_TIMEOUT: "250ms" })).toBe(250);
+    expect(() => idleTimeoutFromEnv({ LOOPWARDEN_HTTP_IDLE_TIMEOUT: "60" })).toThrow(/LOOPWARDEN_HTTP_IDLE_TIMEOUT="60" is not a duration/);
   });
 });
 
