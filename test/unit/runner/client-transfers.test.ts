@@ -6,7 +6,7 @@ import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client, idleTimeoutFromEnv } from "../../../runner/src/client.js";
 import { UserError } from "../../../runner/src/errors.js";
-import { TransferStalled } from "../../../runner/src/transfer-watch.js";
+import { BodySourceError, TransferStalled } from "../../../runner/src/transfer-watch.js";
 import { tempDir } from "../../support/cli.js";
 
 // Transfers (DESIGN §10): a request is never timed whole — an upload, a download or a `complete` takes as
@@ -170,6 +170,30 @@ describe("Client transfers: dead is named", () => {
     expect(error).toBeInstanceOf(TransferStalled);
     expect((error as Error).message).toMatch(/stopped answering: no response for 300 ms after uploading flame\.svg \(300\.0 KiB\)/);
     expect((error as Error).message).not.toMatch(/cannot reach/);
+  });
+
+  it("a file that changes after it was hashed is not sent as something else, nor retried: the error says it could not be read", async () => {
+    const dir = tempDir("transfer-changed");
+    try {
+      const file = path.join(dir.dir, "profile.bin");
+      await writeFile(file, bytesOf(300 * 1024, 10));
+      stub.handler = async (request, response, body) => {
+        if (request.method === "POST") {
+          // Between the digest and the upload, something (a process the gate left running) rewrites it.
+          await writeFile(file, bytesOf(100 * 1024, 11));
+          return json(response, 200, { status: "upload", method: "PUT", url: `/v1/loops/${LOOP}/artifacts/${"c".repeat(64)}` });
+        }
+        await body().catch(() => undefined);
+        json(response, 201, stored("c".repeat(64), 1));
+      };
+      const client = new Client(stub.url, { retryForMs: 5_000 });
+      const error = await client.uploadArtifactFile(LOOP, file, "profile.bin", "application/octet-stream").catch((caught: unknown) => caught);
+      expect(error).toBeInstanceOf(BodySourceError);
+      expect((error as Error).message).toMatch(/could not read what was being sent while uploading profile\.bin \(300\.0 KiB\)/);
+      expect(stub.seen.filter((line) => line.startsWith("PUT")).length).toBeLessThanOrEqual(1);
+    } finally {
+      dir.cleanup();
+    }
   });
 
   it("a stall is retried while the retries last; the request that then succeeds is answered", async () => {
