@@ -37,6 +37,10 @@ const program = new Command()
   .option("--contract <file>", "the loop contract (default loop.yaml in the repository)")
   .option("--json", "print exactly one JSON object on stdout", false)
   .option("--quiet", "no progress output on stderr", false)
+  .addHelpText(
+    "after",
+    "\nA request to the coordinator or storage is abandoned (then retried for a minute) when nothing moves for LOOPWARDEN_HTTP_IDLE_TIMEOUT\n(default 60s): no byte sent, no answer begun, no byte received. Uploads and downloads are never timed whole.",
+  )
   .showHelpAfterError()
   .exitOverride();
 
@@ -189,7 +193,9 @@ program
 
 program
   .command("artifacts")
-  .description("list the files a candidate's evaluation stored (gate logs, metric output, the contract's artifacts); --download writes them, digests checked")
+  .description(
+    "list the files a candidate's evaluation stored (gate logs, metric output, the contract's artifacts) and what it could not store, and why; --download writes them, digests checked",
+  )
   .argument("[candidate]", "candidate id (default: the latest evaluated)")
   .argument("[loop]", "loop id (default: this repository's)")
   .option("--download <dir>", "write every file to DIR")
