@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import type { BundleRef } from "../../shared/engine/index.js";
@@ -14,25 +14,46 @@ import { git, GitError, shortCommit } from "./git.js";
 // checkout of the repository fetches the bundle and checks the commit id before evaluating. No shared
 // git remote is needed; the checkout needs only t0, the commit the loop started from.
 
-/** The ref a bundle carries its commit under (git bundles name refs, not bare commit ids). */
-const BUNDLE_REF = "refs/loopwarden/bundle";
-
 /** Media type of a git bundle artifact. */
 const BUNDLE_TYPE = "application/x-git-bundle";
 
 /** Bundles `commit` (its commits not reachable from `base`) and uploads it to the loop's artifacts. */
 export async function uploadCandidateBundle(client: Client, loopId: string, repo: string, commit: string, base: string): Promise<BundleRef> {
-  const dir = await mkdtemp(path.join(os.tmpdir(), "loopwarden-bundle-"));
+  const bytes = await bundleOf(repo, commit, base);
+  const ref = await client.uploadArtifact(loopId, `candidate-${shortCommit(commit)}.bundle`, bytes, BUNDLE_TYPE);
+  return { sha256: ref.sha256, size: ref.size };
+}
+
+/**
+ * A bundle of `commit`'s commits since `base`, written by git to its stdout. A bundle names the commits
+ * it carries by ref: right after the candidate is committed, HEAD names it, which spares a ref of its own
+ * (and a git process); when HEAD is elsewhere (a candidate proposed again after a restart), a ref for
+ * this commit alone names it while the bundle is made. Runners fetch the commit by its id, whatever ref
+ * names it.
+ */
+export async function bundleOf(repo: string, commit: string, base: string): Promise<Buffer> {
+  const create = async (ref: string) => Buffer.from(await git(repo, ["bundle", "create", "-q", "-", ref, `^${base}`], { encoding: "buffer" }), "latin1");
+  const atHead = await create("HEAD").catch(() => null);
+  if (atHead && bundleTips(atHead).includes(commit)) return atHead;
+  const ref = `refs/loopwarden/bundles/${commit}`;
+  await git(repo, ["update-ref", ref, commit]);
   try {
-    const file = path.join(dir, "candidate.bundle");
-    await git(repo, ["update-ref", BUNDLE_REF, commit]);
-    await git(repo, ["bundle", "create", "-q", file, BUNDLE_REF, `^${base}`]);
-    const bytes = await readFile(file);
-    const ref = await client.uploadArtifact(loopId, `candidate-${shortCommit(commit)}.bundle`, bytes, BUNDLE_TYPE);
-    return { sha256: ref.sha256, size: ref.size };
+    return await create(ref);
   } finally {
-    await rm(dir, { recursive: true, force: true });
+    await git(repo, ["update-ref", "-d", ref]).catch(() => undefined);
   }
+}
+
+/** The commits a bundle's header names as its tips (not its prerequisites, which start with `-`). */
+export function bundleTips(bundle: Uint8Array): string[] {
+  const bytes = Buffer.from(bundle.buffer, bundle.byteOffset, bundle.byteLength);
+  const end = bytes.indexOf("\n\n");
+  const lines = bytes
+    .subarray(0, end === -1 ? Math.min(bytes.length, 64 * 1024) : end)
+    .toString("latin1")
+    .split("\n");
+  if (!/^# v[23] git bundle$/.test(lines[0] ?? "")) return [];
+  return lines.flatMap((line) => /^([0-9a-f]{40}(?:[0-9a-f]{24})?) \S/.exec(line)?.[1] ?? []);
 }
 
 async function hasCommit(repo: string, commit: string): Promise<boolean> {
@@ -75,10 +96,12 @@ export async function ensureCommits(
     if (bytes.byteLength !== bundle.size || sha256Hex(bytes) !== bundle.sha256) {
       throw new Error(`the bundle of ${shortCommit(commit)} does not match its digest; nothing was fetched`);
     }
+    if (!bundleTips(bytes).includes(commit)) throw new Error(`the bundle for ${shortCommit(commit)} did not contain that commit`);
     const file = path.join(os.tmpdir(), `loopwarden-${randomBytes(6).toString("hex")}.bundle`);
     try {
       await writeFile(file, bytes);
-      await git(ctx.repo, ["fetch", "-q", "--no-tags", file, `${BUNDLE_REF}:refs/loopwarden/fetched/${commit}`]);
+      // By the commit's id: the coordinator named it, and a bundle of another commit yields nothing.
+      await git(ctx.repo, ["fetch", "-q", "--no-tags", file, `${commit}:refs/loopwarden/fetched/${commit}`]);
     } catch (error) {
       if (error instanceof GitError && /prerequisite|lacks these prerequisite|missing/i.test(error.message)) {
         throw new UserError(
@@ -89,7 +112,7 @@ export async function ensureCommits(
     } finally {
       await rm(file, { force: true });
     }
-    // The bundle's ref must have brought exactly the commit the coordinator named, not merely some commit.
+    // The fetch must have brought exactly the commit the coordinator named, not merely some commit.
     if (!(await hasCommit(ctx.repo, commit))) throw new Error(`the bundle for ${shortCommit(commit)} did not contain that commit`);
   }
 }

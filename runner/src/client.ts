@@ -39,8 +39,12 @@ import {
 } from "../../shared/wire/auth.js";
 import type { Contract } from "../../shared/wire/contract.js";
 import type { ArtifactRef } from "../../shared/wire/observation.js";
+import { MAX_TIMEOUT_MS, parseDuration } from "../../shared/duration.js";
 import { CoordinatorError, UserError } from "./errors.js";
 import { countRequest } from "./timings.js";
+import type { TransferStalled } from "./transfer-watch.js";
+import { TransferWatch, type WatchOptions } from "./transfer-watch.js";
+import { UploadRecords, type UploadRecord } from "./upload-records.js";
 
 // Defined with the other errors (main.ts catches it without loading the client and its schemas).
 export { CoordinatorError };
@@ -64,24 +68,85 @@ function isCoordinatorPath(url: string): boolean {
   return url.startsWith("/");
 }
 
+/** Storage refused a request to a presigned URL (an expired URL, a wrong length): its status and answer. */
+export class StorageRefusal extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+    this.name = "StorageRefusal";
+  }
+}
+
 /** Statuses worth retrying: the request may not have been processed, and every mutating request is idempotent (DESIGN §4.6). */
 const RETRYABLE_STATUS = new Set([429, 500, 502, 503, 504]);
 
 export interface ClientOptions {
   token?: string | undefined;
-  /** How long to keep retrying connection failures and retryable statuses before giving up. */
+  /** How long to keep retrying connection failures, stalls and retryable statuses, from the first failure, before giving up. */
   retryForMs?: number;
   /** Told about each retry, e.g. to show "coordinator unreachable, retrying". */
   onRetry?: (reason: string, attempt: number) => void;
+  /**
+   * The longest a request may go without a byte sent or received, and wait for its answer to begin once
+   * sent (default LOOPWARDEN_HTTP_IDLE_TIMEOUT, else 60 s). Uploads and downloads are never timed whole.
+   */
+  idleTimeoutMs?: number;
+  /** How long a small JSON call's whole answer may take once it is sent (default 60 s). */
+  requestTimeoutMs?: number;
+}
+
+/** What a request does, and how long its answer may take (see TransferWatch). */
+interface RequestOptions {
+  /** Cancels the request (e.g. a runner stopping its long-poll): not a failure to retry. */
+  signal?: AbortSignal | undefined;
+  /** What the request does, for the message when it stalls; default its method and path. */
+  what?: string;
+  /** Once sent, how long the answer may take to begin, beyond the idle timeout (a long-poll's wait, a `complete`'s re-read). */
+  extraWaitMs?: number;
+  /** A small JSON call: its whole answer is limited too. */
+  limitTotal?: boolean;
+  /** Told the bytes of the body sent so far. */
+  onSent?: (bytes: number) => void;
+}
+
+/** LOOPWARDEN_HTTP_IDLE_TIMEOUT (a duration: `60s`, `5m`), else 60 s. */
+export function idleTimeoutFromEnv(env: NodeJS.ProcessEnv = process.env): number {
+  const text = env.LOOPWARDEN_HTTP_IDLE_TIMEOUT;
+  if (!text) return DEFAULT_IDLE_TIMEOUT_MS;
+  const ms = parseDuration(text);
+  if (ms === null) throw new UserError(`LOOPWARDEN_HTTP_IDLE_TIMEOUT=${JSON.stringify(text)} is not a duration (write 60s, 5m)`, 2);
+  return Math.min(ms, MAX_TIMEOUT_MS);
+}
+
+/** How long a transfer may go without a byte either way, unless configured. */
+export const DEFAULT_IDLE_TIMEOUT_MS = 60_000;
+/** How long a small JSON call's answer may take whole, unless configured. */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
+/**
+ * How fast, at the least, the coordinator is taken to re-read a multipart upload on `complete` (it hashes
+ * the whole object before answering): the answer may take the idle timeout plus the object's size at this rate.
+ */
+const COMPLETE_BYTES_PER_SECOND = 10 * 1024 * 1024;
+
+/** A byte size as a message says it. */
+function describeSize(bytes: number): string {
+  return bytes >= 1024 * 1024 ? `${(bytes / 1024 / 1024).toFixed(1)} MiB` : bytes >= 1024 ? `${(bytes / 1024).toFixed(1)} KiB` : `${bytes} B`;
 }
 
 /** The runner's API client: one typed function per endpoint, every response parsed with the shared schemas. */
+/** The multipart uploads this process is sending now (by upload id): their records are never taken over. */
+const activeUploads = new Set<string>();
+
 /** The largest artifact sent without an intent first, once the coordinator is known to store uploads itself. */
 const DIRECT_PUT_MAX_BYTES = 256 * 1024;
 
 export class Client {
   readonly baseUrl: string;
   private readonly options: ClientOptions;
+  private readonly idleMs: number;
+  private readonly requestMs: number;
   /**
    * Whether this coordinator stores uploads itself (an intent answered with one of its own paths, not a
    * presigned URL): a small artifact is then PUT at once, one request rather than an intent and a PUT.
@@ -92,55 +157,92 @@ export class Client {
   constructor(baseUrl: string, options: ClientOptions = {}) {
     this.baseUrl = baseUrl.replace(/\/+$/, "");
     this.options = options;
+    this.idleMs = options.idleTimeoutMs ?? idleTimeoutFromEnv();
+    this.requestMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
   }
 
-  private async send(method: string, path: string, body?: string | Blob, headers: Record<string, string> = {}, signal?: AbortSignal): Promise<Response> {
-    const deadline = Date.now() + (this.options.retryForMs ?? 60_000);
+  private async send(
+    method: string,
+    path: string,
+    body?: string | Blob,
+    headers: Record<string, string> = {},
+    request: RequestOptions = {},
+  ): Promise<Response> {
+    const retryFor = this.options.retryForMs ?? 60_000;
+    // The retries' budget counts from the first failure: a part that took minutes to send and then failed is retried too.
+    let deadline: number | null = null;
     let backoff = 200;
+    // A path is this coordinator's (with the token); a whole URL is presigned storage (never the token).
+    const coordinator = isCoordinatorPath(path);
+    const peer = coordinator ? `the coordinator at ${this.baseUrl}` : `storage at ${new URL(path).host}`;
+    const payload = body === undefined ? undefined : typeof body === "string" ? new Blob([body]) : body;
+    const watchOptions: WatchOptions = {
+      idleMs: this.idleMs,
+      answerWithinMs: this.idleMs + (request.extraWaitMs ?? 0),
+      totalMs: request.limitTotal ? this.requestMs + (request.extraWaitMs ?? 0) : undefined,
+      peer,
+      what: request.what ?? `${method} ${coordinator ? path.replace(/\?.*$/, "") : "a presigned URL"}`,
+      hint: "LOOPWARDEN_HTTP_IDLE_TIMEOUT (a duration) sets how long to wait",
+      onSent: request.onSent,
+    };
     for (let attempt = 1; ; attempt++) {
       let reason: string;
+      let stalled: TransferStalled | null = null;
       // Full jitter: a wait drawn from [backoff/2, backoff], so runners that failed together do not retry together.
       let wait = backoff / 2 + Math.random() * (backoff / 2);
       const startedAt = performance.now();
       countRequest();
+      const watch = new TransferWatch(watchOptions, request.signal);
       try {
-        // A path is this coordinator's (with the token); a whole URL is presigned storage (never the token).
-        const coordinator = isCoordinatorPath(path);
+        watch.start(payload !== undefined);
         const response = await fetch(coordinator ? `${this.baseUrl}${path}` : path, {
           method,
           headers: {
             ...(coordinator && this.options.token ? { Authorization: `Bearer ${this.options.token}` } : {}),
             ...headers,
+            ...(payload === undefined ? {} : { "Content-Length": String(payload.size) }),
           },
-          ...(body === undefined ? {} : { body }),
-          signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(60_000)]) : AbortSignal.timeout(60_000),
+          // Streamed piece by piece (with its length declared): progress, and the idle watch, see each piece.
+          ...(payload === undefined ? {} : { body: watch.body(payload), duplex: "half" as const }),
+          signal: watch.signal,
         });
         traceRequest(method, path, response.status, body, startedAt);
         // A rate-limited answer says how long to wait (seconds); the wait is never shorter than that.
         const retryAfter = Number(response.headers.get("Retry-After"));
         if (Number.isFinite(retryAfter) && retryAfter > 0) wait = Math.max(wait, retryAfter * 1_000);
+        deadline = RETRYABLE_STATUS.has(response.status) ? (deadline ?? Date.now() + retryFor) : deadline;
         // Out of retries, a coordinator that keeps answering an error is reachable: its answer (the
         // error envelope, e.g. a 500's or a 429's code) is what the caller reports, never "cannot reach".
-        if (!RETRYABLE_STATUS.has(response.status) || Date.now() + wait > deadline) return response;
+        if (!RETRYABLE_STATUS.has(response.status) || Date.now() + wait > (deadline ?? 0)) return watch.response(response);
+        watch.end();
         reason = `HTTP ${response.status}`;
         await response.body?.cancel();
       } catch (error) {
+        watch.end();
         // Cancelled by the caller (e.g. a runner stopping its long-poll): not a failure to retry.
-        if (signal?.aborted) throw signal.reason;
-        reason = (error as { cause?: { code?: string } }).cause?.code ?? (error as Error).message;
-        traceRequest(method, path, reason, body, startedAt);
+        if (request.signal?.aborted) throw request.signal.reason;
+        // The bytes being sent could not be read (a file gone or changed): no retry reads them better.
+        const unreadable = watch.bodyFailure();
+        if (unreadable) throw unreadable;
+        stalled = watch.stalled();
+        reason = stalled ? "no progress" : ((error as { cause?: { code?: string } }).cause?.code ?? (error as Error).message);
+        traceRequest(method, path, stalled ? "stalled" : reason, body, startedAt);
       }
+      deadline ??= Date.now() + retryFor;
       if (Date.now() + wait > deadline) {
+        // A peer that stopped answering mid-request is reachable: say what stalled, never "cannot reach".
+        if (stalled) throw stalled;
+        if (!coordinator) throw new UserError(`cannot reach ${peer} (${reason}) while ${watchOptions.what}`);
         throw new UserError(`cannot reach the coordinator at ${this.baseUrl} (${reason}); is it running? (loopwarden serve)`);
       }
-      this.options.onRetry?.(reason, attempt);
+      this.options.onRetry?.(stalled ? stalled.message : reason, attempt);
       await new Promise((resolve) => setTimeout(resolve, wait));
       backoff = Math.min(backoff * 2, 5_000);
     }
   }
 
   private async json<S extends z.ZodType>(method: string, path: string, schema: S, payload?: unknown): Promise<z.infer<S>> {
-    if (payload === undefined) return this.parse(await this.send(method, path), schema);
+    if (payload === undefined) return this.parse(await this.send(method, path, undefined, {}, { limitTotal: true }), schema);
     const text = JSON.stringify(payload);
     // Large bodies (a big suite's test ids) travel gzip-encoded (DESIGN §8); the coordinator's caps
     // count the bytes sent. Small ones go as they are: compressing them would cost more than it saves.
@@ -150,6 +252,7 @@ export class Client {
       path,
       compress ? new Blob([gzipSync(text)]) : text,
       compress ? { "Content-Type": "application/json", "Content-Encoding": "gzip" } : { "Content-Type": "application/json" },
+      { limitTotal: true },
     );
     return this.parse(response, schema);
   }
@@ -224,7 +327,7 @@ export class Client {
       `/v1/loops/${encodeURIComponent(loopId)}/leases`,
       JSON.stringify(request),
       { "Content-Type": "application/json" },
-      signal,
+      { signal, limitTotal: true, extraWaitMs: request.wait_ms ?? 0 },
     );
     if (response.status === 204) return null;
     return this.parse(response, Lease);
@@ -247,6 +350,8 @@ export class Client {
   /**
    * Uploads a file as a content-addressed artifact (DESIGN §10), streamed from disk: its digest is
    * computed by reading it once, then it is sent whole or part by part, as the coordinator answers.
+   * `onProgress` hears the bytes sent as they go. With `resumeIn`, a multipart upload is recorded there
+   * while it is in progress, and one that a process before this one left unfinished is resumed.
    */
   async uploadArtifactFile(
     loopId: string,
@@ -254,15 +359,24 @@ export class Client {
     name: string,
     contentType: string,
     onProgress?: (sent: number, total: number) => void,
+    resumeIn?: string,
   ): Promise<ArtifactRef> {
     const hash = createHash("sha256");
     for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
     const blob = await openAsBlob(file);
     const ref: ArtifactRef = { sha256: hash.digest("hex"), size: blob.size, name, content_type: contentType };
-    return this.uploadBlob(loopId, ref, blob, onProgress);
+    return this.uploadBlob(loopId, ref, blob, onProgress, resumeIn);
   }
 
-  private async uploadBlob(loopId: string, ref: ArtifactRef, blob: Blob, onProgress?: (sent: number, total: number) => void): Promise<ArtifactRef> {
+  private async uploadBlob(
+    loopId: string,
+    ref: ArtifactRef,
+    blob: Blob,
+    onProgress?: (sent: number, total: number) => void,
+    resumeIn?: string,
+  ): Promise<ArtifactRef> {
+    const what = `uploading ${ref.name} (${describeSize(ref.size)})`;
+    const onSent = (sent: number) => onProgress?.(sent, ref.size);
     const askIntent = () =>
       this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/artifacts`, ArtifactIntentResponse, {
         sha256: ref.sha256,
@@ -271,9 +385,13 @@ export class Client {
         name: ref.name,
       });
     if (this.storesUploads && ref.size <= DIRECT_PUT_MAX_BYTES) {
-      const direct = await this.send("PUT", `/v1/loops/${encodeURIComponent(loopId)}/artifacts/${ref.sha256}?name=${encodeURIComponent(ref.name)}`, blob, {
-        "Content-Type": ref.content_type,
-      });
+      const direct = await this.send(
+        "PUT",
+        `/v1/loops/${encodeURIComponent(loopId)}/artifacts/${ref.sha256}?name=${encodeURIComponent(ref.name)}`,
+        blob,
+        { "Content-Type": ref.content_type },
+        { what, onSent },
+      );
       await direct.body?.cancel();
       if (direct.ok) {
         onProgress?.(ref.size, ref.size);
@@ -281,13 +399,24 @@ export class Client {
       }
       // Refused (a limit, or storage configured otherwise since): the intent says what to do.
     }
+    const records = resumeIn !== undefined && ref.size > DIRECT_PUT_MAX_BYTES ? new UploadRecords(resumeIn) : null;
+    if (records) {
+      const { resume, stale } = await records.claim(
+        this.baseUrl,
+        (record) => record.loop_id === loopId && record.sha256 === ref.sha256 && record.size === ref.size,
+        activeUploads,
+      );
+      // Left by runners that are gone, untouched for a day: nobody will resume them.
+      for (const record of stale) await this.abortUpload(record.abort_url);
+      if (resume && (await this.resumeParts(ref, blob, resume, records, onProgress))) return ref;
+    }
     const intent = await askIntent();
     if (intent.status === "exists") return ref;
     if (intent.status === "upload") {
       if (isCoordinatorPath(intent.url)) this.storesUploads = true;
       // Headers the intent names are signed into a presigned URL (S3 mode's checksum): sent as given.
-      const response = await this.send("PUT", intent.url, blob, { "Content-Type": ref.content_type, ...intent.headers });
-      if (!response.ok) await this.parse(response, ArtifactStored);
+      const response = await this.send("PUT", intent.url, blob, { "Content-Type": ref.content_type, ...intent.headers }, { what, onSent });
+      if (!response.ok) await this.refusal(response, intent.url, what);
       await response.body?.cancel();
       onProgress?.(ref.size, ref.size);
       // Storage reached by a presigned URL does not tell the coordinator: asking again has it verify and
@@ -299,45 +428,131 @@ export class Client {
       }
       return ref;
     }
-    // Multipart: each part is sent (and on failure re-sent, by `send`'s retries) on its own; a part
-    // that was stored is never sent again. Anything that fails aborts the upload, so no parts linger.
-    const parts: UploadedPart[] = [];
+    await this.sendParts({ ...ref, loop_id: loopId, ...intent, parts: [] }, blob, records, onProgress);
+    return ref;
+  }
+
+  /**
+   * Resumes a multipart upload a process before this one left unfinished: only the parts it did not
+   * record are sent. False when the upload cannot be finished as recorded (storage no longer has it, a
+   * presigned URL expired, a recorded part was not what storage kept): the caller starts afresh.
+   */
+  private async resumeParts(ref: ArtifactRef, blob: Blob, record: UploadRecord, records: UploadRecords, onProgress?: (sent: number, total: number) => void) {
     try {
-      for (const [index, url] of intent.part_urls.entries()) {
-        const start = index * intent.part_size;
-        const response = await this.send("PUT", url, blob.slice(start, Math.min(start + intent.part_size, ref.size)));
-        if (!response.ok) await this.parse(response, UploadedPart);
-        // The coordinator answers the part's ETag as JSON; presigned storage in the ETag header.
-        const etag = isCoordinatorPath(url) ? (await this.parse(response, UploadedPart)).etag : (response.headers.get("ETag") ?? "");
-        if (!isCoordinatorPath(url)) await response.body?.cancel();
-        if (!etag) throw new Error(`storage answered part ${index + 1} of ${ref.name} without an ETag`);
-        parts.push({ part_number: index + 1, etag });
-        onProgress?.(Math.min(start + intent.part_size, ref.size), ref.size);
-      }
-      const complete = await this.send("POST", intent.complete_url, JSON.stringify({ parts } satisfies CompleteMultipartRequest), {
-        "Content-Type": "application/json",
-      });
-      await this.parse(complete, ArtifactStored);
-      return ref;
+      await this.sendParts({ ...ref, ...record }, blob, records, onProgress);
+      return true;
     } catch (error) {
-      await this.send("DELETE", intent.abort_url).then(
-        (response) => response.body?.cancel(),
-        () => undefined,
-      );
+      const gone =
+        (error instanceof CoordinatorError && ["upload_not_found", "invalid_parts", "size_mismatch", "digest_mismatch"].includes(error.code)) ||
+        (error instanceof StorageRefusal && error.status >= 400 && error.status < 500);
+      if (gone) return false;
       throw error;
     }
   }
 
+  /**
+   * Sends a multipart upload's parts not yet in `upload.parts`, then completes it. Each part is sent
+   * (and on failure re-sent, by `send`'s retries) on its own: a part storage took is never sent again.
+   * With `records`, the upload and each part taken are recorded as they happen. Anything that fails
+   * aborts the upload, so no parts linger; when even the abort fails, the record stays for a later runner.
+   */
+  private async sendParts(
+    upload: Omit<UploadRecord, "version" | "pid" | "updated_at" | "server"> & { content_type?: string },
+    blob: Blob,
+    records: UploadRecords | null,
+    onProgress?: (sent: number, total: number) => void,
+  ): Promise<void> {
+    const { name, size, part_size: partSize, part_urls: partUrls } = upload;
+    const done = new Map(upload.parts.map((part) => [part.part_number, part]));
+    const key = { server: this.baseUrl, loop_id: upload.loop_id, sha256: upload.sha256, upload_id: upload.upload_id };
+    const record = () =>
+      records?.save({
+        ...key,
+        size,
+        name,
+        part_size: partSize,
+        part_urls: partUrls,
+        complete_url: upload.complete_url,
+        abort_url: upload.abort_url,
+        parts: [...done.values()].sort((a, b) => a.part_number - b.part_number),
+      });
+    activeUploads.add(upload.upload_id);
+    try {
+      await record();
+      for (const [index, url] of partUrls.entries()) {
+        if (done.has(index + 1)) continue;
+        const start = index * partSize;
+        const end = Math.min(start + partSize, size);
+        const what = `uploading part ${index + 1} of ${partUrls.length} of ${name} (${describeSize(size)})`;
+        const response = await this.send("PUT", url, blob.slice(start, end), {}, { what, onSent: (sent) => onProgress?.(start + sent, size) });
+        if (!response.ok) await this.refusal(response, url, what);
+        // The coordinator answers the part's ETag as JSON; presigned storage in the ETag header.
+        const etag = isCoordinatorPath(url) ? (await this.parse(response, UploadedPart)).etag : (response.headers.get("ETag") ?? "");
+        if (!isCoordinatorPath(url)) await response.body?.cancel();
+        if (!etag) throw new Error(`storage answered part ${index + 1} of ${name} without an ETag`);
+        done.set(index + 1, { part_number: index + 1, etag });
+        await record();
+        onProgress?.(end, size);
+      }
+      const parts = [...done.values()].sort((a, b) => a.part_number - b.part_number);
+      // The coordinator re-reads the whole object to check its digest before it answers: that takes time.
+      const complete = await this.send(
+        "POST",
+        upload.complete_url,
+        JSON.stringify({ parts } satisfies CompleteMultipartRequest),
+        {
+          "Content-Type": "application/json",
+        },
+        {
+          what: `completing the upload of ${name}, whose ${describeSize(size)} the coordinator re-reads to check its digest`,
+          extraWaitMs: Math.ceil((size / COMPLETE_BYTES_PER_SECOND) * 1_000),
+        },
+      );
+      await this.parse(complete, ArtifactStored);
+      await records?.remove(key);
+    } catch (error) {
+      if (await this.abortUpload(upload.abort_url)) await records?.remove(key);
+      throw error;
+    } finally {
+      activeUploads.delete(upload.upload_id);
+    }
+  }
+
+  /** Aborts a multipart upload (`DELETE <abort_url>`); false when the coordinator could not be told. */
+  private async abortUpload(abortUrl: string): Promise<boolean> {
+    try {
+      const response = await this.send("DELETE", abortUrl, undefined, {}, { what: "aborting an unfinished upload", limitTotal: true });
+      await response.body?.cancel();
+      return response.ok;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Throws what refused an upload: the coordinator's error, or storage's answer to a presigned URL. */
+  private async refusal(response: Response, url: string, what: string): Promise<never> {
+    if (isCoordinatorPath(url)) await this.parse(response, ArtifactStored);
+    const text = await response.text().catch(() => "");
+    throw new StorageRefusal(response.status, `storage at ${new URL(url).host} refused ${what}: HTTP ${response.status} ${text.slice(0, 200)}`);
+  }
+
   /** An artifact's bytes (`GET /v1/loops/:id/artifacts/:sha256`); the caller checks the digest. */
   async downloadArtifact(loopId: string, sha256: string): Promise<Uint8Array> {
-    const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/artifacts/${sha256}`);
-    if (!response.ok) await this.parse(response, Health);
+    const response = await this.artifactResponse(loopId, sha256);
     return new Uint8Array(await response.arrayBuffer());
   }
 
   /** An artifact as a response, to stream (`logs`, `artifacts --download`); a refusal is thrown as the coordinator's error. */
   async artifactResponse(loopId: string, sha256: string): Promise<Response> {
-    const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/artifacts/${sha256}`);
+    const response = await this.send(
+      "GET",
+      `/v1/loops/${encodeURIComponent(loopId)}/artifacts/${sha256}`,
+      undefined,
+      {},
+      {
+        what: `downloading artifact ${sha256.slice(0, 12)}`,
+      },
+    );
     if (!response.ok) await this.parse(response, Health);
     return response;
   }
@@ -397,7 +612,16 @@ export class Client {
     let cursor = after;
     for (;;) {
       const wait = cursor === after && waitMs > 0 ? `&wait_ms=${waitMs}` : "";
-      const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/events?after=${cursor}&limit=1000${wait}`);
+      const response = await this.send(
+        "GET",
+        `/v1/loops/${encodeURIComponent(loopId)}/events?after=${cursor}&limit=1000${wait}`,
+        undefined,
+        {},
+        {
+          what: `reading the events of loop ${loopId}`,
+          extraWaitMs: wait ? waitMs : 0,
+        },
+      );
       if (!response.ok) await this.parse(response, Health);
       const page = (await response.text()).split("\n").filter((line) => line.length > 0);
       lines.push(...page);

@@ -61,11 +61,19 @@ async function checkedTreePaths(repo: string): Promise<string[]> {
   return trees;
 }
 
+// This process's clones made or being made and not yet removed, and the removals in progress: removals
+// run one after another, and the process's directory goes once no clone is left in it. A clone being
+// made waits for them, so the directory is never removed between its creation and the clone's.
+let liveClones = 0;
+let tidying: Promise<void> = Promise.resolve();
+
 /** Makes a fresh detached clone of `commit` in this process's directory and answers where it is. */
 async function makeClone(repo: string, commit: string, label: string): Promise<string> {
+  liveClones++;
   const dir = path.join(processDir(), `${label}-${randomBytes(4).toString("hex")}`);
-  await mkdir(processDir(), { recursive: true, mode: 0o700 });
   try {
+    await tidying;
+    await mkdir(processDir(), { recursive: true, mode: 0o700 });
     await timed("clone", () => cloneAt(repo, commit, dir));
   } catch (error) {
     await removeClone(dir);
@@ -74,10 +82,23 @@ async function makeClone(repo: string, commit: string, label: string): Promise<s
   return dir;
 }
 
-async function removeClone(dir: string): Promise<void> {
-  await rm(dir, { recursive: true, force: true });
-  // The process's directory goes too once empty (another clone of this process may still be in it).
-  await rmdir(processDir()).catch(() => undefined);
+/** Settles when every removal of a clone this process has started so far is done. */
+export function clonesRemoved(): Promise<void> {
+  return tidying;
+}
+
+function removeClone(dir: string): Promise<void> {
+  const removal = tidying.then(async () => {
+    try {
+      await rm(dir, { recursive: true, force: true });
+    } finally {
+      liveClones--;
+      // The process's directory goes too once empty (another clone of this process may still be in it).
+      if (liveClones === 0) await rmdir(processDir()).catch(() => undefined);
+    }
+  });
+  tidying = removal.catch(() => undefined);
+  return removal;
 }
 
 // Clones made ahead of their use, by repository and commit: the runner starts a candidate's clone while
@@ -122,6 +143,9 @@ export async function withClone<T>(repo: string, commit: string, label: string, 
   try {
     return await use({ dir, env: cloneEnv(trees) });
   } finally {
-    await removeClone(dir);
+    // Removed while the runner goes on (the verdict is applied, the next agent starts): not on the
+    // iteration's critical path. A process that ends waits for it; one killed first leaves the clone to
+    // the next runner's removeStaleClones.
+    removeClone(dir).catch(() => undefined);
   }
 }

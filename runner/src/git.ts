@@ -91,10 +91,55 @@ export async function headCommit(repo: string): Promise<string> {
   }
 }
 
+// Where each repository keeps HEAD (its git directory: `.git`, or a worktree's) and its branches (the
+// common directory), asked once per repository and process. Reading HEAD and a branch's loose ref as
+// files spares the iteration a git process each time (DESIGN §12); where the files are not plain —
+// packed refs, the reftable format, anything unexpected — git itself is asked.
+const gitDirectories = new Map<string, Promise<{ gitDir: string; commonDir: string }>>();
+
+function gitDirectoriesOf(repo: string): Promise<{ gitDir: string; commonDir: string }> {
+  let directories = gitDirectories.get(repo);
+  if (!directories) {
+    directories = git(repo, ["rev-parse", "--absolute-git-dir", "--git-common-dir"]).then((out) => {
+      const [gitDir = "", commonDir = ""] = out.split("\n");
+      return { gitDir, commonDir: path.resolve(repo, commonDir) };
+    });
+    gitDirectories.set(repo, directories);
+    directories.catch(() => gitDirectories.delete(repo));
+  }
+  return directories;
+}
+
+const OBJECT_ID = /^[0-9a-f]{40}(?:[0-9a-f]{24})?$/;
+
+/** What HEAD's file says: the ref it names, or the commit a detached HEAD is at; null when it is neither. */
+async function headFile(repo: string): Promise<{ ref: string } | { commit: string } | null> {
+  const { gitDir } = await gitDirectoriesOf(repo);
+  const text = (await readFile(path.join(gitDir, "HEAD"), "utf8").catch(() => "")).trim();
+  const ref = /^ref: (refs\/[^\s]+)$/.exec(text)?.[1];
+  if (ref) return { ref };
+  return OBJECT_ID.test(text) ? { commit: text } : null;
+}
+
 /** The current branch, or null when HEAD is detached. */
 export async function currentBranch(repo: string): Promise<string | null> {
+  const head = await headFile(repo);
+  if (head && "commit" in head) return null;
+  if (head?.ref.startsWith("refs/heads/")) return head.ref.slice("refs/heads/".length);
   const name = (await git(repo, ["symbolic-ref", "--short", "-q", "HEAD"]).catch(() => "")).trim();
   return name || null;
+}
+
+/** The commit HEAD is at, from the files when they say it plainly (a loose branch ref just written by a commit). */
+async function committedHead(repo: string): Promise<string> {
+  const head = await headFile(repo);
+  if (head && "commit" in head) return head.commit;
+  if (head?.ref.startsWith("refs/heads/")) {
+    const { commonDir } = await gitDirectoriesOf(repo);
+    const commit = (await readFile(path.join(commonDir, head.ref), "utf8").catch(() => "")).trim();
+    if (OBJECT_ID.test(commit)) return commit;
+  }
+  return headCommit(repo);
 }
 
 /** Paths with uncommitted changes (staged, unstaged or untracked; ignored files do not count). */
@@ -155,7 +200,7 @@ export async function switchToLoopBranch(repo: string, loopId: string, commit: s
 export async function snapshotCandidate(repo: string, message: string): Promise<string> {
   await git(repo, ["add", "-A"]);
   await git(repo, [...(await identityArgs(repo)), "commit", "-q", "--allow-empty", "--no-verify", "-m", message]);
-  return headCommit(repo);
+  return committedHead(repo);
 }
 
 /** Digest of the change from `base` to `commit`, and whether it changes nothing. */

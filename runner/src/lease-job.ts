@@ -1,18 +1,19 @@
+import path from "node:path";
 import { formatDuration } from "../../shared/duration.js";
 import type { Verdict } from "../../shared/engine/index.js";
 import type { Lease, LoopSummary, ReportResponse } from "../../shared/wire/api.js";
 import { compactTests } from "../../shared/engine/test-sets.js";
-import type { ArtifactRef, FullObservation } from "../../shared/wire/observation.js";
+import type { FullObservation } from "../../shared/wire/observation.js";
 import { CoordinatorError } from "./client.js";
 import { withClone, type Clone } from "./clone.js";
 import { UserError } from "./errors.js";
-import { evaluateIn, hardGatesPassed, uploadLogs, type EvaluationOptions } from "./evaluate.js";
+import { evaluateIn, hardGatesPassed, type EvaluationOptions } from "./evaluate.js";
 import { foldLoop, testBaseOf, type LoopReader } from "./event-log.js";
 import { contractFileOf, type LoadedContract } from "./contract-file.js";
 import { shortCommit } from "./git.js";
 import { liveStatus, paint, progress, type OutputMode } from "./output.js";
 import { MetricLog, samplePairs, type PairedSamples } from "./sampling.js";
-import { matchArtifacts, uploadArtifactFiles } from "./artifact-files.js";
+import { boundedErrors, storeLogs, storeReportFiles, type StoredFiles } from "./artifact-files.js";
 import { timed } from "./timings.js";
 import type { Session } from "./session.js";
 
@@ -74,21 +75,33 @@ export async function evaluateLease(ctx: JobContext, lease: Lease, label: string
       const clone = jobClone(candidateClone);
       const evaluation = await timed("gates", () => evaluateIn(clone, { ...evaluationOptions(mode, ctx.loaded, label), contract }));
       lost.signal.throwIfAborted();
-      await timed("upload", () => uploadLogs(client, lease.loop_id, evaluation.logs));
+      // What could not be stored as it was (a refusal, a log kept as its tail) is evidence in the
+      // report and a warning line, once each, never the end of the job.
+      const warned = new Set<string>();
+      const warn = (text: string) => {
+        if (warned.has(text)) return;
+        warned.add(text);
+        progress(mode, `${label}   ${paint("warning", "yellow")}: ${text}`);
+      };
+      const logErrors = await timed("upload", () => storeLogs(client, lease.loop_id, evaluation, warn));
       const metricLog = new MetricLog();
       // What the contract's `artifacts` globs match in the clone, and the metric command's output, stored
       // by digest before each report names them (again after more readings: what is stored is not re-sent).
-      const storeArtifacts = async (): Promise<ArtifactRef[]> => {
-        const files = await matchArtifacts(clone.dir, contract.artifacts ?? []);
-        const refs = await uploadArtifactFiles(client, lease.loop_id, clone.dir, files, (text) => progress(mode, `${label}   ${text}`));
-        if (!metricLog.isEmpty) refs.push(await client.uploadArtifact(lease.loop_id, "metric.log", metricLog.bytes(), "text/plain; charset=utf-8"));
-        return refs;
-      };
+      const storeArtifacts = (): Promise<StoredFiles> =>
+        storeReportFiles(client, lease.loop_id, {
+          dir: clone.dir,
+          globs: contract.artifacts ?? [],
+          metricLog: metricLog.isEmpty ? null : metricLog.bytes(),
+          resumeIn: path.join(ctx.repo, ".loopwarden", "uploads"),
+          note: (text) => progress(mode, `${label}   ${text}`),
+          warn,
+        });
       // Sent as a difference from t0's collected set (DESIGN §8): as large as what changed, not the suite.
       const tests = compactTests(evaluation.observation.tests, base);
       const report = async (observation: FullObservation) => {
         lost.signal.throwIfAborted();
-        const artifacts = await timed("upload", storeArtifacts);
+        const { refs: artifacts, errors } = await timed("upload", storeArtifacts);
+        const artifactErrors = boundedErrors([...logErrors, ...errors]);
         liveStatus(mode, `${label} reporting`);
         return timed("report", () =>
           client.report(lease.lease_id, {
@@ -97,6 +110,7 @@ export async function evaluateLease(ctx: JobContext, lease: Lease, label: string
               ...observation,
               tests,
               ...(artifacts.length > 0 ? { artifacts } : {}),
+              ...(artifactErrors.length > 0 ? { artifact_errors: artifactErrors } : {}),
               ...(lease.job.compare_to ? { compared_to: compareTo } : {}),
             },
           }),

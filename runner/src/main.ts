@@ -37,6 +37,10 @@ const program = new Command()
   .option("--contract <file>", "the loop contract (default loop.yaml in the repository)")
   .option("--json", "print exactly one JSON object on stdout", false)
   .option("--quiet", "no progress output on stderr", false)
+  .addHelpText(
+    "after",
+    "\nA request to the coordinator or storage is abandoned (then retried for a minute) when nothing moves for LOOPWARDEN_HTTP_IDLE_TIMEOUT\n(default 60s): no byte sent, no answer begun, no byte received. Uploads and downloads are never timed whole.",
+  )
   .showHelpAfterError()
   .exitOverride();
 
@@ -189,7 +193,9 @@ program
 
 program
   .command("artifacts")
-  .description("list the files a candidate's evaluation stored (gate logs, metric output, the contract's artifacts); --download writes them, digests checked")
+  .description(
+    "list the files a candidate's evaluation stored (gate logs, metric output, the contract's artifacts) and what it could not store, and why; --download writes them, digests checked",
+  )
   .argument("[candidate]", "candidate id (default: the latest evaluated)")
   .argument("[loop]", "loop id (default: this repository's)")
   .option("--download <dir>", "write every file to DIR")
@@ -291,31 +297,38 @@ team
     exitCode = await teamListCommand(globals());
   });
 
-const token = program.command("token").description("tokens of the caller's team (admin scope): create prints the secret once, with its id");
+const token = program
+  .command("token")
+  .description(
+    "tokens of the caller's team (admin scope): create prints the secret once, with its id. A token never creates one that can do more than itself: a token restricted to a loop creates tokens of that loop only, and one that expires, tokens that expire no later",
+  );
 token
   .command("create")
-  .description("create a token of your team")
+  .description("create a token of your team (with the owner token: of the team --team names)")
   .requiredOption("--scopes <list>", "comma-separated: admin, propose, evaluate, read (admin includes all; propose and evaluate include read)")
-  .option("--loop <id>", "restrict the token to one loop")
-  .option("--expires <duration>", "expire after a duration, e.g. 30d, 12h (at most 366d; default: until revoked)")
+  .option("--loop <id>", "restrict the token to one loop (required of a token that is itself restricted: its own loop)")
+  .option(
+    "--expires <duration>",
+    "expire after a duration, e.g. 30d, 12h (at most 366d; default: until revoked; a token that itself expires must give one that ends no later)",
+  )
   .addOption(new Option("--ttl <duration>", "same as --expires").hideHelp())
   .option("--name <label>", "a label shown by token list, e.g. the machine it is for")
-  .option("--team <id>", "with the owner token: the team to create it in")
+  .option("--team <id>", "with the owner token (required): the team to create it in")
   .action(async (options: { scopes: string; loop?: string; expires?: string; ttl?: string; name?: string; team?: string }) => {
     const { tokenCreateCommand } = await import("./commands/tenancy.js");
     exitCode = await tokenCreateCommand({ ...globals(), ...options, expires: options.expires ?? options.ttl });
   });
 token
   .command("list")
-  .description("list your team's tokens (never their secrets)")
-  .option("--team <id>", "with the owner token: the team to list")
+  .description("list your team's tokens (never their secrets); a token restricted to a loop lists the tokens of that loop")
+  .option("--team <id>", "with the owner token: only this team's (default: every team's)")
   .action(async (options: { team?: string }) => {
     const { tokenListCommand } = await import("./commands/tenancy.js");
     exitCode = await tokenListCommand({ ...globals(), ...options });
   });
 token
   .command("revoke")
-  .description("revoke a token of your team; it is refused from then on")
+  .description("revoke a token of your team (one that token list shows you); it is refused from then on")
   .argument("<id>", "the token's id (tk_…)")
   .action(async (id: string) => {
     const { tokenRevokeCommand } = await import("./commands/tenancy.js");
@@ -333,7 +346,7 @@ program
 /** What to do about a refusal of the token itself (DESIGN §11). */
 function tokenHint(error: CoordinatorError): string {
   if (error.status === 401) return "; pass a token with --token or LOOPWARDEN_TOKEN (a team admin makes one with `loopwarden token create`)";
-  if (error.status === 403) return "; ask a team admin for a token with that scope";
+  if (error.status === 403) return "; ask a team admin for a token that may do this";
   return "";
 }
 

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { labelsSatisfy, type AgentRun, type LoopState, type Proposer, type Verdict } from "../../shared/engine/index.js";
+import { labelsSatisfy, type AgentRun, type BundleRef, type LoopState, type Proposer, type Verdict } from "../../shared/engine/index.js";
 import { formatList } from "../../shared/format-list.js";
 import type { AgentReport } from "../../shared/wire/agent-report.js";
 import type { LoopSummary, ProposeCandidateRequest } from "../../shared/wire/api.js";
@@ -254,17 +254,20 @@ export async function buildProposal(
   // Its one-line summary for the agent's history is ready by the next iteration.
   void diffSummary(session.repo, session.loop.best.commit, candidate.commit);
   try {
-    const diff = await diffOf(session.repo, session.loop.best.commit, candidate.commit);
     // A candidate another runner may evaluate travels with its commits as a bundle, so a runner in another
     // checkout can evaluate it: on a shared coordinator (--server), or when the contract asks for runner
     // labels. On the local coordinator this process evaluates its own candidates, and a bundle would only
-    // cost time (2 git spawns and an upload an iteration). One the coordinator rejects unevaluated —
-    // empty, or its agent failed — needs none.
+    // cost time (a git spawn and an upload an iteration). One the coordinator rejects unevaluated — its
+    // agent failed, or it turns out empty — needs none; the bundle is made and sent while the diff is
+    // taken, as only an empty candidate (the rarer case) turns out not to need it.
     const shared = !session.connection.local || session.loaded.contract.evaluate !== undefined;
-    const bundle =
-      diff.empty || failed || !shared
-        ? undefined
-        : await uploadCandidateBundle(session.client, session.loop.loop_id, session.repo, candidate.commit, session.loop.t0.commit);
+    const bundling =
+      failed || !shared ? null : uploadCandidateBundle(session.client, session.loop.loop_id, session.repo, candidate.commit, session.loop.t0.commit);
+    bundling?.catch(() => undefined);
+    const diff = await diffOf(session.repo, session.loop.best.commit, candidate.commit);
+    let bundle: BundleRef | undefined;
+    if (!diff.empty) bundle = (await bundling) ?? undefined;
+    else await bundling?.catch(() => undefined); // unused, but not left running behind the proposal
     return {
       idempotency_key: candidate.key,
       commit: candidate.commit,

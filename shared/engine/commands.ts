@@ -259,6 +259,24 @@ export function staleComparison(best: BestState, lease: LeaseState, comparedTo: 
   return moved || elsewhere ? { compare_to: compareTo, compared_to: comparedTo ?? null, best: refOf(best) } : null;
 }
 
+/**
+ * Why a report may not be judged because it does not say which best its readings measured: in optimize
+ * mode a report under a lease that names `compare_to` must echo it as `compared_to`, since its
+ * `samples.best` are the runner's readings of some commit and only the echo says which (DESIGN §6.3);
+ * judged without it, readings of another commit could promote the candidate over a best they never
+ * measured. Null when the report may be judged: it echoes a commit (another one than its lease's is
+ * re-queued instead, `staleComparison`), its lease predates `compare_to`, or the loop is not an optimize
+ * loop — in check_fixpoint and task_list the observation measures the candidate's tree alone and the
+ * engine itself compares it with the best, which `staleComparison` has checked is still the lease's, so
+ * a runner that predates `compared_to` is judged as it was. Refused as `invalid_observation`, recording
+ * nothing: it is a malformed report, not a moved best, and no re-queue would make its sender echo.
+ */
+export function unnamedComparison(state: LoopState, lease: LeaseState, observation: Observation): string | null {
+  const compareTo = lease.compare_to;
+  if (state.contract.mode !== "optimize" || !compareTo || observation.compared_to !== undefined) return null;
+  return `the lease names ${compareTo.candidate_id} (${compareTo.commit.slice(0, 12)}) as the best to compare with, and an optimize report must echo it as compared_to: readings of an unnamed best are never judged`;
+}
+
 /** The report answer of a re-queued report, as recorded: the same for a retry as for the report itself. */
 function requeuedAnswer(candidateId: string, stale: StaleComparison): Requeued {
   const { compare_to, compared_to, best } = stale;
@@ -355,6 +373,9 @@ export function reportObservation(
   if (problem) return refuse("invalid_observation", problem);
   const requeue = requeueIfStale(state, { ...input, compared_to: input.observation.compared_to });
   if (requeue) return { ok: true, events: [requeue], value: requeuedAnswer(candidate.candidate_id, requeue.data) };
+  // Checked after the re-queue: a report whose best has moved is not judged whatever it names.
+  const unnamed = unnamedComparison(state, candidate.lease, input.observation);
+  if (unnamed) return refuse("invalid_observation", unnamed);
   const observation = isDeltaTests(tests) ? input.observation : { ...input.observation, tests: compactTests(tests, state.t0_base) };
   const reported: EventDraft = {
     type: "observation_reported",

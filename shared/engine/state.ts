@@ -1,6 +1,6 @@
 import type { Contract } from "../wire/contract.js";
 import type { AgentReport } from "../wire/agent-report.js";
-import type { ArtifactRef } from "../wire/observation.js";
+import type { ArtifactError, ArtifactRef } from "../wire/observation.js";
 import type { AgentRun, BestRef, ConfirmReadings, Confirmation, EventDraft, Halt, Verdict, BundleRef } from "./events.js";
 import { baselineGuards, type BaselineGuards } from "./guards.js";
 import { standingOf, testBaseOf, type TestBase, type TestStanding } from "./test-sets.js";
@@ -55,6 +55,8 @@ export interface CandidateState {
     gates: GateSummary[];
     /** The files the evaluation stored besides gate logs (the contract's `artifacts`, `metric.log`). */
     artifacts: ArtifactRef[];
+    /** What it could not store as it was, and why; absent when everything was stored. */
+    artifact_errors?: ArtifactError[];
   } | null;
   verdict: Verdict | null;
   /** The last `need_samples` answer while more readings are awaited on the lease; null otherwise. */
@@ -302,6 +304,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
           tests: standingOf(state.contract, data.observation, state.t0_base),
           gates: data.observation.gates.map(({ name, exit_code, signal, timed_out, log }) => ({ name, exit_code, signal, timed_out, log })),
           artifacts: data.observation.artifacts ?? [],
+          ...(data.observation.artifact_errors ? { artifact_errors: data.observation.artifact_errors } : {}),
         },
       });
     }

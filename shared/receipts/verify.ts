@@ -2,7 +2,7 @@ import { utf8 } from "@scure/base";
 import { canonicalJson } from "../canonical-json.js";
 import { sha256Hex } from "../hash.js";
 import { verifyChain, type ChainHead } from "../engine/chain.js";
-import { confirmBest, createLoop, proposeCandidate, requeueIfStale } from "../engine/commands.js";
+import { confirmBest, createLoop, proposeCandidate, requeueIfStale, unnamedComparison } from "../engine/commands.js";
 import { decide } from "../engine/decide.js";
 import { LoopEvent, type EventDraft } from "../engine/events.js";
 import { stepwiseFold, type LoopState } from "../engine/state.js";
@@ -138,6 +138,9 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     const { data } = draft;
     const stale = requeueIfStale(state, { ...data, compared_to: data.observation.compared_to, at: draft.at });
     if (stale) throw new Error(`a report under a stale comparison is judged here; the engine answers it with a ${describeDraft(stale)}`);
+    const lease = state.candidates[data.candidate_id]?.lease;
+    const unnamed = lease?.lease_id === data.lease_id ? unnamedComparison(state, lease, data.observation) : null;
+    if (unnamed) throw new Error(`the engine refuses this report: ${unnamed}`);
     return null;
   }
   if (state && draft.type === "lease_requeued") {

@@ -11,6 +11,19 @@ export type Scope = z.infer<typeof Scope>;
 /** Team ids: `tm_` and 16 hex digits. */
 export const TeamId = z.string().regex(/^tm_[0-9a-f]{16}$/, "is not a team id");
 
+/**
+ * The team of the instance owner's own loops (and of every loop created before teams existed). Not a
+ * `tm_` id, so no team can be named so, and no request may name it.
+ */
+export const OWNER_TEAM = "owner";
+
+/**
+ * The team a token row belongs to: a team's, or the owner's own — which no token is created in any
+ * more (the owner names a team), but which coordinators before that check wrote when the owner named
+ * none, and which `token list` must still show so they can be revoked.
+ */
+export const TokenTeamId = z.union([TeamId, z.literal(OWNER_TEAM)]);
+
 /** Token ids: `tk_` and 16 hex digits; the id is also the secret's second field, so it is never secret itself. */
 export const TokenId = z.string().regex(/^tk_[0-9a-f]{16}$/, "is not a token id");
 
@@ -54,7 +67,7 @@ export const CreateTokenRequest = z.strictObject({
     .string()
     .regex(/^[A-Za-z0-9 _.:@-]{1,64}$/, "use 1-64 letters, digits, spaces or _.:@-")
     .optional(),
-  /** The team, when the instance owner creates a token for one (a team admin's token names its own). */
+  /** The team the token is for: required of the instance owner, whose own token belongs to no team; a team's token may name only its own. */
   team_id: TeamId.optional(),
 });
 export type CreateTokenRequest = z.infer<typeof CreateTokenRequest>;
@@ -65,7 +78,7 @@ export const RevokeTokenRequest = z.strictObject({});
 /** A token as `token list` shows it: never its secret. */
 export const TokenView = z.object({
   token_id: TokenId,
-  team_id: TeamId,
+  team_id: TokenTeamId,
   scopes: z.array(Scope),
   loop_id: LoopId.nullable(),
   name: z.string().nullable(),
@@ -82,6 +95,10 @@ export type TokenCreated = z.infer<typeof TokenCreated>;
 /** `POST /v1/teams` answer: the team and its first admin token. */
 export const TeamCreated = z.object({ team: TeamView, token: TokenCreated });
 export type TeamCreated = z.infer<typeof TeamCreated>;
+
+/** `GET /v1/tokens` query: the owner may name one team (without one, every team's tokens are listed); a team's token may name only its own. */
+export const TokenListQuery = z.object({ team_id: TeamId.optional() });
+export type TokenListQuery = z.infer<typeof TokenListQuery>;
 
 /** `GET /v1/tokens` answer. */
 export const TokenList = z.object({ tokens: z.array(TokenView) });

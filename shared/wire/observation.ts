@@ -15,6 +15,27 @@ export const ArtifactRef = z.strictObject({
 });
 export type ArtifactRef = z.infer<typeof ArtifactRef>;
 
+/**
+ * Something an evaluation did not store as it was, and why (DESIGN §10): a file the coordinator refused
+ * (`artifact_too_large`, `quota_exceeded`), one that could not be read or named, globs that matched too
+ * many files, or a log stored only as its tail. The agent controls what the globs match: a refusal is
+ * evidence recorded with the observation, never a reason for the evaluation to fail.
+ */
+export const ArtifactError = z.strictObject({
+  /** The file's path in the clone, or the log's name (`gate-unit.log`); `*` for the globs as a whole. */
+  name: z.string().min(1).max(200),
+  /** Its size in bytes, when known. */
+  size: z.number().int().min(0).optional(),
+  /** Why, as a code: the coordinator's error code, `too_many_files`, `unreadable`, `name_too_long`, `more`. */
+  code: z.string().min(1).max(64),
+  /** Why, in words, and what was kept instead (a log's last bytes), if anything. */
+  detail: z.string().max(1_000),
+});
+export type ArtifactError = z.infer<typeof ArtifactError>;
+
+/** The most entries `artifact_errors` holds; past it, the last one counts the rest. */
+export const MAX_ARTIFACT_ERRORS = 50;
+
 /** What one gate did: exit code (null when killed by a signal), timing, its captured log, the metrics it printed. */
 export const GateResult = z.strictObject({
   name: z.string().min(1).max(64),
@@ -98,6 +119,8 @@ const observationFields = {
    * matched in the clone after the evaluation, and the metric command's output (`metric.log`).
    */
   artifacts: z.array(ArtifactRef).max(1_000).optional(),
+  /** What the evaluation could not store as it was, and why (absent when everything was stored; runners before it never send it). */
+  artifact_errors: z.array(ArtifactError).min(1).max(MAX_ARTIFACT_ERRORS).optional(),
   guards: GuardReadings.optional(),
   /** task_list mode: each task's own check, run after the gates (`name` is the task id). */
   tasks: z.array(GateResult).max(1_000).optional(),
@@ -142,7 +165,10 @@ export const Observation = z
     /**
      * The best-so-far commit the runner compared the candidate with, echoed from its lease's `compare_to`.
      * A report that names another commit than its lease is not judged (the candidate is re-queued).
-     * Absent in reports of runners that predate it; t0's observation never has one.
+     * Optional here because only the lease says whether it is required: in an optimize loop, a report
+     * under a lease that names `compare_to` without it is refused (`invalid_observation`,
+     * `unnamedComparison`), since only it says which commit `samples.best` measured. Elsewhere it may be
+     * absent: reports of runners that predate it, under leases that predate `compare_to`, and t0's.
      */
     compared_to: GitCommit.optional(),
   })

@@ -77,11 +77,11 @@ export function api(url: string, init: RequestInit = {}): Promise<Response> {
   return fetch(url, { ...init, headers });
 }
 
-/** Every stored event of a loop, page after page while the coordinator says more follow (DESIGN §8), as the owner. */
-export async function loopEvents(url: string, loopId: string): Promise<LoopEvent[]> {
+/** Every stored event of a loop, page after page while the coordinator says more follow (DESIGN §8), as the owner unless another token is given. */
+export async function loopEvents(url: string, loopId: string, token = TEST_OWNER_TOKEN): Promise<LoopEvent[]> {
   const events: LoopEvent[] = [];
   for (;;) {
-    const response = await api(`${url}/v1/loops/${loopId}/events?after=${events.length}`);
+    const response = await api(`${url}/v1/loops/${loopId}/events?after=${events.length}`, { headers: { authorization: `Bearer ${token}` } });
     if (!response.ok) throw new Error(`events of ${loopId}: ${response.status} ${await response.text()}`);
     for (const line of (await response.text()).split("\n")) if (line.length > 0) events.push(LoopEvent.parse(JSON.parse(line)));
     if (response.headers.get("loopwarden-more") !== "true") return events;

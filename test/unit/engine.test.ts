@@ -795,9 +795,11 @@ describe("engine: no convergence and untrusted checks (DESIGN §6.2, §6.5)", ()
 
 describe("engine: optimize mode (DESIGN §6.1, §6.3)", () => {
   const metric = OPTIMIZE_METRIC;
+  // Every lease in these tests is granted while t0 is the best: the readings echo it, as a runner echoes its lease's compare_to.
   const measured = (best: number[], candidate: number[], failing: string[] = []): Observation => ({
     ...observationOf(failing),
     samples: { best, candidate },
+    compared_to: commitOf("t0"),
   });
   const leaseFor = (harness: LoopHarness, label: string) => {
     harness.propose(label);
@@ -914,7 +916,11 @@ describe("engine: optimize mode (DESIGN §6.1, §6.3)", () => {
     const harness = optimizeLoop();
     const lease = leaseFor(harness, "no-bench");
     expect(
-      harness.report(lease, { ...observationOf([]), samples: { best: [], candidate: [], error: "the metric command printed no parse_ms" } }),
+      harness.report(lease, {
+        ...observationOf([]),
+        samples: { best: [], candidate: [], error: "the metric command printed no parse_ms" },
+        compared_to: commitOf("t0"),
+      }),
     ).toMatchObject({
       value: { decision: "rejected", reason: "no_samples", detail: expect.stringContaining("printed no parse_ms") },
     });

@@ -279,10 +279,80 @@ describe("stale comparisons are re-queued, never judged", () => {
     expect(answered(harness.report(again, echoing(again, [B])))).toMatchObject({ decision: "promoted" });
   });
 
-  it("a report that does not say what it compared with is judged while the best is still its lease's", () => {
+  it("check_fixpoint: a report that does not say what it compared with is judged while the best is still its lease's (the engine compares, not the runner)", () => {
     const harness = new LoopHarness([A, B]);
     harness.propose("fix-a");
     expect(answered(harness.report(granted(harness.lease()), observationOf([B])))).toMatchObject({ decision: "promoted" });
+    expect(rederive(sealed(harness.events))).toMatchObject({ ok: true });
+  });
+
+  it("optimize: readings that do not name the best they measured are refused invalid_observation, recording nothing; echoed, the same lease is judged", () => {
+    const harness = optimizeLoop();
+    harness.propose("fast");
+    const lease = granted(harness.lease("runner-1"));
+    expect(lease.compare_to).toEqual(T0);
+    const { compared_to: _echo, ...unnamed } = measured(lease, 100, 70, 8);
+    // Judged, these readings would promote: only the echo says they are readings of t0.
+    expect(decide(harness.state, harness.state.contract, "c1", unnamed, harness.now()).verdict.decision).toBe("promoted");
+    const count = harness.events.length;
+    expect(harness.report(lease, unnamed)).toEqual({
+      ok: false,
+      error: { code: "invalid_observation", message: expect.stringContaining("must echo it as compared_to") },
+    });
+    expect(harness.events).toHaveLength(count);
+    expect(harness.state.candidates.c1).toMatchObject({ status: "leased", report: null, verdict: null, pending: null, lease: { lease_id: lease.lease_id } });
+    // Also when no reading was taken (a hard gate failed): an optimize report under a naming lease always echoes.
+    const noReadings: Observation = { ...observationOf([A]), samples: { best: [], candidate: [], error: "a hard gate failed: the metric was not measured" } };
+    expect(harness.report(lease, noReadings)).toMatchObject({ ok: false, error: { code: "invalid_observation" } });
+    expect(answered(harness.report(lease, measured(lease, 100, 70, 8)))).toMatchObject({ decision: "promoted" });
+    expect(rederive(sealed(harness.events))).toMatchObject({ ok: true });
+  });
+
+  it("optimize: a report that names no best and whose best has moved is re-queued (compared_to null), not refused: it would not be judged either way", () => {
+    const harness = optimizeLoop();
+    harness.propose("fast");
+    harness.propose("less-fast");
+    const one = granted(harness.lease("runner-1"));
+    const two = granted(harness.lease("runner-2"));
+    harness.report(one, measured(one, 100, 70, 8));
+    const { compared_to: _echo, ...unnamed } = measured(two, 100, 85, 8);
+    expect(harness.report(two, unnamed)).toMatchObject({
+      ok: true,
+      events: [{ type: "lease_requeued", data: { compare_to: T0, compared_to: null, best: { candidate_id: "c1" } } }],
+      value: { decision: "requeued" },
+    });
+    expect(rederive(sealed(harness.events))).toMatchObject({ ok: true });
+  });
+
+  it("optimize: a lease granted before leases named compare_to is judged without an echo, as it was then", () => {
+    const harness = optimizeLoop();
+    harness.propose("fast");
+    const lease = granted(harness.lease());
+    const event = harness.events.at(-1);
+    if (event?.type !== "lease_granted") throw new Error("no lease_granted");
+    const { compare_to: _named, ...data } = event.data;
+    harness.events[harness.events.length - 1] = { ...event, data };
+    harness.state = foldEvents(harness.events) ?? harness.state;
+    const { compared_to: _echo, ...unnamed } = measured(lease, 100, 70, 8);
+    expect(answered(harness.report(lease, unnamed))).toMatchObject({ decision: "promoted" });
+    expect(rederive(sealed(harness.events))).toMatchObject({ ok: true });
+  });
+
+  it("the verifier refuses a log where an optimize report that names no best was judged", () => {
+    const harness = optimizeLoop();
+    harness.propose("fast");
+    const lease = granted(harness.lease());
+    const observation = measured(lease, 100, 70, 8);
+    harness.report(lease, observation);
+    const at = harness.events.findIndex((event) => event.type === "observation_reported");
+    const reported = harness.events[at];
+    if (reported?.type !== "observation_reported") throw new Error("no observation_reported");
+    const { compared_to: _echo, ...unnamed } = observation;
+    const forged = sealed([...harness.events.slice(0, at), { ...reported, data: { ...reported.data, observation: unnamed } }, ...harness.events.slice(at + 1)]);
+    expect(rederive(forged)).toEqual({
+      ok: false,
+      detail: expect.stringContaining(`event ${at + 1}: cannot be applied (the engine refuses this report: the lease names t0`),
+    });
   });
 
   it("a halted loop refuses a stale report as loop_halted; an invalid one is refused as such: neither re-queues anything", () => {
@@ -531,7 +601,9 @@ describe("properties: parallel evaluation", () => {
       }),
       { numRuns: 200 },
     );
-  });
+    // 200 random histories, each folded after every step and re-derived: about 2 s on an idle machine,
+    // past vitest's 5 s default on a loaded one.
+  }, 60_000);
 });
 
 describe("candidate bundles", () => {

@@ -189,7 +189,11 @@ describe("receipts", async () => {
     harness.propose("faster");
     const leased = harness.lease();
     if (!leased.ok || !leased.value) throw new Error("no lease");
-    harness.report(leased.value, { ...created.data.t0.observation, samples: { best: readings(100, 8), candidate: readings(70, 8) } });
+    harness.report(leased.value, {
+      ...created.data.t0.observation,
+      samples: { best: readings(100, 8), candidate: readings(70, 8) },
+      compared_to: leased.value.compare_to?.commit,
+    });
     harness.apply(confirmBest(harness.state, { candidate_id: "c1", samples: { t0: readings(100, 8), best: readings(70, 8) } }, harness.now()));
     const sealed = (drafts: readonly EventDraft[]) => {
       let head: ChainHead | null = null;

@@ -304,4 +304,43 @@ describe("LoopObject alarm: lease expiry", () => {
     const current = await postJson(`/v1/leases/${relet.lease_id}/report`, { fencing_token: relet.fencing_token, observation: observationOf([A]) });
     expect(await current.json()).toMatchObject({ verdict: { candidate_id: "c1", decision: "promoted" } });
   });
+
+  it("run twice after the deadline (alarms are at least once), reclaims the lease once: one lease_expired, the job queued once", async () => {
+    const loop = await createLoop("expiry-twice", [A, B]);
+    const stub = loopObject(loop.loop_id);
+    const lease = (await proposeAndLease(loop.loop_id, "expiry-twice")) as Awaited<ReturnType<typeof proposeAndLease>> & { expires_at: string };
+    await drainOutbox(loop.loop_id);
+    const deadline = Date.parse(lease.expires_at);
+    const expiries = async () =>
+      runInDurableObject(stub, (_instance, state) =>
+        state.storage.sql
+          .exec<{ body: string }>("SELECT body FROM events ORDER BY seq")
+          .toArray()
+          .map((row) => JSON.parse(row.body) as LoopEvent)
+          .filter((event) => event.type === "lease_expired"),
+      );
+
+    vi.useFakeTimers({ toFake: ["Date"] });
+    try {
+      vi.setSystemTime(deadline + 1_000);
+      expect(await runDurableObjectAlarm(stub)).toBe(true);
+      expect(await expiries()).toHaveLength(1);
+      const afterFirst = await logOf(loop.loop_id);
+      // The same alarm delivered again, later still: set for the deadline it fired at, as a retried alarm is.
+      vi.setSystemTime(deadline + 5_000);
+      await runInDurableObject(stub, (_instance, state) => state.storage.setAlarm(deadline));
+      expect(await runDurableObjectAlarm(stub)).toBe(true);
+      expect(await logOf(loop.loop_id)).toEqual(afterFirst);
+    } finally {
+      vi.useRealTimers();
+    }
+
+    const log = await expiries();
+    expect(log).toHaveLength(1);
+    expect(log[0]).toMatchObject({ data: { lease_id: lease.lease_id, candidate_id: "c1" } });
+    // The job is queued once: one runner gets it again, the next finds nothing to do.
+    const relet = await postJson(`/v1/loops/${loop.loop_id}/leases`, { runner_id: "second-runner" });
+    expect(await relet.json()).toMatchObject({ fencing_token: 2, job: { candidate_id: "c1" } });
+    expect((await postJson(`/v1/loops/${loop.loop_id}/leases`, { runner_id: "third-runner" })).status).toBe(204);
+  });
 });

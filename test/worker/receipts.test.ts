@@ -140,7 +140,8 @@ describe("receipts", () => {
     const lease = await proposeAndLease(loop.loop_id, "confirm");
     const report = await postJson(`/v1/leases/${lease.lease_id}/report`, {
       fencing_token: lease.fencing_token,
-      observation: { ...observationOf([]), samples: { best: readings(100, 8), candidate: readings(70, 8) } },
+      // Readings of t0, the best its lease names: echoed, as an optimize report must.
+      observation: { ...observationOf([]), samples: { best: readings(100, 8), candidate: readings(70, 8) }, compared_to: body.t0.commit },
     });
     const halted = LoopSummary.parse(((await report.json()) as { loop: unknown }).loop);
     expect(halted).toMatchObject({ status: "halted", best: { candidate_id: "c1" }, receipt_id: expect.any(String) });

@@ -3,7 +3,7 @@ import { base64urlnopad } from "@scure/base";
 import { eq } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import type { Context, MiddlewareHandler } from "hono";
-import type { Scope } from "../../shared/wire/auth.js";
+import { OWNER_TEAM, type Scope } from "../../shared/wire/auth.js";
 import { tokens, type TokenRow } from "./db/schema.js";
 import { ApiError } from "./http-errors.js";
 
@@ -13,8 +13,7 @@ import { ApiError } from "./http-errors.js";
 // - a team's token, `lwt_<16 hex>_<secret>`: the 16 hex digits name its D1 row, which holds only the
 //   SHA-256 of the whole token; the digests are compared in constant time.
 
-/** The team of the owner's own loops (and of every loop created before teams existed). Not a `tm_` id, so no team can be named so. */
-export const OWNER_TEAM = "owner";
+export { OWNER_TEAM };
 
 /** The shortest owner token accepted: a deployment with a guessable OWNER_TOKEN has no owner. */
 export const MIN_OWNER_TOKEN_LENGTH = 32;

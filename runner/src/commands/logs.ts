@@ -8,6 +8,7 @@ import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { foldEvents, LoopEvent, type LoopState } from "../../../shared/engine/index.js";
 import type { ArtifactRef } from "../../../shared/wire/observation.js";
 import type { Client } from "../client.js";
+import { describeArtifactError } from "../artifact-files.js";
 import { candidateFor, gateFailed, gateOutcome, storedFilesOf } from "../candidate-evidence.js";
 import { connect, type ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
@@ -57,7 +58,10 @@ export async function logsCommand(
       }
       ref = gate.log;
       what = `gate ${gate.name} (${gateFailed(gate) ? gateOutcome(gate) : "passed"})`;
-      if (!ref) throw new UserError(`${candidate.candidate_id}'s gate ${gate.name} stored no log`);
+      if (!ref) {
+        const why = candidate.report?.artifact_errors?.find((error) => error.name === `gate-${gate.name}.log`);
+        throw new UserError(`${candidate.candidate_id}'s gate ${gate.name} stored no log${why ? `: ${describeArtifactError(why)}` : ""}`);
+      }
     }
     progress(options, `${candidate.candidate_id} ${what}: ${ref.name}, ${ref.size} bytes`);
     const response = await connection.client.artifactResponse(loopId, ref.sha256);
@@ -125,18 +129,32 @@ export async function artifactsCommand(
         written.push(target);
       }
     }
+    // What the evaluation could not store as it was (refused, unreadable, kept as a log's tail), and why.
+    const notStored = candidate.report?.artifact_errors ?? [];
     emitResult(
       options,
-      { status: "ok", loop_id: loopId, candidate_id: candidate.candidate_id, artifacts: files, ...(options.download !== undefined ? { written } : {}) },
-      files.length === 0
-        ? [`${candidate.candidate_id} stored no files`]
-        : [
-            `${candidate.candidate_id} stored ${files.length} file(s):`,
-            ...files.map((file) => `  ${file.name}  ${file.size} bytes  sha256:${file.sha256.slice(0, 16)}…`),
-            ...(options.download !== undefined
-              ? [`written to ${path.resolve(options.download)} (digests checked)`]
-              : [`download them: loopwarden artifacts ${candidate.candidate_id} --download DIR`]),
-          ],
+      {
+        status: "ok",
+        loop_id: loopId,
+        candidate_id: candidate.candidate_id,
+        artifacts: files,
+        ...(notStored.length > 0 ? { artifact_errors: notStored } : {}),
+        ...(options.download !== undefined ? { written } : {}),
+      },
+      [
+        ...(files.length === 0
+          ? [`${candidate.candidate_id} stored no files`]
+          : [
+              `${candidate.candidate_id} stored ${files.length} file(s):`,
+              ...files.map((file) => `  ${file.name}  ${file.size} bytes  sha256:${file.sha256.slice(0, 16)}…`),
+              ...(options.download !== undefined
+                ? [`written to ${path.resolve(options.download)} (digests checked)`]
+                : [`download them: loopwarden artifacts ${candidate.candidate_id} --download DIR`]),
+            ]),
+        ...(notStored.length > 0
+          ? [`not stored as they were (${notStored.length}):`, ...notStored.map((error) => `  ${describeArtifactError(error)} [${error.code}]`)]
+          : []),
+      ],
     );
     return 0;
   } finally {

@@ -1,7 +1,7 @@
 import { parseDuration } from "../../../shared/duration.js";
-import { MAX_TOKEN_LIFETIME_MS, Scope, type TokenView } from "../../../shared/wire/auth.js";
+import { MAX_TOKEN_LIFETIME_MS, OWNER_TEAM, Scope, type TokenView } from "../../../shared/wire/auth.js";
 import { connect, type ServerOptions } from "../connect.js";
-import { UserError } from "../errors.js";
+import { CoordinatorError, UserError } from "../errors.js";
 import { emitResult, type OutputMode } from "../output.js";
 
 // `loopwarden team …` and `loopwarden token …` (DESIGN §11, §13): thin wrappers over the tenancy routes.
@@ -57,6 +57,7 @@ export function parseScopes(text: string): Scope[] {
 
 function describeToken(token: TokenView): string {
   const limits = [
+    token.team_id === OWNER_TEAM ? "the owner's own loops (no team)" : `team ${token.team_id}`,
     token.loop_id ? `loop ${token.loop_id}` : "every loop of the team",
     token.revoked_at ? `revoked ${token.revoked_at}` : token.expires_at ? `expires ${token.expires_at}` : "no expiry",
   ];
@@ -75,13 +76,24 @@ export async function tokenCreateCommand(
   }
   const connection = await connect(options, options);
   try {
-    const created = await connection.client.createToken({
-      scopes,
-      ...(options.loop === undefined ? {} : { loop_id: options.loop }),
-      ...(options.expires === undefined ? {} : { expires_in: options.expires }),
-      ...(options.name === undefined ? {} : { name: options.name }),
-      ...(options.team === undefined ? {} : { team_id: options.team }),
-    });
+    const created = await connection.client
+      .createToken({
+        scopes,
+        ...(options.loop === undefined ? {} : { loop_id: options.loop }),
+        ...(options.expires === undefined ? {} : { expires_in: options.expires }),
+        ...(options.name === undefined ? {} : { name: options.name }),
+        ...(options.team === undefined ? {} : { team_id: options.team }),
+      })
+      .catch((error: unknown) => {
+        // The owner's token belongs to no team, so the owner names one: a flag missing, a usage error (exit 2).
+        if (error instanceof CoordinatorError && error.code === "team_required") {
+          throw new UserError(
+            "the instance owner's token belongs to no team: name the team the token is for with --team ID (`loopwarden team list` shows them; `loopwarden team create NAME` makes one); nothing was created",
+            2,
+          );
+        }
+        throw error;
+      });
     emitResult(options, { status: "ok", token: created }, [
       `token ${describeToken(created)}`,
       `  secret, shown this once: ${created.token}`,
@@ -93,7 +105,7 @@ export async function tokenCreateCommand(
   }
 }
 
-/** `token list [--team ID]`: the team's tokens, never their secrets. */
+/** `token list [--team ID]`: the team's tokens, never their secrets (for the owner without --team, every team's). */
 export async function tokenListCommand(options: Options & { team?: string | undefined }): Promise<number> {
   const connection = await connect(options, options);
   try {

@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSy
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { cloneAhead, clonesRoot, dropCloneAhead, withClone } from "../../../runner/src/clone.js";
+import { cloneAhead, clonesRemoved, clonesRoot, dropCloneAhead, withClone } from "../../../runner/src/clone.js";
 
 // A candidate's clone is made while its proposal is in flight (the iteration's critical path holds one
 // clone less): the evaluation then takes that very clone, at the candidate's commit; one never taken is
@@ -39,6 +39,8 @@ describe("cloneAhead", () => {
       return clone.dir;
     });
     expect(path.basename(seen)).toMatch(/^ahead-/);
+    // Removed after withClone answers, off the iteration's critical path.
+    await clonesRemoved();
     expect(existsSync(seen)).toBe(false);
     // Taken once: the next withClone of the commit makes a fresh one.
     const fresh = await withClone(repo, first, "candidate", async (clone) => clone.dir);
@@ -53,6 +55,7 @@ describe("cloneAhead", () => {
     });
     expect(path.basename(other)).toMatch(/^candidate-/);
     await dropCloneAhead(repo, second);
+    await clonesRemoved();
     expect(existsSync(path.join(clonesRoot(), String(process.pid))) ? ownClones() : []).toEqual([]);
   });
 });

@@ -65,6 +65,8 @@ describe("envSettings", () => {
         LOOPWARDEN_S3_REGION: "",
         LOOPWARDEN_LEASE_TTL: "4s",
         LOOPWARDEN_ARTIFACT_PART_BYTES: "5MiB",
+        LOOPWARDEN_ARTIFACT_MAX_BYTES: "32KiB",
+        LOOPWARDEN_LOOP_ARTIFACT_QUOTA_BYTES: "1GiB",
         LOOPWARDEN_OWNER_TOKEN: "not a worker setting",
         S3_BUCKET: "not prefixed",
       }),
@@ -75,6 +77,8 @@ describe("envSettings", () => {
       S3_SECRET_ACCESS_KEY: "secret",
       LEASE_TTL: "4s",
       ARTIFACT_PART_BYTES: "5MiB",
+      ARTIFACT_MAX_BYTES: "32KiB",
+      LOOP_ARTIFACT_QUOTA_BYTES: "1GiB",
     });
   });
 });

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { cloneAt, repositoryName } from "../../../runner/src/git.js";
+import { cloneAt, currentBranch, repositoryName, snapshotCandidate } from "../../../runner/src/git.js";
 import { childEnv } from "../../../runner/src/environment.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "lw-git-"));
@@ -55,5 +55,55 @@ describe("the repository a receipt names", () => {
     expect(await repositoryName(repo)).toBe("https://github.com/acme/parser.git");
     git(repo, "remote", "set-url", "origin", "git@github.com:acme/parser.git");
     expect(await repositoryName(repo)).toBe("git@github.com:acme/parser.git");
+  });
+});
+
+describe("HEAD as the runner reads it (from git's files where they are plain, from git otherwise)", () => {
+  const fresh = (name: string) => {
+    const repo = path.join(dir, name);
+    execFileSync("git", ["init", "-q", "-b", "main", repo]);
+    git(repo, "config", "user.name", "t");
+    git(repo, "config", "user.email", "t@localhost");
+    git(repo, "commit", "-q", "--allow-empty", "-m", "initial");
+    return repo;
+  };
+  const head = (repo: string) => git(repo, "rev-parse", "HEAD").trim();
+
+  it("names the branch, and a snapshot answers the commit it made", async () => {
+    const repo = fresh("plain");
+    git(repo, "switch", "-q", "-c", "loopwarden/lp_1");
+    expect(await currentBranch(repo)).toBe("loopwarden/lp_1");
+    const commit = await snapshotCandidate(repo, "a candidate");
+    expect(commit).toBe(head(repo));
+    expect(git(repo, "log", "-1", "--format=%s").trim()).toBe("a candidate");
+  });
+
+  it("answers no branch on a detached HEAD, and the detached commit a snapshot made", async () => {
+    const repo = fresh("detached");
+    git(repo, "checkout", "-q", "--detach");
+    expect(await currentBranch(repo)).toBeNull();
+    expect(await snapshotCandidate(repo, "detached candidate")).toBe(head(repo));
+  });
+
+  it("follows packed refs: a branch with no loose ref file is still read right", async () => {
+    const repo = fresh("packed");
+    git(repo, "switch", "-q", "-c", "loopwarden/lp_2");
+    const first = await snapshotCandidate(repo, "first");
+    git(repo, "pack-refs", "--all", "--prune");
+    expect(await currentBranch(repo)).toBe("loopwarden/lp_2");
+    // The commit writes a loose ref again; the next answer is the new commit, not the packed one.
+    const second = await snapshotCandidate(repo, "second");
+    expect(second).not.toBe(first);
+    expect(second).toBe(head(repo));
+  });
+
+  it("reads a linked worktree's own HEAD and the branches of the repository it belongs to", async () => {
+    const repo = fresh("main-tree");
+    const linked = path.join(dir, "linked-tree");
+    git(repo, "worktree", "add", "-q", "-b", "loopwarden/lp_3", linked);
+    expect(await currentBranch(linked)).toBe("loopwarden/lp_3");
+    expect(await currentBranch(repo)).toBe("main");
+    expect(await snapshotCandidate(linked, "in the linked tree")).toBe(head(linked));
+    expect(head(repo)).not.toBe(head(linked));
   });
 });

@@ -251,7 +251,8 @@ describe("starterContract", () => {
       expect(formatted, `${project}, agent ${JSON.stringify(agent)}`).toBe(text);
       expect(await prettier.check(text, { parser: "yaml" })).toBe(true);
     }
-  });
+    // Prettier's first load and a format per variant: past vitest's 5 s default on a loaded 2-core machine.
+  }, 60_000);
 
   it("says, above a gate without a report, that only a fully green suite is progress, and how to get per-test results", () => {
     for (const { gate, text } of variants) {

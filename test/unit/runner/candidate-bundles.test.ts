@@ -1,0 +1,118 @@
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { sha256Hex } from "../../../shared/hash.js";
+import { bundleOf, bundleTips, ensureCommits } from "../../../runner/src/candidate-bundles.js";
+import type { Client } from "../../../runner/src/client.js";
+
+// Candidate commits travel between checkouts as git bundles: made by the proposer from HEAD (or a ref
+// of the commit's own when HEAD has moved), fetched by another runner by the commit's id.
+
+const dir = mkdtempSync(path.join(os.tmpdir(), "lw-bundles-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const git = (cwd: string, ...args: string[]) => execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@localhost", ...args], { cwd, encoding: "utf8" });
+
+/** A repository at t0, and a checkout of it that has t0 only, as a `work` runner's. */
+function repositories(name: string): { repo: string; checkout: string; t0: string } {
+  const repo = path.join(dir, name);
+  execFileSync("git", ["init", "-q", "-b", "main", repo]);
+  git(repo, "commit", "-q", "--allow-empty", "-m", "t0");
+  const checkout = path.join(dir, `${name}-checkout`);
+  git(dir, "clone", "-q", repo, checkout);
+  return { repo, checkout, t0: git(repo, "rev-parse", "HEAD").trim() };
+}
+
+/** A client whose only artifact is `bytes`. */
+function clientServing(bytes: Uint8Array): Client {
+  return { downloadArtifact: async () => bytes } as unknown as Client;
+}
+
+const has = (repo: string, commit: string) => {
+  try {
+    execFileSync("git", ["cat-file", "-e", `${commit}^{commit}`], { cwd: repo, stdio: "ignore" });
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+describe("candidate bundles", () => {
+  it("carry the candidate HEAD names, and another checkout fetches it by its id", async () => {
+    const { repo, checkout, t0 } = repositories("head");
+    git(repo, "switch", "-q", "-c", "loopwarden/lp_1");
+    git(repo, "commit", "-q", "--allow-empty", "-m", "candidate");
+    const candidate = git(repo, "rev-parse", "HEAD").trim();
+    const refsBefore = git(repo, "for-each-ref");
+
+    const bundle = await bundleOf(repo, candidate, t0);
+    expect(bundleTips(bundle)).toEqual([candidate]);
+    // Made from HEAD: no ref was left behind (nor made) in the proposer's repository.
+    expect(git(repo, "for-each-ref")).toBe(refsBefore);
+
+    expect(has(checkout, candidate)).toBe(false);
+    await ensureCommits(
+      { client: clientServing(bundle), repo: checkout },
+      "lp_1",
+      [{ commit: candidate, bundle: { sha256: sha256Hex(bundle), size: bundle.length } }],
+      () => {},
+    );
+    expect(has(checkout, candidate)).toBe(true);
+  });
+
+  it("carry a candidate HEAD no longer names (proposed again after a restart), through a ref removed afterwards", async () => {
+    const { repo, checkout, t0 } = repositories("moved");
+    git(repo, "commit", "-q", "--allow-empty", "-m", "candidate");
+    const candidate = git(repo, "rev-parse", "HEAD").trim();
+    git(repo, "reset", "-q", "--hard", t0);
+    const refsBefore = git(repo, "for-each-ref");
+
+    const bundle = await bundleOf(repo, candidate, t0);
+    expect(bundleTips(bundle)).toEqual([candidate]);
+    expect(git(repo, "for-each-ref")).toBe(refsBefore);
+    await ensureCommits(
+      { client: clientServing(bundle), repo: checkout },
+      "lp_1",
+      [{ commit: candidate, bundle: { sha256: sha256Hex(bundle), size: bundle.length } }],
+      () => {},
+    );
+    expect(has(checkout, candidate)).toBe(true);
+  });
+
+  it("made by earlier versions (under refs/loopwarden/bundle) are still fetched", async () => {
+    const { repo, checkout, t0 } = repositories("earlier");
+    git(repo, "commit", "-q", "--allow-empty", "-m", "candidate");
+    const candidate = git(repo, "rev-parse", "HEAD").trim();
+    git(repo, "update-ref", "refs/loopwarden/bundle", candidate);
+    const file = path.join(dir, "earlier.bundle");
+    git(repo, "bundle", "create", "-q", file, "refs/loopwarden/bundle", `^${t0}`);
+    const bundle = execFileSync("cat", [file]);
+    await ensureCommits(
+      { client: clientServing(bundle), repo: checkout },
+      "lp_1",
+      [{ commit: candidate, bundle: { sha256: sha256Hex(bundle), size: bundle.length } }],
+      () => {},
+    );
+    expect(has(checkout, candidate)).toBe(true);
+  });
+
+  it("are refused, with nothing fetched, when they carry another commit than the one the coordinator names", async () => {
+    const { repo, checkout, t0 } = repositories("other");
+    git(repo, "commit", "-q", "--allow-empty", "-m", "one");
+    const one = git(repo, "rev-parse", "HEAD").trim();
+    git(repo, "commit", "-q", "--allow-empty", "-m", "two");
+    const two = git(repo, "rev-parse", "HEAD").trim();
+    const bundle = await bundleOf(repo, two, t0);
+    await expect(
+      ensureCommits(
+        { client: clientServing(bundle), repo: checkout },
+        "lp_1",
+        [{ commit: one, bundle: { sha256: sha256Hex(bundle), size: bundle.length } }],
+        () => {},
+      ),
+    ).rejects.toThrow(/did not contain that commit/);
+    expect(has(checkout, one)).toBe(false);
+    expect(has(checkout, two)).toBe(false);
+  });
+});
