@@ -176,7 +176,7 @@ loopCommand(
 program
   .command("logs")
   .description(
-    "print the stored output of a candidate's gate: by default the latest evaluated candidate's first failing gate (default loop: this repository's)",
+    "print the stored output of a candidate's gate: by default the latest evaluated candidate's first failing gate, a hard one before a soft one, or its last gate when every gate passed (default loop: this repository's)",
   )
   .argument("[candidate]", "candidate id (c1, c2, …)")
   .argument("[loop]", "loop id")

@@ -63,8 +63,13 @@ describe("artifacts and logs", () => {
     expect(sha256(written)).toBe(profile.sha256);
     expect(readdirSync(download).sort()).toEqual(["gate-unit.log", "profile"]);
 
-    // `logs` with no argument: the latest evaluated candidate's log (c2 passed: its last gate); `logs c1`:
-    // the failing gate of the rejected one, with the test's own message.
+    // `logs` with no argument: the latest evaluated candidate's log — c2 passed every gate, so its last
+    // gate's; `logs c1`: the failing gate of the rejected one, with the test's own message.
+    const latest = await runCli(["--server", coordinator.url, "logs"], { cwd: repo });
+    expect(latest.code, latest.stderr).toBe(0);
+    expect(latest.stderr).toMatch(/c2 gate unit \(passed\): gate-unit\.log/);
+    expect(latest.stdout).toContain("$ node --cpu-prof");
+    expect(latest.stdout).not.toContain("answer exploded");
     const logs = await runCli(["--server", coordinator.url, "logs", "c1"], { cwd: repo });
     expect(logs.code, logs.stderr).toBe(0);
     expect(logs.stdout).toContain("answer exploded");
@@ -109,5 +114,48 @@ describe("artifacts and logs", () => {
     const damagedDownload = await runCli(["--server", coordinator.url, "artifacts", "c1", "--download", path.join(tmp.dir, "damaged")], { cwd: repo });
     expect(damagedDownload.code).toBe(1);
     expect(damagedDownload.stderr).toMatch(/gate-unit\.log as downloaded does not match its digest/);
+  });
+
+  it("names the test the candidate broke in its rejection line, not one that failed at t0 already, and `logs` shows that gate", async () => {
+    const repo = makeRepo(path.join(tmp.dir, "junit-repo"), {
+      "src/answer.js": "export function answer() {\n  return 42;\n}\n",
+      // "a: …" fails from t0 on and sorts first; "z: …" passes at t0 and is what the agent breaks.
+      "test/answer.test.js": [
+        "import assert from 'node:assert/strict';",
+        "import { test } from 'node:test';",
+        "import { answer } from '../src/answer.js';",
+        "test('a: a known failure since t0', () => assert.fail('known since t0'));",
+        "test('z: the answer is 42', () => assert.equal(answer(), 42, 'the answer must be 42'));",
+        "",
+      ].join("\n"),
+      "agent.mjs": "import { writeFileSync } from 'node:fs';\nwriteFileSync('src/answer.js', 'export function answer() {\\n  return 41;\\n}\\n');\n",
+      "loop.yaml": [
+        "name: junit-answer",
+        "mode: check_fixpoint",
+        "gates:",
+        "  - name: unit",
+        "    run: node --test --test-reporter=junit --test-reporter-destination=.loopwarden/out/junit.xml",
+        "    tests: { junit: .loopwarden/out/junit.xml }",
+        "agent:",
+        "  run: node agent.mjs",
+        "stop:",
+        "  max_iterations: 1",
+        "",
+      ].join("\n"),
+      ".gitignore": ".loopwarden/\n",
+    });
+    const run = await runCli(["--server", coordinator.url, "run"], { cwd: repo });
+    expect(run.code, run.stderr).not.toBeNull();
+    expect(run.stderr).toMatch(/c1 rejected \(regressed\)/);
+    const line = run.stderr.split("\n").find((text) => text.includes("its output: loopwarden logs c1")) ?? "";
+    expect(line).toMatch(/gate unit exit 1, broke test \S*z: the answer is 42 — its output: loopwarden logs c1/);
+    expect(line).not.toContain("a known failure");
+
+    // `logs` with no argument: the latest evaluated candidate (c1) and its first failing gate.
+    const logs = await runCli(["--server", coordinator.url, "logs"], { cwd: repo });
+    expect(logs.code, logs.stderr).toBe(0);
+    expect(logs.stderr).toMatch(/c1 gate unit \(exit 1\)/);
+    expect(logs.stdout).toContain("$ node --test --test-reporter=junit");
+    expect(logs.stdout).toContain("[loopwarden] exit code 1");
   });
 });

@@ -8,7 +8,7 @@ import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { foldEvents, LoopEvent, type LoopState } from "../../../shared/engine/index.js";
 import type { ArtifactRef } from "../../../shared/wire/observation.js";
 import type { Client } from "../client.js";
-import { candidateFor, gateFailed, gateOutcome, storedFilesOf } from "../candidate-evidence.js";
+import { candidateFor, failingGateOf, gateFailed, gateOutcome, storedFilesOf } from "../candidate-evidence.js";
 import { connect, type ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
 import { emitResult, progress, type OutputMode } from "../output.js";
@@ -27,7 +27,8 @@ async function loopState(client: Client, loopId: string): Promise<LoopState> {
 
 /**
  * `logs [CANDIDATE] [LOOP] [--gate NAME | --metric]`: the stored output of a candidate's gate, streamed to
- * stdout. By default the latest evaluated candidate, and its first failing gate (else its last gate).
+ * stdout. By default the latest evaluated candidate, and its first failing gate — a failed hard gate
+ * before a failed soft one — else, when every gate passed, its last gate.
  */
 export async function logsCommand(
   candidateArg: string | undefined,
@@ -47,7 +48,7 @@ export async function logsCommand(
       what = "the metric command's output";
       if (!ref) throw new UserError(`${candidate.candidate_id} has no stored metric output (its metric did not run, or its runner predates metric logs)`);
     } else {
-      const gate = options.gate !== undefined ? gates.find((entry) => entry.name === options.gate) : (gates.find(gateFailed) ?? gates.at(-1));
+      const gate = options.gate !== undefined ? gates.find((entry) => entry.name === options.gate) : (failingGateOf(gates) ?? gates.at(-1));
       if (!gate) {
         throw new UserError(
           options.gate !== undefined
