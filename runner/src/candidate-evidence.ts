@@ -1,9 +1,9 @@
-import { isDerivedTestId, type CandidateState, type GateSummary, type LoopState } from "../../shared/engine/index.js";
+import { BASELINE_ID, isDerivedTestId, type CandidateState, type GateSummary, type LoopState, type StoredEvidence } from "../../shared/engine/index.js";
 import type { ArtifactRef } from "../../shared/wire/observation.js";
 import { UserError } from "./errors.js";
 
-// What a candidate's report left behind, read from the folded log: which gate failed and why, the test to
-// look at first, and the files stored with it — what a rejection line, `explain`, `logs` and `artifacts` name.
+// What an evaluation left behind, read from the folded log: which gate failed and why, the test to look
+// at first, and the files stored with it — what a rejection line, `explain`, `logs` and `artifacts` name.
 
 /** Whether a gate failed as the engine judged it: a hard gate by its exit code (or an unreadable test report), a soft gate by its threshold. */
 export function gateFailed(gate: GateSummary): boolean {
@@ -51,23 +51,31 @@ export function failureLine(candidate: CandidateState | undefined): string | nul
   return `gate ${gate.name}${gate.soft ? " (soft)" : ""} ${gateOutcome(gate)}${which} — its output: loopwarden logs ${candidate.candidate_id}`;
 }
 
-/** The candidate a command is about: the one named, else the latest that has a report. */
-export function candidateFor(state: LoopState, named: string | undefined): CandidateState {
+/** One evaluation's stored evidence: a candidate's report's, or t0's (the baseline, measured when the loop was created). */
+export interface Evaluated extends StoredEvidence {
+  /** `t0` or the candidate's id. */
+  id: string;
+}
+
+/** The evaluation a command is about: t0, the candidate named, else the latest candidate that has a report. */
+export function evaluatedFor(state: LoopState, named: string | undefined): Evaluated {
+  if (named === BASELINE_ID) return { id: BASELINE_ID, ...state.t0_evidence };
   if (named !== undefined) {
     const candidate = state.candidates[named];
     if (!candidate)
-      throw new UserError(`loop ${state.loop_id} has no candidate ${named} (it has ${state.candidate_order.length}: c1 … c${state.candidate_order.length})`, 2);
-    return candidate;
+      throw new UserError(
+        `loop ${state.loop_id} has no candidate ${named} (it has t0${state.candidate_order.length > 0 ? ` and c1 … c${state.candidate_order.length}` : " only"})`,
+        2,
+      );
+    return { id: candidate.candidate_id, gates: candidate.report?.gates ?? [], artifacts: candidate.report?.artifacts ?? [] };
   }
   const latest = [...state.candidate_order].reverse().find((id) => state.candidates[id]?.report);
-  const candidate = latest ? state.candidates[latest] : undefined;
-  if (!candidate) throw new UserError(`no candidate of loop ${state.loop_id} has been evaluated yet`, 2);
-  return candidate;
+  const report = latest ? state.candidates[latest]?.report : undefined;
+  if (!latest || !report) throw new UserError(`no candidate of loop ${state.loop_id} has been evaluated yet (t0's output: name t0)`, 2);
+  return { id: latest, gates: report.gates, artifacts: report.artifacts };
 }
 
-/** Everything a candidate's report stored: each gate's log, then its files (the contract's artifacts, `metric.log`). */
-export function storedFilesOf(candidate: CandidateState): ArtifactRef[] {
-  const report = candidate.report;
-  if (!report) return [];
-  return [...report.gates.flatMap((gate) => (gate.log ? [gate.log] : [])), ...report.artifacts];
+/** Everything an evaluation stored: each gate's log, then its files (the contract's artifacts, `metric.log`). */
+export function storedFilesOf(evidence: StoredEvidence): ArtifactRef[] {
+  return [...evidence.gates.flatMap((gate) => (gate.log ? [gate.log] : [])), ...evidence.artifacts];
 }

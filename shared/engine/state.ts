@@ -123,6 +123,8 @@ export interface LoopState {
   t0_base: TestBase;
   /** What the guards compare against besides t0's collected set (DESIGN §6.4): fixed at creation, never re-captured. */
   t0_guards: BaselineGuards;
+  /** What t0's measurement stored: its gates' outcomes and logs, and its files (uploaded right after the creation). */
+  t0_evidence: StoredEvidence;
   best: BestState;
   candidates: Record<string, CandidateState>;
   candidate_order: string[];
@@ -224,6 +226,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       t0,
       t0_base: base,
       t0_guards: baselineGuards(data.t0.observation),
+      t0_evidence: { gates: gateSummariesOf(data.contract, data.t0.observation.gates), artifacts: data.t0.observation.artifacts ?? [] },
       best: t0,
       candidates: {},
       candidate_order: [],

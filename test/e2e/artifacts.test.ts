@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
@@ -114,6 +114,58 @@ describe("artifacts and logs", () => {
     const damagedDownload = await runCli(["--server", coordinator.url, "artifacts", "c1", "--download", path.join(tmp.dir, "damaged")], { cwd: repo });
     expect(damagedDownload.code).toBe(1);
     expect(damagedDownload.stderr).toMatch(/gate-unit\.log as downloaded does not match its digest/);
+  });
+
+  it("stores t0's profile and lists it as t0's, even when the runner was killed between the creation and the uploads", async () => {
+    const repo = makeRepo(
+      path.join(tmp.dir, "t0-repo"),
+      profiledAnswerProject(
+        ["import { writeFileSync } from 'node:fs';", "writeFileSync('src/answer.js', 'export function answer() {\\n  return 42;\\n}\\n');"].join("\n"),
+        1,
+      ),
+    );
+    // Killed once the coordinator answered the creation, before anything t0 cites was uploaded: the next
+    // run finishes the creation from what was kept on disk, files included (the t0 clone is long gone).
+    const crashed = await runCli(["--server", coordinator.url, "run"], { cwd: repo, env: { LOOPWARDEN_FAULT: "create-answered" } });
+    expect(crashed.code).toBeNull();
+    const run = await runCli(["--server", coordinator.url, "run"], { cwd: repo });
+    expect(run.code, run.stderr).toBe(10);
+    expect(readdirSync(path.join(repo, ".loopwarden", "creating"))).toEqual([]);
+    // Nothing of the creation is left behind: the copies went with it once uploaded.
+    const staging = path.join(repo, ".loopwarden", "t0-files");
+    expect(existsSync(staging) ? readdirSync(staging) : []).toEqual([]);
+
+    const loopId = recordedLoopId(repo, "loop.yaml");
+    const created = LoopEvent.parse(JSON.parse((await (await api(`${coordinator.url}/v1/loops/${loopId}/events?limit=1`)).text()).trim()));
+    if (created.type !== "loop_created") throw new Error("the log does not start with loop_created");
+    const profile = created.data.t0.observation.artifacts?.find((artifact) => artifact.name === "profile/unit.cpuprofile");
+    expect(profile, JSON.stringify(created.data.t0.observation.artifacts)).toBeDefined();
+    if (!profile) return;
+
+    // `artifacts t0` lists the baseline's gate log and profile; --download writes them, digests checked.
+    const listed = await runCli(["--json", "--server", coordinator.url, "artifacts", "t0"], { cwd: repo });
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(JSON.parse(listed.stdout)).toMatchObject({
+      candidate_id: "t0",
+      artifacts: [expect.objectContaining({ name: "gate-unit.log" }), { ...profile }],
+    });
+    const download = path.join(tmp.dir, "t0-download");
+    const fetched = await runCli(["--server", coordinator.url, "artifacts", "t0", "--download", download], { cwd: repo });
+    expect(fetched.code, fetched.stderr).toBe(0);
+    const written = readFileSync(path.join(download, "profile", "unit.cpuprofile"));
+    expect(written.byteLength).toBe(profile.size);
+    expect(sha256(written)).toBe(profile.sha256);
+    expect(JSON.parse(written.toString("utf8"))).toHaveProperty("nodes");
+    // c1's profile is its own file, beside t0's.
+    const c1 = await runCli(["--json", "--server", coordinator.url, "artifacts", "c1"], { cwd: repo });
+    const c1Profile = (JSON.parse(c1.stdout) as { artifacts: { name: string; sha256: string }[] }).artifacts.find((file) => file.name === profile.name);
+    expect(c1Profile?.sha256).toMatch(/^[0-9a-f]{64}$/);
+    expect(c1Profile?.sha256).not.toBe(profile.sha256);
+    // `logs t0`: the baseline's failing gate, with the test's own message.
+    const logs = await runCli(["--server", coordinator.url, "logs", "t0"], { cwd: repo });
+    expect(logs.code, logs.stderr).toBe(0);
+    expect(logs.stderr).toMatch(/t0 gate unit \(exit 1\)/);
+    expect(logs.stdout).toContain("the answer must be 42");
   });
 
   it("names the test the candidate broke in its rejection line, not one that failed at t0 already, and `logs` shows that gate", async () => {

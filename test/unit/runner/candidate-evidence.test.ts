@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { failingGateOf, failureLine, failureOf } from "../../../runner/src/candidate-evidence.js";
+import { evaluatedFor, failingGateOf, failureLine, failureOf, storedFilesOf } from "../../../runner/src/candidate-evidence.js";
 import type { ContractInput } from "../../../shared/wire/contract.js";
 import type { ArtifactRef, FullObservation, GateResult } from "../../../shared/wire/observation.js";
 import { sha256Hex } from "../../../shared/hash.js";
@@ -94,5 +94,19 @@ describe("why a candidate was rejected", () => {
     harness.propose("empty", { empty: true });
     expect(failureOf(harness.state.candidates.c1)).toEqual({ gate: null, test: null, regressed: false });
     expect(failureLine(harness.state.candidates.c1)).toBeNull();
+  });
+});
+
+describe("the evaluation a command is about", () => {
+  it("t0 is the baseline's gates and files, from the loop's first event; a candidate its report's; none named, the latest evaluated", () => {
+    const profile = ref("profile/unit.cpuprofile");
+    const t0: FullObservation = { ...observed([A], [gate("unit", 1)]), artifacts: [profile] };
+    const { state } = decided(t0, observed([], [gate("unit", 0)]));
+    const baseline = evaluatedFor(state, "t0");
+    expect(baseline).toMatchObject({ id: "t0", artifacts: [profile] });
+    expect(storedFilesOf(baseline).map((file) => file.name)).toEqual(["gate-unit.log", "profile/unit.cpuprofile"]);
+    expect(evaluatedFor(state, undefined).id).toBe("c1");
+    expect(evaluatedFor(state, "c1").gates.map((entry) => entry.passed)).toEqual([true]);
+    expect(() => evaluatedFor(state, "c9")).toThrow(/has no candidate c9 \(it has t0 and c1 … c1\)/);
   });
 });
