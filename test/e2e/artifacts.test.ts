@@ -89,12 +89,32 @@ describe("artifacts and logs", () => {
       .map((line) => JSON.parse(line) as { candidate_id: string; artifacts: { name: string }[] })
       .find((line) => line.candidate_id === "c2");
     expect(c2?.artifacts.map((artifact) => artifact.name)).toContain("profile/unit.cpuprofile");
-    // The public receipt page names the best's stored files by digest (the bytes stay the team's).
+    // The public receipt page names the best's stored files by digest, and links every candidate's: the
+    // rejected c1's failing gate log is served from the receipt, without a token, byte-exact.
     const loop = (await (await api(`${coordinator.url}/v1/loops/${loopId}`)).json()) as { receipt_id: string };
     const page = await (await fetch(`${coordinator.url}/r/${loop.receipt_id}`)).text();
     expect(page).toContain("Files stored with the best");
     expect(page).toContain("profile/unit.cpuprofile");
     expect(page).toContain(profile.sha256.slice(0, 16));
+    const c1Failed = events.find((event) => event.type === "observation_reported" && event.data.candidate_id === "c1");
+    const c1FailedLog = c1Failed?.type === "observation_reported" ? c1Failed.data.observation.gates[0]?.log : null;
+    if (!c1FailedLog) throw new Error("no stored log for c1");
+    const c1Row = /<tr><td>c1<\/td>.*?<\/tr>/s.exec(page)?.[0] ?? "";
+    expect(c1Row).toContain("rejected");
+    const href = /<a href="([^"]+)" class="rejected"[^>]*>gate-unit\.log<\/a>/.exec(c1Row)?.[1];
+    expect(href, c1Row).toBe(`/r/${loop.receipt_id}/files/${c1FailedLog.sha256}`);
+    const served = await fetch(`${coordinator.url}${href}`);
+    expect(served.status).toBe(200);
+    expect(served.headers.get("x-content-type-options")).toBe("nosniff");
+    const servedBytes = new Uint8Array(await served.arrayBuffer());
+    expect(sha256(servedBytes)).toBe(c1FailedLog.sha256);
+    expect(new TextDecoder().decode(servedBytes)).toContain("answer exploded");
+    // Only what the signed log names: a digest it does not name is not served, stored or not.
+    // A candidate's bundle is stored with the loop (its code: the team's) and named by its proposal, not as evidence.
+    const bundle = events.flatMap((event) => (event.type === "candidate_proposed" && event.data.bundle ? [event.data.bundle] : []))[0];
+    if (!bundle) throw new Error("no candidate bundle stored");
+    expect((await api(`${coordinator.url}/v1/loops/${loopId}/artifacts/${bundle.sha256}`)).status).toBe(200);
+    expect((await fetch(`${coordinator.url}/r/${loop.receipt_id}/files/${bundle.sha256}`)).status).toBe(404);
     // `explain` points at the output of a gate that failed.
     const explain = await runCli(["--server", coordinator.url, "explain"], { cwd: repo });
     expect(explain.stdout).toMatch(/c1 rejected .*\n\s+gate unit exit 1.*loopwarden logs c1/);
@@ -115,7 +135,6 @@ describe("artifacts and logs", () => {
     expect(damagedDownload.code).toBe(1);
     expect(damagedDownload.stderr).toMatch(/gate-unit\.log as downloaded does not match its digest/);
   });
-
   it("stores t0's profile and lists it as t0's, even when the runner was killed between the creation and the uploads", async () => {
     const repo = makeRepo(
       path.join(tmp.dir, "t0-repo"),
@@ -166,6 +185,15 @@ describe("artifacts and logs", () => {
     expect(logs.code, logs.stderr).toBe(0);
     expect(logs.stderr).toMatch(/t0 gate unit \(exit 1\)/);
     expect(logs.stdout).toContain("the answer must be 42");
+
+    // The receipt page lists t0's files in full, each linked and served from the receipt.
+    const loop = (await (await api(`${coordinator.url}/v1/loops/${loopId}`)).json()) as { receipt_id: string };
+    const page = await (await fetch(`${coordinator.url}/r/${loop.receipt_id}`)).text();
+    const t0Files = /<h2>Files stored with t0 \(the baseline\)<\/h2>\s*<table>(.*?)<\/table>/s.exec(page)?.[1] ?? "";
+    expect(t0Files).toContain(`<a href="/r/${loop.receipt_id}/files/${profile.sha256}">profile/unit.cpuprofile</a>`);
+    const served = await fetch(`${coordinator.url}/r/${loop.receipt_id}/files/${profile.sha256}`);
+    expect(served.headers.get("content-disposition")).toMatch(/^attachment/);
+    expect(sha256(new Uint8Array(await served.arrayBuffer()))).toBe(profile.sha256);
   });
 
   it("names the test the candidate broke in its rejection line, not one that failed at t0 already, and `logs` shows that gate", async () => {
