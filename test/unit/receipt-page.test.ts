@@ -15,6 +15,7 @@ import { commitOf, contractOf, proposalOf, TEST_IDS } from "./engine-harness.js"
 
 const [A, B] = TEST_IDS;
 const LOOP_ID = "lp_0123456789abcdef01234567";
+const RECEIPT = `rc_${"a".repeat(32)}`;
 const ref = (name: string, salt: string): ArtifactRef => ({
   sha256: createHash("sha256").update(`${name} ${salt}`).digest("hex"),
   size: 100,
@@ -88,9 +89,9 @@ function loopOf(count: number, files: number): LoopState {
   return state;
 }
 
-function render(state: LoopState, page?: number): string {
+function render(state: LoopState, page?: number, files?: string): string {
   const statement = receiptStatement(state, { seq: 1, hash: "0".repeat(64) }, { kind: "interim", issued_at: "2026-03-02T00:00:00.000Z", version: "0.0.0" });
-  return receiptPage({ receiptId: `rc_${"a".repeat(32)}`, statement, state, url: "http://127.0.0.1/r/x", ...(page ? { page } : {}) }).toString();
+  return receiptPage({ receiptId: RECEIPT, statement, state, url: "http://127.0.0.1/r/x", ...(page ? { page } : {}), ...(files ? { files } : {}) }).toString();
 }
 
 /** The rows of the candidates' table. */
@@ -121,11 +122,16 @@ describe("the receipt page's files", () => {
     expect(page).not.toContain("data-pages");
   });
 
-  it("caps a row's links at FILES_PER_CANDIDATE and names the command that lists the rest", () => {
+  it("caps a row's links at FILES_PER_CANDIDATE and links the page that lists the rest, with the command that does", () => {
     const page = render(loopOf(1, 10));
     const [row] = candidateRows(page);
-    expect(row?.match(/<a href=/g)).toHaveLength(FILES_PER_CANDIDATE);
-    expect(row).toContain(`+${11 - FILES_PER_CANDIDATE} more: <code>loopwarden artifacts c1 ${LOOP_ID}</code>`);
+    expect(row?.match(/<a href="\/r\/rc_a{32}\/files\//g)).toHaveLength(FILES_PER_CANDIDATE);
+    expect(row).toContain(`<a href="/r/${RECEIPT}?files=c1#files">+${11 - FILES_PER_CANDIDATE} more</a>`);
+    expect(row).toContain(`<code>loopwarden artifacts c1 ${LOOP_ID}</code>`);
+    // The page asked for c1's files lists all 11 of them, each linked.
+    const all = /<h2 id="files">Files stored with c1<\/h2>\s*<table>(.*?)<\/table>/s.exec(render(loopOf(1, 10), undefined, "c1"))?.[1] ?? "";
+    expect(all.match(/<a href="\/r\/rc_a{32}\/files\/[0-9a-f]{64}">/g)).toHaveLength(11);
+    expect(page).not.toContain('id="files"');
   });
 
   it("pages a loop of 5,000 candidates: each page lists CANDIDATES_PER_PAGE of them and is as large as the first", () => {

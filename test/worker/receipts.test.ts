@@ -213,6 +213,13 @@ describe("receipts", () => {
     expect((await files(unnamed.ref.sha256)).status).toBe(404);
     expect((await files(neverStored.ref.sha256)).status).toBe(404);
     expect((await call(`/r/${halted.receipt_id}/files/not-a-digest`, {}, null)).status).toBe(404);
+    // The page links them; a query it does not understand is the first page.
+    const page = await call(`/r/${halted.receipt_id}?page=x&files=../c1`, {}, null);
+    expect(page.status).toBe(200);
+    const text = await page.text();
+    expect(text).toContain(`<a href="/r/${halted.receipt_id}/files/${c1Log.ref.sha256}">gate-unit.log</a>`);
+    expect(text).toContain(`<a href="/r/${halted.receipt_id}/files/${t0Profile.ref.sha256}">profile.cpuprofile</a>`);
+    expect(text).toContain(`loopwarden verify http://lw.test/r/${halted.receipt_id}</code>`);
   });
 
   it("answers 404 for an unknown or malformed receipt id, and stores nothing", async () => {

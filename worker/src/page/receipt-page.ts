@@ -56,14 +56,22 @@ function filesOf(evidence: StoredEvidence): ArtifactRef[] {
 /**
  * What t0's and the best's evaluations stored (their gate logs, the contract's artifacts, the metric's
  * output), in full: the evidence the headline rests on, named in the signed log by digest and linked.
- * Other candidates' files are linked from their rows (`candidateFiles`).
+ * Other candidates' files are linked from their rows (`candidateFiles`), and listed in full here when the
+ * page is asked for one's (`?files=cN`).
  */
-function storedFiles(receiptId: string, state: LoopState) {
+function storedFiles(receiptId: string, state: LoopState, asked: string | undefined) {
   const t0 = filesOf(state.t0_evidence);
   const report = state.best.candidate_id === BASELINE_ID ? null : state.candidates[state.best.candidate_id]?.report;
   const best = report ? filesOf(report) : [];
-  if (t0.length === 0 && best.length === 0) return "";
+  const other = asked === undefined || asked === state.best.candidate_id ? undefined : state.candidates[asked];
+  const others = other?.report ? filesOf(other.report) : [];
+  if (t0.length === 0 && best.length === 0 && others.length === 0) return "";
   return html`${
+    others.length > 0
+      ? html`<h2 id="files">Files stored with ${other?.candidate_id}</h2>
+${fileTable(receiptId, others)}`
+      : ""
+  }${
     best.length > 0
       ? html`<h2>Files stored with the best</h2>
 ${fileTable(receiptId, best)}`
@@ -97,7 +105,7 @@ function candidateFiles(receiptId: string, loopId: string, candidate: CandidateS
   return html`${shown.map(
     ({ file, failed: isFailed }, index) =>
       html`${index > 0 ? " · " : ""}<a href="${fileHref(receiptId, file)}"${isFailed ? html` class="rejected" title="a failed gate's output"` : ""}>${file.name}</a>`,
-  )}${more > 0 ? html` <span class="muted">+${more} more: <code>loopwarden artifacts ${candidate.candidate_id} ${loopId}</code></span>` : ""}`;
+  )}${more > 0 ? html` <a href="/r/${receiptId}?files=${candidate.candidate_id}#files">+${more} more</a> <span class="muted">(<code>loopwarden artifacts ${candidate.candidate_id} ${loopId}</code>)</span>` : ""}`;
 }
 
 /** The metric (or failing count) over iterations as inline SVG: every candidate a dot, the best-so-far a staircase. */
@@ -189,9 +197,10 @@ function pageLinks(receiptId: string, loopId: string, page: number, pages: numbe
 
 /**
  * The HTML of a receipt's page, from its signed statement and the loop's state at the signed head. `page`
- * is the page of the candidates' table (CANDIDATES_PER_PAGE decided candidates each, in proposal order).
+ * is the page of the candidates' table (CANDIDATES_PER_PAGE decided candidates each, in proposal order);
+ * `files` a candidate whose files are listed in full, beside t0's and the best's.
  */
-export function receiptPage(input: { receiptId: string; statement: ReceiptStatement; state: LoopState; url: string; page?: number }) {
+export function receiptPage(input: { receiptId: string; statement: ReceiptStatement; state: LoopState; url: string; page?: number; files?: string }) {
   const { receiptId, statement, state, url } = input;
   const { predicate } = statement;
   const optimize = predicate.mode === "optimize";
@@ -244,7 +253,7 @@ ${optimize ? headline(predicate) : ""}
 <p class="muted">Iterations: ${predicate.iterations.total} of ${predicate.iterations.max} (${predicate.iterations.promoted} promoted, ${predicate.iterations.rejected} rejected).
 Signed head: event ${predicate.log.seq}, <code>${predicate.log.hash.slice(0, 16)}…</code>. Contract <code>${predicate.contract_hash.slice(0, 16)}…</code>.</p>
 
-${storedFiles(receiptId, state)}
+${storedFiles(receiptId, state, input.files)}
 
 <h2>Over the iterations</h2>
 ${chart(state, optimize ? state.t0.metric : state.t0.failing.length)}

@@ -75,10 +75,12 @@ receiptRoutes.get("/r/:id{rc_[0-9a-f]{32}}", async (c) => {
   const statement = ReceiptStatement.parse(JSON.parse(utf8.encode(fromBase64(envelope.payload))));
   const state = foldEvents((await signedLog(c.env, row)).map((line) => LoopEvent.parse(JSON.parse(line))));
   if (!state) throw new Error(`receipt ${row.id}: the loop's log is empty`);
-  // The candidates' table is paged (`?page=N`); anything else is the first page.
+  // The candidates' table is paged (`?page=N`; anything else is the first page), and one candidate's files
+  // may be listed in full (`?files=cN`; an unknown one lists none).
   const page = Number(/^[1-9]\d{0,5}$/.exec(c.req.query("page") ?? "")?.[0] ?? 1);
+  const files = /^c[1-9]\d{0,6}$/.exec(c.req.query("files") ?? "")?.[0];
   c.header("Cache-Control", IMMUTABLE);
-  return c.html(receiptPage({ receiptId: row.id, statement, state, url: new URL(c.req.url).href, page }));
+  return c.html(receiptPage({ receiptId: row.id, statement, state, url: new URL(`/r/${row.id}`, c.req.url).href, page, ...(files ? { files } : {}) }));
 });
 
 /**
