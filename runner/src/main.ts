@@ -180,9 +180,9 @@ loopCommand(
 program
   .command("logs")
   .description(
-    "print the stored output of a candidate's gate: by default the latest evaluated candidate's first failing gate (default loop: this repository's)",
+    "print the stored output of a candidate's (or t0's) gate: by default the latest evaluated candidate's first failing gate, a hard one before a soft one, or its last gate when every gate passed (default loop: this repository's)",
   )
-  .argument("[candidate]", "candidate id (c1, c2, …)")
+  .argument("[candidate]", "candidate id (c1, c2, …), or t0 for the baseline")
   .argument("[loop]", "loop id")
   .option("--gate <name>", "this gate's output")
   .option("--metric", "the metric command's output (optimize loops)")
@@ -194,9 +194,9 @@ program
 program
   .command("artifacts")
   .description(
-    "list the files a candidate's evaluation stored (gate logs, metric output, the contract's artifacts) and what it could not store, and why; --download writes them, digests checked",
+    "list the files a candidate's (or t0's) evaluation stored (gate logs, metric output, the contract's artifacts) and what it could not store, and why; --download writes them, digests checked",
   )
-  .argument("[candidate]", "candidate id (default: the latest evaluated)")
+  .argument("[candidate]", "candidate id, or t0 for the baseline (default: the latest evaluated candidate)")
   .argument("[loop]", "loop id (default: this repository's)")
   .option("--download <dir>", "write every file to DIR")
   .action(async (candidate: string | undefined, loop: string | undefined, options: { download?: string }) => {

@@ -1,9 +1,9 @@
 import type { Contract } from "../wire/contract.js";
 import type { AgentReport } from "../wire/agent-report.js";
-import type { ArtifactError, ArtifactRef } from "../wire/observation.js";
+import type { ArtifactError, ArtifactRef, GateResult } from "../wire/observation.js";
 import type { AgentRun, BestRef, ConfirmReadings, Confirmation, EventDraft, Halt, Verdict, BundleRef } from "./events.js";
 import { baselineGuards, type BaselineGuards } from "./guards.js";
-import { standingOf, testBaseOf, type TestBase, type TestStanding } from "./test-sets.js";
+import { gatePassed, standingOf, testBaseOf, type TestBase, type TestStanding } from "./test-sets.js";
 
 /** Where a candidate is in its life: waiting for a runner, being evaluated, or decided. */
 export type CandidateStatus = "queued" | "leased" | "promoted" | "rejected";
@@ -45,19 +45,16 @@ export interface CandidateState {
   proposed_at: string;
   status: CandidateStatus;
   lease: LeaseState | null;
-  report: {
-    lease_id: string;
-    fencing_token: number;
-    request_hash: string;
-    /** Where the report stands against t0's collected set (`standingOf`): as large as what differs from t0. */
-    tests: TestStanding;
-    /** How each gate ended, and where its log is: what `logs` and a rejection line name. */
-    gates: GateSummary[];
-    /** The files the evaluation stored besides gate logs (the contract's `artifacts`, `metric.log`). */
-    artifacts: ArtifactRef[];
-    /** What it could not store as it was, and why; absent when everything was stored. */
-    artifact_errors?: ArtifactError[];
-  } | null;
+  /** Its report: the standing, and (`StoredEvidence`) how each gate ended and where its log and files are — what `logs` and a rejection line name. */
+  report:
+    | (StoredEvidence & {
+        lease_id: string;
+        fencing_token: number;
+        request_hash: string;
+        /** Where the report stands against t0's collected set (`standingOf`): as large as what differs from t0. */
+        tests: TestStanding;
+      })
+    | null;
   verdict: Verdict | null;
   /** The last `need_samples` answer while more readings are awaited on the lease; null otherwise. */
   pending: Verdict | null;
@@ -72,6 +69,28 @@ export interface GateSummary {
   signal: string | null;
   timed_out: boolean;
   log: ArtifactRef | null;
+  /** Whether the contract makes it a soft gate (judged on a metric's threshold, never stopping the gates after it). */
+  soft: boolean;
+  /** Whether it passed as the engine judges it (`gatePassed`): a hard gate by exit code and readable report, a soft one by its threshold. */
+  passed: boolean;
+}
+
+/** What one evaluation stored besides its test outcomes: each gate's outcome and log, and its files. */
+export interface StoredEvidence {
+  gates: GateSummary[];
+  /** The files the evaluation stored besides gate logs (the contract's `artifacts`, `metric.log`). */
+  artifacts: ArtifactRef[];
+  /** What it could not store as it was, and why; absent when everything was stored. */
+  artifact_errors?: ArtifactError[];
+}
+
+/** The gates of an observation as the state keeps them, judged by the contract's gates (derived on every fold: no event records it). */
+function gateSummariesOf(contract: Contract, gates: readonly GateResult[]): GateSummary[] {
+  return gates.map((result) => {
+    const gate = contract.gates.find((entry) => entry.name === result.name);
+    const { name, exit_code, signal, timed_out, log } = result;
+    return { name, exit_code, signal, timed_out, log, soft: gate?.soft !== undefined, passed: gate ? gatePassed(gate, result) : exit_code === 0 && !timed_out };
+  });
 }
 
 /** The best-so-far: t0 until the first promotion. */
@@ -106,6 +125,8 @@ export interface LoopState {
   t0_base: TestBase;
   /** What the guards compare against besides t0's collected set (DESIGN §6.4): fixed at creation, never re-captured. */
   t0_guards: BaselineGuards;
+  /** What t0's measurement stored: its gates' outcomes and logs, and its files (uploaded right after the creation). */
+  t0_evidence: StoredEvidence;
   best: BestState;
   candidates: Record<string, CandidateState>;
   candidate_order: string[];
@@ -207,6 +228,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       t0,
       t0_base: base,
       t0_guards: baselineGuards(data.t0.observation),
+      t0_evidence: { gates: gateSummariesOf(data.contract, data.t0.observation.gates), artifacts: data.t0.observation.artifacts ?? [] },
       best: t0,
       candidates: {},
       candidate_order: [],
@@ -302,7 +324,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
           fencing_token: data.fencing_token,
           request_hash: data.request_hash,
           tests: standingOf(state.contract, data.observation, state.t0_base),
-          gates: data.observation.gates.map(({ name, exit_code, signal, timed_out, log }) => ({ name, exit_code, signal, timed_out, log })),
+          gates: gateSummariesOf(state.contract, data.observation.gates),
           artifacts: data.observation.artifacts ?? [],
           ...(data.observation.artifact_errors ? { artifact_errors: data.observation.artifact_errors } : {}),
         },
