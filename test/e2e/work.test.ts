@@ -259,9 +259,17 @@ async function proposeCalc(url: string, loop: { loopId: string; checkout: string
   return proposeCommit(url, loop.loopId, name, commit);
 }
 
-/** Proposes a commit straight to the API, as `run` or `step` would (no bundle: the runner's checkout has it, or not). */
-async function proposeCommit(url: string, loopId: string, name: string, commit: string): Promise<string> {
-  const body = { idempotency_key: `candidate-${name}`, commit, diff_sha256: sha256Hex(name), empty: false, proposer: { kind: "step" }, agent: null };
+/** Proposes a commit straight to the API, as `run` or `step` would (without a bundle unless given one). */
+async function proposeCommit(url: string, loopId: string, name: string, commit: string, bundle?: { sha256: string; size: number }): Promise<string> {
+  const body = {
+    idempotency_key: `candidate-${name}`,
+    commit,
+    diff_sha256: sha256Hex(name),
+    empty: false,
+    proposer: { kind: "step" },
+    agent: null,
+    ...(bundle ? { bundle } : {}),
+  };
   const response = await api(`${url}/v1/loops/${loopId}/candidates`, {
     method: "POST",
     headers: { "content-type": "application/json" },
@@ -402,6 +410,41 @@ describe("loopwarden work, one job at a time", () => {
     const releases = events.filter((event) => event.type === "lease_released");
     expect(releases).toHaveLength(2);
     expect(events.at(-1)?.type).toBe("lease_released");
+    expect(rederive(events)).toMatchObject({ ok: true });
+  });
+
+  it("a job that fails on the runner's side is said with its label and given back, and the runner goes on", async () => {
+    const dir = path.join(tmp.dir, "failing");
+    const loop = await queueableLoop(dir, "work-failing", coordinator.url);
+    // The candidate's "bundle" is stored and matches its digest, but is no git bundle: fetching from it fails.
+    const bytes = new TextEncoder().encode("not a git bundle\n");
+    const digest = sha256Hex(bytes);
+    const stored = await api(`${coordinator.url}/v1/loops/${loop.loopId}/artifacts/${digest}?name=broken.bundle`, {
+      method: "PUT",
+      headers: { "content-type": "application/x-git-bundle" },
+      body: bytes,
+    });
+    expect(stored.status, await stored.clone().text()).toBe(201);
+    const missing = sha256Hex("a commit only the broken bundle names").slice(0, 40);
+    expect(await proposeCommit(coordinator.url, loop.loopId, "broken", missing, { sha256: digest, size: bytes.length })).toBe("c2");
+
+    const worker = startCli(["--server", coordinator.url, "work", "--labels", "pool=shared", "--loop", loop.loopId], { cwd: loop.checkout });
+    try {
+      await waitFor(() => worker.output().includes("c2 lease given back") || worker.exitCode !== null, "the failed job to be given back", 120_000);
+      expect(worker.output()).toMatch(/\] c2 failed: /);
+      expect(worker.exitCode).toBeNull();
+      const released = (await loopEvents(coordinator.url, loop.loopId)).filter((event) => event.type === "lease_released");
+      expect(released.length).toBeGreaterThanOrEqual(1);
+      worker.kill("SIGINT");
+      expect(await exitOf(worker), worker.output()).toBe(0);
+      expect(worker.output()).toMatch(/stopped after \d+ job\(s\): 0 promoted, 0 rejected, 0 lost or re-queued, \d+ failed here/);
+    } finally {
+      if (worker.exitCode === null && worker.signalCode === null) worker.kill("SIGKILL");
+    }
+    const events = await loopEvents(coordinator.url, loop.loopId);
+    // Nothing was judged on a job the runner could not evaluate.
+    expect(events.some((event) => event.type === "observation_reported")).toBe(false);
+    expect(finalVerdicts(events).map((verdict) => verdict.candidate_id)).toEqual(["c1"]);
     expect(rederive(events)).toMatchObject({ ok: true });
   });
 });
