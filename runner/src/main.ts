@@ -145,9 +145,9 @@ labelsOption(
     program
       .command("work")
       .description(
-        "serve as a runner for shared loops: lease evaluation jobs from the running loops pinned to this checkout's contract (or --loop), evaluate each in a clean clone of the candidate commit (fetched from its bundle when this checkout lacks it), report, and go on; the first Ctrl-C finishes the jobs in hand, the second stops at once",
+        "serve as a runner for shared loops: lease evaluation jobs from the running loops pinned to this checkout's contract (or --loop), evaluate each in a clean clone of the candidate commit (fetched from its bundle when this checkout lacks it), report, and go on. A job whose loop halted meanwhile just ends; a job this checkout can never run (another contract hash, a commit it lacks with no bundle) is given back and its loop served no more (with --loop: exit 1); any other failed job is printed with its label and given back, and the runner goes on. The first Ctrl-C finishes the jobs in hand; the second stops them at once and gives their leases back, so their jobs are queued again at once",
       )
-      .option("--loop <id>", "serve only this loop, and stop when it halts")
+      .option("--loop <id>", "serve only this loop, and stop when it halts (exit 0, saying so)")
       .option("--concurrency <n>", "jobs at a time (default 1, at most 16)", concurrency),
   ),
   "it takes only jobs whose contract's evaluate.labels they satisfy",

@@ -60,6 +60,8 @@ export interface CandidateState {
   pending: Verdict | null;
   /** Reports re-queued unjudged because their comparison was stale, oldest first: a retry of one answers the same. */
   requeued: RequeuedReport[];
+  /** Leases their runners gave back (`lease_released`), oldest first: a retry of a release answers the same. */
+  released: { lease_id: string; fencing_token: number }[];
 }
 
 /** How one gate of a report ended, and its log. */
@@ -273,6 +275,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
         verdict: null,
         pending: null,
         requeued: [],
+        released: [],
       };
       own(state, "candidates")[data.candidate_id] = candidate;
       own(state, "candidate_order").push(data.candidate_id);
@@ -303,6 +306,18 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
     }
     case "lease_expired":
       return updateCandidate(state, event.data.candidate_id, { status: "queued", lease: null });
+    case "lease_released": {
+      // As an expiry, only sooner: back to the queue in its place (an earlier `need_samples` answer on the
+      // lease stays as it was; the next lease's reports bring their own readings).
+      const { data } = event;
+      const candidate = state.candidates[data.candidate_id];
+      if (!candidate) throw new Error(`lease_released for unknown candidate ${data.candidate_id}`);
+      return updateCandidate(state, data.candidate_id, {
+        status: "queued",
+        lease: null,
+        released: [...candidate.released, { lease_id: data.lease_id, fencing_token: data.fencing_token }],
+      });
+    }
     case "lease_requeued": {
       // As an expiry: back to the queue in its place. An earlier `need_samples` answer on the lease stays
       // as it was (its retry answers the same); the next lease's reports bring their own readings.
