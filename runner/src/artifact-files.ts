@@ -17,7 +17,8 @@ import { BodySourceError } from "./transfer-watch.js";
 /** The most files one evaluation stores; a glob that matches more is a mistake worth a clear limit. */
 export const MAX_ARTIFACT_FILES = 1_000;
 /** The longest path an observation can name a file by (ArtifactRef's name). */
-const MAX_NAME_LENGTH = 200;
+/** The longest path an artifact is named by (the wire's `ArtifactRef.name`). */
+export const MAX_NAME_LENGTH = 200;
 /** What is kept of a log refused whole: its last bytes, the most the coordinator takes of these. */
 const LOG_TAILS = [1024 * 1024, 64 * 1024, 4 * 1024];
 /** Files larger than this get a progress line while they upload. */

@@ -6,7 +6,7 @@ import type { BundleRef } from "../../shared/engine/index.js";
 import { sha256Hex } from "../../shared/hash.js";
 import type { Lease } from "../../shared/wire/api.js";
 import type { Client } from "./client.js";
-import { UserError } from "./errors.js";
+import { JobRefused } from "./errors.js";
 import { git, GitError, shortCommit } from "./git.js";
 
 // Candidate commits travel as git bundles (DESIGN §10, issue "team-shared loops"): the proposer uploads
@@ -87,7 +87,7 @@ export async function ensureCommits(
   for (const { commit, bundle } of commits) {
     if (await hasCommit(ctx.repo, commit)) continue;
     if (!bundle) {
-      throw new UserError(
+      throw new JobRefused(
         `this checkout lacks commit ${shortCommit(commit)} of loop ${loopId}, and its proposer uploaded no bundle of it; fetch it into this repository (git fetch <remote>) and start work again`,
       );
     }
@@ -104,7 +104,7 @@ export async function ensureCommits(
       await git(ctx.repo, ["fetch", "-q", "--no-tags", file, `${commit}:refs/loopwarden/fetched/${commit}`]);
     } catch (error) {
       if (error instanceof GitError && /prerequisite|lacks these prerequisite|missing/i.test(error.message)) {
-        throw new UserError(
+        throw new JobRefused(
           `this checkout lacks the loop's t0 commit, which the bundle of ${shortCommit(commit)} builds on: fetch it into this repository and start work again (${error.message.trim()})`,
         );
       }

@@ -19,12 +19,14 @@ import {
   LoopSummary,
   ProposeCandidateResponse,
   ReceiptIssued,
+  ReleaseResponse,
   ReportResponse,
   type CreateLoopRequest,
   type HeartbeatRequest,
   LoopList,
   type LeaseRequestInput,
   type ProposeCandidateRequest,
+  type ReleaseRequest,
   type ReportRequest,
 } from "../../shared/wire/api.js";
 import {
@@ -241,8 +243,8 @@ export class Client {
     }
   }
 
-  private async json<S extends z.ZodType>(method: string, path: string, schema: S, payload?: unknown): Promise<z.infer<S>> {
-    if (payload === undefined) return this.parse(await this.send(method, path, undefined, {}, { limitTotal: true }), schema);
+  private async json<S extends z.ZodType>(method: string, path: string, schema: S, payload?: unknown, signal?: AbortSignal): Promise<z.infer<S>> {
+    if (payload === undefined) return this.parse(await this.send(method, path, undefined, {}, { signal, limitTotal: true }), schema);
     const text = JSON.stringify(payload);
     // Large bodies (a big suite's test ids) travel gzip-encoded (DESIGN §8); the coordinator's caps
     // count the bytes sent. Small ones go as they are: compressing them would cost more than it saves.
@@ -252,7 +254,7 @@ export class Client {
       path,
       compress ? new Blob([gzipSync(text)]) : text,
       compress ? { "Content-Type": "application/json", "Content-Encoding": "gzip" } : { "Content-Type": "application/json" },
-      { limitTotal: true },
+      { signal, limitTotal: true },
     );
     return this.parse(response, schema);
   }
@@ -335,6 +337,15 @@ export class Client {
 
   heartbeat(leaseId: string, request: HeartbeatRequest) {
     return this.json("POST", `/v1/leases/${encodeURIComponent(leaseId)}/heartbeat`, Lease, request);
+  }
+
+  /**
+   * `POST /v1/leases/:id/release`: gives the lease back, so its job is queued at once rather than when
+   * the lease runs out. Retried like a heartbeat (a release is idempotent); `signal` bounds how long a
+   * runner that is stopping waits for it.
+   */
+  releaseLease(leaseId: string, request: ReleaseRequest, signal?: AbortSignal) {
+    return this.json("POST", `/v1/leases/${encodeURIComponent(leaseId)}/release`, ReleaseResponse, request, signal);
   }
 
   report(leaseId: string, request: ReportRequest) {

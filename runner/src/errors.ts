@@ -12,6 +12,19 @@ export class UserError extends Error {
   }
 }
 
+/**
+ * A job this checkout can never run, however often it is leased here: the job's contract hash is not
+ * this checkout's (invariant 4), or the checkout lacks a commit the job needs and there is no bundle to
+ * fetch it from (or the bundle builds on a t0 it lacks). `work` refuses the job's loop rather than lease
+ * the same job again and again; elsewhere it is an ordinary user error.
+ */
+export class JobRefused extends UserError {
+  constructor(message: string) {
+    super(message);
+    this.name = "JobRefused";
+  }
+}
+
 /** What the coordinator answered instead of a result: a 4xx refusal, or a 5xx still there after the retries, with its JSON error envelope. */
 export class CoordinatorError extends Error {
   constructor(

@@ -15,16 +15,28 @@ export interface LoopReader {
  * The loop's full state, folded by the same engine the coordinator uses from its public event log. Only
  * the events after the last fold are fetched (`?after=seq`) and folded onto it, so an iteration or an
  * idle poll costs what happened since, not the loop's whole history (DESIGN §4 invariant 9).
+ *
+ * Folds of one reader may run at once (the slots of `work --concurrency` share a loop's reader): each
+ * applies, once its read is answered, only the events that follow the fold as it stands then — another
+ * fold may have applied some or all of them meanwhile — so no event is folded twice and the fold only
+ * moves forward. A long-poll (`waitMs`) never holds up another fold.
  */
 export async function foldLoop(session: LoopReader, waitMs = 0): Promise<LoopState> {
   const after = session.folded?.seq ?? 0;
-  const events = (await session.client.eventLines(session.loop.loop_id, after, waitMs)).map((line) => LoopEvent.parse(JSON.parse(line)));
-  const last = events.at(-1);
-  if (last && last.seq !== after + events.length)
+  const fetched = (await session.client.eventLines(session.loop.loop_id, after, waitMs)).map((line) => LoopEvent.parse(JSON.parse(line)));
+  const last = fetched.at(-1);
+  if (last && last.seq !== after + fetched.length)
     throw new Error(`loop ${session.loop.loop_id}: events after ${after} are not contiguous (last is ${last.seq})`);
-  const state = events.length === 0 ? (session.folded?.state ?? null) : foldEvents(events, session.folded?.state ?? null);
+  // Read again after the wait: what was folded while this read was out is not folded again.
+  const current = session.folded;
+  const events = fetched.filter((event) => event.seq > (current?.seq ?? 0));
+  if (events.length === 0) {
+    if (!current) throw new Error(`loop ${session.loop.loop_id} has no events`);
+    return current.state;
+  }
+  const state = foldEvents(events, current?.state ?? null);
   if (!state) throw new Error(`loop ${session.loop.loop_id} has no events`);
-  session.folded = { seq: last?.seq ?? after, state };
+  session.folded = { seq: events[events.length - 1]?.seq ?? after, state };
   return state;
 }
 

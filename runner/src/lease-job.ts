@@ -6,7 +6,7 @@ import { compactTests } from "../../shared/engine/test-sets.js";
 import type { FullObservation } from "../../shared/wire/observation.js";
 import { CoordinatorError } from "./client.js";
 import { withClone, type Clone } from "./clone.js";
-import { UserError } from "./errors.js";
+import { JobRefused, UserError } from "./errors.js";
 import { evaluateIn, hardGatesPassed, type EvaluationOptions } from "./evaluate.js";
 import { foldLoop, testBaseOf, type LoopReader } from "./event-log.js";
 import { contractFileOf, type LoadedContract } from "./contract-file.js";
@@ -32,9 +32,12 @@ export interface JobContext extends LoopReader {
   mode: OutputMode;
 }
 
-/** Why a job's processes were killed: its lease is no longer this runner's. */
+/** Why a job's processes were killed: its lease is no longer this runner's, or its loop halted (`answer`: the heartbeat's 409). */
 class LeaseLost extends Error {
-  constructor(readonly code: string) {
+  constructor(
+    readonly code: string,
+    readonly answer: CoordinatorError,
+  ) {
     super(`lease lost (${code})`);
   }
 }
@@ -43,21 +46,32 @@ class LeaseLost extends Error {
  * Runs one leased evaluation with heartbeats and reports it. Null when the lease was lost — reclaimed,
  * superseded (409) or its comparison stale (`requeued`): the job is someone else's now, or back in the
  * queue. A heartbeat answered 409 kills the job's process groups at once (invariant 6: a runner never
- * works on under a stale fencing token).
+ * works on under a stale fencing token). When the loop halted while the job was out, a report or a
+ * heartbeat is answered 409 `loop_halted`: that CoordinatorError is thrown (the job can never be judged;
+ * a heartbeat's has killed its processes first). Aborting `cancel` (a runner stopped at once) kills the
+ * job's processes too and throws its reason: nothing is reported after it.
  */
-export async function evaluateLease(ctx: JobContext, lease: Lease, label: string): Promise<{ verdict: Verdict; loop: LoopSummary } | null> {
+export async function evaluateLease(
+  ctx: JobContext,
+  lease: Lease,
+  label: string,
+  cancel?: AbortSignal,
+): Promise<{ verdict: Verdict; loop: LoopSummary } | null> {
   const { client, mode } = ctx;
   if (lease.job.contract_hash !== ctx.loaded.hash) {
     // Invariant 4: run only the contract pinned in this checkout.
-    throw new UserError(
+    throw new JobRefused(
       `refusing the job for ${lease.job.candidate_id}: its contract hash ${lease.job.contract_hash.slice(0, 12)} differs from this checkout's ${ctx.loaded.hash.slice(0, 12)}`,
     );
   }
   const lost = new AbortController();
+  const stop = () => lost.abort(cancel?.reason);
+  cancel?.addEventListener("abort", stop, { once: true });
+  if (cancel?.aborted) stop();
   const heartbeat = setInterval(
     () => {
       client.heartbeat(lease.lease_id, { fencing_token: lease.fencing_token }).catch((error: unknown) => {
-        if (error instanceof CoordinatorError && error.status === 409) lost.abort(new LeaseLost(error.code));
+        if (error instanceof CoordinatorError && error.status === 409) lost.abort(new LeaseLost(error.code, error));
         else progress(mode, `${label} heartbeat failed (${(error as Error).message}); will retry`);
       });
     },
@@ -151,6 +165,9 @@ export async function evaluateLease(ctx: JobContext, lease: Lease, label: string
       });
     });
   } catch (error) {
+    if (cancel?.aborted) throw cancel.reason;
+    // The loop halted: as a report answered so, whether the report or a heartbeat learnt it first.
+    if (error instanceof LeaseLost && error.code === "loop_halted") throw error.answer;
     const code =
       error instanceof LeaseLost ? error.code : error instanceof CoordinatorError && error.status === 409 && error.code !== "loop_halted" ? error.code : null;
     if (code !== null) {
@@ -160,6 +177,7 @@ export async function evaluateLease(ctx: JobContext, lease: Lease, label: string
     throw error;
   } finally {
     clearInterval(heartbeat);
+    cancel?.removeEventListener("abort", stop);
   }
 }
 

@@ -145,9 +145,9 @@ labelsOption(
     program
       .command("work")
       .description(
-        "serve as a runner for shared loops: lease evaluation jobs from the running loops pinned to this checkout's contract (or --loop), evaluate each in a clean clone of the candidate commit (fetched from its bundle when this checkout lacks it), report, and go on; the first Ctrl-C finishes the jobs in hand, the second stops at once",
+        "serve as a runner for shared loops: lease evaluation jobs from the running loops pinned to this checkout's contract (or --loop), evaluate each in a clean clone of the candidate commit (fetched from its bundle when this checkout lacks it), report, and go on. A job whose loop halted meanwhile just ends; a job this checkout can never run (another contract hash, a commit it lacks with no bundle) is given back and its loop served no more (with --loop: exit 1); any other failed job is printed with its label and given back, and the runner goes on. The first Ctrl-C finishes the jobs in hand; the second stops them at once and gives their leases back, so their jobs are queued again at once",
       )
-      .option("--loop <id>", "serve only this loop, and stop when it halts")
+      .option("--loop <id>", "serve only this loop, and stop when it halts (exit 0, saying so)")
       .option("--concurrency <n>", "jobs at a time (default 1, at most 16)", concurrency),
   ),
   "it takes only jobs whose contract's evaluate.labels they satisfy",
@@ -180,9 +180,9 @@ loopCommand(
 program
   .command("logs")
   .description(
-    "print the stored output of a candidate's gate: by default the latest evaluated candidate's first failing gate (default loop: this repository's)",
+    "print the stored output of a candidate's (or t0's) gate: by default the latest evaluated candidate's first failing gate, a hard one before a soft one, or its last gate when every gate passed (default loop: this repository's)",
   )
-  .argument("[candidate]", "candidate id (c1, c2, …)")
+  .argument("[candidate]", "candidate id (c1, c2, …), or t0 for the baseline")
   .argument("[loop]", "loop id")
   .option("--gate <name>", "this gate's output")
   .option("--metric", "the metric command's output (optimize loops)")
@@ -194,9 +194,9 @@ program
 program
   .command("artifacts")
   .description(
-    "list the files a candidate's evaluation stored (gate logs, metric output, the contract's artifacts) and what it could not store, and why; --download writes them, digests checked",
+    "list the files a candidate's (or t0's) evaluation stored (gate logs, metric output, the contract's artifacts) and what it could not store, and why; --download writes them, digests checked",
   )
-  .argument("[candidate]", "candidate id (default: the latest evaluated)")
+  .argument("[candidate]", "candidate id, or t0 for the baseline (default: the latest evaluated candidate)")
   .argument("[loop]", "loop id (default: this repository's)")
   .option("--download <dir>", "write every file to DIR")
   .action(async (candidate: string | undefined, loop: string | undefined, options: { download?: string }) => {

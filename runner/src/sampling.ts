@@ -103,11 +103,11 @@ export async function samplePairs(
   return samples;
 }
 
-/** `runs` readings of one commit alone (the baseline's). */
-export async function sampleAlone(clone: Clone, contract: Contract, runs: number): Promise<PairedSamples> {
+/** `runs` readings of one commit alone (the baseline's), each run's output added to `log` when given. */
+export async function sampleAlone(clone: Clone, contract: Contract, runs: number, log?: MetricLog): Promise<PairedSamples> {
   const samples: PairedSamples = { best: [], candidate: [] };
   for (let run = 0; run < runs && samples.error === undefined; run++) {
-    const reading = await measureMetric(clone, contract);
+    const reading = await measureMetric(clone, contract, log && { into: log, label: `reading ${run + 1}` });
     if ("error" in reading) samples.error = reading.error;
     else samples.candidate.push(reading.value);
   }

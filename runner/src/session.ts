@@ -31,8 +31,17 @@ import {
 } from "./git.js";
 import { evaluateUntilDecided, verdictLine } from "./lease-job.js";
 import { liveStatus, progress, type OutputMode } from "./output.js";
-import { clearPendingCreate, loadPendingCreate, savePendingCreate, type PendingCreate } from "./pending-create.js";
-import { sampleAlone } from "./sampling.js";
+import {
+  clearPendingCreate,
+  loadPendingCreate,
+  savePendingCreate,
+  stageBaselineFiles,
+  uploadPendingFiles,
+  type PendingCreate,
+  type PendingFiles,
+} from "./pending-create.js";
+import { MetricLog, sampleAlone } from "./sampling.js";
+import { sha256Hex } from "../../shared/hash.js";
 import { parseLabels } from "./labels.js";
 import { failureLine } from "./candidate-evidence.js";
 import { diffSummary } from "./agent-context.js";
@@ -69,8 +78,19 @@ function newRunnerId(): string {
     .slice(0, 60)}-${randomBytes(4).toString("hex")}`;
 }
 
-/** Measures t0 (DESIGN §2): the gates, the guard readings and, in optimize mode, the metric, in a clean clone of `commit`. */
-async function measureBaseline(repo: string, commit: string, loaded: LoadedContract, mode: OutputMode): Promise<Evaluation> {
+/**
+ * Measures t0 (DESIGN §2): the gates, the guard readings and, in optimize mode, the metric, in a clean
+ * clone of `commit`; and keeps what a candidate's evaluation stores (DESIGN §10) — the metric command's
+ * output with the gate logs, and the files the contract's `artifacts` globs match, copied out of the
+ * clone before it is removed — all cited by the observation and uploaded once the loop exists.
+ */
+async function measureBaseline(
+  repo: string,
+  source: string,
+  commit: string,
+  loaded: LoadedContract,
+  mode: OutputMode,
+): Promise<Evaluation & { files?: PendingFiles | undefined }> {
   progress(mode, `capturing the baseline at ${shortCommit(commit)}: running ${loaded.contract.gates.length} gate(s) in a clean clone…`);
   liveStatus(mode, "baseline: running gates");
   return withClone(repo, commit, "t0", async (clone) => {
@@ -80,14 +100,26 @@ async function measureBaseline(repo: string, commit: string, loaded: LoadedContr
       onNote: (text) => progress(mode, `baseline: ${text}`),
     });
     const metric = loaded.contract.metric;
+    const metricLog = new MetricLog();
     if (metric) {
       // The baseline's own readings: what the first comparison's best-so-far is measured against.
       progress(mode, `baseline: measuring ${metric.name} ${metric.samples.min} times…`);
       evaluation.observation.samples = hardGatesPassed(loaded.contract, evaluation)
-        ? await sampleAlone(clone, loaded.contract, metric.samples.min)
+        ? await sampleAlone(clone, loaded.contract, metric.samples.min, metricLog)
         : { best: [], candidate: [], error: "a hard gate failed at t0: the metric was not measured" };
     }
-    return evaluation;
+    // Matched after the metric ran, as a candidate's are: a benchmark may write the profile.
+    const files = await stageBaselineFiles(repo, source, clone.dir, loaded.contract.artifacts ?? []);
+    const logs = [...evaluation.logs];
+    const artifacts = [...(files?.refs ?? [])];
+    if (!metricLog.isEmpty) {
+      const bytes = Buffer.from(metricLog.bytes());
+      const ref = { sha256: sha256Hex(bytes), size: bytes.length, name: "metric.log", content_type: "text/plain; charset=utf-8" };
+      logs.push({ ref, bytes });
+      artifacts.push(ref);
+    }
+    if (artifacts.length > 0) evaluation.observation.artifacts = artifacts;
+    return { observation: evaluation.observation, logs, files };
   });
 }
 
@@ -123,8 +155,8 @@ async function prepareCreation(
     progress(mode, `finishing the interrupted creation of a loop (baseline at ${shortCommit(t0Commit)}, already measured)`);
     return { pending, startedFrom };
   }
-  const baseline = await measureBaseline(repo, t0Commit, loaded, mode);
-  pending = {
+  const baseline = await measureBaseline(repo, source, t0Commit, loaded, mode);
+  pending = await savePendingCreate(repo, source, {
     request: {
       idempotency_key: `run-${randomBytes(16).toString("hex")}`,
       contract: loaded.contract,
@@ -132,8 +164,8 @@ async function prepareCreation(
       repository: await repositoryName(repo),
     },
     logs: baseline.logs,
-  };
-  await savePendingCreate(repo, source, pending);
+    ...(baseline.files ? { files: baseline.files } : {}),
+  });
   return { pending, startedFrom };
 }
 
@@ -204,7 +236,11 @@ export async function openSession(
     const created = await connection.client.createLoop(pending.request);
     const loop = created.loop;
     faultPoint("create-answered");
+    // What t0's observation cites, stored now that the loop exists (artifacts are scoped to a loop): from
+    // the creation kept on disk, so a runner killed before this point stores them on its next run.
     await uploadLogs(connection.client, loop.loop_id, pending.logs);
+    const lost = await uploadPendingFiles(connection.client, loop.loop_id, pending.files, (text) => progress(mode, `baseline: ${text}`));
+    if (lost.length > 0) progress(mode, `baseline: not stored, changed or removed on disk since t0 was measured: ${formatList(lost)}`);
     faultPoint("loop-created");
     const workspace: WorkspaceState = {
       loop_id: loop.loop_id,

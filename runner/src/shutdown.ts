@@ -8,13 +8,27 @@ let installed = false;
 let shuttingDown = false;
 /** A command that stops gracefully on the first signal (`work` finishes the job in hand); the second stops at once. */
 let drain: (() => void) | null = null;
+/**
+ * What that command does first when it is stopped at once, before any other cleanup: `work` stops its
+ * jobs (so none goes on to report) and gives their leases back while its coordinator still runs.
+ */
+let stopNow: Cleanup | null = null;
 
 async function shutdown(signal: NodeJS.Signals): Promise<void> {
   if (shuttingDown) return;
   shuttingDown = true;
+  const first = stopNow;
+  stopNow = null;
   // Said only when there is something to stop: a process that merely loaded the runner's modules (a test
   // worker torn down with SIGTERM) exits as quietly as it would have.
-  if (cleanups.size > 0) process.stderr.write(`\nloopwarden: ${signal}, stopping what this run started…\n`);
+  if (cleanups.size > 0 || first) process.stderr.write(`\nloopwarden: ${signal}, stopping what this run started…\n`);
+  if (first) {
+    try {
+      await first();
+    } catch {
+      // Best effort: the cleanups below still run.
+    }
+  }
   // Newest first: running commands before the coordinator they report to.
   for (const cleanup of [...cleanups].reverse()) {
     try {
@@ -53,12 +67,15 @@ export function onShutdown(cleanup: Cleanup): () => void {
 
 /**
  * Makes the first SIGINT/SIGTERM call `graceful` instead of stopping: the command winds down by itself
- * (and exits when done); a second signal stops everything at once, as without it. Returns its removal.
+ * (and exits when done); a second signal stops everything at once, as without it, after `immediate`
+ * (run before every other cleanup). Returns its removal.
  */
-export function drainOnFirstSignal(graceful: () => void): () => void {
+export function drainOnFirstSignal(graceful: () => void, immediate?: Cleanup): () => void {
   install();
   drain = graceful;
+  stopNow = immediate ?? null;
   return () => {
     if (drain === graceful) drain = null;
+    if (immediate && stopNow === immediate) stopNow = null;
   };
 }

@@ -188,7 +188,9 @@ function findLease(state: LoopState, leaseId: string): CandidateState | undefine
 
 /**
  * Extends a lease (heartbeat). A lease is valid until the coordinator reclaims it (the alarm does at
- * its deadline) or another lease supersedes it; then it answers `stale_lease`: stop work.
+ * its deadline), its runner releases it, or another lease supersedes it; then it answers `stale_lease`:
+ * stop work. Once the loop has halted no report can be judged, so a heartbeat answers `loop_halted`:
+ * stop work too, rather than measure for nothing.
  */
 export function renewLease(state: LoopState, input: { lease_id: string; fencing_token: number; at: string; ttl_ms: number }): Outcome<GrantedLease> {
   const candidate = findLease(state, input.lease_id);
@@ -197,6 +199,7 @@ export function renewLease(state: LoopState, input: { lease_id: string; fencing_
   if (candidate.status !== "leased" || !lease || lease.lease_id !== input.lease_id || lease.fencing_token !== input.fencing_token) {
     return refuse("stale_lease", "the lease was reclaimed or superseded; stop this job");
   }
+  if (state.halt) return refuse("loop_halted", `the loop has halted (${state.halt.halt_reason}); stop this job`);
   const expires_at = addMs(input.at, input.ttl_ms);
   const event: EventDraft = {
     type: "lease_renewed",
@@ -204,6 +207,33 @@ export function renewLease(state: LoopState, input: { lease_id: string; fencing_
     data: { lease_id: lease.lease_id, candidate_id: candidate.candidate_id, expires_at },
   };
   return { ok: true, events: [event], value: { ...lease, expires_at, candidate } };
+}
+
+/**
+ * Gives a lease back before its deadline (`lease_released`): its runner was stopped, or cannot finish
+ * the job on its side. The candidate goes back to the queue at once, in its place, as at an expiry, so
+ * another runner (or the same one) leases it under a higher fencing token without waiting out the TTL.
+ * Only the current holder may release: a lease reclaimed, superseded, re-queued or already reported is
+ * `stale_lease` (409), as for a heartbeat. Idempotent: a retry of a release that was recorded answers
+ * it again (`replayed`), with no event, whatever happened to the candidate since. A halted loop's lease
+ * may be released too: nothing is leased from it again, but the lease is no longer out.
+ */
+export function releaseLease(
+  state: LoopState,
+  input: { lease_id: string; fencing_token: number; at: string },
+): Outcome<{ candidate_id: string; replayed: boolean }> {
+  const candidate = findLease(state, input.lease_id);
+  if (!candidate) return refuse("lease_not_found", `no lease ${input.lease_id}`);
+  if (candidate.released.some((released) => released.lease_id === input.lease_id && released.fencing_token === input.fencing_token)) {
+    return { ok: true, events: [], value: { candidate_id: candidate.candidate_id, replayed: true } };
+  }
+  if (!isCurrentLease(candidate, input)) return refuse("stale_lease", "the lease was reclaimed, superseded or reported; there is nothing to release");
+  const event: EventDraft = {
+    type: "lease_released",
+    at: input.at,
+    data: { lease_id: input.lease_id, candidate_id: candidate.candidate_id, fencing_token: input.fencing_token },
+  };
+  return { ok: true, events: [event], value: { candidate_id: candidate.candidate_id, replayed: false } };
 }
 
 /** Reclaims every lease that expired by `at`; its candidate goes back to the queue. */

@@ -181,6 +181,17 @@ const LeaseExpired = z.strictObject({
   data: z.strictObject({ lease_id: z.string(), candidate_id: z.string() }),
 });
 /**
+ * A lease its runner gave back before its deadline (`POST /v1/leases/:id/release`): the runner was
+ * stopped, or could not finish the job on its side. As at an expiry, the candidate goes back to the queue
+ * at once, in its place, so another runner need not wait out the lease's TTL. Only the lease's current
+ * holder can release it (its lease id and fencing token), and nothing it measured is recorded.
+ */
+const LeaseReleased = z.strictObject({
+  type: z.literal("lease_released"),
+  at,
+  data: z.strictObject({ lease_id: z.string(), candidate_id: z.string(), fencing_token: z.number().int().min(1) }),
+});
+/**
  * A report not judged because its comparison was stale (`staleComparison`): the best changed since the
  * lease was granted, or the runner compared against another commit than its lease named. The candidate
  * goes back to the queue in its place; the observation itself is not recorded, only what identifies
@@ -268,6 +279,7 @@ export const EventDraft = z.discriminatedUnion("type", [
   LeaseGranted,
   LeaseRenewed,
   LeaseExpired,
+  LeaseReleased,
   LeaseRequeued,
   ObservationReported,
   VerdictIssued,
@@ -287,6 +299,7 @@ export const LoopEvent = z.discriminatedUnion("type", [
   LeaseGranted.extend(sealed),
   LeaseRenewed.extend(sealed),
   LeaseExpired.extend(sealed),
+  LeaseReleased.extend(sealed),
   LeaseRequeued.extend(sealed),
   ObservationReported.extend(sealed),
   VerdictIssued.extend(sealed),

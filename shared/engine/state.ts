@@ -1,9 +1,9 @@
 import type { Contract } from "../wire/contract.js";
 import type { AgentReport } from "../wire/agent-report.js";
-import type { ArtifactError, ArtifactRef } from "../wire/observation.js";
+import type { ArtifactError, ArtifactRef, GateResult } from "../wire/observation.js";
 import type { AgentRun, BestRef, ConfirmReadings, Confirmation, EventDraft, Halt, Verdict, BundleRef } from "./events.js";
 import { baselineGuards, type BaselineGuards } from "./guards.js";
-import { standingOf, testBaseOf, type TestBase, type TestStanding } from "./test-sets.js";
+import { gatePassed, standingOf, testBaseOf, type TestBase, type TestStanding } from "./test-sets.js";
 
 /** Where a candidate is in its life: waiting for a runner, being evaluated, or decided. */
 export type CandidateStatus = "queued" | "leased" | "promoted" | "rejected";
@@ -45,24 +45,23 @@ export interface CandidateState {
   proposed_at: string;
   status: CandidateStatus;
   lease: LeaseState | null;
-  report: {
-    lease_id: string;
-    fencing_token: number;
-    request_hash: string;
-    /** Where the report stands against t0's collected set (`standingOf`): as large as what differs from t0. */
-    tests: TestStanding;
-    /** How each gate ended, and where its log is: what `logs` and a rejection line name. */
-    gates: GateSummary[];
-    /** The files the evaluation stored besides gate logs (the contract's `artifacts`, `metric.log`). */
-    artifacts: ArtifactRef[];
-    /** What it could not store as it was, and why; absent when everything was stored. */
-    artifact_errors?: ArtifactError[];
-  } | null;
+  /** Its report: the standing, and (`StoredEvidence`) how each gate ended and where its log and files are — what `logs` and a rejection line name. */
+  report:
+    | (StoredEvidence & {
+        lease_id: string;
+        fencing_token: number;
+        request_hash: string;
+        /** Where the report stands against t0's collected set (`standingOf`): as large as what differs from t0. */
+        tests: TestStanding;
+      })
+    | null;
   verdict: Verdict | null;
   /** The last `need_samples` answer while more readings are awaited on the lease; null otherwise. */
   pending: Verdict | null;
   /** Reports re-queued unjudged because their comparison was stale, oldest first: a retry of one answers the same. */
   requeued: RequeuedReport[];
+  /** Leases their runners gave back (`lease_released`), oldest first: a retry of a release answers the same. */
+  released: { lease_id: string; fencing_token: number }[];
 }
 
 /** How one gate of a report ended, and its log. */
@@ -72,6 +71,28 @@ export interface GateSummary {
   signal: string | null;
   timed_out: boolean;
   log: ArtifactRef | null;
+  /** Whether the contract makes it a soft gate (judged on a metric's threshold, never stopping the gates after it). */
+  soft: boolean;
+  /** Whether it passed as the engine judges it (`gatePassed`): a hard gate by exit code and readable report, a soft one by its threshold. */
+  passed: boolean;
+}
+
+/** What one evaluation stored besides its test outcomes: each gate's outcome and log, and its files. */
+export interface StoredEvidence {
+  gates: GateSummary[];
+  /** The files the evaluation stored besides gate logs (the contract's `artifacts`, `metric.log`). */
+  artifacts: ArtifactRef[];
+  /** What it could not store as it was, and why; absent when everything was stored. */
+  artifact_errors?: ArtifactError[];
+}
+
+/** The gates of an observation as the state keeps them, judged by the contract's gates (derived on every fold: no event records it). */
+function gateSummariesOf(contract: Contract, gates: readonly GateResult[]): GateSummary[] {
+  return gates.map((result) => {
+    const gate = contract.gates.find((entry) => entry.name === result.name);
+    const { name, exit_code, signal, timed_out, log } = result;
+    return { name, exit_code, signal, timed_out, log, soft: gate?.soft !== undefined, passed: gate ? gatePassed(gate, result) : exit_code === 0 && !timed_out };
+  });
 }
 
 /** The best-so-far: t0 until the first promotion. */
@@ -106,6 +127,8 @@ export interface LoopState {
   t0_base: TestBase;
   /** What the guards compare against besides t0's collected set (DESIGN §6.4): fixed at creation, never re-captured. */
   t0_guards: BaselineGuards;
+  /** What t0's measurement stored: its gates' outcomes and logs, and its files (uploaded right after the creation). */
+  t0_evidence: StoredEvidence;
   best: BestState;
   candidates: Record<string, CandidateState>;
   candidate_order: string[];
@@ -207,6 +230,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       t0,
       t0_base: base,
       t0_guards: baselineGuards(data.t0.observation),
+      t0_evidence: { gates: gateSummariesOf(data.contract, data.t0.observation.gates), artifacts: data.t0.observation.artifacts ?? [] },
       best: t0,
       candidates: {},
       candidate_order: [],
@@ -251,6 +275,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
         verdict: null,
         pending: null,
         requeued: [],
+        released: [],
       };
       own(state, "candidates")[data.candidate_id] = candidate;
       own(state, "candidate_order").push(data.candidate_id);
@@ -281,6 +306,18 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
     }
     case "lease_expired":
       return updateCandidate(state, event.data.candidate_id, { status: "queued", lease: null });
+    case "lease_released": {
+      // As an expiry, only sooner: back to the queue in its place (an earlier `need_samples` answer on the
+      // lease stays as it was; the next lease's reports bring their own readings).
+      const { data } = event;
+      const candidate = state.candidates[data.candidate_id];
+      if (!candidate) throw new Error(`lease_released for unknown candidate ${data.candidate_id}`);
+      return updateCandidate(state, data.candidate_id, {
+        status: "queued",
+        lease: null,
+        released: [...candidate.released, { lease_id: data.lease_id, fencing_token: data.fencing_token }],
+      });
+    }
     case "lease_requeued": {
       // As an expiry: back to the queue in its place. An earlier `need_samples` answer on the lease stays
       // as it was (its retry answers the same); the next lease's reports bring their own readings.
@@ -302,7 +339,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
           fencing_token: data.fencing_token,
           request_hash: data.request_hash,
           tests: standingOf(state.contract, data.observation, state.t0_base),
-          gates: data.observation.gates.map(({ name, exit_code, signal, timed_out, log }) => ({ name, exit_code, signal, timed_out, log })),
+          gates: gateSummariesOf(state.contract, data.observation.gates),
           artifacts: data.observation.artifacts ?? [],
           ...(data.observation.artifact_errors ? { artifact_errors: data.observation.artifact_errors } : {}),
         },

@@ -2,7 +2,7 @@ import { utf8 } from "@scure/base";
 import { canonicalJson } from "../canonical-json.js";
 import { sha256Hex } from "../hash.js";
 import { verifyChain, type ChainHead } from "../engine/chain.js";
-import { confirmBest, createLoop, proposeCandidate, requeueIfStale, unnamedComparison } from "../engine/commands.js";
+import { confirmBest, createLoop, proposeCandidate, releaseLease, requeueIfStale, unnamedComparison } from "../engine/commands.js";
 import { decide } from "../engine/decide.js";
 import { LoopEvent, type EventDraft } from "../engine/events.js";
 import { stepwiseFold, type LoopState } from "../engine/state.js";
@@ -44,6 +44,7 @@ function describeDraft(draft: EventDraft): string {
   if (draft.type === "halted") return `halt ${draft.data.halt_reason}`;
   if (draft.type === "lease_requeued")
     return `re-queue of ${draft.data.candidate_id} (leased against ${draft.data.compare_to.candidate_id}, best ${draft.data.best.candidate_id})`;
+  if (draft.type === "lease_released") return `release of ${draft.data.candidate_id}'s lease ${draft.data.lease_id}`;
   if (draft.type === "confirm_measured") return `confirm of ${draft.data.candidate_id} (${formatPercent(draft.data.estimate)} over ${draft.data.pairs} pairs)`;
   return draft.type;
 }
@@ -106,7 +107,8 @@ export function rederive(events: readonly LoopEvent[]): { ok: true; state: LoopS
  * The events the engine appends right after a creation or a proposal, computed from the loop before it
  * (the command is re-run and must produce the recorded event first); null for any other event. Leases
  * are checked against the same loop: a lease names the best of its time, a report is judged only when
- * its comparison is not stale, and a re-queue only when it is (nothing is promoted on stale evidence).
+ * its comparison is not stale, a re-queue only when it is (nothing is promoted on stale evidence), and a
+ * release only of a lease that was out, under its own fencing token.
  */
 function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[] | null {
   if (draft.type === "loop_created") {
@@ -147,6 +149,15 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     const { data } = draft;
     const recomputed = requeueIfStale(state, { ...data, compared_to: data.compared_to ?? undefined, at: draft.at });
     if (!recomputed) throw new Error("the engine does not re-queue here: the lease is not current or its comparison is not stale");
+    if (canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error(`recorded ${describeDraft(draft)}, recomputed ${describeDraft(recomputed)}`);
+    return [];
+  }
+  if (state && draft.type === "lease_released") {
+    // Only the lease's current holder releases it, once: a release of a lease that was not out is forged.
+    const released = releaseLease(state, { ...draft.data, at: draft.at });
+    if (!released.ok) throw new Error(`the engine refuses this release (${released.error.message})`);
+    const [recomputed] = released.events;
+    if (!recomputed) throw new Error(`lease ${draft.data.lease_id} was already released`);
     if (canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error(`recorded ${describeDraft(draft)}, recomputed ${describeDraft(recomputed)}`);
     return [];
   }

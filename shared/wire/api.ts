@@ -155,6 +155,17 @@ export type ProposeCandidateResponse = z.infer<typeof ProposeCandidateResponse>;
 export const HeartbeatRequest = z.strictObject({ fencing_token: z.number().int().min(1) });
 export type HeartbeatRequest = z.infer<typeof HeartbeatRequest>;
 
+/** `POST /v1/leases/:leaseId/release`: the lease's holder gives it back before its deadline (the job goes back to the queue at once). */
+export const ReleaseRequest = z.strictObject({ fencing_token: z.number().int().min(1) });
+export type ReleaseRequest = z.infer<typeof ReleaseRequest>;
+
+/**
+ * `POST /v1/leases/:leaseId/release` answer: the candidate whose lease it was; `replayed` when this lease
+ * was released before (a retry: nothing was recorded this time).
+ */
+export const ReleaseResponse = z.object({ lease_id: z.string(), candidate_id: z.string(), replayed: z.boolean() });
+export type ReleaseResponse = z.infer<typeof ReleaseResponse>;
+
 /** `POST /v1/leases/:leaseId/report`. */
 export const ReportRequest = z.strictObject({
   fencing_token: z.number().int().min(1),

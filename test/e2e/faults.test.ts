@@ -25,7 +25,7 @@ describe("faults on the wire", () => {
     expect(reference.code, reference.stderr).toBe(10);
     const expected = JSON.parse(reference.stdout) as { halt_reason: string; iteration: number };
 
-    const proxy = await startFaultProxy(coordinator.url, { seed, duplicate: 0.25, drop: 0.25 });
+    const proxy = await startFaultProxy(coordinator.url, { seed, duplicate: 0.25, drop: 0.25, atLeastOne: true });
     try {
       const repo = demoRepo(path.join(tmp.dir, "faulty"));
       const faulty = await runCli(["--json", "--server", proxy.url, ...FLAGS], { cwd: repo });

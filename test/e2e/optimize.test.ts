@@ -74,6 +74,31 @@ describe("an optimize loop", () => {
     const rss = report.data.observation.samples?.secondary?.rss_mb;
     expect(rss?.best.length).toBe(report.data.observation.samples?.best.length);
 
+    // The metric command's output is stored with each report (metric.log, by digest; each report on a
+    // lease has all its readings so far) and with t0's readings: `logs --metric` prints the last report's,
+    // reading by reading, its digest checked.
+    const lastReport = events.findLast((event) => event.type === "observation_reported" && event.data.candidate_id === "c1");
+    const lastArtifacts = lastReport?.type === "observation_reported" ? lastReport.data.observation.artifacts : undefined;
+    const metricLog = lastArtifacts?.find((artifact) => artifact.name === "metric.log");
+    expect(metricLog, JSON.stringify(lastArtifacts)).toMatchObject({ content_type: "text/plain; charset=utf-8" });
+    expect(report.data.observation.artifacts?.find((artifact) => artifact.name === "metric.log")).toBeDefined();
+    const stored = await api(`${coordinator.url}/v1/loops/${output.loop_id}/artifacts/${metricLog?.sha256 ?? "none"}`);
+    expect(stored.status).toBe(200);
+    const storedText = await stored.text();
+    expect(storedText).toContain("--- pair 1, best-so-far: exit 0\n");
+    expect(storedText).toContain("--- pair 1, candidate: exit 0\n");
+    expect(storedText).toMatch(/METRIC work_ms=[\d.]+/);
+    const metricOutput = await runCli(["--server", coordinator.url, "logs", "c1", "--metric"], { cwd: repo });
+    expect(metricOutput.code, metricOutput.stderr).toBe(0);
+    expect(metricOutput.stderr).toContain(`c1 the metric command's output: metric.log, ${metricLog?.size} bytes`);
+    expect(metricOutput.stdout).toBe(storedText);
+    const t0Metric = created.data.t0.observation.artifacts?.find((artifact) => artifact.name === "metric.log");
+    expect(t0Metric).toBeDefined();
+    const t0Output = await runCli(["--server", coordinator.url, "logs", "t0", "--metric"], { cwd: repo });
+    expect(t0Output.code, t0Output.stderr).toBe(0);
+    expect(t0Output.stdout.match(/^--- reading \d+: exit 0$/gm)).toEqual(["1", "2", "3", "4", "5"].map((reading) => `--- reading ${reading}: exit 0`));
+    expect(t0Output.stdout).toMatch(/METRIC work_ms=[\d.]+/);
+
     // The halt is followed by the confirm measurement of t0 against the best, interleaved on this
     // runner (DESIGN §6.3): the receipt's headline, recomputed by the coordinator from the readings.
     const confirmed = events.find((event) => event.type === "confirm_measured");

@@ -71,6 +71,14 @@ describe("the receipt page", () => {
     expect(await page.locator("h2:text-is('Files stored with the best') + table").textContent()).toContain("gate-check.log");
     expect(await page.locator("svg.chart circle").count()).toBe(2);
     expect(await page.locator("svg.chart circle.promoted").count()).toBe(1);
+    // Each evaluated candidate's row links its gate log, which the receipt serves to the browser as text.
+    const links = page.locator("h2:text-is('Candidates') + table a[href*='/files/']");
+    expect(await links.count()).toBeGreaterThanOrEqual(2);
+    const href = (await links.first().getAttribute("href")) ?? "";
+    expect(href).toMatch(/^\/r\/rc_[0-9a-f]{32}\/files\/[0-9a-f]{64}$/);
+    const log = await page.goto(new URL(href, url).href);
+    expect(log?.status()).toBe(200);
+    expect(await page.locator("body").textContent()).toMatch(/\$ node --test[\s\S]*\[loopwarden\] exit code \d+ in \d+ ms/);
     await page.close();
   });
 

@@ -1,9 +1,12 @@
 import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { verifyChain, type LoopEvent } from "../../shared/engine/index.js";
 import { rederive } from "../../shared/receipts/verify.js";
-import { exitOf, loopEvents, makeRepo, recordedLoopId, runCli, sharedCoordinator, startCli, waitFor } from "../support/cli.js";
+import { sha256Hex } from "../../shared/hash.js";
+import { api, exitOf, gitIn, loopEvents, makeRepo, recordedLoopId, runCli, sharedCoordinator, startCli, waitFor } from "../support/cli.js";
+import { isGoneWithin } from "../support/process.js";
 import { timedWorkProject } from "../support/timed-work-project.js";
 import { mulberry32 } from "../support/prng.js";
 
@@ -162,5 +165,286 @@ describe("loopwarden work", () => {
     const refused = await runCli(["--server", coordinator.url, "work"], { cwd: bare });
     expect(refused.code).not.toBe(0);
     expect(refused.stderr).toMatch(/loop\.yaml/);
+  });
+});
+
+// ---- one runner's jobs: one job's end is never the runner's ------------------------------------------
+
+const CALC = {
+  buggy: ["export const add = (a, b) => a - b;", "export const mul = (a, b) => a + b;", "export const neg = (a) => a;"],
+  fixed: ["export const add = (a, b) => a + b;", "export const mul = (a, b) => a * b;", "export const neg = (a) => -a;"],
+};
+
+/** Where a held candidate's test process says who it is, and what holds it: outside every repository, like a gate's own files. */
+interface Hold {
+  file: string;
+  pids: string;
+}
+
+/**
+ * calc.js with the named functions fixed. With `hold`, importing it (the gate's test process does) first
+ * records the process's pid and its parent's (the test runner's), then waits while the hold file exists:
+ * a gate that stays busy until the test says otherwise.
+ */
+function calcSource(fixed: readonly string[], hold?: Hold): string {
+  const held = hold
+    ? [
+        "import { existsSync, writeFileSync } from 'node:fs';",
+        `if (existsSync(${JSON.stringify(hold.file)})) {`,
+        `  writeFileSync(${JSON.stringify(hold.pids)}, \`\${process.pid} \${process.ppid}\\n\`);`,
+        `  while (existsSync(${JSON.stringify(hold.file)})) await new Promise((resolve) => setTimeout(resolve, 50));`,
+        "}",
+      ]
+    : [];
+  const functions = ["add", "mul", "neg"].map((name, index) => (fixed.includes(name) ? CALC.fixed[index] : CALC.buggy[index]));
+  return `${[...held, ...functions].join("\n")}\n`;
+}
+
+/** A check_fixpoint project with three failing tests whose agent changes nothing; only a `pool=shared` runner evaluates. */
+function calcProject(name: string): Record<string, string> {
+  return {
+    "package.json": '{ "name": "calc", "private": true, "type": "module" }\n',
+    "src/calc.js": calcSource([]),
+    "test/calc.test.js": [
+      "import { test } from 'node:test';",
+      "import assert from 'node:assert/strict';",
+      "import { add, mul, neg } from '../src/calc.js';",
+      "test('add', () => assert.equal(add(2, 3), 5));",
+      "test('mul', () => assert.equal(mul(2, 3), 6));",
+      "test('neg', () => assert.equal(neg(2), -2));",
+      "",
+    ].join("\n"),
+    "loop.yaml": [
+      `name: ${name}`,
+      "mode: check_fixpoint",
+      "gates:",
+      "  - name: unit",
+      "    run: node --test --test-reporter=tap --test-reporter-destination=.loopwarden/out/tests.tap",
+      "    tests: { tap: .loopwarden/out/tests.tap }",
+      "    timeout: 5m",
+      "stop:",
+      "  max_iterations: 8",
+      "agent:",
+      "  run: 'true'",
+      "evaluate:",
+      "  labels: { pool: shared }",
+      "",
+    ].join("\n"),
+    ".gitignore": ".loopwarden/\n",
+  };
+}
+
+/**
+ * A running loop of `calcProject(name)` and a runner's checkout of it: `run --once` creates the loop (its
+ * agent changes nothing: c1 is rejected unevaluated), and candidates are then proposed straight to the
+ * API as commits of the runner's checkout, so several are queued at once.
+ */
+async function queueableLoop(dir: string, name: string, url: string): Promise<{ loopId: string; checkout: string; t0: string }> {
+  const proposer = makeRepo(path.join(dir, "proposer"), calcProject(name));
+  const created = await runCli(["--server", url, "run", "--once"], { cwd: proposer });
+  expect(created.code, created.stderr).toBe(0);
+  const checkout = path.join(dir, "runner");
+  execFileSync("git", ["clone", "-q", proposer, checkout]);
+  return { loopId: recordedLoopId(proposer, "loop.yaml"), checkout, t0: gitIn(checkout, "rev-parse", "HEAD").trim() };
+}
+
+/** Commits `source` as src/calc.js on a branch of its own from t0 (the working tree is left at t0) and proposes it. */
+async function proposeCalc(url: string, loop: { loopId: string; checkout: string; t0: string }, name: string, source: string): Promise<string> {
+  const git = (...args: string[]) => gitIn(loop.checkout, ...args);
+  git("checkout", "-q", "-b", name, loop.t0);
+  writeFileSync(path.join(loop.checkout, "src", "calc.js"), source);
+  git("-c", "user.name=test", "-c", "user.email=test@localhost", "commit", "-q", "-am", name);
+  const commit = git("rev-parse", "HEAD").trim();
+  git("checkout", "-q", "main");
+  return proposeCommit(url, loop.loopId, name, commit);
+}
+
+/** Proposes a commit straight to the API, as `run` or `step` would (without a bundle unless given one). */
+async function proposeCommit(url: string, loopId: string, name: string, commit: string, bundle?: { sha256: string; size: number }): Promise<string> {
+  const body = {
+    idempotency_key: `candidate-${name}`,
+    commit,
+    diff_sha256: sha256Hex(name),
+    empty: false,
+    proposer: { kind: "step" },
+    agent: null,
+    ...(bundle ? { bundle } : {}),
+  };
+  const response = await api(`${url}/v1/loops/${loopId}/candidates`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  expect(response.status, await response.clone().text()).toBe(201);
+  return ((await response.json()) as { candidate: { candidate_id: string } }).candidate.candidate_id;
+}
+
+function holdIn(dir: string, name: string): Hold {
+  mkdirSync(dir, { recursive: true });
+  const hold = { file: path.join(dir, `${name}.hold`), pids: path.join(dir, `${name}.pids`) };
+  writeFileSync(hold.file, "held\n");
+  return hold;
+}
+
+describe("loopwarden work, one job at a time", () => {
+  // The default lease TTL (2 minutes): a job queued again within the test was released, never expired.
+  const { tmp, coordinator } = sharedCoordinator("work-jobs");
+
+  it("--concurrency 2 evaluates two queued candidates of one loop at once; the one whose loop halts meanwhile just ends, and --loop exits 0 saying so", async () => {
+    const dir = path.join(tmp.dir, "concurrent");
+    const loop = await queueableLoop(dir, "work-concurrent", coordinator.url);
+    const hold = holdIn(path.join(tmp.dir, "holds"), "concurrent");
+    // c2 fixes one test and is held in its gate; c3 fixes all three: its promotion halts the loop (success).
+    const held = await proposeCalc(coordinator.url, loop, "held", calcSource(["add"], hold));
+    const winner = await proposeCalc(coordinator.url, loop, "winner", calcSource(["add", "mul", "neg"]));
+    expect([held, winner]).toEqual(["c2", "c3"]);
+
+    const worker = startCli(["--server", coordinator.url, "work", "--labels", "pool=shared", "--loop", loop.loopId, "--concurrency", "2"], {
+      cwd: loop.checkout,
+    });
+    try {
+      // Both jobs out at once: c2 held in its gate while c3's report halts the loop.
+      await waitFor(() => existsSync(hold.pids) || worker.exitCode !== null, "the held candidate's gate to start", 120_000);
+      let events = await loopEvents(coordinator.url, loop.loopId);
+      const deadline = Date.now() + 120_000;
+      while (!events.some((event) => event.type === "halted")) {
+        if (worker.exitCode !== null || Date.now() > deadline)
+          throw new Error(`no halt while c2 is held; work ${worker.exitCode ?? "still running"}:\n${worker.output()}`);
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        events = await loopEvents(coordinator.url, loop.loopId);
+      }
+      rmSync(hold.file);
+      const code = await exitOf(worker);
+      expect(code, worker.output()).toBe(0);
+      expect(worker.output()).toMatch(/\] c2 not judged: loop lp_\w+ halted meanwhile \(the loop has halted \(success_condition_met\)\); the job ends/);
+      expect(worker.output()).toContain(`loop ${loop.loopId} halted (success_condition_met): nothing more to evaluate`);
+      expect(worker.output()).toContain("1 not judged (the loop halted)");
+
+      events = await loopEvents(coordinator.url, loop.loopId);
+      expect(rederive(events)).toMatchObject({ ok: true });
+      const leases = events.flatMap((event) => (event.type === "lease_granted" ? [event.data] : []));
+      // One lease each, to the runner's two slots: evaluated at once, not one after the other.
+      expect(leases.map((lease) => lease.candidate_id).sort()).toEqual(["c2", "c3"]);
+      expect(new Set(leases.map((lease) => lease.runner_id)).size).toBe(2);
+      expect(finalVerdicts(events)).toEqual([
+        expect.objectContaining({ candidate_id: "c1", decision: "rejected" }),
+        expect.objectContaining({ candidate_id: "c3", decision: "promoted" }),
+      ]);
+      expect(events.some((event) => event.type === "observation_reported" && event.data.candidate_id === "c2")).toBe(false);
+    } finally {
+      if (worker.exitCode === null && worker.signalCode === null) worker.kill("SIGKILL");
+    }
+  });
+
+  it("stopped twice mid-job: the job's processes are killed, its lease given back at once, and another runner finishes it with one verdict", async () => {
+    const dir = path.join(tmp.dir, "stopped");
+    const loop = await queueableLoop(dir, "work-stopped", coordinator.url);
+    const hold = holdIn(path.join(tmp.dir, "holds"), "stopped");
+    expect(await proposeCalc(coordinator.url, loop, "fixes-all", calcSource(["add", "mul", "neg"], hold))).toBe("c2");
+
+    const first = startCli(["--server", coordinator.url, "work", "--labels", "pool=shared", "--loop", loop.loopId], { cwd: loop.checkout });
+    let pids: number[] = [];
+    try {
+      await waitFor(() => (existsSync(hold.pids) && readFileSync(hold.pids, "utf8").endsWith("\n")) || first.exitCode !== null, "the gate to start", 120_000);
+      pids = readFileSync(hold.pids, "utf8").trim().split(" ").map(Number);
+      first.kill("SIGTERM");
+      await waitFor(() => first.output().includes("finishing what is in hand"), "the first SIGTERM to be taken");
+      first.kill("SIGTERM");
+      expect(await exitOf(first), first.output()).toBe(143);
+    } finally {
+      if (first.exitCode === null && first.signalCode === null) first.kill("SIGKILL");
+    }
+    // The gate's test process and the test runner above it went with the job (the hold is still there).
+    expect(pids).toHaveLength(2);
+    for (const pid of pids) expect(await isGoneWithin(pid), `pid ${pid}`).toBe(true);
+    expect(first.output()).toMatch(/\] c2 lease given back: c2 is queued again/);
+
+    const stopped = await loopEvents(coordinator.url, loop.loopId);
+    const granted = stopped.filter((event) => event.type === "lease_granted" && event.data.candidate_id === "c2");
+    expect(granted).toHaveLength(1);
+    const firstLease = granted[0]?.type === "lease_granted" ? granted[0].data : null;
+    expect(stopped.at(-1)).toMatchObject({ type: "lease_released", data: { lease_id: firstLease?.lease_id, candidate_id: "c2" } });
+    expect(stopped.some((event) => event.type === "observation_reported" || event.type === "lease_expired")).toBe(false);
+
+    // Queued again at once (the lease would live two minutes): a second runner takes it and finishes it.
+    rmSync(hold.file);
+    const second = await runCli(["--server", coordinator.url, "work", "--labels", "pool=shared", "--loop", loop.loopId], { cwd: loop.checkout });
+    expect(second.code, second.stderr).toBe(0);
+    const events = await loopEvents(coordinator.url, loop.loopId);
+    expect(rederive(events)).toMatchObject({ ok: true });
+    const leases = events.flatMap((event) => (event.type === "lease_granted" && event.data.candidate_id === "c2" ? [event.data] : []));
+    expect(leases).toHaveLength(2);
+    expect(leases[1]?.fencing_token).toBeGreaterThan(leases[0]?.fencing_token ?? Infinity);
+    expect(finalVerdicts(events).filter((verdict) => verdict.candidate_id === "c2")).toEqual([expect.objectContaining({ decision: "promoted" })]);
+    expect(events.some((event) => event.type === "lease_expired")).toBe(false);
+  });
+
+  it("a job this checkout can never run is given back and its loop served no more: the runner stays up; with --loop it stops with the reason", async () => {
+    const dir = path.join(tmp.dir, "refused");
+    const loop = await queueableLoop(dir, "work-refused", coordinator.url);
+    // A commit the runner's checkout does not have, proposed without a bundle to fetch it from.
+    const missing = sha256Hex("a commit no checkout has").slice(0, 40);
+    expect(await proposeCommit(coordinator.url, loop.loopId, "missing", missing)).toBe("c2");
+
+    const serving = startCli(["--server", coordinator.url, "work", "--labels", "pool=shared"], { cwd: loop.checkout });
+    try {
+      await waitFor(
+        () => serving.output().includes(`serves loop ${loop.loopId} no more`) || serving.exitCode !== null,
+        "the runner to refuse the loop",
+        120_000,
+      );
+      expect(serving.output()).toMatch(/\] c2 refused: this checkout lacks commit/);
+      expect(serving.output()).toMatch(/\] c2 lease given back: c2 is queued again/);
+      // Still up, serving whatever else comes: it stops as usual.
+      expect(serving.exitCode).toBeNull();
+      serving.kill("SIGINT");
+      expect(await exitOf(serving), serving.output()).toBe(0);
+    } finally {
+      if (serving.exitCode === null && serving.signalCode === null) serving.kill("SIGKILL");
+    }
+    const named = await runCli(["--server", coordinator.url, "work", "--labels", "pool=shared", "--loop", loop.loopId], { cwd: loop.checkout });
+    expect(named.code, named.stderr).toBe(1);
+    expect(named.stderr).toMatch(/loopwarden: this checkout lacks commit \w+ of loop lp_\w+, and its proposer uploaded no bundle of it/);
+
+    const events = await loopEvents(coordinator.url, loop.loopId);
+    const releases = events.filter((event) => event.type === "lease_released");
+    expect(releases).toHaveLength(2);
+    expect(events.at(-1)?.type).toBe("lease_released");
+    expect(rederive(events)).toMatchObject({ ok: true });
+  });
+
+  it("a job that fails on the runner's side is said with its label and given back, and the runner goes on", async () => {
+    const dir = path.join(tmp.dir, "failing");
+    const loop = await queueableLoop(dir, "work-failing", coordinator.url);
+    // The candidate's "bundle" is stored and matches its digest, but is no git bundle: fetching from it fails.
+    const bytes = new TextEncoder().encode("not a git bundle\n");
+    const digest = sha256Hex(bytes);
+    const stored = await api(`${coordinator.url}/v1/loops/${loop.loopId}/artifacts/${digest}?name=broken.bundle`, {
+      method: "PUT",
+      headers: { "content-type": "application/x-git-bundle" },
+      body: bytes,
+    });
+    expect(stored.status, await stored.clone().text()).toBe(201);
+    const missing = sha256Hex("a commit only the broken bundle names").slice(0, 40);
+    expect(await proposeCommit(coordinator.url, loop.loopId, "broken", missing, { sha256: digest, size: bytes.length })).toBe("c2");
+
+    const worker = startCli(["--server", coordinator.url, "work", "--labels", "pool=shared", "--loop", loop.loopId], { cwd: loop.checkout });
+    try {
+      await waitFor(() => worker.output().includes("c2 lease given back") || worker.exitCode !== null, "the failed job to be given back", 120_000);
+      expect(worker.output()).toMatch(/\] c2 failed: /);
+      expect(worker.exitCode).toBeNull();
+      const released = (await loopEvents(coordinator.url, loop.loopId)).filter((event) => event.type === "lease_released");
+      expect(released.length).toBeGreaterThanOrEqual(1);
+      worker.kill("SIGINT");
+      expect(await exitOf(worker), worker.output()).toBe(0);
+      expect(worker.output()).toMatch(/stopped after \d+ job\(s\): 0 promoted, 0 rejected, 0 lost or re-queued, \d+ failed here/);
+    } finally {
+      if (worker.exitCode === null && worker.signalCode === null) worker.kill("SIGKILL");
+    }
+    const events = await loopEvents(coordinator.url, loop.loopId);
+    // Nothing was judged on a job the runner could not evaluate.
+    expect(events.some((event) => event.type === "observation_reported")).toBe(false);
+    expect(finalVerdicts(events).map((verdict) => verdict.candidate_id)).toEqual(["c1"]);
+    expect(rederive(events)).toMatchObject({ ok: true });
   });
 });

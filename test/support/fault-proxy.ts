@@ -32,11 +32,14 @@ async function bodyOf(request: IncomingMessage): Promise<Buffer> {
 /**
  * Starts the proxy. Each mutating request is, with probability `duplicate`, forwarded twice (the
  * client gets the second answer), and, with probability `drop`, answered by closing the connection
- * once the coordinator has answered (the client never learns the outcome and must retry).
+ * once the coordinator has answered (the client never learns the outcome and must retry). With
+ * `atLeastOne`, the second mutating request is duplicated and the third's answer dropped when chance has
+ * not done so yet: a short run (a test's) still meets both faults, whatever its seed.
  */
-export async function startFaultProxy(target: string, options: { seed: number; duplicate: number; drop: number }): Promise<FaultProxy> {
+export async function startFaultProxy(target: string, options: { seed: number; duplicate: number; drop: number; atLeastOne?: boolean }): Promise<FaultProxy> {
   const random = mulberry32(options.seed);
   const counts: FaultCounts = { requests: 0, duplicated: 0, dropped: 0 };
+  let mutations = 0;
   const forward = (request: IncomingMessage, body: Buffer) => {
     const headers = Object.fromEntries(
       Object.entries(request.headers).flatMap(([name, value]) => (NOT_FORWARDED.has(name) || value === undefined ? [] : [[name, String(value)]])),
@@ -52,14 +55,15 @@ export async function startFaultProxy(target: string, options: { seed: number; d
       counts.requests++;
       const body = await bodyOf(request);
       const mutating = MUTATING.has(request.method ?? "");
+      const nth = mutating ? ++mutations : 0;
       let answer = await forward(request, body);
-      if (mutating && random() < options.duplicate) {
+      if (mutating && (random() < options.duplicate || (options.atLeastOne && nth === 2 && counts.duplicated === 0))) {
         counts.duplicated++;
         await answer.arrayBuffer();
         answer = await forward(request, body);
       }
       const bytes = Buffer.from(await answer.arrayBuffer());
-      if (mutating && random() < options.drop) {
+      if (mutating && (random() < options.drop || (options.atLeastOne && nth === 3 && counts.dropped === 0))) {
         counts.dropped++;
         response.destroy();
         return;

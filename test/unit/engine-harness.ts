@@ -7,6 +7,7 @@ import {
   foldEvents,
   grantLease,
   proposeCandidate,
+  releaseLease,
   renewLease,
   reportObservation,
   type AgentRun,
@@ -129,6 +130,10 @@ export class LoopHarness {
 
   renew(lease: { lease_id: string; fencing_token: number }, ttlMs = 60_000): Outcome<GrantedLease> {
     return this.apply(renewLease(this.state, { ...lease, at: this.now(), ttl_ms: ttlMs }));
+  }
+
+  release(lease: { lease_id: string; fencing_token: number }): Outcome<{ candidate_id: string; replayed: boolean }> {
+    return this.apply(releaseLease(this.state, { ...lease, at: this.now() }));
   }
 
   /** Advances the clock by `ms` and reclaims whatever expired by then. */

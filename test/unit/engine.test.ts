@@ -6,6 +6,7 @@ import {
   createLoop,
   foldEvents,
   haltAfter,
+  nextLeaseDeadline,
   standingOf,
   testSetsOf,
   type EventDraft,
@@ -379,6 +380,71 @@ describe("engine: leases", () => {
     const count = harness.events.length;
     expect(harness.renew(leased.value)).toMatchObject({ ok: false, error: { code: "stale_lease" } });
     expect(harness.events).toHaveLength(count);
+  });
+
+  it("a released lease puts its candidate back in the queue at once; the next lease has a higher token; the old one is stale everywhere", () => {
+    const harness = new LoopHarness([A]);
+    harness.propose("one");
+    harness.propose("two");
+    const first = harness.lease("runner-1", 60_000);
+    if (!first.ok || !first.value) throw new Error("no lease");
+    expect(first.value.candidate.candidate_id).toBe("c1");
+    const released = harness.release(first.value);
+    expect(released).toEqual({
+      ok: true,
+      events: [{ type: "lease_released", at: expect.any(String), data: { lease_id: first.value.lease_id, candidate_id: "c1", fencing_token: 1 } }],
+      value: { candidate_id: "c1", replayed: false },
+    });
+    // Long before the lease's deadline: queued in its place (oldest first), so the next lease is c1's again.
+    expect(harness.state.candidates.c1).toMatchObject({ status: "queued", lease: null });
+    expect(nextLeaseDeadline(harness.state)).toBeNull();
+    const next = harness.lease("runner-2");
+    if (!next.ok || !next.value) throw new Error("no lease");
+    expect(next.value).toMatchObject({ fencing_token: 2, candidate: { candidate_id: "c1" } });
+
+    // A retry of the release answers the same, with no event, even now that c1 is someone else's.
+    const count = harness.events.length;
+    expect(harness.release(first.value)).toEqual({ ok: true, events: [], value: { candidate_id: "c1", replayed: true } });
+    // The released lease can no longer heartbeat or report; the same lease id with another token releases nothing.
+    expect(harness.renew(first.value)).toMatchObject({ ok: false, error: { code: "stale_lease" } });
+    expect(harness.report(first.value, observationOf([]))).toMatchObject({ ok: false, error: { code: "stale_lease" } });
+    expect(harness.release({ lease_id: next.value.lease_id, fencing_token: 1 })).toMatchObject({ ok: false, error: { code: "stale_lease" } });
+    expect(harness.release({ lease_id: "lp_0123456789abcdef01234567-L9", fencing_token: 9 })).toMatchObject({ ok: false, error: { code: "lease_not_found" } });
+    expect(harness.events).toHaveLength(count);
+    expect(harness.state.candidates.c1).toMatchObject({ status: "leased", lease: { fencing_token: 2 } });
+  });
+
+  it("refuses to release a lease that expired, or whose report was judged: the job is no longer the runner's", () => {
+    const harness = new LoopHarness([A]);
+    harness.propose("one");
+    const expired = harness.lease("runner-1", 10_000);
+    if (!expired.ok || !expired.value) throw new Error("no lease");
+    harness.expire(10_000);
+    expect(harness.release(expired.value)).toMatchObject({ ok: false, error: { code: "stale_lease" } });
+    const judged = harness.lease("runner-2");
+    if (!judged.ok || !judged.value) throw new Error("no lease");
+    expect(harness.report(judged.value, observationOf([]))).toMatchObject({ ok: true });
+    const count = harness.events.length;
+    expect(harness.release(judged.value)).toMatchObject({ ok: false, error: { code: "stale_lease" } });
+    expect(harness.events).toHaveLength(count);
+  });
+
+  it("answers a heartbeat loop_halted once the loop has halted (no report can be judged), and still lets the lease be released", () => {
+    const harness = new LoopHarness([A, B]);
+    harness.propose("fixes-a");
+    harness.propose("fixes-both");
+    const one = harness.lease("runner-1");
+    const two = harness.lease("runner-2");
+    if (!one.ok || !one.value || !two.ok || !two.value) throw new Error("no lease");
+    // runner-2's report fixes everything: success, the loop halts while runner-1 still holds c1.
+    expect(harness.report(two.value, observationOf([]))).toMatchObject({ ok: true, value: { decision: "promoted" } });
+    expect(harness.state.halt?.halt_reason).toBe("success_condition_met");
+    const count = harness.events.length;
+    expect(harness.renew(one.value)).toMatchObject({ ok: false, error: { code: "loop_halted" } });
+    expect(harness.report(one.value, observationOf([B]))).toMatchObject({ ok: false, error: { code: "loop_halted" } });
+    expect(harness.events).toHaveLength(count);
+    expect(harness.release(one.value)).toMatchObject({ ok: true, events: [{ type: "lease_released" }] });
+    expect(harness.lease("runner-3")).toEqual({ ok: true, events: [], value: null });
   });
 
   it("refuses a report under a stale fencing token and records nothing", () => {

@@ -257,6 +257,47 @@ describe("receipts", async () => {
     );
   });
 
+  it("verifies a log in which a runner released its lease, and names a release of a lease that was not out", async () => {
+    // c1's first runner gives its lease back; another leases it (token 2) and fixes one test; c2 then fixes the other.
+    const harness = new LoopHarness(["suite.a", "suite.b"]);
+    harness.propose("fix-a");
+    const first = harness.lease("runner-1");
+    if (!first.ok || !first.value) throw new Error("no lease");
+    harness.release(first.value);
+    const second = harness.lease("runner-2");
+    if (!second.ok || !second.value) throw new Error("no lease");
+    harness.report(second.value, observationOf(["suite.b"]));
+    harness.evaluate("fix-b", []);
+    const sealedLog = (drafts: readonly EventDraft[]) => {
+      let head: ChainHead | null = null;
+      return drafts.map((draft) => {
+        const event = sealEvent(draft, head);
+        head = { seq: event.seq, hash: event.hash };
+        return event;
+      });
+    };
+    const honest = sealedLog(harness.events);
+    const result = await verify({ envelope: await receiptOf(honest, key.signer), events: asRecords(honest) });
+    expect(result.first_failure).toBeNull();
+    expect(result.statement?.predicate).toMatchObject({ best: { candidate_id: "c2" }, iterations: { total: 2, promoted: 2 } });
+
+    // The same release recorded again, after runner-2 took the job: the lease was no longer out.
+    const released = harness.events.findIndex((draft) => draft.type === "lease_released");
+    const regranted = harness.events.findIndex((draft, index) => index > released && draft.type === "lease_granted");
+    const releasedDraft = harness.events[released];
+    if (!releasedDraft) throw new Error("no release");
+    const twice = sealedLog([...harness.events.slice(0, regranted + 1), releasedDraft, ...harness.events.slice(regranted + 1)]);
+    const tampered = await verify({ envelope: await receiptOf(twice, key.signer), events: asRecords(twice) });
+    expect(tampered.first_failure).toMatch(new RegExp(`^verdicts: event ${regranted + 2}: cannot be applied \\(lease lp_\\w+-L1 was already released\\)`));
+    // A release under another token than the lease's.
+    const wrongToken = sealedLog(
+      harness.events.map((draft) => (draft.type === "lease_released" ? { ...draft, data: { ...draft.data, fencing_token: 7 } } : draft)),
+    );
+    expect((await verify({ envelope: await receiptOf(wrongToken, key.signer), events: asRecords(wrongToken) })).first_failure).toMatch(
+      new RegExp(`^verdicts: event ${released + 1}: cannot be applied \\(the engine refuses this release`),
+    );
+  });
+
   it("names the attested figure that the log does not support", async () => {
     const last = events.at(-1);
     const state = foldEvents(events);

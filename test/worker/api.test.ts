@@ -219,6 +219,65 @@ describe("a check_fixpoint loop through HTTP", () => {
     expect(await live.json()).toMatchObject({ lease_id: lease.lease_id, fencing_token: lease.fencing_token });
   });
 
+  it("a released lease re-queues its job at once: another runner leases it with a higher token; a retry answers the same; a stale release is 409", async () => {
+    const loop = await createLoop("release", [A, B]);
+    const lease = await proposeAndLease(loop.loop_id, "release");
+    const released = await postJson(`/v1/leases/${lease.lease_id}/release`, { fencing_token: lease.fencing_token });
+    expect(released.status).toBe(200);
+    expect(await released.json()).toEqual({ lease_id: lease.lease_id, candidate_id: lease.job.candidate_id, replayed: false });
+    const events = parseJsonl(await ndjson(await call(`/v1/loops/${loop.loop_id}/events`)));
+    expect(events.at(-1)).toMatchObject({
+      type: "lease_released",
+      data: { lease_id: lease.lease_id, candidate_id: lease.job.candidate_id, fencing_token: lease.fencing_token },
+    });
+    expect(verifyChain(events).ok).toBe(true);
+
+    // Queued now, long before the lease's TTL: the next runner gets it under a higher fencing token.
+    const next = await postJson(`/v1/loops/${loop.loop_id}/leases`, { runner_id: "runner-next" });
+    expect(next.status).toBe(200);
+    const relet = (await next.json()) as { lease_id: string; fencing_token: number; job: { candidate_id: string } };
+    expect(relet.job.candidate_id).toBe(lease.job.candidate_id);
+    expect(relet.fencing_token).toBeGreaterThan(lease.fencing_token);
+
+    // A retried release (its answer lost) answers the same and records nothing; the old lease is stale for
+    // everything else, and a release under another token, or of the new holder's lease by a wrong token, is 409.
+    const before = await logOf(loop.loop_id);
+    const retry = await postJson(`/v1/leases/${lease.lease_id}/release`, { fencing_token: lease.fencing_token });
+    expect(retry.status).toBe(200);
+    expect(await retry.json()).toEqual({ lease_id: lease.lease_id, candidate_id: lease.job.candidate_id, replayed: true });
+    const beat = await postJson(`/v1/leases/${lease.lease_id}/heartbeat`, { fencing_token: lease.fencing_token });
+    expect(beat.status).toBe(409);
+    expect(await errorOf(beat)).toMatchObject({ code: "stale_lease" });
+    const late = await report(lease.lease_id, { fencing_token: lease.fencing_token, observation: observationOf([A]) });
+    expect(late.status).toBe(409);
+    expect(await errorOf(late)).toMatchObject({ code: "stale_lease" });
+    const wrong = await postJson(`/v1/leases/${relet.lease_id}/release`, { fencing_token: lease.fencing_token });
+    expect(wrong.status).toBe(409);
+    expect(await errorOf(wrong)).toMatchObject({ code: "stale_lease" });
+    const unknown = await postJson(`/v1/leases/${loop.loop_id}-L99/release`, { fencing_token: 99 });
+    expect(unknown.status).toBe(404);
+    expect(await errorOf(unknown)).toMatchObject({ code: "lease_not_found" });
+    expect(await logOf(loop.loop_id)).toEqual(before);
+
+    // The new holder reports as usual; a release after its report is 409 (the job is judged, not out).
+    const judged = await report(relet.lease_id, { fencing_token: relet.fencing_token, observation: observationOf([A]) });
+    expect(await judged.json()).toMatchObject({ verdict: { candidate_id: lease.job.candidate_id, decision: "promoted" } });
+    const afterReport = await postJson(`/v1/leases/${relet.lease_id}/release`, { fencing_token: relet.fencing_token });
+    expect(afterReport.status).toBe(409);
+    expect(await errorOf(afterReport)).toMatchObject({ code: "stale_lease" });
+  });
+
+  it("a heartbeat in a loop that halted since its lease is 409 loop_halted: the job can never be judged", async () => {
+    const loop = await createLoop("halted-heartbeat", [A]);
+    const held = await proposeAndLease(loop.loop_id, "halted-heartbeat-1");
+    const winner = await proposeAndLease(loop.loop_id, "halted-heartbeat-2");
+    const success = await report(winner.lease_id, { fencing_token: winner.fencing_token, observation: observationOf([]) });
+    expect(await success.json()).toMatchObject({ loop: { status: "halted", halt: { halt_reason: "success_condition_met" } } });
+    const beat = await postJson(`/v1/leases/${held.lease_id}/heartbeat`, { fencing_token: held.fencing_token });
+    expect(beat.status).toBe(409);
+    expect(await errorOf(beat)).toMatchObject({ code: "loop_halted" });
+  });
+
   it("a proposal that asks for the lease gets it in the same answer: one round trip, the same log as propose then lease", async () => {
     const loop = await createLoop("propose-lease", [A, B]);
     const body = { ...candidateBody("propose-lease"), lease: { runner_id: "laptop" } };

@@ -95,6 +95,7 @@ function loopRoutes(loop: { loopId: string; leaseId: string; fencing: number; up
     ["DELETE", "/v1/loops/:id/artifacts/:sha256/uploads/:uploadId", upload, undefined],
     ["POST", "/v1/leases/:leaseId/heartbeat", `/v1/leases/${leaseId}/heartbeat`, { fencing_token: fencing }],
     ["POST", "/v1/leases/:leaseId/report", `/v1/leases/${leaseId}/report`, { fencing_token: fencing, observation: observationOf([]) }],
+    ["POST", "/v1/leases/:leaseId/release", `/v1/leases/${leaseId}/release`, { fencing_token: fencing }],
   ];
 }
 
@@ -263,6 +264,9 @@ describe("tokens", { timeout: 60_000 }, () => {
       ["read: create a loop", await postJson("/v1/loops", createLoopBody("gamma-read", ["parse.empty"]), read.token)],
       ["read: lease", await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "r" }, read.token)],
       ["propose: lease", await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "r" }, propose.token)],
+      // Releasing a lease is the evaluate scope's, like a heartbeat or a report.
+      ["read: release", await postJson(`/v1/leases/${loopId}-L1/release`, { fencing_token: 1 }, read.token)],
+      ["propose: release", await postJson(`/v1/leases/${loopId}-L1/release`, { fencing_token: 1 }, propose.token)],
       ["admin: team create", await postJson("/v1/teams", { name: "gamma-2" }, team.admin)],
       ["admin: team list", await call("/v1/teams", {}, team.admin)],
     ];

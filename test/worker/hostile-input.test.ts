@@ -186,6 +186,16 @@ const ROUTES: Route[] = [
     accepted: 200,
   },
   {
+    // After the report above the lease is judged, not out: a release taken gets as far as the loop's 409.
+    route: "POST /v1/leases/:leaseId/release",
+    method: "POST",
+    path: () => `/v1/leases/${world.leaseId}/release`,
+    cap: MAX_JSON_BODY_BYTES,
+    valid: () => ({ fencing_token: world.fencingToken }),
+    wrongType: () => ({ body: { fencing_token: String(world.fencingToken) }, path: "fencing_token" }),
+    accepted: 409,
+  },
+  {
     // The runner sends `{}`: the route takes no fields.
     route: "POST /v1/loops/:id/receipts",
     method: "POST",

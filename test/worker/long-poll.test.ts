@@ -55,6 +55,22 @@ describe("long-polls", () => {
     expect((await postJson(`/v1/loops/${loop.loop_id}/leases`, { runner_id: "patient-2", wait_ms: 25_001 })).status).toBe(400);
   });
 
+  it("a runner waiting in a lease long-poll gets a job the moment its holder releases it, under a higher fencing token", async () => {
+    const loop = await createLoop("poll-release", ["parse.empty"]);
+    expect((await postJson(`/v1/loops/${loop.loop_id}/candidates`, candidateBody("poll-release"))).status).toBe(201);
+    const held = await postJson(`/v1/loops/${loop.loop_id}/leases`, { runner_id: "stopping" });
+    const lease = (await held.json()) as { lease_id: string; fencing_token: number };
+    const waiting = postJson(`/v1/loops/${loop.loop_id}/leases`, { runner_id: "patient-3", wait_ms: 20_000 });
+    let answered = false;
+    void waiting.then(() => (answered = true));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(answered).toBe(false);
+    expect((await postJson(`/v1/leases/${lease.lease_id}/release`, { fencing_token: lease.fencing_token })).status).toBe(200);
+    const leased = await waiting;
+    expect(leased.status).toBe(200);
+    expect(await leased.json()).toMatchObject({ fencing_token: lease.fencing_token + 1, job: { candidate_id: "c1" } });
+  });
+
   it("a contract's evaluate.labels: a runner without them gets no job, one with them does", async () => {
     const loop = await createLoop("labels", ["parse.empty"], { evaluate: { labels: { gpu: "h100" } } });
     expect((await postJson(`/v1/loops/${loop.loop_id}/candidates`, candidateBody("labels"))).status).toBe(201);

@@ -1,7 +1,8 @@
 import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { canonicalJson } from "../../shared/canonical-json.js";
+import { sha256Hex } from "../../shared/hash.js";
 import { foldEvents, LoopEvent } from "../../shared/engine/index.js";
 import {
   fromBase64,
@@ -16,6 +17,7 @@ import {
   type Envelope,
 } from "../../shared/receipts/index.js";
 import { ReceiptIssued, LoopSummary } from "../../shared/wire/api.js";
+import { artifactKey } from "../../worker/src/artifact-store.js";
 import { receiptKeyOf } from "../../worker/src/receipt-keys.js";
 import { call, createLoop, createLoopBody, loopObject, observationOf, postJson, proposeAndLease } from "./fixtures.js";
 
@@ -164,6 +166,76 @@ describe("receipts", () => {
     const other = await createLoop("confirm-fixpoint", ["parse.empty"]);
     const refused = await postJson(`/v1/loops/${other.loop_id}/confirm`, { candidate_id: "c1", samples: { t0: [1], best: [1] } });
     expect(refused.status).toBe(422);
+  });
+
+  it("serves without a token the files its signed log names as evidence, t0's included, and nothing else of the loop's", async () => {
+    const file = (name: string, text: string) => {
+      const bytes = new TextEncoder().encode(text);
+      return { bytes, ref: { sha256: sha256Hex(bytes), size: bytes.byteLength, name, content_type: "text/plain; charset=utf-8" } };
+    };
+    const t0Log = file("gate-unit.log", "t0: 1 failing\n");
+    const t0Profile = file("profile.cpuprofile", '{"nodes":[]}');
+    const neverStored = file("gone.txt", "never uploaded\n");
+    const c1Log = file("gate-unit.log", "c1: all pass\n");
+    const unnamed = file("notes.txt", "stored with the loop, named by no observation\n");
+    const body = createLoopBody("receipt-files", ["parse.empty"]);
+    const created = await postJson("/v1/loops", {
+      ...body,
+      t0: {
+        ...body.t0,
+        observation: { ...observationOf(["parse.empty"], t0Log.ref), artifacts: [{ ...t0Profile.ref, content_type: "application/json" }, neverStored.ref] },
+      },
+    });
+    expect(created.status).toBe(201);
+    const loopId = LoopSummary.parse(((await created.json()) as { loop: unknown }).loop).loop_id;
+    for (const { bytes, ref } of [t0Log, t0Profile, c1Log, unnamed]) {
+      const put = await call(`/v1/loops/${loopId}/artifacts/${ref.sha256}?name=${ref.name}`, {
+        method: "PUT",
+        headers: { "content-type": ref.name.endsWith(".cpuprofile") ? "application/json" : ref.content_type, "content-length": String(bytes.byteLength) },
+        body: bytes,
+      });
+      expect(put.status, await put.text()).toBeLessThan(300);
+    }
+    const lease = await proposeAndLease(loopId, "receipt-files");
+    const report = await postJson(`/v1/leases/${lease.lease_id}/report`, { fencing_token: lease.fencing_token, observation: observationOf([], c1Log.ref) });
+    const halted = LoopSummary.parse(((await report.json()) as { loop: unknown }).loop);
+    const files = (sha256: string) => call(`/r/${halted.receipt_id}/files/${sha256}`, {}, null);
+
+    const served = await files(t0Log.ref.sha256);
+    expect(served.status).toBe(200);
+    expect(served.headers.get("content-type")).toBe("text/plain; charset=utf-8");
+    expect(served.headers.get("x-content-type-options")).toBe("nosniff");
+    expect(await served.text()).toBe("t0: 1 failing\n");
+    expect(await (await files(c1Log.ref.sha256)).text()).toBe("c1: all pass\n");
+    const profile = await files(t0Profile.ref.sha256);
+    expect(profile.headers.get("content-type")).toBe("application/octet-stream");
+    expect(profile.headers.get("content-disposition")).toBe('attachment; filename="profile.cpuprofile"');
+    await profile.body?.cancel();
+    // Stored but named by no observation: not the receipt's to publish. Named but never stored: not served either.
+    expect((await files(unnamed.ref.sha256)).status).toBe(404);
+    expect((await files(neverStored.ref.sha256)).status).toBe(404);
+    expect((await call(`/r/${halted.receipt_id}/files/not-a-digest`, {}, null)).status).toBe(404);
+    // The page links them; a query it does not understand is the first page.
+    const page = await call(`/r/${halted.receipt_id}?page=x&files=../c1`, {}, null);
+    expect(page.status).toBe(200);
+    const text = await page.text();
+    expect(text).toContain(`<a href="/r/${halted.receipt_id}/files/${c1Log.ref.sha256}">gate-unit.log</a>`);
+    expect(text).toContain(`<a href="/r/${halted.receipt_id}/files/${t0Profile.ref.sha256}">profile.cpuprofile</a>`);
+    expect(text).toContain(`loopwarden verify http://lw.test/r/${halted.receipt_id}</code>`);
+
+    // Bytes written over a file after it was verified (same length) are never published as its evidence.
+    await env.ARTIFACTS.put(
+      artifactKey(loopId, c1Log.ref.sha256),
+      c1Log.bytes.map((byte, index) => (index === 0 ? byte ^ 0x20 : byte)),
+    );
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    try {
+      const damaged = await files(c1Log.ref.sha256);
+      expect(damaged.status).toBe(404);
+      expect(((await damaged.json()) as { error: { code: string } }).error.code).toBe("artifact_damaged");
+    } finally {
+      warn.mockRestore();
+    }
   });
 
   it("answers 404 for an unknown or malformed receipt id, and stores nothing", async () => {

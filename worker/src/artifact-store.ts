@@ -5,8 +5,8 @@ import type { ArtifactView } from "../../shared/wire/api.js";
 import { artifactLimits } from "./artifact-limits.js";
 import { sanitizeName, recordedContentType } from "./artifact-names.js";
 import { artifactStorage } from "./artifact-storage-mode.js";
-import type { ArtifactStorage, StoredObject } from "./artifact-storage.js";
-import { inStorage } from "./artifact-upload.js";
+import type { ArtifactStorage, ObjectBody, StoredObject } from "./artifact-storage.js";
+import { inStorage, storageError } from "./artifact-upload.js";
 import { artifacts, loopArtifactUsage, type ArtifactRow } from "./db/schema.js";
 import { ApiError } from "./http-errors.js";
 
@@ -233,6 +233,46 @@ export async function confirmStored(scope: ArtifactScope, row: ArtifactRow, head
   if (!object) return null;
   if (row.etag !== null && object.etag === row.etag && object.size === row.size) return row;
   return verifyObject(scope, row.sha256, row.size, {}, row);
+}
+
+/** A quota refusal while verifying an unrecorded object on the way to a download: "no such artifact". */
+function unlessQuota(error: unknown): null {
+  if (error instanceof ApiError && error.code === "quota_exceeded") return null;
+  throw error;
+}
+
+/**
+ * A recorded artifact and storage's object for it, to serve (the authenticated download, a receipt's
+ * files): only bytes verified. An object stored but not yet recorded (S3 mode's presigned PUT) is
+ * verified first (one the quota has no room for is deleted, and so not recorded). Served only while
+ * storage's object has the ETag of the bytes verified; one written since (or a row from before ETags)
+ * is checked whole, once: right bytes re-pin the row and are served, wrong ones are deleted. Answers
+ * the row and the object to stream, "not_recorded", or "damaged" (recorded, but storage no longer holds
+ * its bytes: upload it again). Storage failures, and an object that changes while it is checked, are
+ * 502 `storage_error`.
+ */
+export async function storedToServe(scope: ArtifactScope, sha256: string): Promise<{ row: ArtifactRow; object: ObjectBody } | "not_recorded" | "damaged"> {
+  const key = artifactKey(scope.loopId, sha256);
+  const row = (await findArtifact(scope.db, scope.loopId, sha256)) ?? (await adoptObject(scope, sha256, null).catch(unlessQuota));
+  if (!row) return "not_recorded";
+  const object = await inStorage(() => scope.storage.get(key));
+  if (object && row.etag !== null && object.etag === row.etag && object.size === row.size) return { row, object };
+  await object?.body.cancel();
+  const confirmed = object ? await verifyObject(scope, sha256, row.size, {}, row) : null;
+  if (!confirmed) return "damaged";
+  const checked = await inStorage(() => scope.storage.get(key));
+  if (checked && checked.etag === confirmed.etag && checked.size === confirmed.size) return { row: confirmed, object: checked };
+  await checked?.body.cancel();
+  throw storageError(new Error(`the object ${key} changed while it was being checked; try again`));
+}
+
+/** A recorded artifact whose verified bytes storage no longer holds (gone, or changed and not the artifact's): upload it again. */
+export function damagedArtifact(sha256: string): ApiError {
+  return new ApiError(
+    404,
+    "artifact_damaged",
+    `artifact ${sha256} is recorded, but storage no longer holds bytes that hash to it: upload it again (the same intent) to repair it`,
+  );
 }
 
 /**

@@ -7,6 +7,7 @@ import {
   grantLease,
   nextLeaseDeadline,
   proposeCandidate,
+  releaseLease,
   renewLease,
   reportObservation,
   sealEvent,
@@ -402,6 +403,20 @@ export class LoopObject extends DurableObject<Env> {
     await this.scheduleAlarm();
     const renewed = outcome.value;
     return { ok: true, lease: this.leaseView(renewed.lease_id, renewed.fencing_token, renewed.expires_at, renewed.candidate.candidate_id) };
+  }
+
+  /**
+   * Gives a lease back before its deadline: its candidate is queued at once (`lease_released`) and every
+   * runner waiting in a lease long-poll is woken. A retry of a recorded release answers it again.
+   */
+  async release(input: { caller: Caller; lease_id: string; fencing_token: number }): Promise<Answer<{ candidate_id: string; replayed: boolean }>> {
+    const state = this.admit(input.caller);
+    if (!state) return NOT_FOUND;
+    const outcome = releaseLease(state, { lease_id: input.lease_id, fencing_token: input.fencing_token, at: new Date().toISOString() });
+    if (!outcome.ok) return { ok: false, ...outcome.error };
+    this.append(outcome.events);
+    await this.scheduleAlarm();
+    return { ok: true, ...outcome.value };
   }
 
   /** Records an observation under a lease and answers the coordinator's verdict. */

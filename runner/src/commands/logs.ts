@@ -9,14 +9,14 @@ import { foldEvents, LoopEvent, type LoopState } from "../../../shared/engine/in
 import type { ArtifactRef } from "../../../shared/wire/observation.js";
 import type { Client } from "../client.js";
 import { describeArtifactError } from "../artifact-files.js";
-import { candidateFor, gateFailed, gateOutcome, storedFilesOf } from "../candidate-evidence.js";
+import { evaluatedFor, failingGateOf, gateFailed, gateOutcome, storedFilesOf } from "../candidate-evidence.js";
 import { connect, type ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
 import { emitResult, progress, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
 
-// `loopwarden logs` and `loopwarden artifacts` (DESIGN §10): what a candidate's evaluation stored — each
-// gate's output, the metric command's, the contract's artifacts — read back from the coordinator.
+// `loopwarden logs` and `loopwarden artifacts` (DESIGN §10): what an evaluation stored — a candidate's or
+// t0's: each gate's output, the metric command's, the contract's artifacts — read back from the coordinator.
 
 type Options = ServerOptions & OutputMode & { cwd: string };
 
@@ -27,8 +27,9 @@ async function loopState(client: Client, loopId: string): Promise<LoopState> {
 }
 
 /**
- * `logs [CANDIDATE] [LOOP] [--gate NAME | --metric]`: the stored output of a candidate's gate, streamed to
- * stdout. By default the latest evaluated candidate, and its first failing gate (else its last gate).
+ * `logs [CANDIDATE] [LOOP] [--gate NAME | --metric]`: the stored output of a candidate's (or t0's) gate,
+ * streamed to stdout. By default the latest evaluated candidate, and its first failing gate — a failed
+ * hard gate before a failed soft one — else, when every gate passed, its last gate.
  */
 export async function logsCommand(
   candidateArg: string | undefined,
@@ -39,31 +40,31 @@ export async function logsCommand(
   const { loopId, server } = await resolveTarget(loopArg, options);
   const connection = await connect(server, options);
   try {
-    const candidate = candidateFor(await loopState(connection.client, loopId), candidateArg);
-    const gates = candidate.report?.gates ?? [];
+    const evaluated = evaluatedFor(await loopState(connection.client, loopId), candidateArg);
+    const { gates } = evaluated;
     let ref: ArtifactRef | null;
     let what: string;
     if (options.metric) {
-      ref = candidate.report?.artifacts.find((artifact) => artifact.name === "metric.log") ?? null;
+      ref = evaluated.artifacts.find((artifact) => artifact.name === "metric.log") ?? null;
       what = "the metric command's output";
-      if (!ref) throw new UserError(`${candidate.candidate_id} has no stored metric output (its metric did not run, or its runner predates metric logs)`);
+      if (!ref) throw new UserError(`${evaluated.id} has no stored metric output (its metric did not run, or its runner predates metric logs)`);
     } else {
-      const gate = options.gate !== undefined ? gates.find((entry) => entry.name === options.gate) : (gates.find(gateFailed) ?? gates.at(-1));
+      const gate = options.gate !== undefined ? gates.find((entry) => entry.name === options.gate) : (failingGateOf(gates) ?? gates.at(-1));
       if (!gate) {
         throw new UserError(
           options.gate !== undefined
-            ? `${candidate.candidate_id} ran no gate ${options.gate} (it ran: ${gates.map((entry) => entry.name).join(", ") || "none"})`
-            : `${candidate.candidate_id} ran no gate`,
+            ? `${evaluated.id} ran no gate ${options.gate} (it ran: ${gates.map((entry) => entry.name).join(", ") || "none"})`
+            : `${evaluated.id} ran no gate`,
         );
       }
       ref = gate.log;
       what = `gate ${gate.name} (${gateFailed(gate) ? gateOutcome(gate) : "passed"})`;
       if (!ref) {
-        const why = candidate.report?.artifact_errors?.find((error) => error.name === `gate-${gate.name}.log`);
-        throw new UserError(`${candidate.candidate_id}'s gate ${gate.name} stored no log${why ? `: ${describeArtifactError(why)}` : ""}`);
+        const why = evaluated.artifact_errors?.find((error) => error.name === `gate-${gate.name}.log`);
+        throw new UserError(`${evaluated.id}'s gate ${gate.name} stored no log${why ? `: ${describeArtifactError(why)}` : ""}`);
       }
     }
-    progress(options, `${candidate.candidate_id} ${what}: ${ref.name}, ${ref.size} bytes`);
+    progress(options, `${evaluated.id} ${what}: ${ref.name}, ${ref.size} bytes`);
     const response = await connection.client.artifactResponse(loopId, ref.sha256);
     // Content-addressed: bytes that do not hash to the log's digest were damaged in storage, and are refused
     // (in JSON, before anything is printed; streamed, as soon as the end shows it).
@@ -71,7 +72,7 @@ export async function logsCommand(
     if (options.json) {
       const bytes = new Uint8Array(await response.arrayBuffer());
       if (createHash("sha256").update(bytes).digest("hex") !== ref.sha256) throw mismatch();
-      emitResult(options, { status: "ok", loop_id: loopId, candidate_id: candidate.candidate_id, artifact: ref, log: new TextDecoder().decode(bytes) }, []);
+      emitResult(options, { status: "ok", loop_id: loopId, candidate_id: evaluated.id, artifact: ref, log: new TextDecoder().decode(bytes) }, []);
     } else if (response.body) {
       const hash = createHash("sha256");
       await pipeline(Readable.fromWeb(response.body as WebReadableStream<Uint8Array>), hashing(hash), process.stdout, { end: false });
@@ -101,8 +102,9 @@ function downloadPath(dir: string, name: string): string {
 }
 
 /**
- * `artifacts [CANDIDATE] [LOOP] [--download DIR]`: the files a candidate's evaluation stored (its gate logs,
- * the metric output, the contract's artifacts); with --download, each written to DIR and its digest checked.
+ * `artifacts [CANDIDATE] [LOOP] [--download DIR]`: the files a candidate's (or t0's) evaluation stored (its
+ * gate logs, the metric output, the contract's artifacts); with --download, each written to DIR and its
+ * digest checked.
  */
 export async function artifactsCommand(
   candidateArg: string | undefined,
@@ -112,8 +114,8 @@ export async function artifactsCommand(
   const { loopId, server } = await resolveTarget(loopArg, options);
   const connection = await connect(server, options);
   try {
-    const candidate = candidateFor(await loopState(connection.client, loopId), candidateArg);
-    const files = storedFilesOf(candidate);
+    const evaluated = evaluatedFor(await loopState(connection.client, loopId), candidateArg);
+    const files = storedFilesOf(evaluated);
     const written: string[] = [];
     if (options.download !== undefined) {
       const dir = path.resolve(options.download);
@@ -130,26 +132,26 @@ export async function artifactsCommand(
       }
     }
     // What the evaluation could not store as it was (refused, unreadable, kept as a log's tail), and why.
-    const notStored = candidate.report?.artifact_errors ?? [];
+    const notStored = evaluated.artifact_errors ?? [];
     emitResult(
       options,
       {
         status: "ok",
         loop_id: loopId,
-        candidate_id: candidate.candidate_id,
+        candidate_id: evaluated.id,
         artifacts: files,
         ...(notStored.length > 0 ? { artifact_errors: notStored } : {}),
         ...(options.download !== undefined ? { written } : {}),
       },
       [
         ...(files.length === 0
-          ? [`${candidate.candidate_id} stored no files`]
+          ? [`${evaluated.id} stored no files`]
           : [
-              `${candidate.candidate_id} stored ${files.length} file(s):`,
+              `${evaluated.id} stored ${files.length} file(s):`,
               ...files.map((file) => `  ${file.name}  ${file.size} bytes  sha256:${file.sha256.slice(0, 16)}…`),
               ...(options.download !== undefined
                 ? [`written to ${path.resolve(options.download)} (digests checked)`]
-                : [`download them: loopwarden artifacts ${candidate.candidate_id} --download DIR`]),
+                : [`download them: loopwarden artifacts ${evaluated.id} --download DIR`]),
             ]),
         ...(notStored.length > 0
           ? [`not stored as they were (${notStored.length}):`, ...notStored.map((error) => `  ${describeArtifactError(error)} [${error.code}]`)]

@@ -25,6 +25,8 @@ export function describeEvent(event: LoopEvent, state: LoopState | null = null):
       return `${prefix} ${event.data.candidate_id} lease renewed`;
     case "lease_expired":
       return `${prefix} ${event.data.candidate_id} lease expired; back in the queue`;
+    case "lease_released":
+      return `${prefix} ${event.data.candidate_id} lease released by its runner; back in the queue`;
     case "lease_requeued":
       return `${prefix} ${event.data.candidate_id} not judged: measured against ${event.data.compare_to.candidate_id}, but the best is now ${event.data.best.candidate_id}; back in the queue`;
     case "observation_reported": {

@@ -7,7 +7,7 @@ import { removeStaleClones } from "../clone.js";
 import { connect, type ServerOptions } from "../connect.js";
 import { contractDifferences, type LoadedContract } from "../contract-file.js";
 import { resolveContract, type ContractOptions } from "../contract-resolution.js";
-import { UserError } from "../errors.js";
+import { JobRefused, UserError } from "../errors.js";
 import { excludeStateDir, repoRoot } from "../git.js";
 import { parseLabels } from "../labels.js";
 import { evaluateLease, LONG_POLL_MS, verdictLine, type JobContext } from "../lease-job.js";
@@ -23,7 +23,18 @@ import { foldLoop } from "../event-log.js";
 // loops it may see whose pinned contract is this checkout's (invariant 4: it runs only what its own
 // checkout pins), evaluates each in a fresh clone of the candidate commit, reports, and goes on.
 // Idle, it waits in long-polls (25 s each), never a poll loop. The first SIGINT/SIGTERM lets the jobs in
-// hand finish and then exits; a second stops them at once (their leases then expire and are re-queued).
+// hand finish and then exits; a second stops them at once and gives their leases back, so their jobs
+// are queued again at once rather than when the leases run out.
+//
+// One job's failure is that job's, never the runner's: a job whose loop halted meanwhile (its report or
+// heartbeat answered 409 loop_halted) just ends; a job this checkout can never run (`JobRefused`: a
+// contract hash not its own, a commit it lacks with no bundle) is given back and its loop is no longer
+// served by this process — as a CI runner refuses a job it cannot take and serves others, rather than
+// take the same job again and again — and with `--loop` the runner stops with that error; any other
+// failure (a bundle that does not match, git, storage, a refusal of the report) is printed with the
+// job's label, the lease is given back, and the slot goes on after a pause that grows while jobs keep
+// failing (1 s, doubling up to a minute). Only what is not one job's — the coordinator unreachable for
+// a minute, a token refused — ends the runner, once the other slots have finished their jobs in hand.
 
 /** Options of `loopwarden work`. */
 export interface WorkOptions extends ContractOptions, ServerOptions, OutputMode {
@@ -36,11 +47,23 @@ export interface WorkOptions extends ContractOptions, ServerOptions, OutputMode 
 /** How often the list of loops to serve is read again while none has a job. */
 const RELIST_MS = 10_000;
 
+/** The longest pause after failed jobs (1 s after the first, doubling while they keep failing). */
+const MAX_FAILURE_PAUSE_MS = 60_000;
+
+/** How long a runner stopped at once waits for the coordinator to take each lease back. */
+const RELEASE_ON_STOP_MS = 5_000;
+
 /** The loops this runner serves: the one named, or the running ones pinned to its contract, re-read now and then. */
 class LoopDirectory {
   private loops: string[] = [];
   private readAt = 0;
   private turn = 0;
+  /** The read in flight, which every slot asking meanwhile waits for (none sees the list before it is read). */
+  private reading: Promise<void> | null = null;
+  /** Loops whose jobs this checkout can never run (`JobRefused`), by id, with why: not served again by this process. */
+  private readonly refused = new Map<string, string>();
+  /** The named loop's summary when it was last read and was not running (`--loop`): why there is nothing more to do. */
+  halted: LoopSummary | null = null;
 
   constructor(
     private readonly client: Client,
@@ -50,9 +73,10 @@ class LoopDirectory {
 
   /** The next loop to ask for a job (in turn, so every loop is served), or null when none is running. */
   async next(): Promise<string | null> {
-    if (Date.now() - this.readAt > RELIST_MS) await this.refresh();
-    if (this.loops.length === 0) return null;
-    return this.loops[this.turn++ % this.loops.length] ?? null;
+    if (this.reading || Date.now() - this.readAt > RELIST_MS) await this.read();
+    const loops = this.loops.filter((loopId) => !this.refused.has(loopId));
+    if (loops.length === 0) return null;
+    return loops[this.turn++ % loops.length] ?? null;
   }
 
   /** Reads the list again at the next `next()` (a loop halted, or answered 404). */
@@ -60,21 +84,33 @@ class LoopDirectory {
     this.readAt = 0;
   }
 
+  /** Serves the loop no more (this checkout cannot run its jobs). */
+  refuse(loopId: string, why: string): void {
+    this.refused.set(loopId, why);
+  }
+
+  private read(): Promise<void> {
+    this.reading ??= this.refresh().finally(() => (this.reading = null));
+    return this.reading;
+  }
+
   private async refresh(): Promise<void> {
-    this.readAt = Date.now();
     if (this.only !== undefined) {
       const loop = await this.client.getLoop(this.only);
       this.loops = loop.status === "running" ? [loop.loop_id] : [];
-      return;
+      this.halted = loop.status === "running" ? null : loop;
+    } else {
+      const found: string[] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await this.client.listLoops({ status: "running", contract_hash: this.contractHash, limit: 100, ...(cursor ? { cursor } : {}) });
+        found.push(...page.loops.map((loop) => loop.loop_id));
+        cursor = page.next_cursor ?? undefined;
+      } while (cursor);
+      this.loops = found;
     }
-    const found: string[] = [];
-    let cursor: string | undefined;
-    do {
-      const page = await this.client.listLoops({ status: "running", contract_hash: this.contractHash, limit: 100, ...(cursor ? { cursor } : {}) });
-      found.push(...page.loops.map((loop) => loop.loop_id));
-      cursor = page.next_cursor ?? undefined;
-    } while (cursor);
-    this.loops = found;
+    // Only a list that was read counts as fresh: a failed read is tried again at the next `next()`.
+    this.readAt = Date.now();
   }
 }
 
@@ -87,6 +123,16 @@ async function checkNamedLoop(client: Client, loopId: string, loaded: LoadedCont
     `loop ${loopId} pins another contract than ${loaded.source} in this checkout (${differences.slice(0, 5).join("; ")}); a runner evaluates only the contract its own checkout pins — check out the loop's contract, or give work the same contract flags as the run`,
   );
 }
+
+/** A job in hand: its lease, the label its lines carry, and what stops it at once. */
+interface JobInHand {
+  lease: Lease;
+  label: string;
+  cancel: AbortController;
+}
+
+/** How a job ended, for the slot: `failed` (on this runner's side) pauses the slot before its next lease. */
+type JobEnd = "done" | "failed";
 
 /**
  * `loopwarden work`: leases, evaluates and reports jobs until stopped (or, with `--loop`, until that
@@ -101,12 +147,38 @@ export async function workCommand(options: WorkOptions): Promise<number> {
   const labels = parseLabels(options.labels);
   const concurrency = options.concurrency ?? 1;
   const connection = await connect(options, mode);
+  const client = connection.client;
   const stopping = new AbortController();
-  const removeDrain = drainOnFirstSignal(() => stopping.abort(new Error("stopping")));
-  const counts = { jobs: 0, promoted: 0, rejected: 0, lost: 0 };
+  const jobs = new Map<string, JobInHand>();
+  let interrupted = false;
+  /** What ends the runner once every slot has stopped: an error that is not one job's. */
+  let fatal: unknown = null;
+  const counts = { jobs: 0, promoted: 0, rejected: 0, lost: 0, halted: 0, failed: 0 };
+
+  /** Gives a lease back so its job is queued at once; a refusal (the lease was lost anyway) is only said. */
+  const release = async (job: Pick<JobInHand, "lease" | "label">, signal?: AbortSignal): Promise<void> => {
+    try {
+      await client.releaseLease(job.lease.lease_id, { fencing_token: job.lease.fencing_token }, signal);
+      progress(mode, `${job.label} lease given back: ${job.lease.job.candidate_id} is queued again`);
+    } catch (error) {
+      progress(mode, `${job.label} could not give the lease back (${(error as Error).message}); the coordinator queues the job again when the lease runs out`);
+    }
+  };
+  // The second signal: every job in hand is stopped (its process groups killed, nothing reported after)
+  // and its lease given back while the coordinator still runs; then the other cleanups, and exit.
+  let stoppedNow: Promise<void> | null = null;
+  const stopNow = (): Promise<void> =>
+    (stoppedNow ??= (async () => {
+      interrupted = true;
+      if (!stopping.signal.aborted) stopping.abort(new Error("stopping"));
+      const inHand = [...jobs.values()];
+      for (const job of inHand) job.cancel.abort(new Error("stopped at once"));
+      await Promise.all(inHand.map((job) => release(job, AbortSignal.timeout(RELEASE_ON_STOP_MS))));
+    })());
+  const removeDrain = drainOnFirstSignal(() => stopping.abort(new Error("stopping")), stopNow);
   try {
-    if (options.loop) await checkNamedLoop(connection.client, options.loop, loaded);
-    const directory = new LoopDirectory(connection.client, loaded.hash, options.loop);
+    if (options.loop) await checkNamedLoop(client, options.loop, loaded);
+    const directory = new LoopDirectory(client, loaded.hash, options.loop);
     const host = os
       .hostname()
       .replace(/[^A-Za-z0-9_.:-]/g, "-")
@@ -124,30 +196,32 @@ export async function workCommand(options: WorkOptions): Promise<number> {
     const contextOf = (loopId: string): JobContext => {
       let context = contexts.get(loopId);
       if (!context) {
-        context = { client: connection.client, loop: { loop_id: loopId }, repo, loaded, mode };
+        context = { client, loop: { loop_id: loopId }, repo, loaded, mode };
         contexts.set(loopId, context);
       }
       return context;
     };
-    const slot = async (index: number) => {
-      const runnerId = `${host}-${instance}-${index + 1}`;
-      while (!stopping.signal.aborted) {
-        const loopId = await directory.next();
-        if (!loopId) {
-          if (options.loop) return; // the named loop halted: nothing more to do
-          await sleep(RELIST_MS, stopping.signal);
-          continue;
-        }
-        const lease = await leaseOrNull(connection.client, loopId, { runner_id: runnerId, labels }, stopping.signal, () => directory.stale());
-        if (!lease) continue;
-        const label = `[${runnerId}] ${lease.job.candidate_id}`;
-        const context = contextOf(loopId);
-        await ensureCandidateCommit(context, lease, (text) => progress(mode, `${label} ${text}`));
-        const result = await evaluateLease(context, lease, label);
+    let saidHalted = false;
+
+    /** One leased job, start to end: whatever it throws is this job's, never the runner's. */
+    const runJob = async (runnerId: string, lease: Lease): Promise<JobEnd> => {
+      const job: JobInHand = { lease, label: `[${runnerId}] ${lease.job.candidate_id}`, cancel: new AbortController() };
+      const { label } = job;
+      const note = (text: string) => progress(mode, `${label} ${text}`);
+      const context = contextOf(lease.loop_id);
+      /** Whether the lease is still this runner's to give back: not once reported, lost or re-queued. */
+      let holding = true;
+      jobs.set(lease.lease_id, job);
+      try {
+        await ensureCandidateCommit(context, lease, note);
+        job.cancel.signal.throwIfAborted();
+        const result = await evaluateLease(context, lease, label, job.cancel.signal);
+        holding = false;
+        jobs.delete(lease.lease_id);
         counts.jobs++;
         if (!result) {
           counts.lost++;
-          continue;
+          return "done";
         }
         if (result.verdict.decision === "promoted") counts.promoted++;
         else counts.rejected++;
@@ -160,17 +234,93 @@ export async function workCommand(options: WorkOptions): Promise<number> {
           directory.stale();
           // The runner whose report halted an optimize loop measures t0 against the final best (DESIGN
           // §6.3): it has the contract's labels, and exactly one runner reports a halt.
-          await confirmHalted(context, result.loop, (text) => progress(mode, `${label} ${text}`));
+          await confirmHalted(context, result.loop, note);
         }
+        return "done";
+      } catch (error) {
+        jobs.delete(lease.lease_id);
+        // Stopped at once: `stopNow` gives the lease back, and the process exits.
+        if (interrupted) return "done";
+        if (error instanceof CoordinatorError && error.status === 409 && error.code === "loop_halted") {
+          // Another runner's report halted the loop first: this job can never be judged. Nothing to give back.
+          if (holding) {
+            counts.jobs++;
+            counts.halted++;
+          }
+          note(`not judged: loop ${lease.loop_id} halted meanwhile (${error.message}); the job ends`);
+          directory.stale();
+          return "done";
+        }
+        if (error instanceof JobRefused) {
+          note(`refused: ${error.message}`);
+          if (holding) await release(job);
+          directory.refuse(lease.loop_id, error.message);
+          if (options.loop) {
+            fatal ??= error;
+            if (!stopping.signal.aborted) stopping.abort(new Error("stopping"));
+          } else note(`this runner serves loop ${lease.loop_id} no more (start work again once this checkout can run its jobs)`);
+          return "done";
+        }
+        const code = error instanceof CoordinatorError ? ` (${error.code})` : "";
+        note(`failed: ${(error as Error).message}${code}`);
+        if (!holding) return "done";
+        counts.jobs++;
+        counts.failed++;
+        await release(job);
+        return "failed";
+      }
+    };
+
+    const slot = async (index: number) => {
+      const runnerId = `${host}-${instance}-${index + 1}`;
+      let failures = 0;
+      try {
+        while (!stopping.signal.aborted) {
+          const loopId = await directory.next();
+          if (!loopId) {
+            if (options.loop) {
+              // The named loop halted (or this checkout cannot run it): nothing more to do.
+              const halted = directory.halted;
+              if (halted?.halt && !saidHalted) {
+                saidHalted = true;
+                progress(mode, `loop ${halted.loop_id} halted (${halted.halt.halt_reason}): nothing more to evaluate`);
+              }
+              return;
+            }
+            await sleep(RELIST_MS, stopping.signal);
+            continue;
+          }
+          const lease = await leaseOrNull(client, loopId, { runner_id: runnerId, labels }, stopping.signal, () => directory.stale());
+          if (!lease) continue;
+          if ((await runJob(runnerId, lease)) === "failed") {
+            failures++;
+            await sleep(Math.min(MAX_FAILURE_PAUSE_MS, 1_000 * 2 ** (failures - 1)), stopping.signal);
+          } else failures = 0;
+        }
+      } catch (error) {
+        // Not one job's failure: the runner stops once the other slots have finished their jobs in hand.
+        fatal ??= error;
+        if (!stopping.signal.aborted) stopping.abort(new Error("stopping"));
       }
     };
     await Promise.all(Array.from({ length: concurrency }, (_, index) => slot(index)));
+    if (fatal) throw fatal;
   } finally {
     removeDrain();
+    if (stoppedNow) {
+      // Stopped at once: the leases are given back while the coordinator still runs; the shutdown then
+      // stops the rest and exits (130 or 143), so nothing more is said or done here.
+      await stoppedNow;
+      await new Promise<never>(() => undefined);
+    }
     await connection.close();
   }
+  const unjudged = [counts.halted > 0 ? `${counts.halted} not judged (the loop halted)` : "", counts.failed > 0 ? `${counts.failed} failed here` : ""]
+    .filter(Boolean)
+    .map((part) => `, ${part}`)
+    .join("");
   emitResult(mode, { status: "ok", ...counts, ...(options.loop ? { loop_id: options.loop } : {}) }, [
-    `stopped after ${counts.jobs} job(s): ${counts.promoted} promoted, ${counts.rejected} rejected, ${counts.lost} lost or re-queued`,
+    `stopped after ${counts.jobs} job(s): ${counts.promoted} promoted, ${counts.rejected} rejected, ${counts.lost} lost or re-queued${unjudged}`,
   ]);
   return 0;
 }

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { foldEvents, sealEvent, type ChainHead, type EventDraft } from "../../../shared/engine/index.js";
 import type { Client } from "../../../runner/src/client.js";
-import { foldLoop, stateAtHead } from "../../../runner/src/event-log.js";
+import { foldLoop, stateAtHead, testBaseOf } from "../../../runner/src/event-log.js";
 import type { Session } from "../../../runner/src/session.js";
 import { LoopHarness, TEST_IDS } from "../engine-harness.js";
 
@@ -70,5 +70,48 @@ describe("foldLoop", () => {
     session.loop = { ...session.loop, head: { seq: log.length, hash: "" } };
     expect(await stateAtHead(session)).toEqual(foldEvents(harness.events));
     expect(reads).toBe(2);
+  });
+
+  // `work --concurrency N` shares one reader per loop between its slots: two folds may be out at once.
+  it("two folds of one reader at once, answered in either order, both resolve to the loop's state: no event folded twice", async () => {
+    const harness = new LoopHarness([...TEST_IDS], { stop: { max_iterations: 100, no_progress: 100 } });
+    harness.evaluate("c0", TEST_IDS.slice(1));
+    const log = sealed(harness.events);
+    // Each read is held until the test answers it, so both are out before either is folded.
+    const pending: { after: number; answer: () => void }[] = [];
+    const client = {
+      eventLines: (_loopId: string, after = 0) => new Promise<string[]>((resolve) => pending.push({ after, answer: () => resolve(log.slice(after)) })),
+    } as unknown as Client;
+    const session = { client, loop: { loop_id: "lp_0123456789abcdef01234567" } } as unknown as Session;
+    const expected = foldEvents(harness.events);
+    if (!expected) throw new Error("no state");
+
+    const first = foldLoop(session);
+    const base = testBaseOf(session);
+    await Promise.resolve();
+    expect(pending.map((read) => read.after)).toEqual([0, 0]);
+    // The later read answered first; then the earlier one, whose events are all folded by now.
+    pending[1]?.answer();
+    expect(await base).toEqual(expected.t0_base);
+    pending[0]?.answer();
+    expect(await first).toEqual(expected);
+    expect(session.folded?.seq).toBe(log.length);
+
+    // New events, and two reads out again: one from the fold as it was, one that started later.
+    harness.evaluate("c1", TEST_IDS.slice(2));
+    log.push(...sealed(harness.events).slice(log.length));
+    const now = foldEvents(harness.events);
+    const again = [foldLoop(session), foldLoop(session)];
+    await Promise.resolve();
+    pending[2]?.answer();
+    pending[3]?.answer();
+    expect(await Promise.all(again)).toEqual([now, now]);
+    expect(session.folded?.seq).toBe(log.length);
+    // An idle read after them asks only for what follows the whole log.
+    const idle = foldLoop(session);
+    await Promise.resolve();
+    expect(pending[4]?.after).toBe(log.length);
+    pending[4]?.answer();
+    expect(await idle).toEqual(now);
   });
 });

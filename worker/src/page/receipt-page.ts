@@ -1,10 +1,12 @@
 import { html } from "hono/html";
-import { HALT_MEANINGS, type LoopState } from "../../../shared/engine/index.js";
+import { BASELINE_ID, HALT_MEANINGS, type CandidateState, type LoopState, type StoredEvidence } from "../../../shared/engine/index.js";
+import type { ArtifactRef } from "../../../shared/wire/observation.js";
 import type { ReceiptStatement } from "../../../shared/receipts/index.js";
 import { formatInterval, formatPercent } from "../../../shared/format-percent.js";
 
 // The public receipt page (DESIGN §9): what the loop set out to do, why it stopped, the baseline against
-// the best, every candidate with its verdict, and the metric over iterations — rendered on the server,
+// the best, every candidate with its verdict and its stored files (DESIGN §10), and the metric over
+// iterations — rendered on the server,
 // so it reads without JavaScript. Only the verification panel runs in the browser (/r/assets/verify.js):
 // everything else on the page is what the signed statement and its log say, and the panel checks them.
 
@@ -28,22 +30,82 @@ function pointsOf(state: LoopState): Point[] {
   return points;
 }
 
-/**
- * What the best candidate's evaluation stored (its gate logs, the contract's artifacts, the metric's
- * output), by name, size and digest: evidence named in the signed log. The bytes are the loop's team's,
- * fetched with one of its tokens; the page links none of them.
- */
-function storedFiles(state: LoopState) {
-  const report = state.candidates[state.best.candidate_id]?.report;
-  if (!report) return "";
-  const files = [...report.gates.flatMap((gate) => (gate.log ? [gate.log] : [])), ...report.artifacts];
-  if (files.length === 0) return "";
-  return html`<h2>Files stored with the best</h2>
-<table>
+/** How many decided candidates one page of the table lists: a loop of 5,000 candidates is 25 pages, never one huge one. */
+export const CANDIDATES_PER_PAGE = 200;
+/** How many of a candidate's files its row links: its failing gates' logs first; the rest are a command away. */
+export const FILES_PER_CANDIDATE = 4;
+
+/** Where the page serves a file the signed log names (`/r/<id>/files/<sha256>`, routes/receipts.ts). */
+function fileHref(receiptId: string, file: ArtifactRef): string {
+  return `/r/${receiptId}/files/${file.sha256}`;
+}
+
+/** One evaluation's files in full, each linked, with its size and digest. */
+function fileTable(receiptId: string, files: readonly ArtifactRef[]) {
+  return html`<table>
 <tr><th>file</th><th>bytes</th><th>sha256</th></tr>
-${files.map((file) => html`<tr><td>${file.name}</td><td>${file.size}</td><td><code>${file.sha256.slice(0, 16)}…</code></td></tr>`)}
-</table>
-<p class="muted">Named in the signed log by digest; a member of the loop's team fetches them with <code>loopwarden artifacts ${state.best.candidate_id} ${state.loop_id} --download DIR</code>, which checks each digest.</p>`;
+${files.map((file) => html`<tr><td><a href="${fileHref(receiptId, file)}">${file.name}</a></td><td>${file.size}</td><td><code>${file.sha256.slice(0, 16)}…</code></td></tr>`)}
+</table>`;
+}
+
+/** Everything an evaluation stored: each gate's log, then its files (the contract's artifacts, `metric.log`). */
+function filesOf(evidence: StoredEvidence): ArtifactRef[] {
+  return [...evidence.gates.flatMap((gate) => (gate.log ? [gate.log] : [])), ...evidence.artifacts];
+}
+
+/**
+ * What t0's and the best's evaluations stored (their gate logs, the contract's artifacts, the metric's
+ * output), in full: the evidence the headline rests on, named in the signed log by digest and linked.
+ * Other candidates' files are linked from their rows (`candidateFiles`), and listed in full here when the
+ * page is asked for one's (`?files=cN`).
+ */
+function storedFiles(receiptId: string, state: LoopState, asked: string | undefined) {
+  const t0 = filesOf(state.t0_evidence);
+  const report = state.best.candidate_id === BASELINE_ID ? null : state.candidates[state.best.candidate_id]?.report;
+  const best = report ? filesOf(report) : [];
+  const other = asked === undefined || asked === state.best.candidate_id ? undefined : state.candidates[asked];
+  const others = other?.report ? filesOf(other.report) : [];
+  if (t0.length === 0 && best.length === 0 && others.length === 0) return "";
+  return html`${
+    others.length > 0
+      ? html`<h2 id="files">Files stored with ${other?.candidate_id}</h2>
+${fileTable(receiptId, others)}`
+      : ""
+  }${
+    best.length > 0
+      ? html`<h2>Files stored with the best</h2>
+${fileTable(receiptId, best)}`
+      : ""
+  }
+${
+  t0.length > 0
+    ? html`<h2>Files stored with t0 (the baseline${report ? "" : ", also the best"})</h2>
+${fileTable(receiptId, t0)}`
+    : ""
+}
+<p class="muted">Named in the signed log by digest and served from it: a receipt publishes the files its log names (gate logs, metric output, the contract's artifacts; never a candidate's code). A member of the loop's team fetches a candidate's with <code>loopwarden artifacts CANDIDATE ${state.loop_id} --download DIR</code> (t0's: <code>t0</code>), which checks each digest.</p>`;
+}
+
+/**
+ * A candidate's files in its row, bounded: the logs of its failed gates first (what a rejection is about),
+ * then its other gate logs and files, at most FILES_PER_CANDIDATE links, the rest counted with the
+ * command that lists them all. A candidate rejected unevaluated stored nothing.
+ */
+function candidateFiles(receiptId: string, loopId: string, candidate: CandidateState) {
+  const report = candidate.report;
+  if (!report) return html`<span class="muted">–</span>`;
+  const failed = report.gates.filter((gate) => !gate.passed && gate.log);
+  const links = [
+    ...failed.map((gate) => ({ file: gate.log as ArtifactRef, failed: true })),
+    ...report.gates.filter((gate) => gate.passed && gate.log).map((gate) => ({ file: gate.log as ArtifactRef, failed: false })),
+    ...report.artifacts.map((file) => ({ file, failed: false })),
+  ];
+  const shown = links.slice(0, FILES_PER_CANDIDATE);
+  const more = links.length - shown.length;
+  return html`${shown.map(
+    ({ file, failed: isFailed }, index) =>
+      html`${index > 0 ? " · " : ""}<a href="${fileHref(receiptId, file)}"${isFailed ? html` class="rejected" title="a failed gate's output"` : ""}>${file.name}</a>`,
+  )}${more > 0 ? html` <a href="/r/${receiptId}?files=${candidate.candidate_id}#files">+${more} more</a> <span class="muted">(<code>loopwarden artifacts ${candidate.candidate_id} ${loopId}</code>)</span>` : ""}`;
 }
 
 /** The metric (or failing count) over iterations as inline SVG: every candidate a dot, the best-so-far a staircase. */
@@ -68,16 +130,43 @@ function chart(state: LoopState, baseline: number | null) {
   }
   stairs.push(`H ${x(points.length)}`);
   const label = state.contract.mode === "optimize" ? (state.contract.metric?.name ?? "metric") : "failing tests";
+  const dot = (point: Point) =>
+    html`<circle cx="${x(point.iteration)}" cy="${y(point.value)}" r="4" class="${point.promoted ? "promoted" : "rejected"}"><title>${point.candidate}: ${point.value}</title></circle>`;
+  const dense = points.length > DOTS_AT_MOST;
   return html`<svg class="chart" viewBox="0 0 ${width} ${height}" role="img" aria-label="${label} over iterations, the best-so-far as a staircase">
-    <text x="${pad}" y="16" class="axis">${label} (best-so-far: line; each candidate: dot, green when promoted)</text>
+    <text x="${pad}" y="16" class="axis">${label} (best-so-far: line; ${dense ? "rejected candidates: grey, per column of pixels; promoted: green dots" : "each candidate: dot, green when promoted"})</text>
     <text x="4" y="${y(high) + 4}" class="axis">${high}</text>
     <text x="4" y="${y(low) + 4}" class="axis">${low}</text>
     <path d="${stairs.join(" ")}" class="best" />
-    ${points.map(
-      (point) =>
-        html`<circle cx="${x(point.iteration)}" cy="${y(point.value)}" r="4" class="${point.promoted ? "promoted" : "rejected"}"><title>${point.candidate}: ${point.value}</title></circle>`,
-    )}
+    ${
+      dense
+        ? html`<path d="${columnMarks(
+            points.filter((point) => !point.promoted),
+            (point) => x(point.iteration),
+            (point) => y(point.value),
+          )}" class="columns" />${points.filter((point) => point.promoted).map(dot)}`
+        : points.map(dot)
+    }
   </svg>`;
+}
+
+/**
+ * Above this many measured candidates the rejected ones are not drawn one dot each (a dot and its title
+ * per candidate made a loop of 5,000 candidates a 400 KB chart): each column of pixels gets one stroke
+ * from its lowest to its highest value, so the chart's size stops growing with the loop.
+ */
+const DOTS_AT_MOST = 500;
+
+/** One path: per pixel column, a round-capped stroke over the values in it (a single value draws a dot). */
+function columnMarks(points: readonly Point[], x: (point: Point) => number, y: (point: Point) => number): string {
+  const columns = new Map<number, { top: number; bottom: number }>();
+  for (const point of points) {
+    const column = Math.round(x(point));
+    const value = y(point);
+    const seen = columns.get(column);
+    columns.set(column, seen ? { top: Math.min(seen.top, value), bottom: Math.max(seen.bottom, value) } : { top: value, bottom: value });
+  }
+  return [...columns].map(([column, { top, bottom }]) => `M${column} ${top.toFixed(1)}V${bottom.toFixed(1)}`).join("");
 }
 
 /**
@@ -97,13 +186,32 @@ function headline(predicate: ReceiptStatement["predicate"]) {
   } <strong>No gain over t0 is claimed:</strong> t0 and the best were not measured against each other (no confirm measurement).</p>`;
 }
 
-/** The HTML of a receipt's page, from its signed statement and the loop's state at the signed head. */
-export function receiptPage(input: { receiptId: string; statement: ReceiptStatement; state: LoopState; url: string }) {
+/** Links to the other pages of the candidates' table, when there is more than one. */
+function pageLinks(receiptId: string, loopId: string, page: number, pages: number, total: number) {
+  if (pages <= 1) return "";
+  const first = (page - 1) * CANDIDATES_PER_PAGE + 1;
+  const last = Math.min(total, page * CANDIDATES_PER_PAGE);
+  const link = (to: number, text: string) => html`<a href="/r/${receiptId}${to === 1 ? "" : `?page=${to}`}#candidates">${text}</a>`;
+  return html`<p class="muted" data-pages>Candidates ${first}–${last} of ${total} (page ${page} of ${pages})${page > 1 ? html` · ${link(1, "first")} · ${link(page - 1, "previous")}` : ""}${page < pages ? html` · ${link(page + 1, "next")} · ${link(pages, "last")}` : ""}. Every candidate, with its files: <code>loopwarden export --format candidates.jsonl ${loopId}</code></p>`;
+}
+
+/**
+ * The HTML of a receipt's page, from its signed statement and the loop's state at the signed head. `page`
+ * is the page of the candidates' table (CANDIDATES_PER_PAGE decided candidates each, in proposal order);
+ * `files` a candidate whose files are listed in full, beside t0's and the best's.
+ */
+export function receiptPage(input: { receiptId: string; statement: ReceiptStatement; state: LoopState; url: string; page?: number; files?: string }) {
   const { receiptId, statement, state, url } = input;
   const { predicate } = statement;
   const optimize = predicate.mode === "optimize";
   const halt = predicate.halt;
-  const decided = state.candidate_order.map((id) => state.candidates[id]).filter((candidate) => candidate?.verdict);
+  const decided = state.candidate_order.flatMap((id) => {
+    const candidate = state.candidates[id];
+    return candidate?.verdict ? [candidate] : [];
+  });
+  const pages = Math.max(1, Math.ceil(decided.length / CANDIDATES_PER_PAGE));
+  const page = Math.min(Math.max(1, Math.floor(input.page ?? 1)), pages);
+  const shown = decided.slice((page - 1) * CANDIDATES_PER_PAGE, page * CANDIDATES_PER_PAGE);
   return html`<!doctype html>
 <html lang="en">
 <head>
@@ -114,7 +222,7 @@ export function receiptPage(input: { receiptId: string; statement: ReceiptStatem
 body { font: 15px/1.5 system-ui, sans-serif; max-width: 52rem; margin: 2rem auto; padding: 0 1rem; color: #1b1b1b; }
 h1 { font-size: 1.5rem; margin-bottom: 0.2rem; } .muted { color: #666; } code { font-size: 0.9em; }
 table { border-collapse: collapse; width: 100%; } td, th { text-align: left; padding: 0.25rem 0.5rem; border-bottom: 1px solid #ddd; vertical-align: top; }
-.promoted { color: #17703a; fill: #1f9d55; } .rejected { color: #9b1c1c; fill: #aaa; } .best { fill: none; stroke: #1f9d55; stroke-width: 2; }
+.promoted { color: #17703a; fill: #1f9d55; } .rejected { color: #9b1c1c; fill: #aaa; } .best { fill: none; stroke: #1f9d55; stroke-width: 2; } .columns { fill: none; stroke: #aaa; stroke-width: 8; stroke-linecap: round; }
 .axis { font-size: 11px; fill: #666; } .chart { width: 100%; height: auto; border: 1px solid #eee; }
 #verification { border: 2px solid #999; padding: 0.5rem 1rem; border-radius: 6px; }
 #verification[data-result="valid"] { border-color: #1f9d55; } #verification[data-result="invalid"], #verification[data-result="error"] { border-color: #c0392b; }
@@ -145,19 +253,20 @@ ${optimize ? headline(predicate) : ""}
 <p class="muted">Iterations: ${predicate.iterations.total} of ${predicate.iterations.max} (${predicate.iterations.promoted} promoted, ${predicate.iterations.rejected} rejected).
 Signed head: event ${predicate.log.seq}, <code>${predicate.log.hash.slice(0, 16)}…</code>. Contract <code>${predicate.contract_hash.slice(0, 16)}…</code>.</p>
 
-${storedFiles(state)}
+${storedFiles(receiptId, state, input.files)}
 
 <h2>Over the iterations</h2>
 ${chart(state, optimize ? state.t0.metric : state.t0.failing.length)}
 
-<h2>Candidates</h2>
+<h2 id="candidates">Candidates</h2>
 <table>
-<tr><th>candidate</th><th>commit</th><th>verdict</th><th>why</th></tr>
-${decided.map(
+<tr><th>candidate</th><th>commit</th><th>verdict</th><th>why</th><th>files</th></tr>
+${shown.map(
   (candidate) =>
-    html`<tr><td>${candidate?.candidate_id}</td><td><code>${candidate?.commit.slice(0, 10)}</code></td><td class="${candidate?.verdict?.decision}">${candidate?.verdict?.decision} (${candidate?.verdict?.reason})</td><td>${candidate?.verdict?.detail}</td></tr>`,
+    html`<tr><td>${candidate.candidate_id}</td><td><code>${candidate.commit.slice(0, 10)}</code></td><td class="${candidate.verdict?.decision}">${candidate.verdict?.decision} (${candidate.verdict?.reason})</td><td>${candidate.verdict?.detail}</td><td>${candidateFiles(receiptId, state.loop_id, candidate)}</td></tr>`,
 )}
 </table>
+${pageLinks(receiptId, state.loop_id, page, pages, decided.length)}
 <p class="muted">Documents: <a href="/r/${receiptId}.json">envelope (DSSE)</a> · <a href="/r/${receiptId}/events.jsonl">event log</a> · <a href="/.well-known/loopwarden/keys.json">keys</a></p>
 <script type="module" src="/r/assets/verify.js"></script>
 </body>

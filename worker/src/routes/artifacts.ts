@@ -13,19 +13,20 @@ import { Sha256 } from "../../../shared/wire/observation.js";
 import { MAX_PARTS, artifactLimits, uploadSizes, type ArtifactLimits } from "../artifact-limits.js";
 import { downloadHeaders, recordedContentType, sanitizeName } from "../artifact-names.js";
 import { artifactStorage } from "../artifact-storage-mode.js";
-import { PartsRefused, UploadGone, type ArtifactStorage, type NewUpload, type ObjectBody, type StoredObject, type ThroughWorker } from "../artifact-storage.js";
+import { PartsRefused, UploadGone, type ArtifactStorage, type NewUpload, type StoredObject, type ThroughWorker } from "../artifact-storage.js";
 import {
   adoptObject,
   artifactKey,
   confirmStored,
+  damagedArtifact,
   deleteIfUnchanged,
   digestOf,
   findArtifact,
   listArtifacts,
   quotaExceeded,
   recordVerified,
+  storedToServe,
   usedBytes,
-  verifyObject,
   viewOf,
   type ArtifactScope,
 } from "../artifact-store.js";
@@ -130,15 +131,6 @@ function requireRecordedSize(row: ArtifactRow | null, size: number): void {
   }
 }
 
-/** A recorded artifact whose verified bytes storage no longer holds (gone, or changed and not the artifact's): upload it again. */
-function damaged(sha256: string): ApiError {
-  return new ApiError(
-    404,
-    "artifact_damaged",
-    `artifact ${sha256} is recorded, but storage no longer holds bytes that hash to it: upload it again (the same intent) to repair it`,
-  );
-}
-
 function stored(c: Context<AuthEnv>, row: ArtifactRow, created: boolean) {
   const response: ArtifactStored = { status: "stored", artifact: viewOf(row) };
   return c.json(response, created ? 201 : 200);
@@ -233,38 +225,15 @@ artifactRoutes.put("/:id/artifacts/:sha256", async (c) => {
   return stored(c, row, created);
 });
 
-/** A refusal by the quota, when verifying an unrecorded object on the way to a download, is "no such artifact". */
-function unlessQuota(error: unknown): null {
-  if (error instanceof ApiError && error.code === "quota_exceeded") return null;
-  throw error;
-}
-
-function download(c: Context<AuthEnv>, row: ArtifactRow, object: ObjectBody): Response {
-  return c.body(object.body, 200, { ...downloadHeaders(row), "Content-Length": String(object.size), ETag: object.httpEtag });
-}
-
 artifactRoutes.get("/:id/artifacts/:sha256", async (c) => {
   const loopId = await requireLoop(c, "read");
   const sha256 = shaOf(c);
-  const storage = await storageOf(c);
-  const scope = scopeOf(c, storage, loopId);
-  const key = artifactKey(loopId, sha256);
-  // Only what is recorded (verified) is served; an object stored but not yet recorded is verified first
-  // (one the quota has no room for is deleted, and so not found).
-  const row = (await findArtifact(scope.db, loopId, sha256)) ?? (await adoptObject(scope, sha256, null).catch(unlessQuota));
-  if (!row) throw new ApiError(404, "not_found", "no such artifact");
-  const object = await inStorage(() => storage.get(key));
-  // Served only while storage's object has the ETag of the bytes verified: never bytes written since.
-  if (object && row.etag !== null && object.etag === row.etag && object.size === row.size) return download(c, row, object);
-  await object?.body.cancel();
-  // Written since it was verified (or verified before ETags were kept): its bytes are checked whole, once.
-  // Wrong ones are deleted and never served; the artifact is then uploaded again to repair it.
-  const confirmed = object ? await verifyObject(scope, sha256, row.size, {}, row) : null;
-  if (!confirmed) throw damaged(sha256);
-  const checked = await inStorage(() => storage.get(key));
-  if (checked && checked.etag === confirmed.etag && checked.size === confirmed.size) return download(c, confirmed, checked);
-  await checked?.body.cancel();
-  throw storageError(new Error(`the object ${key} changed while it was being checked; try again`));
+  // Only what is recorded (verified) is served, and only while storage holds the bytes verified.
+  const served = await storedToServe(scopeOf(c, await storageOf(c), loopId), sha256);
+  if (served === "not_recorded") throw new ApiError(404, "not_found", "no such artifact");
+  if (served === "damaged") throw damagedArtifact(sha256);
+  const { row, object } = served;
+  return c.body(object.body, 200, { ...downloadHeaders(row), "Content-Length": String(object.size), ETag: object.httpEtag });
 });
 
 artifactRoutes.put("/:id/artifacts/:sha256/uploads/:uploadId/parts/:part", async (c) => {

@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { canonicalJson } from "../../../shared/canonical-json.js";
 import { sha256Hex } from "../../../shared/hash.js";
-import { HeartbeatRequest, ReportRequest, type ReportResponse } from "../../../shared/wire/api.js";
+import { HeartbeatRequest, ReleaseRequest, ReportRequest, type ReleaseResponse, type ReportResponse } from "../../../shared/wire/api.js";
 import { unverifiedIn } from "../artifact-store.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import type { AuthEnv } from "../auth.js";
@@ -18,6 +18,18 @@ leaseRoutes.post("/:leaseId/heartbeat", async (c) => {
   const answer = await stub.heartbeat({ caller, lease_id: leaseId, fencing_token: body.fencing_token });
   if (!answer.ok) throw refusalError(answer);
   return c.json(answer.lease);
+});
+
+// A runner that stops, or cannot finish the job on its side, gives the lease back: the job is queued at
+// once instead of when the lease runs out. Idempotent; only the current holder's token releases.
+leaseRoutes.post("/:leaseId/release", async (c) => {
+  const leaseId = c.req.param("leaseId");
+  const { stub, caller } = openLoop(c, loopIdOfLease(leaseId), "evaluate");
+  const body = await readJson(c, ReleaseRequest);
+  const answer = await stub.release({ caller, lease_id: leaseId, fencing_token: body.fencing_token });
+  if (!answer.ok) throw refusalError(answer);
+  const response: ReleaseResponse = { lease_id: leaseId, candidate_id: answer.candidate_id, replayed: answer.replayed };
+  return c.json(response);
 });
 
 leaseRoutes.post("/:leaseId/report", async (c) => {

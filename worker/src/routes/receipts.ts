@@ -12,10 +12,16 @@ import { RECEIPT_READER } from "../auth.js";
 import { loopStub } from "../loops.js";
 import { receiptPage } from "../page/receipt-page.js";
 import { keySetOf } from "../receipt-keys.js";
+import { artifactStorage } from "../artifact-storage-mode.js";
+import { artifactLimits } from "../artifact-limits.js";
+import { damagedArtifact, storedToServe } from "../artifact-store.js";
+import { downloadHeaders } from "../artifact-names.js";
+import { inStorage } from "../artifact-upload.js";
 
-// The public face of a loop (DESIGN §8, §9): a receipt's envelope and the log it signs, by the
-// receipt's unguessable id, and the keys that verify it. No login; a receipt never changes, so both
-// are served as immutable.
+// The public face of a loop (DESIGN §8, §9): a receipt's envelope, the log it signs and the files that
+// log names as evidence (DESIGN §10: gate logs, metric output, the contract's artifacts), by the
+// receipt's unguessable id, and the keys that verify it. No login; a receipt never changes, so all of
+// it is served as immutable.
 
 const IMMUTABLE = "public, max-age=31536000, immutable";
 
@@ -70,6 +76,47 @@ receiptRoutes.get("/r/:id{rc_[0-9a-f]{32}}", async (c) => {
   const statement = ReceiptStatement.parse(JSON.parse(utf8.encode(fromBase64(envelope.payload))));
   const state = foldEvents((await signedLog(c.env, row)).map((line) => LoopEvent.parse(JSON.parse(line))));
   if (!state) throw new Error(`receipt ${row.id}: the loop's log is empty`);
+  // The candidates' table is paged (`?page=N`; anything else is the first page), and one candidate's files
+  // may be listed in full (`?files=cN`; an unknown one lists none).
+  const page = Number(/^[1-9]\d{0,5}$/.exec(c.req.query("page") ?? "")?.[0] ?? 1);
+  const files = /^c[1-9]\d{0,6}$/.exec(c.req.query("files") ?? "")?.[0];
   c.header("Cache-Control", IMMUTABLE);
-  return c.html(receiptPage({ receiptId: row.id, statement, state, url: new URL(c.req.url).href }));
+  return c.html(receiptPage({ receiptId: row.id, statement, state, url: new URL(`/r/${row.id}`, c.req.url).href, page, ...(files ? { files } : {}) }));
+});
+
+/**
+ * Whether the signed log names `sha256` as an evaluation's evidence: a gate's or task's log, or a file
+ * (the contract's artifacts, `metric.log`) of t0's observation or of a reported one. A candidate's bundle
+ * (its commits) is not evidence a receipt publishes: the code stays the team's.
+ */
+function namesEvidence(lines: readonly string[], sha256: string): boolean {
+  for (const line of lines) {
+    const event = LoopEvent.parse(JSON.parse(line));
+    const observation = event.type === "loop_created" ? event.data.t0.observation : event.type === "observation_reported" ? event.data.observation : null;
+    if (!observation) continue;
+    const refs = [...observation.gates, ...(observation.tasks ?? [])].flatMap((gate) => (gate.log ? [gate.log] : [])).concat(observation.artifacts ?? []);
+    if (refs.some((ref) => ref.sha256 === sha256)) return true;
+  }
+  return false;
+}
+
+/**
+ * A file the receipt's signed log names (`namesEvidence`), served as the authenticated download route
+ * serves it (`downloadHeaders`: plain UTF-8 text inline, anything else an attachment, never sniffed,
+ * sandboxed): what the page links, so anyone with the receipt can read the evidence it cites. Only what
+ * the coordinator recorded (verified) is served; a digest the log does not name is 404 whether stored or
+ * not, so the route says nothing about the loop's other files.
+ */
+receiptRoutes.get("/r/:id{rc_[0-9a-f]{32}}/files/:sha256{[0-9a-f]{64}}", async (c) => {
+  const row = await receiptOf(c.env, c.req.param("id"));
+  const sha256 = c.req.param("sha256");
+  if (!namesEvidence(await signedLog(c.env, row), sha256)) throw new ApiError(404, "not_found", "the receipt's log names no such file");
+  // Recorded (verified) only, and only while storage holds the bytes verified (its ETag): an object
+  // stored but not yet recorded (S3 mode's presigned PUT) is verified first; one written since is not served.
+  const storage = await inStorage(() => artifactStorage(c.env));
+  const served = await storedToServe({ storage, db: drizzle(c.env.DB), loopId: row.loopId, quotaBytes: artifactLimits(c.env).quotaBytes }, sha256);
+  if (served === "not_recorded") throw new ApiError(404, "not_found", "the file the receipt's log names is not stored");
+  if (served === "damaged") throw damagedArtifact(sha256);
+  const { row: artifact, object } = served;
+  return c.body(object.body, 200, { ...downloadHeaders(artifact), "Content-Length": String(object.size), ETag: object.httpEtag, "Cache-Control": IMMUTABLE });
 });
