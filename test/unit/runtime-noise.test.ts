@@ -21,6 +21,8 @@ describe("runtime noise filter", () => {
         "stack: /x/workerd@51de6ea /x/workerd@51de8b9",
         "uncaught exception; source = Uncaught (in promise); stack = Error: Network connection lost.",
         "exception = workerd/api/web-socket.c++:821: disconnected: WebSocket peer disconnected",
+        "exception = workerd/api/streams/internal.c++:2349: disconnected: pump canceled",
+        "stack: /x/workerd@3158c13 /x/workerd@2f2d500",
       ]),
     ).toEqual([]);
   });
