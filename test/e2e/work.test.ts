@@ -9,6 +9,7 @@ import { api, exitOf, gitIn, loopEvents, makeRepo, recordedLoopId, runCli, share
 import { isGoneWithin } from "../support/process.js";
 import { timedWorkProject } from "../support/timed-work-project.js";
 import { mulberry32 } from "../support/prng.js";
+import { CALC, CALC_TESTS } from "../support/two-runner-project.js";
 
 // Team-shared loops end to end (DESIGN §1.2): one agent proposing with `run`, three `loopwarden work`
 // runners in checkouts of their own (which have only t0: every candidate reaches them as a git bundle),
@@ -170,11 +171,6 @@ describe("loopwarden work", () => {
 
 // ---- one runner's jobs: one job's end is never the runner's ------------------------------------------
 
-const CALC = {
-  buggy: ["export const add = (a, b) => a - b;", "export const mul = (a, b) => a + b;", "export const neg = (a) => a;"],
-  fixed: ["export const add = (a, b) => a + b;", "export const mul = (a, b) => a * b;", "export const neg = (a) => -a;"],
-};
-
 /** Where a held candidate's test process says who it is, and what holds it: outside every repository, like a gate's own files. */
 interface Hold {
   file: string;
@@ -205,15 +201,7 @@ function calcProject(name: string): Record<string, string> {
   return {
     "package.json": '{ "name": "calc", "private": true, "type": "module" }\n',
     "src/calc.js": calcSource([]),
-    "test/calc.test.js": [
-      "import { test } from 'node:test';",
-      "import assert from 'node:assert/strict';",
-      "import { add, mul, neg } from '../src/calc.js';",
-      "test('add', () => assert.equal(add(2, 3), 5));",
-      "test('mul', () => assert.equal(mul(2, 3), 6));",
-      "test('neg', () => assert.equal(neg(2), -2));",
-      "",
-    ].join("\n"),
+    "test/calc.test.js": CALC_TESTS,
     "loop.yaml": [
       `name: ${name}`,
       "mode: check_fixpoint",

@@ -1,10 +1,22 @@
 // A small check_fixpoint project for loops with two runners (the fault suite, bench/faults.ts): `run`
 // proposes, a `loopwarden work` runner evaluates, because the contract requires a label only it has.
 
-const CALC = {
+/** The three functions of calc.js, as shipped (buggy) and as fixed. */
+export const CALC = {
   buggy: ["export const add = (a, b) => a - b;", "export const mul = (a, b) => a + b;", "export const neg = (a) => a;"],
   fixed: ["export const add = (a, b) => a + b;", "export const mul = (a, b) => a * b;", "export const neg = (a) => -a;"],
 };
+
+/** calc.js's tests, one per function. */
+export const CALC_TESTS = [
+  "import { test } from 'node:test';",
+  "import assert from 'node:assert/strict';",
+  "import { add, mul, neg } from '../src/calc.js';",
+  "test('add', () => assert.equal(add(2, 3), 5));",
+  "test('mul', () => assert.equal(mul(2, 3), 6));",
+  "test('neg', () => assert.equal(neg(2), -2));",
+  "",
+].join("\n");
 
 /** calc.js with the named functions fixed and the others buggy. */
 function calcSource(fixed: string[]): string {
@@ -22,15 +34,7 @@ export function twoRunnerProject(): Record<string, string> {
   return {
     "package.json": '{ "name": "calc", "private": true, "type": "module" }\n',
     "src/calc.js": calcSource([]),
-    "test/calc.test.js": [
-      "import { test } from 'node:test';",
-      "import assert from 'node:assert/strict';",
-      "import { add, mul, neg } from '../src/calc.js';",
-      "test('add', () => assert.equal(add(2, 3), 5));",
-      "test('mul', () => assert.equal(mul(2, 3), 6));",
-      "test('neg', () => assert.equal(neg(2), -2));",
-      "",
-    ].join("\n"),
+    "test/calc.test.js": CALC_TESTS,
     "agent.mjs": [
       "import { writeFileSync } from 'node:fs';",
       `const plans = ${JSON.stringify(plans)};`,
