@@ -29,6 +29,10 @@ function clientServing(bytes: Uint8Array): Client {
   return { downloadArtifact: async () => bytes } as unknown as Client;
 }
 
+/** What a `work` runner does with a job's commit: fetches it from `bundle` (served as the loop's artifact) into `checkout`. */
+const fetchInto = (checkout: string, commit: string, bundle: Uint8Array) =>
+  ensureCommits({ client: clientServing(bundle), repo: checkout }, "lp_1", [{ commit, bundle: { sha256: sha256Hex(bundle), size: bundle.length } }], () => {});
+
 const has = (repo: string, commit: string) => {
   try {
     execFileSync("git", ["cat-file", "-e", `${commit}^{commit}`], { cwd: repo, stdio: "ignore" });
@@ -52,12 +56,7 @@ describe("candidate bundles", () => {
     expect(git(repo, "for-each-ref")).toBe(refsBefore);
 
     expect(has(checkout, candidate)).toBe(false);
-    await ensureCommits(
-      { client: clientServing(bundle), repo: checkout },
-      "lp_1",
-      [{ commit: candidate, bundle: { sha256: sha256Hex(bundle), size: bundle.length } }],
-      () => {},
-    );
+    await fetchInto(checkout, candidate, bundle);
     expect(has(checkout, candidate)).toBe(true);
   });
 
@@ -71,12 +70,7 @@ describe("candidate bundles", () => {
     const bundle = await bundleOf(repo, candidate, t0);
     expect(bundleTips(bundle)).toEqual([candidate]);
     expect(git(repo, "for-each-ref")).toBe(refsBefore);
-    await ensureCommits(
-      { client: clientServing(bundle), repo: checkout },
-      "lp_1",
-      [{ commit: candidate, bundle: { sha256: sha256Hex(bundle), size: bundle.length } }],
-      () => {},
-    );
+    await fetchInto(checkout, candidate, bundle);
     expect(has(checkout, candidate)).toBe(true);
   });
 
@@ -88,12 +82,7 @@ describe("candidate bundles", () => {
     const file = path.join(dir, "earlier.bundle");
     git(repo, "bundle", "create", "-q", file, "refs/loopwarden/bundle", `^${t0}`);
     const bundle = execFileSync("cat", [file]);
-    await ensureCommits(
-      { client: clientServing(bundle), repo: checkout },
-      "lp_1",
-      [{ commit: candidate, bundle: { sha256: sha256Hex(bundle), size: bundle.length } }],
-      () => {},
-    );
+    await fetchInto(checkout, candidate, bundle);
     expect(has(checkout, candidate)).toBe(true);
   });
 
