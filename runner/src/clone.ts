@@ -4,7 +4,8 @@ import os from "node:os";
 import path from "node:path";
 import { cloneEnv, isWithin } from "./environment.js";
 import { UserError } from "./errors.js";
-import { cloneAt } from "./git.js";
+import { blankClone, checkoutDetached } from "./git.js";
+import type { GuardReadingsBeforeGates } from "./guard-readings.js";
 import { isProcessAlive } from "./processes.js";
 import { timed } from "./timings.js";
 
@@ -19,6 +20,8 @@ export interface Clone {
   env: NodeJS.ProcessEnv;
   /** Aborted when the job this clone serves is lost (its lease reclaimed): every command in it is killed. */
   signal?: AbortSignal | undefined;
+  /** The guard readings `cloneAhead` took as soon as the checkout was made, before anything ran in it. */
+  guardsBefore?: Promise<GuardReadingsBeforeGates> | undefined;
 }
 
 /** The directory all runner processes keep their clones under: the system's temporary directory. */
@@ -67,14 +70,67 @@ async function checkedTreePaths(repo: string): Promise<string[]> {
 let liveClones = 0;
 let tidying: Promise<void> = Promise.resolve();
 
-/** Makes a fresh detached clone of `commit` in this process's directory and answers where it is. */
-async function makeClone(repo: string, commit: string, label: string): Promise<string> {
+/** Makes a clone with nothing checked out (`blankClone`) in this process's directory. */
+async function makeBlank(repo: string, label: string): Promise<{ dir: string; shared: boolean }> {
   liveClones++;
   const dir = path.join(processDir(), `${label}-${randomBytes(4).toString("hex")}`);
   try {
     await tidying;
     await mkdir(processDir(), { recursive: true, mode: 0o700 });
-    await timed("clone", () => cloneAt(repo, commit, dir));
+    const { shared } = await timed("clone", () => blankClone(repo, dir));
+    return { dir, shared };
+  } catch (error) {
+    await removeClone(dir);
+    throw error;
+  }
+}
+
+// Blank clones made ahead of a commit, by repository: `prepareClone` starts one while the candidate's
+// commit is being written, and the next clone of that repository checks the commit out in it.
+const blanks = new Map<string, Promise<{ dir: string; shared: boolean }>>();
+const repoKey = (repo: string) => path.resolve(repo);
+
+/**
+ * Starts a blank clone of `repo` now (`blankClone`), for the next clone of the repository, of whatever
+ * commit, to take: the runner calls it when an agent run ends, so the clone is made while the candidate
+ * is committed. Taken by the next `cloneAhead` or `withClone`, or removed by `dropPreparedClone`.
+ */
+export function prepareClone(repo: string): void {
+  const key = repoKey(repo);
+  if (blanks.has(key)) return;
+  const made = checkedTreePaths(repo).then(() => makeBlank(repo, "ahead"));
+  // A failure is met again by the clone that takes it, which then makes its own.
+  made.catch(() => undefined);
+  blanks.set(key, made);
+}
+
+/** The blank clone `prepareClone` started for `repo`, no longer there for another clone to take. */
+function takePrepared(repo: string): Promise<{ dir: string; shared: boolean }> | undefined {
+  const made = blanks.get(repoKey(repo));
+  blanks.delete(repoKey(repo));
+  return made;
+}
+
+/** Removes the blank clone `prepareClone` started for `repo`, unless a clone took it. */
+export async function dropPreparedClone(repo: string): Promise<void> {
+  const blank = await takePrepared(repo)?.catch(() => null);
+  if (blank) await removeClone(blank.dir);
+}
+
+/**
+ * Makes a fresh detached clone of `commit` in this process's directory and answers where it is: in the
+ * blank clone `prepareClone` made when there is one that shares the repository's objects (one that does
+ * not may predate the commit, so it is removed), else in a new one.
+ */
+async function makeClone(repo: string, commit: string, label: string, prepared = takePrepared(repo)): Promise<string> {
+  let blank = prepared ? await prepared.catch(() => null) : null;
+  if (blank && !blank.shared) {
+    await removeClone(blank.dir);
+    blank = null;
+  }
+  const { dir } = blank ?? (await makeBlank(repo, label));
+  try {
+    await timed("clone", () => checkoutDetached(dir, commit));
   } catch (error) {
     await removeClone(dir);
     throw error;
@@ -103,20 +159,26 @@ function removeClone(dir: string): Promise<void> {
 
 // Clones made ahead of their use, by repository and commit: the runner starts a candidate's clone while
 // its proposal and lease are in flight, so the evaluation's clone is not on the iteration's critical path.
-const ahead = new Map<string, Promise<string>>();
-const aheadKey = (repo: string, commit: string) => `${path.resolve(repo)}\0${commit}`;
+const ahead = new Map<string, { dir: Promise<string>; guardsBefore?: Promise<GuardReadingsBeforeGates> | undefined }>();
+const aheadKey = (repo: string, commit: string) => `${repoKey(repo)}\0${commit}`;
 
 /**
  * Starts a clean clone of `commit` now, for the next `withClone` of the same repository and commit to
- * take. One never taken must be given back with `dropCloneAhead`.
+ * take; `readGuards`, when given, takes the guard readings (DESIGN §6.4) as soon as the checkout is made,
+ * before anything can run in it, and the clone carries them. One never taken must be given back with
+ * `dropCloneAhead`.
  */
-export function cloneAhead(repo: string, commit: string): void {
+export function cloneAhead(repo: string, commit: string, readGuards?: (dir: string) => Promise<GuardReadingsBeforeGates>): void {
   const key = aheadKey(repo, commit);
   if (ahead.has(key)) return;
-  const made = checkedTreePaths(repo).then(() => makeClone(repo, commit, `ahead-${commit.slice(0, 10)}`));
+  // The blank clone is taken now, so none made for this candidate is left for another to take.
+  const prepared = takePrepared(repo);
+  const dir = checkedTreePaths(repo).then(() => makeClone(repo, commit, `ahead-${commit.slice(0, 10)}`, prepared));
+  const guardsBefore = readGuards ? dir.then(readGuards) : undefined;
   // A failure is met again by the withClone that takes it (or is moot when nothing does).
-  made.catch(() => undefined);
-  ahead.set(key, made);
+  dir.catch(() => undefined);
+  guardsBefore?.catch(() => undefined);
+  ahead.set(key, { dir, guardsBefore });
 }
 
 /** Removes the clone `cloneAhead` started for `commit`, unless a `withClone` took it. */
@@ -125,7 +187,8 @@ export async function dropCloneAhead(repo: string, commit: string): Promise<void
   const made = ahead.get(key);
   if (!made) return;
   ahead.delete(key);
-  const dir = await made.catch(() => null);
+  await made.guardsBefore?.catch(() => undefined);
+  const dir = await made.dir.catch(() => null);
   if (dir) await removeClone(dir);
 }
 
@@ -139,9 +202,9 @@ export async function withClone<T>(repo: string, commit: string, label: string, 
   const key = aheadKey(repo, commit);
   const made = ahead.get(key);
   ahead.delete(key);
-  const dir = await (made ?? makeClone(repo, commit, label));
+  const dir = await (made?.dir ?? makeClone(repo, commit, label));
   try {
-    return await use({ dir, env: cloneEnv(trees) });
+    return await use({ dir, env: cloneEnv(trees), guardsBefore: made?.guardsBefore });
   } finally {
     // Removed while the runner goes on (the verdict is applied, the next agent starts): not on the
     // iteration's critical path. A process that ends waits for it; one killed first leaves the clone to

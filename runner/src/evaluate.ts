@@ -165,7 +165,8 @@ export interface EvaluationOptions extends GateHooks {
 export async function evaluateIn(clone: Clone, options: EvaluationOptions): Promise<Evaluation> {
   const guards = options.guards;
   if (!guards) return withTasks(clone, options, await runGates(clone, options.contract, options));
-  const before = await readGuardsBeforeGates(clone.dir, options.contract, guards.contractFile);
+  // Taken when the clone was made ahead (the same contract's readings, of the same untouched checkout).
+  const before = await (clone.guardsBefore ?? readGuardsBeforeGates(clone.dir, options.contract, guards.contractFile));
   const evaluation = await withTasks(clone, options, await runGates(clone, options.contract, options));
   const coverage = await readCoverage(clone.dir, options.contract);
   if (coverage.note) options.onNote?.(coverage.note);

@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { appendFile, mkdir, readFile } from "node:fs/promises";
+import { access, appendFile, mkdir, readFile } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
 import { sha256Hex } from "../../shared/hash.js";
@@ -225,18 +225,39 @@ export async function revertTo(repo: string, best: string, keep: { ref: string; 
 }
 
 /**
- * A detached clone of one commit for evaluation: never the agent's working tree (DESIGN §6.4). Hooks
- * are disabled and no remote is left configured, so a gate cannot push or reach credentials through git.
- * These calls never contact a remote (a local clone whose origin is removed before checkout), so no
- * credential helper is ever consulted; the user's global and system git config still apply, since
- * checkout filters (e.g. line endings) live there.
+ * A clone of `repo` for evaluation with nothing checked out yet: never the agent's working tree (DESIGN
+ * §6.4). Hooks are disabled and no remote is left configured, so a gate cannot push or reach credentials
+ * through git. These calls never contact a remote (a local clone whose origin is removed before any
+ * checkout), so no credential helper is ever consulted; the user's global and system git config still
+ * apply, since checkout filters (e.g. line endings) live there.
+ *
+ * The clone borrows the repository's object store (`--shared`: `objects/info/alternates`) instead of
+ * copying or hard-linking it, so it costs the same whatever the history's size, and a commit made in the
+ * repository after the clone can still be checked out in it: a candidate's clone is made while its
+ * commit is being written. Answers false when git could not share the store (a shallow repository, where
+ * it copies instead): such a clone holds only the commits that existed when it was made.
  */
-export async function cloneAt(repo: string, commit: string, dir: string): Promise<void> {
+export async function blankClone(repo: string, dir: string): Promise<{ shared: boolean }> {
   await mkdir(path.dirname(dir), { recursive: true });
   // `--config` writes the setting into the new clone's own config, as `git config` after it would.
-  await git(repo, ["clone", "-q", "--no-checkout", "--config", "core.hooksPath=/dev/null", repo, dir]);
+  await git(repo, ["clone", "-q", "--shared", "--no-checkout", "--config", "core.hooksPath=/dev/null", repo, dir]);
   await git(dir, ["remote", "remove", "origin"]);
+  const shared = await access(path.join(dir, ".git", "objects", "info", "alternates")).then(
+    () => true,
+    () => false,
+  );
+  return { shared };
+}
+
+/** Checks out `commit`, detached, in a clone `blankClone` made. */
+export async function checkoutDetached(dir: string, commit: string): Promise<void> {
   await git(dir, ["checkout", "-q", "--detach", commit]);
+}
+
+/** A fresh detached clone of one commit for evaluation (`blankClone`, then `checkoutDetached`). */
+export async function cloneAt(repo: string, commit: string, dir: string): Promise<void> {
+  await blankClone(repo, dir);
+  await checkoutDetached(dir, commit);
 }
 
 /** The `Key: value` trailers of a commit's message. */

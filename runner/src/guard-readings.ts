@@ -33,8 +33,11 @@ async function readContractFile(clone: string, contractFile: string | null): Pro
   return parsed?.success ? { hash: contractHash(parsed.data) } : { error: "invalid" };
 }
 
+/** The guard readings taken before any gate runs: all but the coverage the gates leave. */
+export type GuardReadingsBeforeGates = Omit<GuardReadings, "coverage_percent">;
+
 /** Readings taken right after checkout, before any gate runs. */
-export async function readGuardsBeforeGates(clone: string, contract: Contract, contractFile: string | null): Promise<Omit<GuardReadings, "coverage_percent">> {
+export async function readGuardsBeforeGates(clone: string, contract: Contract, contractFile: string | null): Promise<GuardReadingsBeforeGates> {
   return {
     protected_files: await hashProtectedFiles(clone, contract, contractFile),
     contract: await readContractFile(clone, contractFile),

@@ -14,6 +14,7 @@ import { contractFileOf, contractHash, validateContract, type LoadedContract } f
 import { resolveContract, resumedContract, type ContractOptions } from "./contract-resolution.js";
 import { UserError } from "./errors.js";
 import { evaluateIn, hardGatesPassed, uploadLogs, type Evaluation } from "./evaluate.js";
+import { readGuardsBeforeGates } from "./guard-readings.js";
 import { faultPoint } from "./fault.js";
 import {
   currentBranch,
@@ -276,17 +277,33 @@ export function pendingProposalFile(session: Session, key: string): string {
   return path.join(session.repo, ".loopwarden", "proposals", `${key}.json`);
 }
 
+function agentFailed(agent: AgentRun | null): boolean {
+  return agent !== null && (agent.timed_out || agent.exit_code !== 0);
+}
+
+/**
+ * Whether this runner evaluates the candidate an agent run left: one whose agent failed is rejected
+ * unevaluated, and the contract's `evaluate.labels` must admit the runner.
+ */
+export function evaluatesOwnCandidate(session: Session, agent: AgentRun | null): boolean {
+  return !agentFailed(agent) && labelsSatisfy(session.loaded.contract.evaluate?.labels ?? {}, session.labels);
+}
+
 /** The proposal for a committed candidate: its diff from the best commit and how the agent run went. */
 export async function buildProposal(
   session: Session,
   candidate: { commit: string; key: string; proposer: Proposer; agent: AgentRun | null; report?: { report: AgentReport | null; error?: string } },
 ): Promise<ProposeCandidateRequest> {
-  const failed = candidate.agent !== null && (candidate.agent.timed_out || candidate.agent.exit_code !== 0);
+  const failed = agentFailed(candidate.agent);
   // A runner the contract's labels admit evaluates its own candidate: the clone for it is made while the
   // proposal is prepared and sent (decideCandidate gives it back if it goes unused: an empty candidate
-  // is rejected unevaluated), and the proposal asks for the lease too.
-  const evaluatesOwn = !failed && labelsSatisfy(session.loaded.contract.evaluate?.labels ?? {}, session.labels);
-  if (evaluatesOwn) cloneAhead(session.repo, candidate.commit);
+  // is rejected unevaluated), its guards read as soon as it is checked out, and the proposal asks for
+  // the lease too.
+  const evaluatesOwn = evaluatesOwnCandidate(session, candidate.agent);
+  if (evaluatesOwn) {
+    const { contract } = session.loaded;
+    cloneAhead(session.repo, candidate.commit, (dir) => readGuardsBeforeGates(dir, contract, contractFileOf(session.loaded)));
+  }
   // Its one-line summary for the agent's history is ready by the next iteration.
   void diffSummary(session.repo, session.loop.best.commit, candidate.commit);
   try {

@@ -2,7 +2,7 @@ import { mkdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { parseDuration } from "../../../shared/duration.js";
 import { HALT_EXIT_CODES, labelsSatisfy } from "../../../shared/engine/index.js";
-import type { LoopSummary } from "../../../shared/wire/api.js";
+import type { LoopSummary, ProposeCandidateRequest } from "../../../shared/wire/api.js";
 import type { Connection, ServerOptions } from "../connect.js";
 import { childEnv } from "../environment.js";
 import { runCommand } from "../exec.js";
@@ -16,7 +16,8 @@ import { confirmAgainstT0 } from "../confirm-job.js";
 import { stateAtHead } from "../event-log.js";
 import { takeTimings, timed } from "../timings.js";
 import { settleInterruptedIteration } from "../interrupted-iteration.js";
-import { buildProposal, decideCandidate, enterLoopBranch, openSession } from "../session.js";
+import { buildProposal, decideCandidate, enterLoopBranch, evaluatesOwnCandidate, openSession } from "../session.js";
+import { dropPreparedClone, prepareClone } from "../clone.js";
 
 /** What `run` and `step` add when the loop they found had already halted (DESIGN §6.6). */
 export const HALTED_BEFORE = "this loop had already halted, so no iteration was run; `loopwarden run --new` starts another loop (from a commit you made)";
@@ -110,11 +111,20 @@ export async function runLoop(options: RunOptions): Promise<number> {
           `the agent left the loop's branch (the working tree is now on ${branch ?? "a detached HEAD"}); loopwarden stopped without committing or resetting anything. Switch back with git switch ${loopBranch(session.loop.loop_id)} and run again`,
         );
       }
-      const report = await readAgentReport(session.repo, files.report);
-      if (report.error) progress(mode, `[${iteration}] ${report.error}; not recorded`);
       const agentRun = { exit_code: agent.exit_code, timed_out: agent.timed_out, duration_ms: agent.duration_ms };
-      const { commit, key } = await timed("commit", () => commitCandidate(session, iteration, agentRun));
-      const proposal = await timed("bundle", () => buildProposal(session, { commit, key, proposer: { kind: "command", command }, agent: agentRun, report }));
+      // The candidate's clone is begun while it is committed (the agent has ended, so nothing of it can
+      // touch the clone): only its checkout waits for the commit.
+      if (evaluatesOwnCandidate(session, agentRun)) prepareClone(session.repo);
+      let proposal: ProposeCandidateRequest;
+      try {
+        const report = await readAgentReport(session.repo, files.report);
+        if (report.error) progress(mode, `[${iteration}] ${report.error}; not recorded`);
+        const { commit, key } = await timed("commit", () => commitCandidate(session, iteration, agentRun));
+        proposal = await timed("bundle", () => buildProposal(session, { commit, key, proposer: { kind: "command", command }, agent: agentRun, report }));
+      } finally {
+        // Taken by the candidate's clone by now, unless the commit failed.
+        await dropPreparedClone(session.repo);
+      }
       await decideCandidate(session, proposal, iteration);
       ran++;
       const timings = takeTimings();
