@@ -1,7 +1,8 @@
 import { randomBytes } from "node:crypto";
 import type { AgentRun } from "../../shared/engine/index.js";
 import { UserError } from "./errors.js";
-import { loopBranch, readTrailers, shortCommit, snapshotCandidate } from "./git.js";
+import { progress } from "./output.js";
+import { diffOf, loopBranch, maintainRepository, readTrailers, shortCommit, snapshotCandidate, type Diff } from "./git.js";
 import type { Session } from "./session.js";
 
 // Candidate commits (DESIGN §13): each carries trailers naming its loop, iteration and proposal key, so
@@ -29,11 +30,15 @@ export async function refuseCandidateBaseline(repo: string, head: string, branch
   );
 }
 
-/** Commits the working tree as a candidate on the loop branch, with trailers that let a restart re-propose it. */
-export async function commitCandidate(session: Session, iteration: number, agent: AgentRun | null): Promise<{ commit: string; key: string }> {
+/**
+ * Commits the working tree as a candidate on the loop branch, with trailers that let a restart re-propose
+ * it, and answers its change from the best commit too (taken while the commit is written).
+ */
+export async function commitCandidate(session: Session, iteration: number, agent: AgentRun | null): Promise<{ commit: string; key: string; diff: Diff }> {
   const key = `cand-${randomBytes(12).toString("hex")}`;
   const agentTrailer = agent ? `exit=${agent.exit_code ?? "signal"} timed_out=${agent.timed_out} duration_ms=${agent.duration_ms}` : "none";
-  const commit = await snapshotCandidate(
+  const best = session.loop.best.commit;
+  const { commit, diff } = await snapshotCandidate(
     session.repo,
     [
       `loopwarden: candidate of iteration ${iteration}`,
@@ -44,8 +49,19 @@ export async function commitCandidate(session: Session, iteration: number, agent
       `${TRAILER.agent}: ${agentTrailer}`,
       "",
     ].join("\n"),
+    best,
   );
-  return { commit, key };
+  return { commit, key, diff: diff ?? (await diffOf(session.repo, best, commit)) };
+}
+
+/**
+ * Git's automatic maintenance, which candidate commits skip (`snapshotCandidate`): run once when the
+ * candidates of a run or a step are settled. A failure is a note, as git's own after a commit is.
+ */
+export async function maintainAfterCandidates(session: Session): Promise<void> {
+  await maintainRepository(session.repo).catch((error: unknown) =>
+    progress(session.mode, `git maintenance failed: ${(error as Error).message.split("\n")[0]}`),
+  );
 }
 
 /** Reads back a candidate commit's trailers; null when the commit is not a candidate of this loop. */

@@ -192,21 +192,48 @@ export async function switchToLoopBranch(repo: string, loopId: string, commit: s
   else await git(repo, ["switch", "-q", "-c", branch, commit]);
 }
 
+/** A change between two trees: the digest of its binary patch, and whether it changes nothing. */
+export interface Diff {
+  sha256: string;
+  empty: boolean;
+}
+
+function diffOfPatch(patch: string): Diff {
+  return { sha256: sha256Hex(Buffer.from(patch, "latin1")), empty: patch.length === 0 };
+}
+
+// Options of every diff a candidate's digest is taken of: the same bytes whichever way it is taken.
+const DIFF_OPTIONS = ["--binary", "--no-color", "--no-ext-diff"];
+
 /**
  * Commits the whole working tree (tracked, untracked, deletions; ignored files excluded) as a candidate
- * on the current branch and returns the commit id. An unchanged tree still yields a commit, so every
- * agent run has a candidate to record.
+ * on the current branch and answers the commit id. An unchanged tree still yields a commit, so every
+ * agent run has a candidate to record. With `diffFrom`, also answers the change from that commit, as
+ * `diffOf(repo, diffFrom, commit)` would: taken from the index the commit is made of, while git writes
+ * the commit. Git's automatic maintenance is not run after each commit (a git process an iteration);
+ * `maintainRepository` runs it when a run ends.
  */
-export async function snapshotCandidate(repo: string, message: string): Promise<string> {
+export async function snapshotCandidate(repo: string, message: string, diffFrom?: string): Promise<{ commit: string; diff: Diff | null }> {
   await git(repo, ["add", "-A"]);
-  await git(repo, [...(await identityArgs(repo)), "commit", "-q", "--allow-empty", "--no-verify", "-m", message]);
-  return committedHead(repo);
+  const committing = identityArgs(repo).then((identity) =>
+    git(repo, [...identity, "-c", "maintenance.auto=false", "commit", "-q", "--allow-empty", "--no-verify", "-m", message]),
+  );
+  // `diff --cached` reads the index without refreshing it, so it never contends for the lock `commit` takes.
+  const diffing = diffFrom === undefined ? null : git(repo, ["diff", "--cached", ...DIFF_OPTIONS, diffFrom], { encoding: "buffer" });
+  diffing?.catch(() => undefined);
+  await committing;
+  const diff = diffing ? diffOfPatch(await diffing) : null;
+  return { commit: await committedHead(repo), diff };
+}
+
+/** Runs git's automatic maintenance, as a commit would have (`git maintenance run --auto`). */
+export async function maintainRepository(repo: string): Promise<void> {
+  await git(repo, ["maintenance", "run", "--auto", "--quiet"]);
 }
 
 /** Digest of the change from `base` to `commit`, and whether it changes nothing. */
-export async function diffOf(repo: string, base: string, commit: string): Promise<{ sha256: string; empty: boolean }> {
-  const diff = await git(repo, ["diff", "--binary", "--no-color", "--no-ext-diff", base, commit], { encoding: "buffer" });
-  return { sha256: sha256Hex(Buffer.from(diff, "latin1")), empty: diff.length === 0 };
+export async function diffOf(repo: string, base: string, commit: string): Promise<Diff> {
+  return diffOfPatch(await git(repo, ["diff", ...DIFF_OPTIONS, base, commit], { encoding: "buffer" }));
 }
 
 /** The ref a rejected candidate is kept under (nothing is ever lost, DESIGN §13). */
@@ -219,9 +246,11 @@ export function rejectedRef(loopId: string, candidateId: string): string {
  * working tree to the best commit. Only the loop branch moves; the user's branches are untouched.
  */
 export async function revertTo(repo: string, best: string, keep: { ref: string; commit: string }): Promise<void> {
-  await git(repo, ["update-ref", keep.ref, keep.commit]);
+  // The ref is written before the branch moves, so a crash never leaves the candidate without it. What
+  // is untracked beside the candidate is removed meanwhile (the ref and the files are apart): the reset
+  // then leaves exactly the best commit's tree, as a reset followed by a clean would.
+  await Promise.all([git(repo, ["update-ref", keep.ref, keep.commit]), git(repo, ["clean", "-q", "-fd"])]);
   await git(repo, ["reset", "-q", "--hard", best]);
-  await git(repo, ["clean", "-q", "-fd"]);
 }
 
 /**

@@ -29,6 +29,7 @@ import {
   revertTo,
   shortCommit,
   switchToLoopBranch,
+  type Diff,
 } from "./git.js";
 import { evaluateUntilDecided, verdictLine } from "./lease-job.js";
 import { liveStatus, progress, type OutputMode } from "./output.js";
@@ -292,7 +293,15 @@ export function evaluatesOwnCandidate(session: Session, agent: AgentRun | null):
 /** The proposal for a committed candidate: its diff from the best commit and how the agent run went. */
 export async function buildProposal(
   session: Session,
-  candidate: { commit: string; key: string; proposer: Proposer; agent: AgentRun | null; report?: { report: AgentReport | null; error?: string } },
+  candidate: {
+    commit: string;
+    key: string;
+    proposer: Proposer;
+    agent: AgentRun | null;
+    report?: { report: AgentReport | null; error?: string };
+    /** Its change from the best commit, when already taken (`commitCandidate`). */
+    diff?: Diff;
+  },
 ): Promise<ProposeCandidateRequest> {
   const failed = agentFailed(candidate.agent);
   // A runner the contract's labels admit evaluates its own candidate: the clone for it is made while the
@@ -317,7 +326,7 @@ export async function buildProposal(
     const bundling =
       failed || !shared ? null : uploadCandidateBundle(session.client, session.loop.loop_id, session.repo, candidate.commit, session.loop.t0.commit);
     bundling?.catch(() => undefined);
-    const diff = await diffOf(session.repo, session.loop.best.commit, candidate.commit);
+    const diff = candidate.diff ?? (await diffOf(session.repo, session.loop.best.commit, candidate.commit));
     let bundle: BundleRef | undefined;
     if (!diff.empty) bundle = (await bundling) ?? undefined;
     else await bundling?.catch(() => undefined); // unused, but not left running behind the proposal

@@ -10,7 +10,7 @@ import { UserError } from "../errors.js";
 import { currentBranch, loopBranch } from "../git.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { agentEnv, readAgentReport, writeAgentContext } from "../agent-context.js";
-import { commitCandidate } from "../candidate-commits.js";
+import { commitCandidate, maintainAfterCandidates } from "../candidate-commits.js";
 import type { ContractOptions } from "../contract-resolution.js";
 import { confirmAgainstT0 } from "../confirm-job.js";
 import { stateAtHead } from "../event-log.js";
@@ -119,8 +119,8 @@ export async function runLoop(options: RunOptions): Promise<number> {
       try {
         const report = await readAgentReport(session.repo, files.report);
         if (report.error) progress(mode, `[${iteration}] ${report.error}; not recorded`);
-        const { commit, key } = await timed("commit", () => commitCandidate(session, iteration, agentRun));
-        proposal = await timed("bundle", () => buildProposal(session, { commit, key, proposer: { kind: "command", command }, agent: agentRun, report }));
+        const { commit, key, diff } = await timed("commit", () => commitCandidate(session, iteration, agentRun));
+        proposal = await timed("bundle", () => buildProposal(session, { commit, key, diff, proposer: { kind: "command", command }, agent: agentRun, report }));
       } finally {
         // Taken by the candidate's clone by now, unless the commit failed.
         await dropPreparedClone(session.repo);
@@ -130,6 +130,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
       const timings = takeTimings();
       if (timings) process.stderr.write(`[${iteration}] ${timings}\n`);
     }
+    if (ran > 0) await maintainAfterCandidates(session);
     if (ran === 0 && session.resumed && session.loop.halt) progress(mode, HALTED_BEFORE);
     // A halted optimize loop's gain over t0 is measured once, here (DESIGN §6.3); a run that resumes a
     // halted loop whose confirm is missing (interrupted) measures it then. Measured where the contract's

@@ -2,7 +2,7 @@ import type { ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
 import { dirtyPaths } from "../git.js";
 import { progress, type OutputMode } from "../output.js";
-import { commitCandidate } from "../candidate-commits.js";
+import { commitCandidate, maintainAfterCandidates } from "../candidate-commits.js";
 import type { ContractOptions } from "../contract-resolution.js";
 import { buildProposal, decideCandidate, enterLoopBranch, openSession } from "../session.js";
 import { HALTED_BEFORE, reportOutcome } from "./run.js";
@@ -23,8 +23,9 @@ export async function stepLoop(options: ContractOptions & ServerOptions & Output
     }
     await enterLoopBranch(session);
     const iteration = session.loop.iteration + 1;
-    const { commit, key } = await commitCandidate(session, iteration, null);
-    await decideCandidate(session, await buildProposal(session, { commit, key, proposer: { kind: "step" }, agent: null }), iteration);
+    const { commit, key, diff } = await commitCandidate(session, iteration, null);
+    await decideCandidate(session, await buildProposal(session, { commit, key, diff, proposer: { kind: "step" }, agent: null }), iteration);
+    await maintainAfterCandidates(session);
     return reportOutcome(session.mode, session.loop, session.connection);
   } finally {
     await session.connection.close();

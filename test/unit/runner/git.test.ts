@@ -1,9 +1,9 @@
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { cloneAt, currentBranch, repositoryName, snapshotCandidate } from "../../../runner/src/git.js";
+import { cloneAt, currentBranch, diffOf, maintainRepository, repositoryName, revertTo, snapshotCandidate } from "../../../runner/src/git.js";
 import { childEnv } from "../../../runner/src/environment.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "lw-git-"));
@@ -73,7 +73,7 @@ describe("HEAD as the runner reads it (from git's files where they are plain, fr
     const repo = fresh("plain");
     git(repo, "switch", "-q", "-c", "loopwarden/lp_1");
     expect(await currentBranch(repo)).toBe("loopwarden/lp_1");
-    const commit = await snapshotCandidate(repo, "a candidate");
+    const { commit } = await snapshotCandidate(repo, "a candidate");
     expect(commit).toBe(head(repo));
     expect(git(repo, "log", "-1", "--format=%s").trim()).toBe("a candidate");
   });
@@ -82,19 +82,85 @@ describe("HEAD as the runner reads it (from git's files where they are plain, fr
     const repo = fresh("detached");
     git(repo, "checkout", "-q", "--detach");
     expect(await currentBranch(repo)).toBeNull();
-    expect(await snapshotCandidate(repo, "detached candidate")).toBe(head(repo));
+    expect((await snapshotCandidate(repo, "detached candidate")).commit).toBe(head(repo));
   });
 
   it("follows packed refs: a branch with no loose ref file is still read right", async () => {
     const repo = fresh("packed");
     git(repo, "switch", "-q", "-c", "loopwarden/lp_2");
-    const first = await snapshotCandidate(repo, "first");
+    const { commit: first } = await snapshotCandidate(repo, "first");
     git(repo, "pack-refs", "--all", "--prune");
     expect(await currentBranch(repo)).toBe("loopwarden/lp_2");
     // The commit writes a loose ref again; the next answer is the new commit, not the packed one.
-    const second = await snapshotCandidate(repo, "second");
+    const { commit: second } = await snapshotCandidate(repo, "second");
     expect(second).not.toBe(first);
     expect(second).toBe(head(repo));
+  });
+
+  it("answers the candidate's change from the base as diffOf does, byte for byte, taken while committing", async () => {
+    const repo = fresh("diffs");
+    writeFileSync(path.join(repo, "kept.txt"), "one\ntwo\n");
+    writeFileSync(path.join(repo, "moved.txt"), "a file long enough to be seen as renamed\n".repeat(5));
+    writeFileSync(path.join(repo, "gone.txt"), "deleted by the candidate\n");
+    writeFileSync(path.join(repo, "script.sh"), "echo hi\n");
+    git(repo, "add", "-A");
+    git(repo, "commit", "-q", "-m", "base");
+    const base = head(repo);
+    writeFileSync(path.join(repo, "kept.txt"), "one\nthree\n");
+    git(repo, "mv", "moved.txt", "renamed.txt");
+    rmSync(path.join(repo, "gone.txt"));
+    chmodSync(path.join(repo, "script.sh"), 0o755);
+    mkdirSync(path.join(repo, "new"));
+    writeFileSync(path.join(repo, "new", "blob.bin"), Buffer.from([0, 1, 2, 255, 0, 7]));
+    const { commit, diff } = await snapshotCandidate(repo, "a change", base);
+    expect(diff).toEqual(await diffOf(repo, base, commit));
+    expect(diff?.empty).toBe(false);
+    // An unchanged tree: an empty change, as diffOf says too.
+    const unchanged = await snapshotCandidate(repo, "nothing", commit);
+    expect(unchanged.diff).toEqual({ ...(await diffOf(repo, commit, unchanged.commit)), empty: true });
+  });
+
+  it("leaves git's automatic maintenance to maintainRepository, once, instead of running it after each commit", async () => {
+    const repo = fresh("maintenance");
+    // A maintenance task that runs whenever there is a loose object, and packs them.
+    git(repo, "config", "maintenance.gc.enabled", "false");
+    git(repo, "config", "maintenance.loose-objects.enabled", "true");
+    git(repo, "config", "maintenance.loose-objects.auto", "1");
+    for (const version of ["1", "2", "3"]) {
+      writeFileSync(path.join(repo, "file.txt"), version);
+      await snapshotCandidate(repo, `candidate ${version}`);
+    }
+    const packed = () => Number(/^in-pack: (\d+)$/m.exec(git(repo, "count-objects", "-v"))?.[1]);
+    expect(packed()).toBe(0);
+    await maintainRepository(repo);
+    expect(packed()).toBeGreaterThan(0);
+  });
+
+  it("reverts to the best commit: the candidate kept under its ref, its files and stray untracked ones gone, ignored ones kept", async () => {
+    const repo = fresh("revert");
+    writeFileSync(path.join(repo, ".gitignore"), "build/\n");
+    writeFileSync(path.join(repo, "file.txt"), "best\n");
+    git(repo, "add", "-A");
+    git(repo, "commit", "-q", "-m", "best");
+    const best = head(repo);
+    git(repo, "switch", "-q", "-c", "loopwarden/lp_4");
+    writeFileSync(path.join(repo, "file.txt"), "candidate\n");
+    mkdirSync(path.join(repo, "added"));
+    writeFileSync(path.join(repo, "added", "new.txt"), "only in the candidate\n");
+    const { commit } = await snapshotCandidate(repo, "candidate");
+    // Written after the commit (a straggling process): not the candidate's, not the best's.
+    writeFileSync(path.join(repo, "stray.txt"), "stray\n");
+    mkdirSync(path.join(repo, "build"));
+    writeFileSync(path.join(repo, "build", "out.o"), "ignored\n");
+    await revertTo(repo, best, { ref: "refs/loopwarden/rejected/lp_4/c1", commit });
+    expect(git(repo, "rev-parse", "refs/loopwarden/rejected/lp_4/c1").trim()).toBe(commit);
+    expect(head(repo)).toBe(best);
+    expect(git(repo, "symbolic-ref", "HEAD").trim()).toBe("refs/heads/loopwarden/lp_4");
+    expect(readFileSync(path.join(repo, "file.txt"), "utf8")).toBe("best\n");
+    expect(existsSync(path.join(repo, "added"))).toBe(false);
+    expect(existsSync(path.join(repo, "stray.txt"))).toBe(false);
+    expect(existsSync(path.join(repo, "build", "out.o"))).toBe(true);
+    expect(git(repo, "status", "--porcelain")).toBe("");
   });
 
   it("reads a linked worktree's own HEAD and the branches of the repository it belongs to", async () => {
@@ -103,7 +169,7 @@ describe("HEAD as the runner reads it (from git's files where they are plain, fr
     git(repo, "worktree", "add", "-q", "-b", "loopwarden/lp_3", linked);
     expect(await currentBranch(linked)).toBe("loopwarden/lp_3");
     expect(await currentBranch(repo)).toBe("main");
-    expect(await snapshotCandidate(linked, "in the linked tree")).toBe(head(linked));
+    expect((await snapshotCandidate(linked, "in the linked tree")).commit).toBe(head(linked));
     expect(head(repo)).not.toBe(head(linked));
   });
 });
