@@ -1,6 +1,7 @@
 import { lstat, readdir } from "node:fs/promises";
 import path from "node:path";
 import picomatch from "picomatch";
+import { INLINE_EVIDENCE_MAX_BYTES, INLINE_EVIDENCE_MAX_FILES, INLINE_EVIDENCE_TOTAL_BYTES, type InlineEvidence } from "../../shared/wire/api.js";
 import { MAX_ARTIFACT_ERRORS, type ArtifactError, type ArtifactRef } from "../../shared/wire/observation.js";
 import { CoordinatorError, type Client } from "./client.js";
 import type { Evaluation } from "./evaluate.js";
@@ -182,6 +183,50 @@ export async function storeLogs(client: Client, loopId: string, evaluation: Eval
     for (const result of results) if (result.log === log.ref) result.log = stored.ref;
   }
   return errors;
+}
+
+/**
+ * Splits an evaluation's logs into those its report carries inline (`evidence`: small ones, within the
+ * wire's limits, each digest once) and those uploaded before it. All are uploaded when the coordinator
+ * takes no inline evidence (`Client.acceptsEvidence`).
+ */
+export function inlineLogs(client: Client, logs: Evaluation["logs"]): { inline: Evaluation["logs"]; uploaded: Evaluation["logs"] } {
+  if (!client.acceptsEvidence) return { inline: [], uploaded: [...logs] };
+  const inline: Evaluation["logs"] = [];
+  const uploaded: Evaluation["logs"] = [];
+  const digests = new Set<string>();
+  let total = 0;
+  for (const log of logs) {
+    const size = log.bytes.byteLength;
+    const fits = size <= INLINE_EVIDENCE_MAX_BYTES && total + size <= INLINE_EVIDENCE_TOTAL_BYTES && inline.length < INLINE_EVIDENCE_MAX_FILES;
+    if (digests.has(log.ref.sha256)) continue; // the same bytes twice (two gates with one log): carried once
+    if (!fits) {
+      uploaded.push(log);
+      continue;
+    }
+    digests.add(log.ref.sha256);
+    total += size;
+    inline.push(log);
+  }
+  return { inline, uploaded };
+}
+
+/** A report's `evidence`: the bytes of the logs `inlineLogs` chose. */
+export function evidenceOf(logs: Evaluation["logs"]): InlineEvidence[] | undefined {
+  return logs.length === 0 ? undefined : logs.map((log) => ({ sha256: log.ref.sha256, base64: Buffer.from(log.bytes).toString("base64") }));
+}
+
+/**
+ * Whether a report was refused for its inline evidence rather than its observation: files the coordinator
+ * will not take that way (S3 mode, an older coordinator's schema) or will not store as they are (too
+ * large, past the quota, recorded with another size). The report is then sent again with the files
+ * uploaded first, where each refusal is handled as an upload's (`storeLogs`).
+ */
+export function evidenceRefusal(error: unknown): "not_taken" | "not_stored" | null {
+  if (!(error instanceof CoordinatorError)) return null;
+  if (error.code === "upload_to_storage" || (error.status === 400 && error.code === "invalid_request")) return "not_taken";
+  const storageCodes = ["artifact_too_large", "evidence_too_large", "quota_exceeded", "size_conflict", "digest_mismatch", "size_mismatch", "invalid_evidence"];
+  return storageCodes.includes(error.code) ? "not_stored" : null;
 }
 
 /**

@@ -65,6 +65,11 @@ function traceRequest(method: string, path: string, status: number | string, bod
   process.stderr.write(`loopwarden http: ${method} ${path} ${status} sent ${bytes} B${encoding} in ${Math.round(performance.now() - startedAt)} ms\n`);
 }
 
+/** `?events_after=N` for a proposal or a report whose answer should carry the events after N. */
+function eventsQuery(after: number | undefined): string {
+  return after === undefined ? "" : `?events_after=${after}`;
+}
+
 /** Whether a URL the coordinator gave is its own path (`/v1/…`) rather than presigned storage. */
 function isCoordinatorPath(url: string): boolean {
   return url.startsWith("/");
@@ -155,6 +160,8 @@ export class Client {
    * Re-sending a few KiB the coordinator may already hold costs less than the round trip that would ask.
    */
   private storesUploads = false;
+  /** Set when this coordinator refused a report's inline evidence (one older than it, say): reports then upload first. */
+  private evidenceRefused = false;
 
   constructor(baseUrl: string, options: ClientOptions = {}) {
     this.baseUrl = baseUrl.replace(/\/+$/, "");
@@ -315,8 +322,9 @@ export class Client {
     return this.json("GET", `/v1/loops/${encodeURIComponent(loopId)}`, LoopSummary);
   }
 
-  proposeCandidate(loopId: string, request: ProposeCandidateRequest) {
-    return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/candidates`, ProposeCandidateResponse, request);
+  /** Proposes a candidate; with `eventsAfter` (the last event folded), the answer carries the log's events after it. */
+  proposeCandidate(loopId: string, request: ProposeCandidateRequest, eventsAfter?: number) {
+    return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/candidates${eventsQuery(eventsAfter)}`, ProposeCandidateResponse, request);
   }
 
   /**
@@ -348,8 +356,22 @@ export class Client {
     return this.json("POST", `/v1/leases/${encodeURIComponent(leaseId)}/release`, ReleaseResponse, request, signal);
   }
 
-  report(leaseId: string, request: ReportRequest) {
-    return this.json("POST", `/v1/leases/${encodeURIComponent(leaseId)}/report`, ReportResponse, request);
+  /**
+   * Whether a report may carry the small files it cites inline (`evidence`): this coordinator stores
+   * uploads itself (binding mode; in S3 mode files go to storage first), and has not refused evidence.
+   */
+  get acceptsEvidence(): boolean {
+    return this.storesUploads && !this.evidenceRefused;
+  }
+
+  /** Reports upload the files they cite first from now on (the coordinator refused inline evidence). */
+  refuseEvidence(): void {
+    this.evidenceRefused = true;
+  }
+
+  /** Reports an observation; with `eventsAfter` (the last event folded), the answer carries the log's events after it. */
+  report(leaseId: string, request: ReportRequest, eventsAfter?: number) {
+    return this.json("POST", `/v1/leases/${encodeURIComponent(leaseId)}/report${eventsQuery(eventsAfter)}`, ReportResponse, request);
   }
 
   /** Uploads bytes held in memory (a gate's log) as a content-addressed artifact, unless the coordinator has it. */

@@ -23,21 +23,39 @@ export interface LoopReader {
  */
 export async function foldLoop(session: LoopReader, waitMs = 0): Promise<LoopState> {
   const after = session.folded?.seq ?? 0;
-  const fetched = (await session.client.eventLines(session.loop.loop_id, after, waitMs)).map((line) => LoopEvent.parse(JSON.parse(line)));
+  const state = foldFetched(session, after, await session.client.eventLines(session.loop.loop_id, after, waitMs));
+  if (!state) throw new Error(`loop ${session.loop.loop_id} has no events`);
+  return state;
+}
+
+/**
+ * Folds the event lines read after `after` (a read of the log, or what an answer carried) onto the
+ * reader's fold. Only what follows the fold as it stands now is applied: a fold of the same reader may
+ * have run while the lines were fetched. Answers the state (null: nothing folded yet, nor now).
+ */
+function foldFetched(session: LoopReader, after: number, lines: readonly string[]): LoopState | null {
+  const fetched = lines.map((line) => LoopEvent.parse(JSON.parse(line)));
   const last = fetched.at(-1);
   if (last && last.seq !== after + fetched.length)
     throw new Error(`loop ${session.loop.loop_id}: events after ${after} are not contiguous (last is ${last.seq})`);
-  // Read again after the wait: what was folded while this read was out is not folded again.
   const current = session.folded;
+  if ((current?.seq ?? 0) < after) return current?.state ?? null; // a gap: left to the next read of the log
   const events = fetched.filter((event) => event.seq > (current?.seq ?? 0));
-  if (events.length === 0) {
-    if (!current) throw new Error(`loop ${session.loop.loop_id} has no events`);
-    return current.state;
-  }
+  if (events.length === 0) return current?.state ?? null;
   const state = foldEvents(events, current?.state ?? null);
-  if (!state) throw new Error(`loop ${session.loop.loop_id} has no events`);
+  if (!state) return null;
   session.folded = { seq: events[events.length - 1]?.seq ?? after, state };
   return state;
+}
+
+/**
+ * Folds the events a proposal's or a report's answer carried (`events`, after the `eventsAfter` it was
+ * sent with), so the next `stateAtHead` needs no read of the log. Nothing happens when the answer
+ * carried none (more had happened than an answer holds): the next fold reads the log.
+ */
+export function foldAnswered(session: LoopReader, eventsAfter: number | undefined, lines: readonly string[] | undefined): void {
+  if (eventsAfter === undefined || lines === undefined) return;
+  foldFetched(session, eventsAfter, lines);
 }
 
 /**

@@ -8,12 +8,12 @@ import { CoordinatorError } from "./client.js";
 import { withClone, type Clone } from "./clone.js";
 import { JobRefused, UserError } from "./errors.js";
 import { evaluateIn, hardGatesPassed, type EvaluationOptions } from "./evaluate.js";
-import { foldLoop, testBaseOf, type LoopReader } from "./event-log.js";
+import { foldAnswered, foldLoop, testBaseOf, type LoopReader } from "./event-log.js";
 import { contractFileOf, type LoadedContract } from "./contract-file.js";
 import { shortCommit } from "./git.js";
 import { liveStatus, paint, progress, type OutputMode } from "./output.js";
 import { MetricLog, samplePairs, type PairedSamples } from "./sampling.js";
-import { boundedErrors, storeLogs, storeReportFiles, type StoredFiles } from "./artifact-files.js";
+import { boundedErrors, evidenceOf, evidenceRefusal, inlineLogs, storeLogs, storeReportFiles, type StoredFiles } from "./artifact-files.js";
 import { timed } from "./timings.js";
 import type { Session } from "./session.js";
 
@@ -97,7 +97,11 @@ export async function evaluateLease(
         warned.add(text);
         progress(mode, `${label}   ${paint("warning", "yellow")}: ${text}`);
       };
-      const logErrors = await timed("upload", () => storeLogs(client, lease.loop_id, evaluation, warn));
+      // Small logs travel with the first report (one request where an upload and a report took two); the
+      // rest are uploaded before it.
+      const { inline, uploaded } = inlineLogs(client, evaluation.logs);
+      const logErrors = await timed("upload", () => storeLogs(client, lease.loop_id, { ...evaluation, logs: uploaded }, warn));
+      let evidence = inline;
       const metricLog = new MetricLog();
       // What the contract's `artifacts` globs match in the clone, and the metric command's output, stored
       // by digest before each report names them (again after more readings: what is stored is not re-sent).
@@ -112,23 +116,48 @@ export async function evaluateLease(
         });
       // Sent as a difference from t0's collected set (DESIGN §8): as large as what changed, not the suite.
       const tests = compactTests(evaluation.observation.tests, base);
-      const report = async (observation: FullObservation) => {
+      const report = async (observation: FullObservation): Promise<ReportResponse> => {
         lost.signal.throwIfAborted();
         const { refs: artifacts, errors } = await timed("upload", storeArtifacts);
-        const artifactErrors = boundedErrors([...logErrors, ...errors]);
         liveStatus(mode, `${label} reporting`);
-        return timed("report", () =>
-          client.report(lease.lease_id, {
-            fencing_token: lease.fencing_token,
-            observation: {
-              ...observation,
-              tests,
-              ...(artifacts.length > 0 ? { artifacts } : {}),
-              ...(artifactErrors.length > 0 ? { artifact_errors: artifactErrors } : {}),
-              ...(lease.job.compare_to ? { compared_to: compareTo } : {}),
-            },
-          }),
-        );
+        // Built at each attempt: uploading refused evidence may change what a gate's log refers to.
+        const send = async () => {
+          const artifactErrors = boundedErrors([...logErrors, ...errors]);
+          const inlined = evidenceOf(evidence);
+          const after = ctx.folded?.seq;
+          const observed = {
+            ...observation,
+            tests,
+            ...(artifacts.length > 0 ? { artifacts } : {}),
+            ...(artifactErrors.length > 0 ? { artifact_errors: artifactErrors } : {}),
+            ...(lease.job.compare_to ? { compared_to: compareTo } : {}),
+          };
+          const answer = await client.report(
+            lease.lease_id,
+            { fencing_token: lease.fencing_token, observation: observed, ...(inlined ? { evidence: inlined } : {}) },
+            after,
+          );
+          // What the log gained (this report, its verdict) comes with the answer: folded now.
+          foldAnswered(ctx, after, answer.events);
+          return answer;
+        };
+        const answer = await timed("report", async () => {
+          try {
+            return await send();
+          } catch (error) {
+            const refusal = evidence.length > 0 ? evidenceRefusal(error) : null;
+            if (!refusal) throw error;
+            // Refused for its inline files: they are uploaded first, each refusal handled as an upload's
+            // (a log too large is stored as its tail), and the report sent again without them.
+            if (refusal === "not_taken") client.refuseEvidence();
+            logErrors.push(...(await timed("upload", () => storeLogs(client, lease.loop_id, { ...evaluation, logs: evidence }, warn))));
+            evidence = [];
+            return send();
+          }
+        });
+        // Stored with the first answer: later reports (more metric readings) cite them as recorded.
+        evidence = [];
+        return answer;
       };
       const decided = (answer: ReportResponse): { verdict: Verdict; loop: LoopSummary } | null => {
         if (answer.verdict.decision !== "requeued") return { verdict: answer.verdict, loop: answer.loop };

@@ -48,7 +48,7 @@ import { parseLabels } from "./labels.js";
 import { failureLine } from "./candidate-evidence.js";
 import { diffSummary } from "./agent-context.js";
 import { timed } from "./timings.js";
-import { stateAtHead } from "./event-log.js";
+import { foldAnswered, stateAtHead } from "./event-log.js";
 import { uploadCandidateBundle } from "./candidate-bundles.js";
 import type { Labels } from "../../shared/wire/contract.js";
 import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
@@ -357,7 +357,11 @@ export async function decideCandidate(session: Session, proposal: ProposeCandida
   await mkdir(path.dirname(pending), { recursive: true });
   await writeFile(pending, JSON.stringify(proposal));
   try {
-    const proposed = await timed("propose", () => session.client.proposeCandidate(session.loop.loop_id, proposal));
+    // The answer carries what the log gained since the last fold (this proposal, its lease): no read of
+    // the log is needed to know the state.
+    const after = session.folded?.seq;
+    const proposed = await timed("propose", () => session.client.proposeCandidate(session.loop.loop_id, proposal, after));
+    foldAnswered(session, after, proposed.events);
     session.loop = proposed.loop;
     let verdict = proposed.candidate.verdict;
     if (!verdict) {

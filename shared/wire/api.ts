@@ -139,6 +139,13 @@ export const CandidateView = z.object({
 export type CandidateView = z.infer<typeof CandidateView>;
 
 /**
+ * The log's events after the `?events_after=N` a proposal or a report gave (the last one its caller had
+ * folded), as stored: one JSON line each, in order. Absent when not asked for, or when more than the
+ * coordinator puts in one answer followed: the caller then reads the log (`GET …/events?after=N`).
+ */
+export const AnsweredEvents = z.array(z.string());
+
+/**
  * `POST /v1/loops/:id/candidates` answer; `verdict` is set when it was decided without evaluation.
  * `lease` answers a request's `lease`: the job now leased to that runner (this candidate or an older
  * one still queued), or null when there is none for it.
@@ -148,6 +155,7 @@ export const ProposeCandidateResponse = z.object({
   replayed: z.boolean(),
   loop: LoopSummary,
   lease: Lease.nullable().optional(),
+  events: AnsweredEvents.optional(),
 });
 export type ProposeCandidateResponse = z.infer<typeof ProposeCandidateResponse>;
 
@@ -166,10 +174,31 @@ export type ReleaseRequest = z.infer<typeof ReleaseRequest>;
 export const ReleaseResponse = z.object({ lease_id: z.string(), candidate_id: z.string(), replayed: z.boolean() });
 export type ReleaseResponse = z.infer<typeof ReleaseResponse>;
 
-/** `POST /v1/leases/:leaseId/report`. */
+/** The largest file a report may carry inline (`evidence`), and the most all of them may add up to. */
+export const INLINE_EVIDENCE_MAX_BYTES = 64 * 1024;
+export const INLINE_EVIDENCE_TOTAL_BYTES = 256 * 1024;
+/** The most files one report carries inline. */
+export const INLINE_EVIDENCE_MAX_FILES = 16;
+
+/**
+ * A small file the observation cites (a gate's log), sent with the report instead of uploaded before it
+ * (DESIGN §10): its digest and its bytes, base64-encoded. The coordinator checks the bytes against the
+ * digest and the size the observation gives, stores them as an upload would, then decides.
+ */
+export const InlineEvidence = z.strictObject({
+  sha256: Sha256,
+  base64: z
+    .string()
+    .max(Math.ceil(INLINE_EVIDENCE_MAX_BYTES / 3) * 4)
+    .regex(/^[A-Za-z0-9+/]*={0,2}$/, "must be base64"),
+});
+export type InlineEvidence = z.infer<typeof InlineEvidence>;
+
+/** `POST /v1/leases/:leaseId/report`; `evidence` carries small files the observation cites (their bytes: the rest are uploaded first). */
 export const ReportRequest = z.strictObject({
   fencing_token: z.number().int().min(1),
   observation: Observation,
+  evidence: z.array(InlineEvidence).min(1).max(INLINE_EVIDENCE_MAX_FILES).optional(),
 });
 export type ReportRequest = z.infer<typeof ReportRequest>;
 
@@ -177,7 +206,7 @@ export type ReportRequest = z.infer<typeof ReportRequest>;
  * `POST /v1/leases/:leaseId/report` answer: the verdict, or `requeued` when the best moved on since the
  * lease (the candidate goes back to the queue, to be compared with the new best).
  */
-export const ReportResponse = z.object({ verdict: ReportAnswer, loop: LoopSummary });
+export const ReportResponse = z.object({ verdict: ReportAnswer, loop: LoopSummary, events: AnsweredEvents.optional() });
 export type ReportResponse = z.infer<typeof ReportResponse>;
 
 /** `POST /v1/loops/:id/artifacts`: the intent to upload one content-addressed file (DESIGN §10). */

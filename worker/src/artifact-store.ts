@@ -5,7 +5,7 @@ import type { ArtifactView } from "../../shared/wire/api.js";
 import { artifactLimits } from "./artifact-limits.js";
 import { sanitizeName, recordedContentType } from "./artifact-names.js";
 import { artifactStorage } from "./artifact-storage-mode.js";
-import type { ArtifactStorage, ObjectBody, StoredObject } from "./artifact-storage.js";
+import type { ArtifactStorage, ObjectBody, StoredObject, ThroughWorker } from "./artifact-storage.js";
 import { inStorage, storageError } from "./artifact-upload.js";
 import { artifacts, loopArtifactUsage, type ArtifactRow } from "./db/schema.js";
 import { ApiError } from "./http-errors.js";
@@ -55,16 +55,26 @@ const DIGESTS_PER_QUERY = 90;
  * evidence a decision may rest on is only what the coordinator checked. One query per 90 digests.
  */
 export async function unrecorded<T extends { sha256: string; size: number }>(db: DrizzleD1Database, loopId: string, cited: readonly T[]): Promise<T[]> {
+  const sizes = await recordedSizes(
+    db,
+    loopId,
+    cited.map((ref) => ref.sha256),
+  );
+  return cited.filter((ref) => sizes.get(ref.sha256) !== ref.size);
+}
+
+/** The recorded size of each of `digests` the loop has recorded. One query per 90 digests. */
+export async function recordedSizes(db: DrizzleD1Database, loopId: string, digests: readonly string[]): Promise<Map<string, number>> {
   const sizes = new Map<string, number>();
-  const digests = [...new Set(cited.map((ref) => ref.sha256))];
-  for (let start = 0; start < digests.length; start += DIGESTS_PER_QUERY) {
+  const distinct = [...new Set(digests)];
+  for (let start = 0; start < distinct.length; start += DIGESTS_PER_QUERY) {
     const rows = await db
       .select({ sha256: artifacts.sha256, size: artifacts.size })
       .from(artifacts)
-      .where(and(eq(artifacts.loopId, loopId), inArray(artifacts.sha256, digests.slice(start, start + DIGESTS_PER_QUERY))));
+      .where(and(eq(artifacts.loopId, loopId), inArray(artifacts.sha256, distinct.slice(start, start + DIGESTS_PER_QUERY))));
     for (const row of rows) sizes.set(row.sha256, row.size);
   }
-  return cited.filter((ref) => sizes.get(ref.sha256) !== ref.size);
+  return sizes;
 }
 
 /** The bytes a loop's recorded artifacts take: its running total, one row (0 before its first artifact). */
@@ -158,6 +168,64 @@ export async function recordVerified(scope: ArtifactScope, artifact: VerifiedArt
   const used = await usedBytes(scope.db, scope.loopId);
   await inStorage(() => deleteIfUnchanged(scope.storage, artifactKey(scope.loopId, artifact.sha256), artifact.etag));
   throw quotaExceeded(scope.quotaBytes, used, artifact.size);
+}
+
+/**
+ * The 507 for a new artifact (one not recorded: a recorded one is counted already) of `size` bytes that
+ * would take the loop past its quota: checked on the running total, one row, before a byte is stored.
+ * Recording checks it again in the same D1 batch that counts the artifact (`recordArtifact`), which is
+ * what holds when uploads race.
+ */
+export async function quotaRefusal(scope: ArtifactScope, size: number): Promise<ApiError | null> {
+  const used = await usedBytes(scope.db, scope.loopId);
+  return used + size <= scope.quotaBytes ? null : quotaExceeded(scope.quotaBytes, used, size);
+}
+
+export async function requireQuota(scope: ArtifactScope, size: number): Promise<void> {
+  const refusal = await quotaRefusal(scope, size);
+  if (refusal) throw refusal;
+}
+
+/**
+ * A recorded artifact's size is its bytes' size: an upload of the same sha256 with another is not those
+ * bytes, and is refused before anything is presigned or stored (storage's object is never replaced by it).
+ */
+export function requireRecordedSize(row: ArtifactRow | null, size: number): void {
+  if (row && row.size !== size) {
+    throw new ApiError(409, "size_conflict", `artifact ${row.sha256} is recorded with ${row.size} bytes; an upload of it cannot be ${size}`);
+  }
+}
+
+/** An artifact's bytes as they come through the worker (binding mode): its digest, names and length. */
+export interface IncomingArtifact {
+  sha256: string;
+  name: string;
+  contentType: string;
+  length: number;
+  body: ReadableStream<Uint8Array> | null;
+}
+
+/**
+ * Stores bytes sent through the worker under their digest and records them (the PUT route, and the gate
+ * logs a report carries): refused before a byte is stored when the artifact is recorded with another
+ * size or, new, would pass the loop's quota. R2 hashes the bytes itself and refuses any that do not hash
+ * to the key, so nothing unverified is stored; a recorded artifact sent again replaces its object with
+ * the same bytes (repairing a damaged one).
+ */
+export async function putThroughWorker(
+  scope: ArtifactScope,
+  through: ThroughWorker,
+  artifact: IncomingArtifact,
+): Promise<{ row: ArtifactRow; created: boolean }> {
+  const { sha256, name, contentType, length } = artifact;
+  const recorded = await findArtifact(scope.db, scope.loopId, sha256);
+  requireRecordedSize(recorded, length);
+  if (!recorded) await requireQuota(scope, length);
+  const object = await inStorage(() =>
+    through.put({ key: artifactKey(scope.loopId, sha256), sha256, contentType, recordedContentType: contentType, name }, artifact.body, length),
+  );
+  if (object?.size !== length) throw storageError(new Error(`R2 stored ${object?.size ?? "no"} bytes of ${length}`));
+  return recordVerified(scope, { loopId: scope.loopId, sha256, size: length, name, contentType, etag: object.etag });
 }
 
 /** What a caller knows of an artifact it names (an intent, a report's reference), used when storage kept neither. */

@@ -3,8 +3,10 @@ import { sha256Hex } from "../../shared/hash.js";
 import { LoopId } from "../../shared/wire/api.js";
 import type { Scope } from "../../shared/wire/auth.js";
 import { callerFor, OWNER_TEAM, requireScope, type AuthEnv, type Caller } from "./auth.js";
+import { z } from "zod";
 import { ApiError } from "./http-errors.js";
 import type { LoopObject } from "./loop-object.js";
+import { readParam } from "./validate.js";
 
 /**
  * The loop id an idempotency key names within a team: creating twice with one key reaches the same
@@ -44,4 +46,29 @@ export function loopIdOfLease(leaseId: string): string {
   const match = /^(lp_[0-9a-f]{24})-L\d{1,15}$/.exec(leaseId);
   if (!match?.[1]) throw new ApiError(404, "lease_not_found", "no such lease");
   return match[1];
+}
+
+/** The most events a proposal's or a report's answer carries; past it, none (the caller reads the log). */
+export const EVENTS_IN_ANSWER = 100;
+
+const EventsAfter = z.coerce.number().int().min(0);
+
+/**
+ * `?events_after=N` on a proposal or a report: the last event its caller has folded. Read before anything
+ * is decided, so a malformed one is a 400 that changes nothing; null when the caller did not ask.
+ */
+export function eventsAfterOf(c: Context<AuthEnv>): number | null {
+  const raw = c.req.query("events_after");
+  return raw === undefined ? null : readParam(raw, EventsAfter, "events_after");
+}
+
+/**
+ * What an answer carries for a caller that asked (`eventsAfterOf`): the log's events after `after` as
+ * stored, so the runner's fold keeps up without a read of the log each iteration; none when there are
+ * more than EVENTS_IN_ANSWER (or the read failed): the caller reads the log as before.
+ */
+export async function eventsFollowing(stub: DurableObjectStub<LoopObject>, caller: Caller, after: number | null): Promise<{ events?: string[] }> {
+  if (after === null) return {};
+  const page = await stub.events({ caller, after, limit: EVENTS_IN_ANSWER });
+  return page.ok && !page.more ? { events: page.events } : {};
 }

@@ -4,7 +4,10 @@ import { afterAll, describe, expect, it } from "vitest";
 import {
   boundedErrors,
   contentTypeOf,
+  evidenceOf,
+  evidenceRefusal,
   fileRefusal,
+  inlineLogs,
   matchArtifacts,
   MAX_ARTIFACT_FILES,
   storeLog,
@@ -13,6 +16,7 @@ import {
 } from "../../../runner/src/artifact-files.js";
 import { CoordinatorError, type Client } from "../../../runner/src/client.js";
 import { sha256Hex } from "../../../shared/hash.js";
+import { INLINE_EVIDENCE_MAX_BYTES, INLINE_EVIDENCE_MAX_FILES, INLINE_EVIDENCE_TOTAL_BYTES } from "../../../shared/wire/api.js";
 import { ArtifactError, MAX_ARTIFACT_ERRORS, type ArtifactRef } from "../../../shared/wire/observation.js";
 import { MetricLog } from "../../../runner/src/sampling.js";
 import { tempDir } from "../../support/cli.js";
@@ -224,5 +228,61 @@ describe("MetricLog", () => {
     expect(text.length).toBeLessThanOrEqual(MetricLog.MAX_BYTES + 100);
     expect(text.startsWith("[earlier output cut]\n")).toBe(true);
     expect(text).toContain("pair 399, candidate");
+  });
+});
+
+describe("a report's inline evidence", () => {
+  const log = (name: string, bytes: Uint8Array) => ({
+    ref: { sha256: sha256Hex(bytes), size: bytes.byteLength, name, content_type: "text/plain; charset=utf-8" },
+    bytes: Buffer.from(bytes),
+  });
+  const filled = (size: number, byte: number) => new Uint8Array(size).fill(byte);
+  const taking = { acceptsEvidence: true } as unknown as Client;
+
+  it("carries small logs inline, each digest once, within the wire's limits; uploads the rest first", () => {
+    const small = log("gate-unit.log", filled(100, 1));
+    const same = log("gate-again.log", filled(100, 1));
+    const large = log("gate-big.log", filled(INLINE_EVIDENCE_MAX_BYTES + 1, 2));
+    const { inline, uploaded } = inlineLogs(taking, [small, same, large]);
+    expect(inline.map((entry) => entry.ref.name)).toEqual(["gate-unit.log"]);
+    expect(uploaded.map((entry) => entry.ref.name)).toEqual(["gate-big.log"]);
+    expect(evidenceOf(inline)).toEqual([{ sha256: small.ref.sha256, base64: Buffer.from(small.bytes).toString("base64") }]);
+    expect(evidenceOf([])).toBeUndefined();
+
+    // Past the total, or the count, the rest are uploaded.
+    const many = Array.from({ length: INLINE_EVIDENCE_MAX_FILES + 2 }, (_, index) => log(`gate-${index}.log`, filled(10, index + 10)));
+    expect(inlineLogs(taking, many).inline).toHaveLength(INLINE_EVIDENCE_MAX_FILES);
+    const big = Array.from({ length: 5 }, (_, index) => log(`gate-${index}.log`, filled(INLINE_EVIDENCE_MAX_BYTES, index + 20)));
+    const split = inlineLogs(taking, big);
+    expect(split.inline.reduce((sum, entry) => sum + entry.bytes.byteLength, 0)).toBeLessThanOrEqual(INLINE_EVIDENCE_TOTAL_BYTES);
+    expect(split.inline.length + split.uploaded.length).toBe(5);
+  });
+
+  it("uploads everything first to a coordinator that takes no inline evidence (S3 mode, or one that refused it)", () => {
+    const small = log("gate-unit.log", filled(100, 1));
+    expect(inlineLogs({ acceptsEvidence: false } as unknown as Client, [small])).toEqual({ inline: [], uploaded: [small] });
+  });
+
+  it("tells a refusal of the evidence (sent again, uploaded first) from a refusal of the report", () => {
+    expect(evidenceRefusal(new CoordinatorError(409, "upload_to_storage", "S3 mode"))).toBe("not_taken");
+    // An older coordinator's schema has no `evidence`.
+    expect(evidenceRefusal(new CoordinatorError(400, "invalid_request", "the request body does not match the schema"))).toBe("not_taken");
+    for (const [status, code] of [
+      [507, "quota_exceeded"],
+      [413, "artifact_too_large"],
+      [413, "evidence_too_large"],
+      [409, "size_conflict"],
+    ] as const) {
+      expect(evidenceRefusal(new CoordinatorError(status, code, "refused")), code).toBe("not_stored");
+    }
+    // A lease lost, a halted loop, a server error: the report's own fate, not the evidence's.
+    for (const [status, code] of [
+      [409, "stale_fencing_token"],
+      [409, "loop_halted"],
+      [500, "internal_error"],
+    ] as const) {
+      expect(evidenceRefusal(new CoordinatorError(status, code, "refused")), code).toBeNull();
+    }
+    expect(evidenceRefusal(new Error("cannot reach the coordinator"))).toBeNull();
   });
 });

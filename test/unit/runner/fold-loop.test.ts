@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { foldEvents, sealEvent, type ChainHead, type EventDraft } from "../../../shared/engine/index.js";
 import type { Client } from "../../../runner/src/client.js";
-import { foldLoop, stateAtHead, testBaseOf } from "../../../runner/src/event-log.js";
+import { foldAnswered, foldLoop, stateAtHead, testBaseOf } from "../../../runner/src/event-log.js";
 import type { Session } from "../../../runner/src/session.js";
 import { LoopHarness, TEST_IDS } from "../engine-harness.js";
 
@@ -70,6 +70,49 @@ describe("foldLoop", () => {
     session.loop = { ...session.loop, head: { seq: log.length, hash: "" } };
     expect(await stateAtHead(session)).toEqual(foldEvents(harness.events));
     expect(reads).toBe(2);
+  });
+
+  it("folds the events an answer carried, so stateAtHead needs no read; an answer that skips events is left to the next read", async () => {
+    const harness = new LoopHarness([...TEST_IDS], { stop: { max_iterations: 100, no_progress: 100 } });
+    const log: string[] = [];
+    let reads = 0;
+    const client = {
+      eventLines: async (_loopId: string, after = 0) => {
+        reads++;
+        return log.slice(after);
+      },
+    } as unknown as Client;
+    harness.evaluate("c0", TEST_IDS.slice(1));
+    log.push(...sealed(harness.events));
+    const session = { client, loop: { loop_id: "lp_0123456789abcdef01234567", head: { seq: log.length } } } as unknown as Session;
+    await foldLoop(session);
+    expect(reads).toBe(1);
+
+    // A proposal and its report: their answers carry what followed the fold.
+    harness.evaluate("c1", TEST_IDS.slice(2));
+    const after = log.length;
+    log.push(...sealed(harness.events).slice(after));
+    foldAnswered(session, after, log.slice(after));
+    session.loop = { ...session.loop, head: { seq: log.length, hash: "" } };
+    expect(await stateAtHead(session)).toEqual(foldEvents(harness.events));
+    expect(reads).toBe(1);
+    // The same lines again (a retried request's answer) fold nothing twice.
+    foldAnswered(session, after, log.slice(after));
+    expect(session.folded?.state).toEqual(foldEvents(harness.events));
+
+    // An answer to a request sent after events this fold has not seen: not folded (there would be a gap);
+    // the next stateAtHead reads the log instead.
+    harness.evaluate("c2", TEST_IDS.slice(3));
+    const seen = log.length;
+    log.push(...sealed(harness.events).slice(seen));
+    foldAnswered(session, seen + 1, log.slice(seen + 1));
+    expect(session.folded?.seq).toBe(seen);
+    session.loop = { ...session.loop, head: { seq: log.length, hash: "" } };
+    expect(await stateAtHead(session)).toEqual(foldEvents(harness.events));
+    expect(reads).toBe(2);
+    // No events carried (not asked for, or too many): nothing changes.
+    foldAnswered(session, log.length, undefined);
+    expect(session.folded?.seq).toBe(log.length);
   });
 
   // `work --concurrency N` shares one reader per loop between its slots: two folds may be out at once.

@@ -23,10 +23,12 @@ import {
   digestOf,
   findArtifact,
   listArtifacts,
-  quotaExceeded,
+  putThroughWorker,
+  quotaRefusal,
   recordVerified,
+  requireQuota,
+  requireRecordedSize,
   storedToServe,
-  usedBytes,
   viewOf,
   type ArtifactScope,
 } from "../artifact-store.js";
@@ -103,32 +105,6 @@ function throughWorker(storage: ArtifactStorage): ThroughWorker {
 
 function scopeOf(c: Context<AuthEnv>, storage: ArtifactStorage, loopId: string): ArtifactScope {
   return { storage, db: drizzle(c.env.DB), loopId, quotaBytes: limitsOf(c).quotaBytes };
-}
-
-/**
- * The 507 for a new artifact (one not recorded: a recorded one is counted already) of `size` bytes that
- * would take the loop past its quota: checked on the running total, one row, before a byte is stored.
- * Recording checks it again in the same D1 batch that counts the artifact (`recordArtifact`), which is
- * what holds when uploads race.
- */
-async function quotaRefusal(scope: ArtifactScope, size: number): Promise<ApiError | null> {
-  const used = await usedBytes(scope.db, scope.loopId);
-  return used + size <= scope.quotaBytes ? null : quotaExceeded(scope.quotaBytes, used, size);
-}
-
-async function requireQuota(scope: ArtifactScope, size: number): Promise<void> {
-  const refusal = await quotaRefusal(scope, size);
-  if (refusal) throw refusal;
-}
-
-/**
- * A recorded artifact's size is its bytes' size: an upload of the same sha256 with another is not those
- * bytes, and is refused before anything is presigned or stored (storage's object is never replaced by it).
- */
-function requireRecordedSize(row: ArtifactRow | null, size: number): void {
-  if (row && row.size !== size) {
-    throw new ApiError(409, "size_conflict", `artifact ${row.sha256} is recorded with ${row.size} bytes; an upload of it cannot be ${size}`);
-  }
 }
 
 function stored(c: Context<AuthEnv>, row: ArtifactRow, created: boolean) {
@@ -211,17 +187,7 @@ artifactRoutes.put("/:id/artifacts/:sha256", async (c) => {
   const name = sanitizeName(c.req.query("name"), sha256);
   const contentType = recordedContentType(c.req.header("content-type"));
   const length = declaredLength(c, Math.min(uploadSizes(c.env).putMaxBytes, limitsOf(c).maxBytes), "artifact");
-  const scope = scopeOf(c, storage, loopId);
-  const recorded = await findArtifact(scope.db, loopId, sha256);
-  requireRecordedSize(recorded, length);
-  if (!recorded) await requireQuota(scope, length);
-  // R2 hashes the bytes itself and refuses any that do not hash to the key: nothing unverified is stored.
-  // A recorded artifact sent again replaces its object with the same bytes (repairing a damaged one).
-  const object = await inStorage(() =>
-    through.put({ key: artifactKey(loopId, sha256), sha256, contentType, recordedContentType: contentType, name }, c.req.raw.body, length),
-  );
-  if (object?.size !== length) throw storageError(new Error(`R2 stored ${object?.size ?? "no"} bytes of ${length}`));
-  const { row, created } = await recordVerified(scope, { loopId, sha256, size: length, name, contentType, etag: object.etag });
+  const { row, created } = await putThroughWorker(scopeOf(c, storage, loopId), through, { sha256, name, contentType, length, body: c.req.raw.body });
   return stored(c, row, created);
 });
 

@@ -3,9 +3,10 @@ import { canonicalJson } from "../../../shared/canonical-json.js";
 import { sha256Hex } from "../../../shared/hash.js";
 import { HeartbeatRequest, ReleaseRequest, ReportRequest, type ReleaseResponse, type ReportResponse } from "../../../shared/wire/api.js";
 import { unverifiedIn } from "../artifact-store.js";
+import { storeInlineEvidence } from "../inline-evidence.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import type { AuthEnv } from "../auth.js";
-import { loopIdOfLease, openLoop } from "../loops.js";
+import { eventsAfterOf, eventsFollowing, loopIdOfLease, openLoop } from "../loops.js";
 import { readJson } from "../validate.js";
 
 /** Lease routes of DESIGN §8, mounted at `/v1/leases`. */
@@ -35,17 +36,26 @@ leaseRoutes.post("/:leaseId/release", async (c) => {
 leaseRoutes.post("/:leaseId/report", async (c) => {
   const leaseId = c.req.param("leaseId");
   const { stub, caller, loopId } = openLoop(c, loopIdOfLease(leaseId), "evaluate");
+  const eventsAfter = eventsAfterOf(c);
   const body = await readJson(c, ReportRequest);
-  // Evidence first: every log and file an observation cites must already be recorded — stored and
-  // verified, with its declared size. Checked here, outside the LoopObject, so storage latency never sits
-  // inside a decision (DESIGN §4.5); one D1 query, not a request per file. What D1 does not have but
-  // storage does (a presigned upload in S3 mode, which the runner never confirms) is verified and
-  // recorded now.
+  // Evidence first: every log and file an observation cites must be recorded — stored and verified,
+  // with its declared size — before it is decided. Checked here, outside the LoopObject, so storage
+  // latency never sits inside a decision (DESIGN §4.5); one D1 query, not a request per file. What D1
+  // does not have but storage does (a presigned upload in S3 mode, which the runner never confirms) is
+  // verified and recorded now.
   const cited = [
     ...body.observation.gates.flatMap((gate) => (gate.log ? [{ what: `the log of gate "${gate.name}"`, ...gate.log }] : [])),
     ...(body.observation.artifacts ?? []).map((ref) => ({ what: `artifact "${ref.name}"`, ...ref })),
   ];
-  const [missing] = await unverifiedIn(c.env, loopId, cited);
+  // Small files may come with the report instead of before it: checked, stored and recorded first, as
+  // an upload is; the rest must be recorded already.
+  if (body.evidence) await storeInlineEvidence(c.env, loopId, body.evidence, cited);
+  const inline = new Set(body.evidence?.map((file) => file.sha256));
+  const [missing] = await unverifiedIn(
+    c.env,
+    loopId,
+    cited.filter((ref) => !inline.has(ref.sha256)),
+  );
   if (missing) throw new ApiError(422, "artifact_missing", `${missing.what} (${missing.sha256}) is not stored; upload it first`);
   const answer = await stub.report({
     caller,
@@ -55,6 +65,6 @@ leaseRoutes.post("/:leaseId/report", async (c) => {
     request_hash: sha256Hex(canonicalJson(body)),
   });
   if (!answer.ok) throw refusalError(answer);
-  const response: ReportResponse = { verdict: answer.verdict, loop: answer.loop };
+  const response: ReportResponse = { verdict: answer.verdict, loop: answer.loop, ...(await eventsFollowing(stub, caller, eventsAfter)) };
   return c.json(response);
 });

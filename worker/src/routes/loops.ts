@@ -21,7 +21,7 @@ import { loops } from "../db/schema.js";
 import { unverifiedIn } from "../artifact-store.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import { requireScope, type AuthEnv } from "../auth.js";
-import { loopIdFor, loopStub, openLoop } from "../loops.js";
+import { eventsAfterOf, eventsFollowing, loopIdFor, loopStub, openLoop } from "../loops.js";
 import { readJson, readParam } from "../validate.js";
 import { Sha256 } from "../../../shared/wire/observation.js";
 
@@ -109,6 +109,7 @@ loopRoutes.get("/:id", async (c) => {
 
 loopRoutes.post("/:id/candidates", async (c) => {
   const { stub, caller, loopId } = openLoop(c, c.req.param("id"), "propose");
+  const eventsAfter = eventsAfterOf(c);
   const { lease, ...body } = await readJson(c, ProposeCandidateRequest);
   if (lease) requireScope(c, "evaluate");
   // A bundle the proposal names must be recorded already, with its size (checked outside the LoopObject,
@@ -123,6 +124,7 @@ loopRoutes.post("/:id/candidates", async (c) => {
     replayed: answer.replayed,
     loop: answer.loop,
     ...(lease ? { lease: answer.lease ?? null } : {}),
+    ...(await eventsFollowing(stub, caller, eventsAfter)),
   };
   return c.json(response, answer.replayed ? 200 : 201);
 });

@@ -1,0 +1,136 @@
+import { bytesToHex } from "@noble/hashes/utils.js";
+import { drizzle } from "drizzle-orm/d1";
+import { INLINE_EVIDENCE_MAX_BYTES, INLINE_EVIDENCE_TOTAL_BYTES, type InlineEvidence } from "../../shared/wire/api.js";
+import type { ArtifactRef } from "../../shared/wire/observation.js";
+import { artifactLimits } from "./artifact-limits.js";
+import { recordedContentType, sanitizeName } from "./artifact-names.js";
+import { artifactStorage } from "./artifact-storage-mode.js";
+import { artifactKey, deleteIfUnchanged, quotaExceeded, recordedSizes, recordVerified, usedBytes, type ArtifactScope } from "./artifact-store.js";
+import { inStorage, storageError } from "./artifact-upload.js";
+import { ApiError } from "./http-errors.js";
+
+// A report's inline evidence (DESIGN §10): the small files its observation cites — a gate's log is
+// typically a few KiB — sent with the report, so an evaluation costs one request where an upload and a
+// report took two. The coordinator checks each file's bytes against the digest and the size the
+// observation gives, and stores and records it exactly as an upload through the worker would, before the
+// observation is decided: a decision still rests only on evidence the coordinator has checked.
+
+/** A file the observation cites, as the report route lists them (`what` names it in errors). */
+export type CitedFile = ArtifactRef & { what: string };
+
+function decodeBase64(text: string, sha256: string): Uint8Array {
+  try {
+    return Uint8Array.from(atob(text), (char) => char.charCodeAt(0));
+  } catch {
+    throw new ApiError(400, "invalid_evidence", `the bytes of evidence ${sha256} are not valid base64`);
+  }
+}
+
+/**
+ * Checks every file of a report's `evidence`, then stores each (binding mode; in S3 mode runners upload
+ * to storage first, and a report with evidence is refused with 409 `upload_to_storage`). Every refusal
+ * that depends only on the request — a file the observation does not cite, sent twice, bytes that are not
+ * its digest's or its size's, over the limits, recorded with another size, past the loop's quota — comes
+ * before anything is stored, so such a report stores nothing.
+ */
+export async function storeInlineEvidence(env: Env, loopId: string, evidence: readonly InlineEvidence[], cited: readonly CitedFile[]): Promise<void> {
+  const storage = await artifactStorage(env);
+  const through = storage.through;
+  if (!through) {
+    throw new ApiError(
+      409,
+      "upload_to_storage",
+      "this coordinator keeps artifacts in S3: upload the files a report cites to storage first (POST /v1/loops/:id/artifacts), then report without evidence",
+    );
+  }
+  const { maxBytes, quotaBytes } = artifactLimits(env);
+  const byDigest = new Map(cited.map((ref) => [ref.sha256, ref]));
+  const files: { ref: CitedFile; bytes: Uint8Array }[] = [];
+  let total = 0;
+  for (const item of evidence) {
+    const ref = byDigest.get(item.sha256);
+    if (!ref) throw new ApiError(422, "invalid_evidence", `evidence ${item.sha256} is not a file the observation cites`);
+    if (files.some((file) => file.ref.sha256 === item.sha256)) throw new ApiError(422, "invalid_evidence", `evidence ${item.sha256} is sent twice`);
+    const bytes = decodeBase64(item.base64, item.sha256);
+    if (bytes.byteLength !== ref.size) {
+      throw new ApiError(400, "size_mismatch", `${ref.what} is ${ref.size} bytes in the observation; its evidence is ${bytes.byteLength}`);
+    }
+    const limit = Math.min(INLINE_EVIDENCE_MAX_BYTES, maxBytes);
+    if (bytes.byteLength > limit)
+      throw new ApiError(413, "artifact_too_large", `${ref.what} is ${bytes.byteLength} bytes; evidence sent inline is limited to ${limit}`);
+    total += bytes.byteLength;
+    if (total > INLINE_EVIDENCE_TOTAL_BYTES) {
+      throw new ApiError(413, "evidence_too_large", `a report carries at most ${INLINE_EVIDENCE_TOTAL_BYTES} bytes of evidence inline; upload the rest first`);
+    }
+    const digest = bytesToHex(new Uint8Array(await crypto.subtle.digest("SHA-256", bytes)));
+    if (digest !== item.sha256) throw new ApiError(400, "digest_mismatch", `the evidence sent for ${ref.what} hashes to ${digest}, not ${item.sha256}`);
+    files.push({ ref, bytes });
+  }
+  const scope: ArtifactScope = { storage, db: drizzle(env.DB), loopId, quotaBytes };
+  // The bytes go to R2 while D1 is asked whether the loop has room for them: R2 refuses bytes that do not
+  // hash to the key, and a put the checks then refuse is deleted again, so a refused report leaves
+  // nothing stored (a file recorded already is only replaced by its own bytes).
+  const puts = files.map(({ ref, bytes }) =>
+    inStorage(() =>
+      through.put(
+        {
+          key: artifactKey(loopId, ref.sha256),
+          sha256: ref.sha256,
+          contentType: recordedContentType(ref.content_type),
+          recordedContentType: recordedContentType(ref.content_type),
+          name: sanitizeName(ref.name, ref.sha256),
+        },
+        new Blob([bytes]).stream(),
+        bytes.byteLength,
+      ),
+    ),
+  );
+  const [recorded, used] = await Promise.all([
+    recordedSizes(
+      scope.db,
+      loopId,
+      files.map((file) => file.ref.sha256),
+    ),
+    usedBytes(scope.db, loopId),
+  ]).finally(() => Promise.allSettled(puts));
+  const refusal = refusalOf(files, recorded, used, quotaBytes);
+  const objects = await Promise.allSettled(puts);
+  if (refusal) {
+    await Promise.all(
+      objects.map((object, index) => {
+        const ref = files[index]?.ref;
+        return object.status === "fulfilled" && object.value && ref && !recorded.has(ref.sha256)
+          ? inStorage(() => deleteIfUnchanged(storage, artifactKey(loopId, ref.sha256), object.value?.etag ?? ""))
+          : undefined;
+      }),
+    );
+    throw refusal;
+  }
+  for (const [index, object] of objects.entries()) {
+    const ref = files[index]?.ref;
+    if (!ref) continue;
+    if (object.status === "rejected") throw object.reason;
+    if (object.value?.size !== ref.size) throw storageError(new Error(`R2 stored ${object.value?.size ?? "no"} bytes of ${ref.size}`));
+    // Recording checks the quota again, in the batch that counts the file: what holds when uploads race.
+    await recordVerified(scope, {
+      loopId,
+      sha256: ref.sha256,
+      size: ref.size,
+      name: sanitizeName(ref.name, ref.sha256),
+      contentType: recordedContentType(ref.content_type),
+      etag: object.value.etag,
+    });
+  }
+}
+
+/** Why the files cannot be recorded: one recorded with another size, or new ones past the loop's quota. */
+function refusalOf(files: readonly { ref: CitedFile }[], recorded: ReadonlyMap<string, number>, used: number, quotaBytes: number): ApiError | null {
+  let added = 0;
+  for (const { ref } of files) {
+    const size = recorded.get(ref.sha256);
+    if (size === undefined) added += ref.size;
+    else if (size !== ref.size)
+      return new ApiError(409, "size_conflict", `artifact ${ref.sha256} is recorded with ${size} bytes; ${ref.what} cannot be ${ref.size}`);
+  }
+  return used + added <= quotaBytes ? null : quotaExceeded(quotaBytes, used, added);
+}
