@@ -1,12 +1,9 @@
-import { execFile } from "node:child_process";
 import { access, appendFile, mkdir, readFile } from "node:fs/promises";
 import path from "node:path";
-import { promisify } from "node:util";
 import { sha256Hex } from "../../shared/hash.js";
 import { UserError } from "./errors.js";
+import { execCommand, ExecFailure } from "./spawner.js";
 import { countSpawn } from "./timings.js";
-
-const execFileAsync = promisify(execFile);
 
 /** A git command that failed, with what git said. */
 export class GitError extends Error {
@@ -55,16 +52,14 @@ export function withoutRepoLocatingGitEnv(env: NodeJS.ProcessEnv): NodeJS.Proces
 export async function git(cwd: string, args: string[], options: { encoding?: "buffer" } = {}): Promise<string> {
   countSpawn();
   try {
-    const { stdout } = await execFileAsync("git", [...SAFE_CONFIG, ...args], {
+    return await execCommand("git", [...SAFE_CONFIG, ...args], {
       cwd,
       maxBuffer: 512 * 1024 * 1024,
       env: { ...withoutRepoLocatingGitEnv(process.env), GIT_TERMINAL_PROMPT: "0" },
       encoding: options.encoding === "buffer" ? "latin1" : "utf8",
     });
-    return stdout;
   } catch (error) {
-    const stderr = (error as { stderr?: string }).stderr ?? String(error);
-    throw new GitError(args, stderr);
+    throw new GitError(args, error instanceof ExecFailure ? error.stderr : String(error));
   }
 }
 
