@@ -43,6 +43,7 @@ process.on("message", (request) => {
   });
 });
 process.on("disconnect", () => process.exit(0));
+process.send({ ready: true });
 // A Ctrl-C reaches the whole process group: the runner decides when the helper goes (SIGKILL, or its exit).
 process.on("SIGINT", () => {});
 process.on("SIGTERM", () => {});
@@ -55,21 +56,35 @@ interface Reply {
   stderr: string;
 }
 
-let helper: ChildProcess | null | undefined;
+// The helper process, and whether it has said it is ready: until then, and without one, commands run
+// directly.
+let helper: ChildProcess | null = null;
+let ready = false;
 let nextId = 1;
 const pending = new Map<number, { resolve: (reply: Reply) => void; reject: (error: Error) => void }>();
 
-function startHelper(): ChildProcess | null {
+/**
+ * Starts the helper, for a command that runs many git commands (run, step, work): it takes commands
+ * once it has started (about 50 ms; those before run directly). A short command does without. Once
+ * stopped, or gone, it is not started again.
+ */
+export function useCommandHelper(): void {
+  if (helper) return;
   try {
     const child = spawn(process.execPath, ["-e", HELPER], { stdio: ["ignore", "ignore", "inherit", "ipc"], serialization: "advanced" });
-    child.on("message", (reply: Reply) => {
+    helper = child;
+    child.on("message", (reply: Reply | { ready: true }) => {
+      if ("ready" in reply) {
+        ready = helper === child;
+        return;
+      }
       const waiting = pending.get(reply.id);
       pending.delete(reply.id);
       waiting?.resolve(reply);
       if (pending.size === 0) idle(child);
     });
     const gone = (error: Error) => {
-      if (helper === child) helper = null;
+      if (helper === child) ready = false;
       for (const waiting of pending.values()) waiting.reject(error);
       pending.clear();
     };
@@ -78,21 +93,20 @@ function startHelper(): ChildProcess | null {
     // Stopped by its pid when the runner ends; it also exits on its own when the runner's channel closes.
     process.once("exit", () => child.kill("SIGKILL"));
     idle(child);
-    return child;
   } catch {
-    return null;
+    // No helper: commands run directly.
   }
 }
 
-/** The helper's pid while it runs (null before its first command, or once it is gone). */
+/** The helper's pid while it takes commands (null before it is ready, or once it is gone). */
 export function helperPid(): number | null {
-  return helper?.pid ?? null;
+  return ready ? (helper?.pid ?? null) : null;
 }
 
-/** Stops the helper by its pid (commands after this run directly); the runner's exit does so too. */
+/** Stops the helper by its pid: commands after this run directly. The runner's exit stops it too. */
 export function stopHelper(): void {
   helper?.kill("SIGKILL");
-  helper = null;
+  ready = false;
 }
 
 /** While nothing is in flight, the helper does not keep the runner's event loop alive. */
@@ -108,8 +122,7 @@ function busy(child: ChildProcess): void {
 
 /** Runs `file` with `args` and answers what it printed on stdout; rejects with an ExecFailure. */
 export async function execCommand(file: string, args: readonly string[], options: ExecOptions): Promise<string> {
-  if (helper === undefined) helper = startHelper();
-  const child = helper;
+  const child = ready ? helper : null;
   if (child?.connected) {
     const id = nextId++;
     const reply = await new Promise<Reply>((resolve, reject) => {

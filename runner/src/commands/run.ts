@@ -1,3 +1,4 @@
+import { useCommandHelper } from "../spawner.js";
 import { mkdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { parseDuration } from "../../../shared/duration.js";
@@ -73,6 +74,8 @@ export function reportOutcome(mode: OutputMode, loop: LoopSummary, connection: P
  * revert, until a halt (or one iteration with `--once`). Exits with the halt's class.
  */
 export async function runLoop(options: RunOptions): Promise<number> {
+  // Many git commands follow: run from a small helper process (spawner.ts).
+  useCommandHelper();
   const session = await openSession({ ...options, purpose: "run" });
   const { mode } = session;
   try {

@@ -1,4 +1,5 @@
 import type { ServerOptions } from "../connect.js";
+import { useCommandHelper } from "../spawner.js";
 import { UserError } from "../errors.js";
 import { dirtyPaths } from "../git.js";
 import { progress, type OutputMode } from "../output.js";
@@ -12,6 +13,8 @@ import { HALTED_BEFORE, reportOutcome } from "./run.js";
  * agents that drive the loop themselves. Creates the loop (t0 = HEAD) on first use.
  */
 export async function stepLoop(options: ContractOptions & ServerOptions & OutputMode & { cwd: string; labels?: string | undefined }): Promise<number> {
+  // Many git commands follow: run from a small helper process (spawner.ts).
+  useCommandHelper();
   const session = await openSession({ ...options, purpose: "step" });
   try {
     if (session.loop.status !== "running") {

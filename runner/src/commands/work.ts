@@ -1,3 +1,4 @@
+import { useCommandHelper } from "../spawner.js";
 import { randomBytes } from "node:crypto";
 import os from "node:os";
 import type { Lease, LoopSummary } from "../../../shared/wire/api.js";
@@ -139,6 +140,8 @@ type JobEnd = "done" | "failed";
  * loop halts). `--concurrency N` runs N jobs at once, each under a runner id of its own.
  */
 export async function workCommand(options: WorkOptions): Promise<number> {
+  // Many git commands follow: run from a small helper process (spawner.ts).
+  useCommandHelper();
   const mode: OutputMode = options;
   const repo = await repoRoot(options.cwd);
   await excludeStateDir(repo);

@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { ExecFailure, execCommand, helperPid, stopHelper } from "../../../runner/src/spawner.js";
+import { ExecFailure, execCommand, helperPid, stopHelper, useCommandHelper } from "../../../runner/src/spawner.js";
 import { tempDir } from "../../support/cli.js";
 
 // git commands run from a small helper process, so the runner's own (large) process does not fork for
@@ -17,11 +17,17 @@ afterAll(() => {
 const options = { cwd: process.cwd(), env: process.env, encoding: "utf8" as const, maxBuffer: 1024 * 1024 };
 
 describe("execCommand", () => {
-  it("answers what the command printed, from the helper process", async () => {
+  it("runs commands directly until the helper is ready, then from the helper process", async () => {
+    // Before the helper is asked for, and while it starts: run here.
+    expect(helperPid()).toBeNull();
+    expect(await execCommand("/bin/sh", ["-c", "echo $PPID"], options)).toBe(`${process.pid}\n`);
+    useCommandHelper();
+    while (helperPid() === null) await new Promise((resolve) => setTimeout(resolve, 10));
     expect(await execCommand("/bin/sh", ["-c", "printf 'one\\ntwo'"], options)).toBe("one\ntwo");
     const pid = helperPid();
     expect(pid).not.toBeNull();
-    expect(pid).not.toBe(process.pid);
+    // Started by the helper, not by this process.
+    expect(await execCommand("/bin/sh", ["-c", "echo $PPID"], options)).toBe(`${pid}\n`);
     // The same helper serves the next command, and several at once.
     const answers = await Promise.all([1, 2, 3].map((n) => execCommand("/bin/sh", ["-c", `echo ${n}`], options)));
     expect(answers).toEqual(["1\n", "2\n", "3\n"]);
