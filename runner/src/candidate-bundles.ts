@@ -4,7 +4,7 @@ import os from "node:os";
 import path from "node:path";
 import type { BundleRef } from "../../shared/engine/index.js";
 import { sha256Hex } from "../../shared/hash.js";
-import type { Lease } from "../../shared/wire/api.js";
+import { bundleArtifact, INLINE_EVIDENCE_MAX_BYTES, type InlineEvidence, type Lease, type ProposeCandidateRequest } from "../../shared/wire/api.js";
 import type { Client } from "./client.js";
 import { JobRefused } from "./errors.js";
 import { git, GitError, shortCommit } from "./git.js";
@@ -14,14 +14,41 @@ import { git, GitError, shortCommit } from "./git.js";
 // checkout of the repository fetches the bundle and checks the commit id before evaluating. No shared
 // git remote is needed; the checkout needs only t0, the commit the loop started from.
 
-/** Media type of a git bundle artifact. */
-const BUNDLE_TYPE = "application/x-git-bundle";
-
 /** Bundles `commit` (its commits not reachable from `base`) and uploads it to the loop's artifacts. */
 export async function uploadCandidateBundle(client: Client, loopId: string, repo: string, commit: string, base: string): Promise<BundleRef> {
-  const bytes = await bundleOf(repo, commit, base);
-  const ref = await client.uploadArtifact(loopId, `candidate-${shortCommit(commit)}.bundle`, bytes, BUNDLE_TYPE);
+  return uploadBundleBytes(client, loopId, commit, await bundleOf(repo, commit, base));
+}
+
+async function uploadBundleBytes(client: Client, loopId: string, commit: string, bytes: Uint8Array): Promise<BundleRef> {
+  const { name, content_type } = bundleArtifact(commit);
+  const ref = await client.uploadArtifact(loopId, name, bytes, content_type);
   return { sha256: ref.sha256, size: ref.size };
+}
+
+/**
+ * Bundles `commit` for its proposal: a small bundle travels inside the proposal (`evidence`, when the
+ * coordinator takes it: `Client.acceptsEvidence`), one request less; a larger one is uploaded first.
+ */
+export async function proposalBundle(
+  client: Client,
+  loopId: string,
+  repo: string,
+  commit: string,
+  base: string,
+): Promise<{ bundle: BundleRef; evidence?: InlineEvidence[] }> {
+  const bytes = await bundleOf(repo, commit, base);
+  if (!client.acceptsEvidence || bytes.byteLength > INLINE_EVIDENCE_MAX_BYTES) return { bundle: await uploadBundleBytes(client, loopId, commit, bytes) };
+  return { bundle: { sha256: sha256Hex(bytes), size: bytes.byteLength }, evidence: [{ sha256: sha256Hex(bytes), base64: bytes.toString("base64") }] };
+}
+
+/**
+ * A proposal without its inline bundle, the bundle uploaded instead: what is sent again when the
+ * coordinator refused the evidence (S3 mode, an older coordinator, the loop's quota).
+ */
+export async function withBundleUploaded(client: Client, loopId: string, proposal: ProposeCandidateRequest): Promise<ProposeCandidateRequest> {
+  const { evidence, ...rest } = proposal;
+  for (const item of evidence ?? []) await uploadBundleBytes(client, loopId, proposal.commit, Buffer.from(item.base64, "base64"));
+  return rest;
 }
 
 /**

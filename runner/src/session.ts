@@ -5,7 +5,7 @@ import path from "node:path";
 import { labelsSatisfy, type AgentRun, type BundleRef, type LoopState, type Proposer, type Verdict } from "../../shared/engine/index.js";
 import { formatList } from "../../shared/format-list.js";
 import type { AgentReport } from "../../shared/wire/agent-report.js";
-import type { LoopSummary, ProposeCandidateRequest } from "../../shared/wire/api.js";
+import type { InlineEvidence, LoopSummary, ProposeCandidateRequest } from "../../shared/wire/api.js";
 import { refuseCandidateBaseline } from "./candidate-commits.js";
 import { CoordinatorError, type Client } from "./client.js";
 import { cloneAhead, dropCloneAhead, removeStaleClones, withClone } from "./clone.js";
@@ -49,7 +49,8 @@ import { failureLine } from "./candidate-evidence.js";
 import { diffSummary } from "./agent-context.js";
 import { timed } from "./timings.js";
 import { foldAnswered, stateAtHead } from "./event-log.js";
-import { uploadCandidateBundle } from "./candidate-bundles.js";
+import { proposalBundle, withBundleUploaded } from "./candidate-bundles.js";
+import { evidenceRefusal } from "./artifact-files.js";
 import type { Labels } from "../../shared/wire/contract.js";
 import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
 
@@ -320,15 +321,15 @@ export async function buildProposal(
     // checkout can evaluate it: on a shared coordinator (--server), or when the contract asks for runner
     // labels. On the local coordinator this process evaluates its own candidates, and a bundle would only
     // cost time (a git spawn and an upload an iteration). One the coordinator rejects unevaluated — its
-    // agent failed, or it turns out empty — needs none; the bundle is made and sent while the diff is
-    // taken, as only an empty candidate (the rarer case) turns out not to need it.
+    // agent failed, or it turns out empty — needs none; the bundle is made (and, unless it is small enough
+    // to travel inside the proposal, sent) while the diff is taken, as only an empty candidate (the rarer
+    // case) turns out not to need it.
     const shared = !session.connection.local || session.loaded.contract.evaluate !== undefined;
-    const bundling =
-      failed || !shared ? null : uploadCandidateBundle(session.client, session.loop.loop_id, session.repo, candidate.commit, session.loop.t0.commit);
+    const bundling = failed || !shared ? null : proposalBundle(session.client, session.loop.loop_id, session.repo, candidate.commit, session.loop.t0.commit);
     bundling?.catch(() => undefined);
     const diff = candidate.diff ?? (await diffOf(session.repo, session.loop.best.commit, candidate.commit));
-    let bundle: BundleRef | undefined;
-    if (!diff.empty) bundle = (await bundling) ?? undefined;
+    let bundled: { bundle: BundleRef; evidence?: InlineEvidence[] } | undefined;
+    if (!diff.empty) bundled = (await bundling) ?? undefined;
     else await bundling?.catch(() => undefined); // unused, but not left running behind the proposal
     return {
       idempotency_key: candidate.key,
@@ -339,7 +340,8 @@ export async function buildProposal(
       agent: candidate.agent,
       ...(candidate.report?.report ? { agent_report: candidate.report.report } : {}),
       ...(candidate.report?.error ? { agent_report_error: candidate.report.error } : {}),
-      ...(bundle ? { bundle } : {}),
+      ...(bundled ? { bundle: bundled.bundle } : {}),
+      ...(bundled?.evidence ? { evidence: bundled.evidence } : {}),
       ...(evaluatesOwn && !diff.empty ? { lease: { runner_id: session.workspace.runner_id, labels: session.labels } } : {}),
     };
   } catch (error) {
@@ -360,7 +362,17 @@ export async function decideCandidate(session: Session, proposal: ProposeCandida
     // The answer carries what the log gained since the last fold (this proposal, its lease): no read of
     // the log is needed to know the state.
     const after = session.folded?.seq;
-    const proposed = await timed("propose", () => session.client.proposeCandidate(session.loop.loop_id, proposal, after));
+    const propose = (request: ProposeCandidateRequest) => session.client.proposeCandidate(session.loop.loop_id, request, after);
+    const proposed = await timed("propose", () =>
+      propose(proposal).catch(async (error: unknown) => {
+        // Refused for its inline bundle (S3 mode, an older coordinator, the loop's quota): sent again with
+        // the bundle uploaded first, where a refusal is the upload's own. The proposal is the same one.
+        const refusal = proposal.evidence ? evidenceRefusal(error) : null;
+        if (!refusal) throw error;
+        if (refusal === "not_taken") session.client.refuseEvidence();
+        return propose(await withBundleUploaded(session.client, session.loop.loop_id, proposal));
+      }),
+    );
     foldAnswered(session, after, proposed.events);
     session.loop = proposed.loop;
     let verdict = proposed.candidate.verdict;

@@ -124,8 +124,43 @@ export type Lease = z.infer<typeof Lease>;
  */
 export const ProposalLease = z.strictObject({ runner_id: RunnerId, labels: Labels.default({}) });
 
-/** `POST /v1/loops/:id/candidates`; with `lease`, also `POST /v1/loops/:id/leases` for that runner (the token needs both scopes). */
-export const ProposeCandidateRequest = z.strictObject({ idempotency_key: IdempotencyKey, ...ProposalFields, lease: ProposalLease.optional() });
+/** The largest file a report or a proposal may carry inline (`evidence`), and the most all of them may add up to. */
+export const INLINE_EVIDENCE_MAX_BYTES = 64 * 1024;
+export const INLINE_EVIDENCE_TOTAL_BYTES = 256 * 1024;
+/** The most files one report carries inline. */
+export const INLINE_EVIDENCE_MAX_FILES = 16;
+
+/**
+ * A small file a report's observation cites (a gate's log) or a proposal names (its bundle), sent with
+ * the request instead of uploaded before it (DESIGN §10): its digest and its bytes, base64-encoded. The
+ * coordinator checks the bytes against the digest and the size the request gives, stores them as an
+ * upload would, then decides.
+ */
+export const InlineEvidence = z.strictObject({
+  sha256: Sha256,
+  base64: z
+    .string()
+    .max(Math.ceil(INLINE_EVIDENCE_MAX_BYTES / 3) * 4)
+    .regex(/^[A-Za-z0-9+/]*={0,2}$/, "must be base64"),
+});
+export type InlineEvidence = z.infer<typeof InlineEvidence>;
+
+/** The name and media type a candidate's bundle is stored under (by the runner's upload, or inline). */
+export function bundleArtifact(commit: string): { name: string; content_type: string } {
+  return { name: `candidate-${commit.slice(0, 10)}.bundle`, content_type: "application/x-git-bundle" };
+}
+
+/**
+ * `POST /v1/loops/:id/candidates`; with `lease`, also `POST /v1/loops/:id/leases` for that runner (the
+ * token needs both scopes); with `evidence`, the bytes of the bundle it names.
+ */
+export const ProposeCandidateRequest = z.strictObject({
+  idempotency_key: IdempotencyKey,
+  ...ProposalFields,
+  lease: ProposalLease.optional(),
+  /** The bundle's bytes, when small, instead of an upload before the proposal. Not part of the proposal recorded, nor of its hash. */
+  evidence: z.array(InlineEvidence).length(1).optional(),
+});
 export type ProposeCandidateRequest = z.infer<typeof ProposeCandidateRequest>;
 
 /** A candidate as the API shows it. */
@@ -173,26 +208,6 @@ export type ReleaseRequest = z.infer<typeof ReleaseRequest>;
  */
 export const ReleaseResponse = z.object({ lease_id: z.string(), candidate_id: z.string(), replayed: z.boolean() });
 export type ReleaseResponse = z.infer<typeof ReleaseResponse>;
-
-/** The largest file a report may carry inline (`evidence`), and the most all of them may add up to. */
-export const INLINE_EVIDENCE_MAX_BYTES = 64 * 1024;
-export const INLINE_EVIDENCE_TOTAL_BYTES = 256 * 1024;
-/** The most files one report carries inline. */
-export const INLINE_EVIDENCE_MAX_FILES = 16;
-
-/**
- * A small file the observation cites (a gate's log), sent with the report instead of uploaded before it
- * (DESIGN §10): its digest and its bytes, base64-encoded. The coordinator checks the bytes against the
- * digest and the size the observation gives, stores them as an upload would, then decides.
- */
-export const InlineEvidence = z.strictObject({
-  sha256: Sha256,
-  base64: z
-    .string()
-    .max(Math.ceil(INLINE_EVIDENCE_MAX_BYTES / 3) * 4)
-    .regex(/^[A-Za-z0-9+/]*={0,2}$/, "must be base64"),
-});
-export type InlineEvidence = z.infer<typeof InlineEvidence>;
 
 /** `POST /v1/leases/:leaseId/report`; `evidence` carries small files the observation cites (their bytes: the rest are uploaded first). */
 export const ReportRequest = z.strictObject({

@@ -6,7 +6,7 @@ import { INLINE_EVIDENCE_MAX_BYTES } from "../../shared/wire/api.js";
 import type { ArtifactRef } from "../../shared/wire/observation.js";
 import { app } from "../../worker/src/app.js";
 import { artifactKey } from "../../worker/src/artifact-store.js";
-import { TEST_IDS, call, createLoop, logOf, observationOf, postJson, proposeAndLease } from "./fixtures.js";
+import { TEST_IDS, call, candidateBody, createLoop, logOf, observationOf, postJson, proposeAndLease } from "./fixtures.js";
 
 // A report's inline evidence (DESIGN §10): a gate's log sent with the report instead of uploaded before
 // it. The coordinator checks the bytes against the digest and size the observation cites and stores and
@@ -215,6 +215,46 @@ describe("a report whose inline evidence is refused stores nothing and decides n
       evidence: [{ sha256: log.sha256, base64: base64(bytes) }],
     });
     expect([refused.status, (await errorOf(refused)).code]).toEqual([409, "upload_to_storage"]);
+    expect(await traces(loop.loop_id)).toEqual(before);
+  });
+});
+
+describe("a proposal carrying its bundle inline", () => {
+  const bundleBytes = encode("# v2 git bundle\nnot a real bundle, but bytes all the same\n");
+  const bundle = { sha256: sha256Hex(bundleBytes), size: bundleBytes.length };
+  const evidence = [{ sha256: bundle.sha256, base64: base64(bundleBytes) }];
+
+  it("stores and records the bundle before the proposal is registered; the proposal recorded is the same as one uploaded first", async () => {
+    const loop = await createLoop("inline-bundle", [A, C]);
+    const body = { ...candidateBody("inline-bundle"), bundle };
+    const proposed = await postJson(`/v1/loops/${loop.loop_id}/candidates`, { ...body, evidence });
+    expect(proposed.status, await proposed.clone().text()).toBe(201);
+    const row = await env.DB.prepare("SELECT size, name, content_type FROM artifacts WHERE loop_id = ? AND sha256 = ?")
+      .bind(loop.loop_id, bundle.sha256)
+      .first<{ size: number; name: string; content_type: string }>();
+    expect(row).toEqual({ size: bundleBytes.length, name: `candidate-${body.commit.slice(0, 10)}.bundle`, content_type: "application/x-git-bundle" });
+    const download = await call(`/v1/loops/${loop.loop_id}/artifacts/${bundle.sha256}`);
+    expect(new Uint8Array(await download.arrayBuffer())).toEqual(bundleBytes);
+    // The bytes are not part of the proposal: not in its event, and a retry without them is the same proposal.
+    const events = await (await call(`/v1/loops/${loop.loop_id}/events?after=0`)).text();
+    expect(events).not.toContain(evidence[0]?.base64);
+    const retried = await postJson(`/v1/loops/${loop.loop_id}/candidates`, body);
+    expect(retried.status).toBe(200);
+    expect(await retried.json()).toMatchObject({ replayed: true });
+  });
+
+  it("is refused, storing and registering nothing, when the bytes are not the bundle's or there is no bundle", async () => {
+    const loop = await createLoop("inline-bundle-bad", [A, C]);
+    const before = await traces(loop.loop_id);
+    const other = encode("other bytes");
+    const mismatch = await postJson(`/v1/loops/${loop.loop_id}/candidates`, {
+      ...candidateBody("inline-bundle-bad"),
+      bundle,
+      evidence: [{ sha256: bundle.sha256, base64: base64(other) }],
+    });
+    expect([mismatch.status, (await errorOf(mismatch)).code]).toEqual([400, "size_mismatch"]);
+    const unnamed = await postJson(`/v1/loops/${loop.loop_id}/candidates`, { ...candidateBody("inline-bundle-bad"), evidence });
+    expect([unnamed.status, (await errorOf(unnamed)).code]).toEqual([422, "invalid_evidence"]);
     expect(await traces(loop.loop_id)).toEqual(before);
   });
 });

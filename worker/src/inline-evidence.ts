@@ -4,18 +4,18 @@ import { INLINE_EVIDENCE_MAX_BYTES, INLINE_EVIDENCE_TOTAL_BYTES, type InlineEvid
 import type { ArtifactRef } from "../../shared/wire/observation.js";
 import { artifactLimits } from "./artifact-limits.js";
 import { recordedContentType, sanitizeName } from "./artifact-names.js";
-import { artifactStorage } from "./artifact-storage-mode.js";
+import { artifactStorage, s3Settings } from "./artifact-storage-mode.js";
 import { artifactKey, deleteIfUnchanged, quotaExceeded, recordedSizes, recordVerified, usedBytes, type ArtifactScope } from "./artifact-store.js";
 import { inStorage, storageError } from "./artifact-upload.js";
 import { ApiError } from "./http-errors.js";
 
-// A report's inline evidence (DESIGN §10): the small files its observation cites — a gate's log is
-// typically a few KiB — sent with the report, so an evaluation costs one request where an upload and a
-// report took two. The coordinator checks each file's bytes against the digest and the size the
-// observation gives, and stores and records it exactly as an upload through the worker would, before the
-// observation is decided: a decision still rests only on evidence the coordinator has checked.
+// Inline evidence (DESIGN §10): the small files a report's observation cites — a gate's log is
+// typically a few KiB — or a proposal's bundle, sent with the request, so it costs one request where an
+// upload and the request took two. The coordinator checks each file's bytes against the digest and the
+// size the request gives, and stores and records it exactly as an upload through the worker would,
+// before the request is decided: a decision still rests only on evidence the coordinator has checked.
 
-/** A file the observation cites, as the report route lists them (`what` names it in errors). */
+/** A file the request cites, as the routes list them (`what` names it in errors). */
 export type CitedFile = ArtifactRef & { what: string };
 
 function decodeBase64(text: string, sha256: string): Uint8Array {
@@ -27,20 +27,21 @@ function decodeBase64(text: string, sha256: string): Uint8Array {
 }
 
 /**
- * Checks every file of a report's `evidence`, then stores each (binding mode; in S3 mode runners upload
- * to storage first, and a report with evidence is refused with 409 `upload_to_storage`). Every refusal
- * that depends only on the request — a file the observation does not cite, sent twice, bytes that are not
+ * Checks every file of a request's `evidence`, then stores each (binding mode; in S3 mode runners upload
+ * to storage first, and a request with evidence is refused with 409 `upload_to_storage`). Every refusal
+ * that depends only on the request — a file it does not cite, sent twice, bytes that are not
  * its digest's or its size's, over the limits, recorded with another size, past the loop's quota — comes
- * before anything is stored, so such a report stores nothing.
+ * before anything is stored, so such a request stores nothing.
  */
 export async function storeInlineEvidence(env: Env, loopId: string, evidence: readonly InlineEvidence[], cited: readonly CitedFile[]): Promise<void> {
-  const storage = await artifactStorage(env);
-  const through = storage.through;
-  if (!through) {
+  // S3 mode is refused before its storage is set up: the worker holds no bytes there.
+  const storage = s3Settings(env) ? null : await artifactStorage(env);
+  const through = storage?.through;
+  if (!storage || !through) {
     throw new ApiError(
       409,
       "upload_to_storage",
-      "this coordinator keeps artifacts in S3: upload the files a report cites to storage first (POST /v1/loops/:id/artifacts), then report without evidence",
+      "this coordinator keeps artifacts in S3: upload the files a request cites to storage first (POST /v1/loops/:id/artifacts), then send it without evidence",
     );
   }
   const { maxBytes, quotaBytes } = artifactLimits(env);
@@ -49,18 +50,18 @@ export async function storeInlineEvidence(env: Env, loopId: string, evidence: re
   let total = 0;
   for (const item of evidence) {
     const ref = byDigest.get(item.sha256);
-    if (!ref) throw new ApiError(422, "invalid_evidence", `evidence ${item.sha256} is not a file the observation cites`);
+    if (!ref) throw new ApiError(422, "invalid_evidence", `evidence ${item.sha256} is not a file the request cites`);
     if (files.some((file) => file.ref.sha256 === item.sha256)) throw new ApiError(422, "invalid_evidence", `evidence ${item.sha256} is sent twice`);
     const bytes = decodeBase64(item.base64, item.sha256);
     if (bytes.byteLength !== ref.size) {
-      throw new ApiError(400, "size_mismatch", `${ref.what} is ${ref.size} bytes in the observation; its evidence is ${bytes.byteLength}`);
+      throw new ApiError(400, "size_mismatch", `${ref.what} is ${ref.size} bytes in the request; its evidence is ${bytes.byteLength}`);
     }
     const limit = Math.min(INLINE_EVIDENCE_MAX_BYTES, maxBytes);
     if (bytes.byteLength > limit)
       throw new ApiError(413, "artifact_too_large", `${ref.what} is ${bytes.byteLength} bytes; evidence sent inline is limited to ${limit}`);
     total += bytes.byteLength;
     if (total > INLINE_EVIDENCE_TOTAL_BYTES) {
-      throw new ApiError(413, "evidence_too_large", `a report carries at most ${INLINE_EVIDENCE_TOTAL_BYTES} bytes of evidence inline; upload the rest first`);
+      throw new ApiError(413, "evidence_too_large", `a request carries at most ${INLINE_EVIDENCE_TOTAL_BYTES} bytes of evidence inline; upload the rest first`);
     }
     const digest = bytesToHex(new Uint8Array(await crypto.subtle.digest("SHA-256", bytes)));
     if (digest !== item.sha256) throw new ApiError(400, "digest_mismatch", `the evidence sent for ${ref.what} hashes to ${digest}, not ${item.sha256}`);
@@ -68,7 +69,7 @@ export async function storeInlineEvidence(env: Env, loopId: string, evidence: re
   }
   const scope: ArtifactScope = { storage, db: drizzle(env.DB), loopId, quotaBytes };
   // The bytes go to R2 while D1 is asked whether the loop has room for them: R2 refuses bytes that do not
-  // hash to the key, and a put the checks then refuse is deleted again, so a refused report leaves
+  // hash to the key, and a put the checks then refuse is deleted again, so a refused request leaves
   // nothing stored (a file recorded already is only replaced by its own bytes).
   const puts = files.map(({ ref, bytes }) =>
     inStorage(() =>

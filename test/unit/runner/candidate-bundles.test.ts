@@ -4,7 +4,8 @@ import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { sha256Hex } from "../../../shared/hash.js";
-import { bundleOf, bundleTips, ensureCommits } from "../../../runner/src/candidate-bundles.js";
+import { bundleOf, bundleTips, ensureCommits, proposalBundle, withBundleUploaded } from "../../../runner/src/candidate-bundles.js";
+import type { ProposeCandidateRequest } from "../../../shared/wire/api.js";
 import type { Client } from "../../../runner/src/client.js";
 
 // Candidate commits travel between checkouts as git bundles: made by the proposer from HEAD (or a ref
@@ -103,5 +104,48 @@ describe("candidate bundles", () => {
     ).rejects.toThrow(/did not contain that commit/);
     expect(has(checkout, one)).toBe(false);
     expect(has(checkout, two)).toBe(false);
+  });
+});
+
+describe("a proposal's bundle", () => {
+  /** A client that records uploads, and takes inline evidence or not. */
+  function recording(acceptsEvidence: boolean) {
+    const uploads: { name: string; bytes: Buffer; contentType: string }[] = [];
+    const client = {
+      acceptsEvidence,
+      uploadArtifact: async (_loopId: string, name: string, bytes: Uint8Array, contentType: string) => {
+        uploads.push({ name, bytes: Buffer.from(bytes), contentType });
+        return { sha256: sha256Hex(bytes), size: bytes.byteLength, name, content_type: contentType };
+      },
+    } as unknown as Client;
+    return { client, uploads };
+  }
+
+  it("travels inside the proposal when small and the coordinator takes it; else it is uploaded first", async () => {
+    const { repo, t0 } = repositories("inline");
+    git(repo, "commit", "-q", "--allow-empty", "-m", "candidate");
+    const commit = git(repo, "rev-parse", "HEAD").trim();
+    const bytes = await bundleOf(repo, commit, t0);
+
+    const taking = recording(true);
+    const inline = await proposalBundle(taking.client, "lp_1", repo, commit, t0);
+    expect(inline).toEqual({
+      bundle: { sha256: sha256Hex(bytes), size: bytes.length },
+      evidence: [{ sha256: sha256Hex(bytes), base64: bytes.toString("base64") }],
+    });
+    expect(taking.uploads).toEqual([]);
+
+    const refusing = recording(false);
+    expect(await proposalBundle(refusing.client, "lp_1", repo, commit, t0)).toEqual({ bundle: { sha256: sha256Hex(bytes), size: bytes.length } });
+    expect(refusing.uploads.map((upload) => [upload.name, upload.contentType])).toEqual([
+      [`candidate-${commit.slice(0, 10)}.bundle`, "application/x-git-bundle"],
+    ]);
+
+    // Refused inline (an older coordinator, S3 mode): the same bytes uploaded, the proposal otherwise the same.
+    const proposal = { idempotency_key: "cand-1", commit, bundle: inline.bundle, evidence: inline.evidence } as unknown as ProposeCandidateRequest;
+    const again = recording(true);
+    const resent = await withBundleUploaded(again.client, "lp_1", proposal);
+    expect(resent).toEqual({ idempotency_key: "cand-1", commit, bundle: inline.bundle });
+    expect(again.uploads.map((upload) => upload.bytes)).toEqual([bytes]);
   });
 });

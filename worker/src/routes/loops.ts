@@ -8,6 +8,7 @@ import {
   CreateLoopRequest,
   LeaseRequest,
   ProposeCandidateRequest,
+  bundleArtifact,
   type CreateLoopResponse,
   type LoopList,
   type ProposeCandidateResponse,
@@ -19,6 +20,7 @@ import {
 } from "../../../shared/wire/api.js";
 import { loops } from "../db/schema.js";
 import { unverifiedIn } from "../artifact-store.js";
+import { storeInlineEvidence } from "../inline-evidence.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import { requireScope, type AuthEnv } from "../auth.js";
 import { eventsAfterOf, eventsFollowing, loopIdFor, loopStub, openLoop } from "../loops.js";
@@ -110,11 +112,15 @@ loopRoutes.get("/:id", async (c) => {
 loopRoutes.post("/:id/candidates", async (c) => {
   const { stub, caller, loopId } = openLoop(c, c.req.param("id"), "propose");
   const eventsAfter = eventsAfterOf(c);
-  const { lease, ...body } = await readJson(c, ProposeCandidateRequest);
+  const { lease, evidence, ...body } = await readJson(c, ProposeCandidateRequest);
   if (lease) requireScope(c, "evaluate");
   // A bundle the proposal names must be recorded already, with its size (checked outside the LoopObject,
-  // as a report's logs are, so storage latency never sits inside a decision), or be in storage and verified now.
-  if (body.bundle && (await unverifiedIn(c.env, loopId, [body.bundle])).length > 0) {
+  // as a report's logs are, so storage latency never sits inside a decision), or be in storage and
+  // verified now — or come with the proposal (`evidence`, when small), checked and stored first.
+  if (evidence) {
+    if (!body.bundle) throw new ApiError(422, "invalid_evidence", "a proposal carries inline only the bytes of the bundle it names");
+    await storeInlineEvidence(c.env, loopId, evidence, [{ what: "the candidate's bundle", ...body.bundle, ...bundleArtifact(body.commit) }]);
+  } else if (body.bundle && (await unverifiedIn(c.env, loopId, [body.bundle])).length > 0) {
     throw new ApiError(422, "artifact_missing", `the candidate's bundle (${body.bundle.sha256}) is not stored; upload it first`);
   }
   const answer = await stub.propose({ caller, proposal: body, request_hash: sha256Hex(canonicalJson(body)), ...(lease ? { lease } : {}) });
