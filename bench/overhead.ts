@@ -137,7 +137,7 @@ try {
   );
   say();
   say(
-    `Where a steady iteration's time goes, at ${CHECKS[0]} s checks (the runner's own LOOPWARDEN_TIMINGS=1 lines, iterations 2-${ITERATIONS} of every repetition; median ms; spawns and requests are counts). \`bundle\` prepares the proposal (its diff; with \`--server\`, a shared coordinator, the candidate's commits bundled and uploaded too); \`evaluate\` contains \`gates\` (the check itself), \`upload\` (gate logs) and \`report\`. \`clone\` is made while \`bundle\` and \`propose\` run, and is counted in full though it overlaps them, so the phases add up to more than \`total\`.`,
+    `Where a steady iteration's time goes, at ${CHECKS[0]} s checks (the runner's own LOOPWARDEN_TIMINGS=1 lines, iterations 2-${ITERATIONS} of every repetition; median ms; spawns and requests are counts). \`commit\` writes the candidate (its diff is taken meanwhile); \`bundle\` finishes the proposal (with \`--server\`, a shared coordinator, the candidate's commits bundled too: inside the proposal when at most 64 KiB, else uploaded first); \`evaluate\` contains \`gates\` (the check itself), \`upload\` (gate logs too large to travel inside the report) and \`report\`. \`clone\` is begun when the agent ends and checked out while \`commit\`, \`bundle\` and \`propose\` run; it is counted in full though it overlaps them, so the phases add up to more than \`total\`.`,
   );
   say();
   const series = [...phaseSamples.keys()].filter((name) => name.endsWith(`@${CHECKS[0]}`));
