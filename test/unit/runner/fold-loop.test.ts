@@ -18,6 +18,23 @@ function sealed(drafts: readonly EventDraft[]): string[] {
   });
 }
 
+/** A loop whose first candidate is decided, its log served by a client that counts the reads. */
+function decidedLoop() {
+  const harness = new LoopHarness([...TEST_IDS], { stop: { max_iterations: 100, no_progress: 100 } });
+  const log: string[] = [];
+  let count = 0;
+  const client = {
+    eventLines: async (_loopId: string, after = 0) => {
+      count++;
+      return log.slice(after);
+    },
+  } as unknown as Client;
+  harness.evaluate("c0", TEST_IDS.slice(1));
+  log.push(...sealed(harness.events));
+  const session = { client, loop: { loop_id: "lp_0123456789abcdef01234567", head: { seq: log.length } } } as unknown as Session;
+  return { harness, log, session, reads: () => count };
+}
+
 describe("foldLoop", () => {
   it("fetches only the events after the last fold and folds them onto it", async () => {
     const harness = new LoopHarness([...TEST_IDS], { stop: { max_iterations: 100, no_progress: 100 } });
@@ -47,46 +64,24 @@ describe("foldLoop", () => {
   });
 
   it("stateAtHead reads the log only when the last summary names events the fold has not seen", async () => {
-    const harness = new LoopHarness([...TEST_IDS], { stop: { max_iterations: 100, no_progress: 100 } });
-    const log: string[] = [];
-    let reads = 0;
-    const client = {
-      eventLines: async (_loopId: string, after = 0) => {
-        reads++;
-        return log.slice(after);
-      },
-    } as unknown as Client;
-    harness.evaluate("c0", TEST_IDS.slice(1));
-    log.push(...sealed(harness.events));
-    const session = { client, loop: { loop_id: "lp_0123456789abcdef01234567", head: { seq: log.length } } } as unknown as Session;
+    const { harness, log, session, reads } = decidedLoop();
     expect(await stateAtHead(session)).toEqual(foldEvents(harness.events));
-    expect(reads).toBe(1);
+    expect(reads()).toBe(1);
     // The summary (a report's answer) names nothing newer: no request.
     expect(await stateAtHead(session)).toEqual(foldEvents(harness.events));
-    expect(reads).toBe(1);
+    expect(reads()).toBe(1);
     // A verdict since, named by the next answer's head: read and folded.
     harness.evaluate("c1", TEST_IDS.slice(2));
     log.push(...sealed(harness.events).slice(log.length));
     session.loop = { ...session.loop, head: { seq: log.length, hash: "" } };
     expect(await stateAtHead(session)).toEqual(foldEvents(harness.events));
-    expect(reads).toBe(2);
+    expect(reads()).toBe(2);
   });
 
   it("folds the events an answer carried, so stateAtHead needs no read; an answer that skips events is left to the next read", async () => {
-    const harness = new LoopHarness([...TEST_IDS], { stop: { max_iterations: 100, no_progress: 100 } });
-    const log: string[] = [];
-    let reads = 0;
-    const client = {
-      eventLines: async (_loopId: string, after = 0) => {
-        reads++;
-        return log.slice(after);
-      },
-    } as unknown as Client;
-    harness.evaluate("c0", TEST_IDS.slice(1));
-    log.push(...sealed(harness.events));
-    const session = { client, loop: { loop_id: "lp_0123456789abcdef01234567", head: { seq: log.length } } } as unknown as Session;
+    const { harness, log, session, reads } = decidedLoop();
     await foldLoop(session);
-    expect(reads).toBe(1);
+    expect(reads()).toBe(1);
 
     // A proposal and its report: their answers carry what followed the fold.
     harness.evaluate("c1", TEST_IDS.slice(2));
@@ -95,7 +90,7 @@ describe("foldLoop", () => {
     foldAnswered(session, after, log.slice(after));
     session.loop = { ...session.loop, head: { seq: log.length, hash: "" } };
     expect(await stateAtHead(session)).toEqual(foldEvents(harness.events));
-    expect(reads).toBe(1);
+    expect(reads()).toBe(1);
     // The same lines again (a retried request's answer) fold nothing twice.
     foldAnswered(session, after, log.slice(after));
     expect(session.folded?.state).toEqual(foldEvents(harness.events));
@@ -109,7 +104,7 @@ describe("foldLoop", () => {
     expect(session.folded?.seq).toBe(seen);
     session.loop = { ...session.loop, head: { seq: log.length, hash: "" } };
     expect(await stateAtHead(session)).toEqual(foldEvents(harness.events));
-    expect(reads).toBe(2);
+    expect(reads()).toBe(2);
     // No events carried (not asked for, or too many): nothing changes.
     foldAnswered(session, log.length, undefined);
     expect(session.folded?.seq).toBe(log.length);
