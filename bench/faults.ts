@@ -204,9 +204,10 @@ interface KillPoint {
 
 /**
  * Overwrites the first candidate's git bundle before any runner has fetched it, then starts a `work`
- * runner: it must refuse the bundle (digest mismatch) and fetch nothing. The runner's checkout is then
- * given the commit the way its error says (git fetch from the proposer) and the loop goes on. Answers the
- * failures.
+ * runner: it must refuse the bundle (digest mismatch), fetch nothing, give the job back and go on (one
+ * job's trouble never stops a runner). The runner's checkout is then given the commit the way its error
+ * says (git fetch from the proposer), and the same runner evaluates it when the job comes back. Answers
+ * the failures and the runner, which serves the rest of the loop.
  */
 async function corruptBundleFirst(
   coordinator: RestartableCoordinator,
@@ -216,34 +217,33 @@ async function corruptBundleFirst(
   startWork: () => ChildProcess & { output(): string },
   random: () => number,
   deadline: number,
-): Promise<string[]> {
+): Promise<{ failures: string[]; runner: (ChildProcess & { output(): string }) | null }> {
   let bundle: { sha256: string } | undefined;
   let commit = "";
   while (!bundle) {
-    if (Date.now() > deadline) return ["the first candidate was never proposed with a bundle"];
+    if (Date.now() > deadline) return { failures: ["the first candidate was never proposed with a bundle"], runner: null };
     const events = await loopEvents(coordinator.url, loopId).catch(() => []);
     const first = events.find((event) => event.type === "candidate_proposed");
     if (first?.type === "candidate_proposed") {
       bundle = first.data.bundle;
       commit = first.data.commit;
-      if (!bundle) return [`${first.data.candidate_id} was proposed without a bundle`];
+      if (!bundle) return { failures: [`${first.data.candidate_id} was proposed without a bundle`], runner: null };
     } else await sleep(100);
   }
   corruptStoredArtifact(coordinator.stateDir, bundle.sha256, random());
-  const refused = startWork();
-  const exitDeadline = Date.now() + 60_000;
-  while (refused.exitCode === null && Date.now() < exitDeadline) await sleep(100);
+  const refusing = startWork();
+  const refusedDeadline = Date.now() + 60_000;
+  const refused = () => /does not match its digest/.test(refusing.output());
+  while (!refused() && refusing.exitCode === null && Date.now() < refusedDeadline) await sleep(100);
   const failures: string[] = [];
-  if (refused.exitCode === null) {
-    refused.kill("SIGKILL");
-    failures.push(`a work runner given a corrupted bundle did not stop:\n${refused.output().slice(-1500)}`);
-  } else if (refused.exitCode === 0 || !/does not match its digest/.test(refused.output()))
-    failures.push(`a work runner given a corrupted bundle exited ${refused.exitCode} without naming the digest mismatch:\n${refused.output().slice(-1500)}`);
+  if (!refused()) failures.push(`a work runner given a corrupted bundle did not name the digest mismatch:\n${refusing.output().slice(-1500)}`);
+  else if (refusing.exitCode !== null)
+    failures.push(`a work runner given a corrupted bundle stopped (${refusing.exitCode}) instead of going on:\n${refusing.output().slice(-1500)}`);
   // Nothing may have been fetched from the corrupted bundle.
   if (spawnSync("git", ["cat-file", "-e", `${commit}^{commit}`], { cwd: checkout, stdio: "ignore" }).status === 0)
     failures.push(`the corrupted bundle's commit ${commit} reached the runner's checkout`);
   gitIn(checkout, "fetch", "-q", proposer, "+refs/heads/*:refs/remotes/proposer/*", "+refs/loopwarden/*:refs/proposer/loopwarden/*");
-  return failures;
+  return { failures, runner: refusing.exitCode === null ? refusing : null };
 }
 
 /**
@@ -296,9 +296,12 @@ async function runLoop(
     if (Date.now() > deadline) throw new Error(`no halt after ${SCENARIO_TIMEOUT_MS / 1000} s (hang); run's output:\n${run.output().slice(-3000)}`);
     const loopId = loopIdIn(repo, source);
     if (twoRunner && loopId && !work) {
-      if (scenario.corrupt === "bundle" && checkout)
-        failures.push(...(await corruptBundleFirst(coordinator, loopId, repo, checkout, () => startWork(loopId), random, deadline)));
-      work = startWork(loopId);
+      if (scenario.corrupt === "bundle" && checkout) {
+        const corrupted = await corruptBundleFirst(coordinator, loopId, repo, checkout, () => startWork(loopId), random, deadline);
+        failures.push(...corrupted.failures);
+        work = corrupted.runner;
+      }
+      work ??= startWork(loopId);
       due.work = nextKill("work");
     }
     if (run.exitCode !== null) {
@@ -701,7 +704,7 @@ say();
 say("## What each scenario asserts");
 say();
 say(
-  "The halt reason equals the fault-free run's; the event chain verifies (`verifyChain`); every verdict re-derives (`rederive`); candidate ids are unique and each proposed candidate has exactly one final verdict (none lost, none judged twice); every promoted candidate's commit is reachable from the loop's branch `loopwarden/<loop-id>` in the proposer's repository; the scenario's coordinator lists exactly one loop and it is halted (no loop orphaned by a lost creation answer or a restart); `loopwarden receipt` then `loopwarden verify <url>` exits 0. A corrupted artifact (one byte changed in the coordinator's R2 blob, same length, so only a digest check can tell) must be refused where the runner promises to check digests: a stored gate log, overwritten after the halt, makes `loopwarden artifacts C --download DIR` and `loopwarden logs C --gate G` fail naming the digest mismatch (`*-corrupt-log`); the first candidate's git bundle, overwritten before any runner fetched it, makes the `work` runner that needs it stop naming the mismatch, with nothing fetched into its checkout; its checkout is then given the commit the way the error says (`git fetch` from the proposer's repository), a new `work` runner is started, and the loop must still end as the reference does (`two-corrupt-bundle`).",
+  "The halt reason equals the fault-free run's; the event chain verifies (`verifyChain`); every verdict re-derives (`rederive`); candidate ids are unique and each proposed candidate has exactly one final verdict (none lost, none judged twice); every promoted candidate's commit is reachable from the loop's branch `loopwarden/<loop-id>` in the proposer's repository; the scenario's coordinator lists exactly one loop and it is halted (no loop orphaned by a lost creation answer or a restart); `loopwarden receipt` then `loopwarden verify <url>` exits 0. A corrupted artifact (one byte changed in the coordinator's R2 blob, same length, so only a digest check can tell) must be refused where the runner promises to check digests: a stored gate log, overwritten after the halt, makes `loopwarden artifacts C --download DIR` and `loopwarden logs C --gate G` fail naming the digest mismatch (`*-corrupt-log`); the first candidate's git bundle, overwritten before any runner fetched it, makes the `work` runner that needs it name the mismatch, with nothing fetched into its checkout, and go on (the job given back: one job's trouble never stops a runner); its checkout is then given the commit the way the error says (`git fetch` from the proposer's repository), the same runner evaluates the candidate when the job comes back, and the loop must still end as the reference does (`two-corrupt-bundle`).",
 );
 say();
 say(

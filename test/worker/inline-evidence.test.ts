@@ -1,6 +1,6 @@
 import { env } from "cloudflare:workers";
 import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { sha256Hex } from "../../shared/hash.js";
 import { INLINE_EVIDENCE_MAX_BYTES } from "../../shared/wire/api.js";
 import type { ArtifactRef } from "../../shared/wire/observation.js";
@@ -96,6 +96,29 @@ describe("a report carrying its gate log inline", () => {
     expect(rows?.n).toBe(1);
   });
 
+  it("writes nothing again for a retried report whose log storage holds; a damaged one is stored again from the bytes sent", async () => {
+    const { loop, lease } = await leased("inline-rewrite");
+    const bytes = encode("a log, sent again\n");
+    const log = logRef(bytes);
+    const body = { fencing_token: lease.fencing_token, observation: observationOf([C], log), evidence: [{ sha256: log.sha256, base64: base64(bytes) }] };
+    const key = artifactKey(loop.loop_id, log.sha256);
+    expect((await report(lease.lease_id, body)).status).toBe(200);
+    const stored = await env.ARTIFACTS.head(key);
+    expect((await report(lease.lease_id, body)).status).toBe(200);
+    expect((await env.ARTIFACTS.head(key))?.version).toBe(stored?.version);
+
+    // Written over in storage (the same key, other bytes): the next request carrying the log repairs it.
+    await env.ARTIFACTS.put(key, encode("damaged bytes, not the log"));
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    try {
+      expect((await report(lease.lease_id, body)).status).toBe(200);
+    } finally {
+      warn.mockRestore();
+    }
+    const download = await call(`/v1/loops/${loop.loop_id}/artifacts/${log.sha256}`);
+    expect(new Uint8Array(await download.arrayBuffer())).toEqual(bytes);
+  });
+
   it("takes some logs inline and others uploaded first; one neither sent nor stored is still 422 artifact_missing", async () => {
     const { loop, lease } = await leased("inline-mixed");
     const small = encode("small log\n");
@@ -189,7 +212,7 @@ describe("a report whose inline evidence is refused stores nothing and decides n
     expect(await traces(loop.loop_id)).toEqual(before);
   });
 
-  it("past the loop's quota: 507 quota_exceeded, and the bytes put while the quota was read are deleted again", async () => {
+  it("past the loop's quota: 507 quota_exceeded, before a byte is stored", async () => {
     const { loop, lease } = await leased("inline-quota");
     const bytes = encode("x".repeat(200));
     const log = logRef(bytes);

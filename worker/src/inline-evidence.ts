@@ -5,7 +5,8 @@ import type { ArtifactRef } from "../../shared/wire/observation.js";
 import { artifactLimits } from "./artifact-limits.js";
 import { recordedContentType, sanitizeName } from "./artifact-names.js";
 import { artifactStorage, s3Settings } from "./artifact-storage-mode.js";
-import { artifactKey, deleteIfUnchanged, quotaExceeded, recordedSizes, recordVerified, usedBytes, type ArtifactScope } from "./artifact-store.js";
+import { artifactKey, confirmStored, findArtifact, quotaExceeded, recordVerified, usedBytes, type ArtifactScope } from "./artifact-store.js";
+import type { ArtifactRow } from "./db/schema.js";
 import { inStorage, storageError } from "./artifact-upload.js";
 import { ApiError } from "./http-errors.js";
 
@@ -29,9 +30,10 @@ function decodeBase64(text: string, sha256: string): Uint8Array {
 /**
  * Checks every file of a request's `evidence`, then stores each (binding mode; in S3 mode runners upload
  * to storage first, and a request with evidence is refused with 409 `upload_to_storage`). Every refusal
- * that depends only on the request — a file it does not cite, sent twice, bytes that are not
- * its digest's or its size's, over the limits, recorded with another size, past the loop's quota — comes
- * before anything is stored, so such a request stores nothing.
+ * that depends only on the request — a file it does not cite, sent twice, bytes that are not its digest's
+ * or its size's, over the limits, recorded with another size, past the loop's quota — comes before
+ * anything is stored, so such a request stores nothing. A file recorded already whose bytes storage
+ * still holds is not stored again (a retried or duplicated request writes nothing).
  */
 export async function storeInlineEvidence(env: Env, loopId: string, evidence: readonly InlineEvidence[], cited: readonly CitedFile[]): Promise<void> {
   // S3 mode is refused before its storage is set up: the worker holds no bytes there.
@@ -68,67 +70,36 @@ export async function storeInlineEvidence(env: Env, loopId: string, evidence: re
     files.push({ ref, bytes });
   }
   const scope: ArtifactScope = { storage, db: drizzle(env.DB), loopId, quotaBytes };
-  // The bytes go to R2 while D1 is asked whether the loop has room for them: R2 refuses bytes that do not
-  // hash to the key, and a put the checks then refuse is deleted again, so a refused request leaves
-  // nothing stored (a file recorded already is only replaced by its own bytes).
-  const puts = files.map(({ ref, bytes }) =>
-    inStorage(() =>
+  const [rows, used] = await Promise.all([Promise.all(files.map(({ ref }) => findArtifact(scope.db, loopId, ref.sha256))), usedBytes(scope.db, loopId)]);
+  const refusal = refusalOf(files, rows, used, quotaBytes);
+  if (refusal) throw refusal;
+  for (const [index, { ref, bytes }] of files.entries()) {
+    // Recorded, and storage still holds the bytes verified (a retried or duplicated request): nothing to
+    // store, as an upload's intent would answer `exists`. A damaged object is checked, deleted and, below,
+    // stored again from these bytes.
+    const row = rows[index];
+    if (row && (await confirmStored(scope, row))) continue;
+    const name = sanitizeName(ref.name, ref.sha256);
+    const contentType = recordedContentType(ref.content_type);
+    // R2 refuses bytes that do not hash to the key.
+    const object = await inStorage(() =>
       through.put(
-        {
-          key: artifactKey(loopId, ref.sha256),
-          sha256: ref.sha256,
-          contentType: recordedContentType(ref.content_type),
-          recordedContentType: recordedContentType(ref.content_type),
-          name: sanitizeName(ref.name, ref.sha256),
-        },
+        { key: artifactKey(loopId, ref.sha256), sha256: ref.sha256, contentType, recordedContentType: contentType, name },
         new Blob([bytes]).stream(),
         bytes.byteLength,
       ),
-    ),
-  );
-  const [recorded, used] = await Promise.all([
-    recordedSizes(
-      scope.db,
-      loopId,
-      files.map((file) => file.ref.sha256),
-    ),
-    usedBytes(scope.db, loopId),
-  ]).finally(() => Promise.allSettled(puts));
-  const refusal = refusalOf(files, recorded, used, quotaBytes);
-  const objects = await Promise.allSettled(puts);
-  if (refusal) {
-    await Promise.all(
-      objects.map((object, index) => {
-        const ref = files[index]?.ref;
-        return object.status === "fulfilled" && object.value && ref && !recorded.has(ref.sha256)
-          ? inStorage(() => deleteIfUnchanged(storage, artifactKey(loopId, ref.sha256), object.value?.etag ?? ""))
-          : undefined;
-      }),
     );
-    throw refusal;
-  }
-  for (const [index, object] of objects.entries()) {
-    const ref = files[index]?.ref;
-    if (!ref) continue;
-    if (object.status === "rejected") throw object.reason;
-    if (object.value?.size !== ref.size) throw storageError(new Error(`R2 stored ${object.value?.size ?? "no"} bytes of ${ref.size}`));
+    if (object?.size !== ref.size) throw storageError(new Error(`R2 stored ${object?.size ?? "no"} bytes of ${ref.size}`));
     // Recording checks the quota again, in the batch that counts the file: what holds when uploads race.
-    await recordVerified(scope, {
-      loopId,
-      sha256: ref.sha256,
-      size: ref.size,
-      name: sanitizeName(ref.name, ref.sha256),
-      contentType: recordedContentType(ref.content_type),
-      etag: object.value.etag,
-    });
+    await recordVerified(scope, { loopId, sha256: ref.sha256, size: ref.size, name, contentType, etag: object.etag });
   }
 }
 
 /** Why the files cannot be recorded: one recorded with another size, or new ones past the loop's quota. */
-function refusalOf(files: readonly { ref: CitedFile }[], recorded: ReadonlyMap<string, number>, used: number, quotaBytes: number): ApiError | null {
+function refusalOf(files: readonly { ref: CitedFile }[], rows: readonly (ArtifactRow | null)[], used: number, quotaBytes: number): ApiError | null {
   let added = 0;
-  for (const { ref } of files) {
-    const size = recorded.get(ref.sha256);
+  for (const [index, { ref }] of files.entries()) {
+    const size = rows[index]?.size;
     if (size === undefined) added += ref.size;
     else if (size !== ref.size)
       return new ApiError(409, "size_conflict", `artifact ${ref.sha256} is recorded with ${size} bytes; ${ref.what} cannot be ${ref.size}`);
