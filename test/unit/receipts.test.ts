@@ -33,17 +33,22 @@ async function makeKey(status: "active" | "retired" = "active"): Promise<{ signe
 }
 
 /** A real loop's log (three candidates: a fix, a regression, the last fix, halting success), sealed. */
+/** Drafts sealed into a hash chain, as the LoopObject stores them. */
+function sealedLog(drafts: readonly EventDraft[]): LoopEvent[] {
+  let head: ChainHead | null = null;
+  return drafts.map((draft) => {
+    const event = sealEvent(draft, head);
+    head = { seq: event.seq, hash: event.hash };
+    return event;
+  });
+}
+
 function loopLog(): LoopEvent[] {
   const harness = new LoopHarness(["suite.a", "suite.b"]);
   harness.evaluate("fix-a", ["suite.b"]);
   harness.evaluate("break-c", ["suite.b", "suite.c"]);
   harness.evaluate("fix-b", []);
-  let head: ChainHead | null = null;
-  return harness.events.map((draft: EventDraft) => {
-    const event = sealEvent(draft, head);
-    head = { seq: event.seq, hash: event.hash };
-    return event;
-  });
+  return sealedLog(harness.events);
 }
 
 async function receiptOf(events: LoopEvent[], signer: Signer): Promise<Envelope> {
@@ -157,13 +162,12 @@ describe("receipts", async () => {
     const original = forged[index];
     if (original?.type !== "verdict") throw new Error("no rejection in the log");
     forged[index] = { ...original, data: { ...original.data, decision: "promoted", reason: "fewer_failures" } };
-    let head: ChainHead | null = null;
-    const rechained = forged.map((event) => {
-      const { seq: _seq, prev: _prev, hash: _hash, ...draft } = event;
-      const sealed = sealEvent(draft as EventDraft, head);
-      head = { seq: sealed.seq, hash: sealed.hash };
-      return sealed;
-    });
+    const rechained = sealedLog(
+      forged.map((event) => {
+        const { seq: _seq, prev: _prev, hash: _hash, ...draft } = event;
+        return draft as EventDraft;
+      }),
+    );
     const last = rechained.at(-1);
     if (!last) throw new Error("empty");
     // Signed by the real key over the forged head: only re-deriving the verdicts can catch it.
@@ -195,19 +199,11 @@ describe("receipts", async () => {
       compared_to: leased.value.compare_to?.commit,
     });
     harness.apply(confirmBest(harness.state, { candidate_id: "c1", samples: { t0: readings(100, 8), best: readings(70, 8) } }, harness.now()));
-    const sealed = (drafts: readonly EventDraft[]) => {
-      let head: ChainHead | null = null;
-      return drafts.map((draft) => {
-        const event = sealEvent(draft, head);
-        head = { seq: event.seq, hash: event.hash };
-        return event;
-      });
-    };
-    const honest = sealed(harness.events);
+    const honest = sealedLog(harness.events);
     expect((await verify({ envelope: await receiptOf(honest, key.signer), events: asRecords(honest) })).ok).toBe(true);
     // Inflate the headline and re-chain: the readings do not give it.
     const inflated = harness.events.map((draft) => (draft.type === "confirm_measured" ? { ...draft, data: { ...draft.data, estimate: 9 } } : draft));
-    const forged = sealed(inflated);
+    const forged = sealedLog(inflated);
     const result = await verify({ envelope: await receiptOf(forged, key.signer), events: asRecords(forged) });
     const seq = forged.findIndex((event) => event.type === "confirm_measured") + 1;
     expect(result.first_failure).toMatch(
@@ -232,14 +228,6 @@ describe("receipts", async () => {
     const again = harness.lease("runner-2");
     if (!again.ok || !again.value) throw new Error("no lease");
     harness.report(again.value, echo(["suite.c"], again.value.compare_to?.commit));
-    const sealedLog = (drafts: readonly EventDraft[]) => {
-      let head: ChainHead | null = null;
-      return drafts.map((draft) => {
-        const event = sealEvent(draft, head);
-        head = { seq: event.seq, hash: event.hash };
-        return event;
-      });
-    };
     const honest = sealedLog(harness.events);
     const result = await verify({ envelope: await receiptOf(honest, key.signer), events: asRecords(honest) });
     expect(result.first_failure).toBeNull();
@@ -268,14 +256,6 @@ describe("receipts", async () => {
     if (!second.ok || !second.value) throw new Error("no lease");
     harness.report(second.value, observationOf(["suite.b"]));
     harness.evaluate("fix-b", []);
-    const sealedLog = (drafts: readonly EventDraft[]) => {
-      let head: ChainHead | null = null;
-      return drafts.map((draft) => {
-        const event = sealEvent(draft, head);
-        head = { seq: event.seq, hash: event.hash };
-        return event;
-      });
-    };
     const honest = sealedLog(harness.events);
     const result = await verify({ envelope: await receiptOf(honest, key.signer), events: asRecords(honest) });
     expect(result.first_failure).toBeNull();

@@ -25,6 +25,12 @@ function repositories(name: string): { repo: string; checkout: string; t0: strin
   return { repo, checkout, t0: git(repo, "rev-parse", "HEAD").trim() };
 }
 
+/** Makes an empty commit in `repo` and answers its id. */
+function commitIn(repo: string, message: string): string {
+  git(repo, "commit", "-q", "--allow-empty", "-m", message);
+  return git(repo, "rev-parse", "HEAD").trim();
+}
+
 /** A client whose only artifact is `bytes`. */
 function clientServing(bytes: Uint8Array): Client {
   return { downloadArtifact: async () => bytes } as unknown as Client;
@@ -47,8 +53,7 @@ describe("candidate bundles", () => {
   it("carry the candidate HEAD names, and another checkout fetches it by its id", async () => {
     const { repo, checkout, t0 } = repositories("head");
     git(repo, "switch", "-q", "-c", "loopwarden/lp_1");
-    git(repo, "commit", "-q", "--allow-empty", "-m", "candidate");
-    const candidate = git(repo, "rev-parse", "HEAD").trim();
+    const candidate = commitIn(repo, "candidate");
     const refsBefore = git(repo, "for-each-ref");
 
     const bundle = await bundleOf(repo, candidate, t0);
@@ -63,8 +68,7 @@ describe("candidate bundles", () => {
 
   it("carry a candidate HEAD no longer names (proposed again after a restart), through a ref removed afterwards", async () => {
     const { repo, checkout, t0 } = repositories("moved");
-    git(repo, "commit", "-q", "--allow-empty", "-m", "candidate");
-    const candidate = git(repo, "rev-parse", "HEAD").trim();
+    const candidate = commitIn(repo, "candidate");
     git(repo, "reset", "-q", "--hard", t0);
     const refsBefore = git(repo, "for-each-ref");
 
@@ -77,8 +81,7 @@ describe("candidate bundles", () => {
 
   it("made by earlier versions (under refs/loopwarden/bundle) are still fetched", async () => {
     const { repo, checkout, t0 } = repositories("earlier");
-    git(repo, "commit", "-q", "--allow-empty", "-m", "candidate");
-    const candidate = git(repo, "rev-parse", "HEAD").trim();
+    const candidate = commitIn(repo, "candidate");
     git(repo, "update-ref", "refs/loopwarden/bundle", candidate);
     const file = path.join(dir, "earlier.bundle");
     git(repo, "bundle", "create", "-q", file, "refs/loopwarden/bundle", `^${t0}`);
@@ -89,10 +92,8 @@ describe("candidate bundles", () => {
 
   it("are refused, with nothing fetched, when they carry another commit than the one the coordinator names", async () => {
     const { repo, checkout, t0 } = repositories("other");
-    git(repo, "commit", "-q", "--allow-empty", "-m", "one");
-    const one = git(repo, "rev-parse", "HEAD").trim();
-    git(repo, "commit", "-q", "--allow-empty", "-m", "two");
-    const two = git(repo, "rev-parse", "HEAD").trim();
+    const one = commitIn(repo, "one");
+    const two = commitIn(repo, "two");
     const bundle = await bundleOf(repo, two, t0);
     await expect(
       ensureCommits(
@@ -123,8 +124,7 @@ describe("a proposal's bundle", () => {
 
   it("travels inside the proposal when small and the coordinator takes it; else it is uploaded first", async () => {
     const { repo, t0 } = repositories("inline");
-    git(repo, "commit", "-q", "--allow-empty", "-m", "candidate");
-    const commit = git(repo, "rev-parse", "HEAD").trim();
+    const commit = commitIn(repo, "candidate");
     const bytes = await bundleOf(repo, commit, t0);
 
     const taking = recording(true);

@@ -313,20 +313,32 @@ describe("Client multipart uploads", () => {
     expect(readdirSync(dir)).toEqual([]);
   });
 
-  it("a recorded upload the coordinator no longer has (404 upload_not_found) is started afresh", async () => {
-    const bytes = bytesOf(300 * 1024, 8);
-    const dir = path.join(records.dir, "gone");
+  /**
+   * A first runner whose part 2 and abort fail for good, leaving its upload recorded in `dir`; then the
+   * next runner's upload of the same bytes, answered by `resumed` (what the stub does with the recorded
+   * upload). Answers the requests the second upload made, by kind.
+   */
+  async function recordedThenResumed(bytes: Uint8Array, dir: string, resumed: (what: string, attempt: number) => { status: number; code: string } | null) {
     let first = true;
     const { attempts } = multipart(bytes, 100 * 1024, (what, attempt) => {
       if (first) return what === "PUT /parts/2" || what === "DELETE /" ? { status: 503, code: "unavailable" } : null;
-      // The recorded upload is gone: its next part is refused, once; the fresh upload goes through.
-      return what === "PUT /parts/2" && attempt === 1 ? { status: 404, code: "upload_not_found" } : null;
+      return resumed(what, attempt);
     });
     await expect(uploadFile(new Client(stub.url, { retryForMs: 0 }), bytes, dir)).rejects.toMatchObject({ status: 503 });
     first = false;
     attempts.clear();
     await uploadFile(new Client(stub.url, { retryForMs: 0 }), bytes, dir);
-    expect(Object.fromEntries(attempts)).toEqual({
+    return Object.fromEntries(attempts);
+  }
+
+  it("a recorded upload the coordinator no longer has (404 upload_not_found) is started afresh", async () => {
+    const bytes = bytesOf(300 * 1024, 8);
+    const dir = path.join(records.dir, "gone");
+    // The recorded upload is gone: its next part is refused, once; the fresh upload goes through.
+    const attempts = await recordedThenResumed(bytes, dir, (what, attempt) =>
+      what === "PUT /parts/2" && attempt === 1 ? { status: 404, code: "upload_not_found" } : null,
+    );
+    expect(attempts).toEqual({
       "PUT /parts/2": 2,
       "DELETE /": 1,
       intent: 1,
@@ -340,17 +352,11 @@ describe("Client multipart uploads", () => {
   it("a recorded upload whose parts do not add up to the file (400 size_mismatch on complete) is started afresh", async () => {
     const bytes = bytesOf(300 * 1024, 10);
     const dir = path.join(records.dir, "short");
-    let first = true;
-    const { attempts } = multipart(bytes, 100 * 1024, (what, attempt) => {
-      if (first) return what === "PUT /parts/2" || what === "DELETE /" ? { status: 503, code: "unavailable" } : null;
-      // What the recorded parts make is not the file: the coordinator deletes it; the fresh upload goes through.
-      return what === "POST /complete" && attempt === 1 ? { status: 400, code: "size_mismatch" } : null;
-    });
-    await expect(uploadFile(new Client(stub.url, { retryForMs: 0 }), bytes, dir)).rejects.toMatchObject({ status: 503 });
-    first = false;
-    attempts.clear();
-    await uploadFile(new Client(stub.url, { retryForMs: 0 }), bytes, dir);
-    expect(Object.fromEntries(attempts)).toEqual({
+    // What the recorded parts make is not the file: the coordinator deletes it; the fresh upload goes through.
+    const attempts = await recordedThenResumed(bytes, dir, (what, attempt) =>
+      what === "POST /complete" && attempt === 1 ? { status: 400, code: "size_mismatch" } : null,
+    );
+    expect(attempts).toEqual({
       "PUT /parts/2": 2,
       "PUT /parts/3": 2,
       "POST /complete": 2,
