@@ -55,26 +55,16 @@ const DIGESTS_PER_QUERY = 90;
  * evidence a decision may rest on is only what the coordinator checked. One query per 90 digests.
  */
 export async function unrecorded<T extends { sha256: string; size: number }>(db: DrizzleD1Database, loopId: string, cited: readonly T[]): Promise<T[]> {
-  const sizes = await recordedSizes(
-    db,
-    loopId,
-    cited.map((ref) => ref.sha256),
-  );
-  return cited.filter((ref) => sizes.get(ref.sha256) !== ref.size);
-}
-
-/** The recorded size of each of `digests` the loop has recorded. One query per 90 digests. */
-export async function recordedSizes(db: DrizzleD1Database, loopId: string, digests: readonly string[]): Promise<Map<string, number>> {
   const sizes = new Map<string, number>();
-  const distinct = [...new Set(digests)];
-  for (let start = 0; start < distinct.length; start += DIGESTS_PER_QUERY) {
+  const digests = [...new Set(cited.map((ref) => ref.sha256))];
+  for (let start = 0; start < digests.length; start += DIGESTS_PER_QUERY) {
     const rows = await db
       .select({ sha256: artifacts.sha256, size: artifacts.size })
       .from(artifacts)
-      .where(and(eq(artifacts.loopId, loopId), inArray(artifacts.sha256, distinct.slice(start, start + DIGESTS_PER_QUERY))));
+      .where(and(eq(artifacts.loopId, loopId), inArray(artifacts.sha256, digests.slice(start, start + DIGESTS_PER_QUERY))));
     for (const row of rows) sizes.set(row.sha256, row.size);
   }
-  return sizes;
+  return cited.filter((ref) => sizes.get(ref.sha256) !== ref.size);
 }
 
 /** The bytes a loop's recorded artifacts take: its running total, one row (0 before its first artifact). */
@@ -206,21 +196,34 @@ export interface IncomingArtifact {
 }
 
 /**
- * Stores bytes sent through the worker under their digest and records them (the PUT route, and the gate
- * logs a report carries): refused before a byte is stored when the artifact is recorded with another
- * size or, new, would pass the loop's quota. R2 hashes the bytes itself and refuses any that do not hash
- * to the key, so nothing unverified is stored; a recorded artifact sent again replaces its object with
- * the same bytes (repairing a damaged one).
+ * Stores bytes sent through the worker under their digest and records them (the PUT route): refused
+ * before a byte is stored when the artifact is recorded with another size or, new, would pass the loop's
+ * quota; then `storeThroughWorker`. A recorded artifact sent again replaces its object with the same
+ * bytes (repairing a damaged one).
  */
 export async function putThroughWorker(
   scope: ArtifactScope,
   through: ThroughWorker,
   artifact: IncomingArtifact,
 ): Promise<{ row: ArtifactRow; created: boolean }> {
+  const recorded = await findArtifact(scope.db, scope.loopId, artifact.sha256);
+  requireRecordedSize(recorded, artifact.length);
+  if (!recorded) await requireQuota(scope, artifact.length);
+  return storeThroughWorker(scope, through, artifact);
+}
+
+/**
+ * Streams an artifact's bytes into R2 and records them once stored, for a caller that has made the
+ * checks (`putThroughWorker`, a request's inline evidence). R2 hashes the bytes itself and refuses any
+ * that do not hash to the key, so nothing unverified is stored; recording checks the quota again, in the
+ * batch that counts the artifact, which is what holds when uploads race.
+ */
+export async function storeThroughWorker(
+  scope: ArtifactScope,
+  through: ThroughWorker,
+  artifact: IncomingArtifact,
+): Promise<{ row: ArtifactRow; created: boolean }> {
   const { sha256, name, contentType, length } = artifact;
-  const recorded = await findArtifact(scope.db, scope.loopId, sha256);
-  requireRecordedSize(recorded, length);
-  if (!recorded) await requireQuota(scope, length);
   const object = await inStorage(() =>
     through.put({ key: artifactKey(scope.loopId, sha256), sha256, contentType, recordedContentType: contentType, name }, artifact.body, length),
   );

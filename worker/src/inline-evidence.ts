@@ -5,9 +5,8 @@ import type { ArtifactRef } from "../../shared/wire/observation.js";
 import { artifactLimits } from "./artifact-limits.js";
 import { recordedContentType, sanitizeName } from "./artifact-names.js";
 import { artifactStorage, s3Settings } from "./artifact-storage-mode.js";
-import { artifactKey, confirmStored, findArtifact, quotaExceeded, recordVerified, usedBytes, type ArtifactScope } from "./artifact-store.js";
+import { confirmStored, findArtifact, quotaExceeded, requireRecordedSize, storeThroughWorker, usedBytes, type ArtifactScope } from "./artifact-store.js";
 import type { ArtifactRow } from "./db/schema.js";
-import { inStorage, storageError } from "./artifact-upload.js";
 import { ApiError } from "./http-errors.js";
 
 // Inline evidence (DESIGN §10): the small files a report's observation cites — a gate's log is
@@ -71,38 +70,33 @@ export async function storeInlineEvidence(env: Env, loopId: string, evidence: re
   }
   const scope: ArtifactScope = { storage, db: drizzle(env.DB), loopId, quotaBytes };
   const [rows, used] = await Promise.all([Promise.all(files.map(({ ref }) => findArtifact(scope.db, loopId, ref.sha256))), usedBytes(scope.db, loopId)]);
-  const refusal = refusalOf(files, rows, used, quotaBytes);
-  if (refusal) throw refusal;
+  refuseUnrecordable(files, rows, used, quotaBytes);
   for (const [index, { ref, bytes }] of files.entries()) {
     // Recorded, and storage still holds the bytes verified (a retried or duplicated request): nothing to
     // store, as an upload's intent would answer `exists`. A damaged object is checked, deleted and, below,
     // stored again from these bytes.
     const row = rows[index];
     if (row && (await confirmStored(scope, row))) continue;
-    const name = sanitizeName(ref.name, ref.sha256);
-    const contentType = recordedContentType(ref.content_type);
-    // R2 refuses bytes that do not hash to the key.
-    const object = await inStorage(() =>
-      through.put(
-        { key: artifactKey(loopId, ref.sha256), sha256: ref.sha256, contentType, recordedContentType: contentType, name },
-        new Blob([bytes]).stream(),
-        bytes.byteLength,
-      ),
-    );
-    if (object?.size !== ref.size) throw storageError(new Error(`R2 stored ${object?.size ?? "no"} bytes of ${ref.size}`));
-    // Recording checks the quota again, in the batch that counts the file: what holds when uploads race.
-    await recordVerified(scope, { loopId, sha256: ref.sha256, size: ref.size, name, contentType, etag: object.etag });
+    await storeThroughWorker(scope, through, {
+      sha256: ref.sha256,
+      name: sanitizeName(ref.name, ref.sha256),
+      contentType: recordedContentType(ref.content_type),
+      length: bytes.byteLength,
+      body: new Blob([bytes]).stream(),
+    });
   }
 }
 
-/** Why the files cannot be recorded: one recorded with another size, or new ones past the loop's quota. */
-function refusalOf(files: readonly { ref: CitedFile }[], rows: readonly (ArtifactRow | null)[], used: number, quotaBytes: number): ApiError | null {
+/**
+ * Refuses the files when one is recorded with another size (`requireRecordedSize`, as an upload is
+ * refused), or when the new ones together would take the loop past its quota.
+ */
+function refuseUnrecordable(files: readonly { ref: CitedFile }[], rows: readonly (ArtifactRow | null)[], used: number, quotaBytes: number): void {
   let added = 0;
   for (const [index, { ref }] of files.entries()) {
-    const size = rows[index]?.size;
-    if (size === undefined) added += ref.size;
-    else if (size !== ref.size)
-      return new ApiError(409, "size_conflict", `artifact ${ref.sha256} is recorded with ${size} bytes; ${ref.what} cannot be ${ref.size}`);
+    const row = rows[index] ?? null;
+    requireRecordedSize(row, ref.size);
+    if (!row) added += ref.size;
   }
-  return used + added <= quotaBytes ? null : quotaExceeded(quotaBytes, used, added);
+  if (used + added > quotaBytes) throw quotaExceeded(quotaBytes, used, added);
 }
