@@ -51,6 +51,9 @@ export function leaseTtlMs(env: { LEASE_TTL?: string }): number {
 }
 /** A page of the events route stops past this many bytes of events (DESIGN §8: pages bounded in bytes). */
 export const EVENTS_PAGE_BYTES = 4 * 1024 * 1024;
+
+/** The most events a proposal's or a report's answer carries (`events_after`); past it, none: the caller reads the log. */
+export const EVENTS_IN_ANSWER = 100;
 /**
  * The most characters of an event's body one row holds; a longer body is stored in parts of this size.
  * At most 3 UTF-8 bytes a character, a part stays under 192 KB, well inside SQLite's 2 MB row limit
@@ -317,7 +320,8 @@ export class LoopObject extends DurableObject<Env> {
     proposal: Proposal;
     request_hash: string;
     lease?: { runner_id: string; labels: Labels };
-  }): Promise<Answer<{ candidate: CandidateView; replayed: boolean; loop: LoopSummary; lease?: Lease | null }>> {
+    events_after?: number;
+  }): Promise<Answer<{ candidate: CandidateView; replayed: boolean; loop: LoopSummary; lease?: Lease | null; events?: string[] }>> {
     const state = this.admit(input.caller);
     if (!state) return NOT_FOUND;
     const outcome = proposeCandidate(state, input.proposal, { request_hash: input.request_hash, at: new Date().toISOString() });
@@ -338,6 +342,7 @@ export class LoopObject extends DurableObject<Env> {
       loop: this.summary(),
       // A lease refused (the loop halted meanwhile) is none: the proposal stands either way.
       ...(input.lease ? { lease: leased?.ok ? leased.lease : null } : {}),
+      ...this.answeredEvents(input.events_after),
     };
   }
 
@@ -426,8 +431,9 @@ export class LoopObject extends DurableObject<Env> {
     fencing_token: number;
     observation: Observation;
     request_hash: string;
-  }): Promise<Answer<{ verdict: ReportAnswer; loop: LoopSummary }>> {
-    const { caller, ...report } = input;
+    events_after?: number;
+  }): Promise<Answer<{ verdict: ReportAnswer; loop: LoopSummary; events?: string[] }>> {
+    const { caller, events_after: eventsAfter, ...report } = input;
     const state = this.admit(caller);
     if (!state) return NOT_FOUND;
     const outcome = reportObservation(state, { ...report, at: new Date().toISOString() });
@@ -436,7 +442,7 @@ export class LoopObject extends DurableObject<Env> {
     if ("ok" in appended) return appended;
     await this.issueFinalReceipt();
     await this.scheduleAlarm();
-    return { ok: true, verdict: outcome.value, loop: this.summary() };
+    return { ok: true, verdict: outcome.value, loop: this.summary(), ...this.answeredEvents(eventsAfter) };
   }
 
   /** Records a runner's confirm measurement of t0 against the best (DESIGN §6.3), or asks for more pairs. */
@@ -459,20 +465,36 @@ export class LoopObject extends DurableObject<Env> {
     // A long-poll (`wait_ms`): held until an event follows `after`, or the wait ends with an empty page.
     const deadline = Date.now() + Math.min(input.wait_ms ?? 0, MAX_WAIT_MS);
     while ((this.head?.seq ?? 0) <= input.after && Date.now() < deadline) await this.nextAppend(deadline - Date.now());
-    // Rows are read one at a time and the page ends at `limit` rows or EVENTS_PAGE_BYTES, whichever
-    // comes first (always at least one row): a page of large reports stays a bounded response.
-    const cursor = this.sql.exec<EventRow>("SELECT seq, body, parts FROM events WHERE seq > ? ORDER BY seq", input.after);
+    return { ok: true, ...this.eventsPage(input.after, input.limit) };
+  }
+
+  /**
+   * A page of the events after `after`, as stored. Rows are read one at a time and the page ends at
+   * `limit` rows or EVENTS_PAGE_BYTES, whichever comes first (always at least one row): a page of large
+   * reports stays a bounded response.
+   */
+  private eventsPage(after: number, limit: number): { events: string[]; more: boolean } {
+    const cursor = this.sql.exec<EventRow>("SELECT seq, body, parts FROM events WHERE seq > ? ORDER BY seq", after);
     const events: string[] = [];
     let bytes = 0;
     for (const row of cursor) {
       const body = this.bodyOf(row);
-      if (events.length >= input.limit || (events.length > 0 && bytes + body.length > EVENTS_PAGE_BYTES)) {
-        return { ok: true, events, more: true };
-      }
+      if (events.length >= limit || (events.length > 0 && bytes + body.length > EVENTS_PAGE_BYTES)) return { events, more: true };
       events.push(body);
       bytes += body.length;
     }
-    return { ok: true, events, more: false };
+    return { events, more: false };
+  }
+
+  /**
+   * What a proposal's or a report's answer carries for a caller that gave `events_after` (the last event
+   * it folded): the log's events after it, read in the same call as the decision; none past
+   * EVENTS_IN_ANSWER (the caller then reads the log).
+   */
+  private answeredEvents(after: number | undefined): { events?: string[] } {
+    if (after === undefined) return {};
+    const page = this.eventsPage(after, EVENTS_IN_ANSWER);
+    return page.more ? {} : { events: page.events };
   }
 
   /**

@@ -48,27 +48,14 @@ export function loopIdOfLease(leaseId: string): string {
   return match[1];
 }
 
-/** The most events a proposal's or a report's answer carries; past it, none (the caller reads the log). */
-export const EVENTS_IN_ANSWER = 100;
-
 const EventsAfter = z.coerce.number().int().min(0);
 
 /**
- * `?events_after=N` on a proposal or a report: the last event its caller has folded. Read before anything
- * is decided, so a malformed one is a 400 that changes nothing; null when the caller did not ask.
+ * `?events_after=N` on a proposal or a report: the last event its caller has folded, for the LoopObject
+ * to answer the events after it with (at most EVENTS_IN_ANSWER). Read before anything is decided, so a
+ * malformed one is a 400 that changes nothing; undefined when the caller did not ask.
  */
-export function eventsAfterOf(c: Context<AuthEnv>): number | null {
+export function eventsAfterOf(c: Context<AuthEnv>): number | undefined {
   const raw = c.req.query("events_after");
-  return raw === undefined ? null : readParam(raw, EventsAfter, "events_after");
-}
-
-/**
- * What an answer carries for a caller that asked (`eventsAfterOf`): the log's events after `after` as
- * stored, so the runner's fold keeps up without a read of the log each iteration; none when there are
- * more than EVENTS_IN_ANSWER (or the read failed): the caller reads the log as before.
- */
-export async function eventsFollowing(stub: DurableObjectStub<LoopObject>, caller: Caller, after: number | null): Promise<{ events?: string[] }> {
-  if (after === null) return {};
-  const page = await stub.events({ caller, after, limit: EVENTS_IN_ANSWER });
-  return page.ok && !page.more ? { events: page.events } : {};
+  return raw === undefined ? undefined : readParam(raw, EventsAfter, "events_after");
 }

@@ -6,7 +6,7 @@ import { unverifiedIn } from "../artifact-store.js";
 import { storeInlineEvidence } from "../inline-evidence.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import type { AuthEnv } from "../auth.js";
-import { eventsAfterOf, eventsFollowing, loopIdOfLease, openLoop } from "../loops.js";
+import { eventsAfterOf, loopIdOfLease, openLoop } from "../loops.js";
 import { readJson } from "../validate.js";
 
 /** Lease routes of DESIGN §8, mounted at `/v1/leases`. */
@@ -63,8 +63,9 @@ leaseRoutes.post("/:leaseId/report", async (c) => {
     fencing_token: body.fencing_token,
     observation: body.observation,
     request_hash: sha256Hex(canonicalJson(body)),
+    ...(eventsAfter === undefined ? {} : { events_after: eventsAfter }),
   });
   if (!answer.ok) throw refusalError(answer);
-  const response: ReportResponse = { verdict: answer.verdict, loop: answer.loop, ...(await eventsFollowing(stub, caller, eventsAfter)) };
+  const response: ReportResponse = { verdict: answer.verdict, loop: answer.loop, ...(answer.events ? { events: answer.events } : {}) };
   return c.json(response);
 });

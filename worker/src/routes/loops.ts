@@ -23,7 +23,7 @@ import { unverifiedIn } from "../artifact-store.js";
 import { storeInlineEvidence } from "../inline-evidence.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import { requireScope, type AuthEnv } from "../auth.js";
-import { eventsAfterOf, eventsFollowing, loopIdFor, loopStub, openLoop } from "../loops.js";
+import { eventsAfterOf, loopIdFor, loopStub, openLoop } from "../loops.js";
 import { readJson, readParam } from "../validate.js";
 import { Sha256 } from "../../../shared/wire/observation.js";
 
@@ -123,14 +123,20 @@ loopRoutes.post("/:id/candidates", async (c) => {
   } else if (body.bundle && (await unverifiedIn(c.env, loopId, [body.bundle])).length > 0) {
     throw new ApiError(422, "artifact_missing", `the candidate's bundle (${body.bundle.sha256}) is not stored; upload it first`);
   }
-  const answer = await stub.propose({ caller, proposal: body, request_hash: sha256Hex(canonicalJson(body)), ...(lease ? { lease } : {}) });
+  const answer = await stub.propose({
+    caller,
+    proposal: body,
+    request_hash: sha256Hex(canonicalJson(body)),
+    ...(lease ? { lease } : {}),
+    ...(eventsAfter === undefined ? {} : { events_after: eventsAfter }),
+  });
   if (!answer.ok) throw refusalError(answer);
   const response: ProposeCandidateResponse = {
     candidate: answer.candidate,
     replayed: answer.replayed,
     loop: answer.loop,
     ...(lease ? { lease: answer.lease ?? null } : {}),
-    ...(await eventsFollowing(stub, caller, eventsAfter)),
+    ...(answer.events ? { events: answer.events } : {}),
   };
   return c.json(response, answer.replayed ? 200 : 201);
 });
