@@ -158,7 +158,7 @@ async function prepareCreation(
     progress(mode, `finishing the interrupted creation of a loop (baseline at ${shortCommit(t0Commit)}, already measured)`);
     return { pending, startedFrom };
   }
-  const baseline = await measureBaseline(repo, source, t0Commit, loaded, mode);
+  const baseline = await timed("t0", () => measureBaseline(repo, source, t0Commit, loaded, mode));
   pending = await savePendingCreate(repo, source, {
     request: {
       idempotency_key: `run-${randomBytes(16).toString("hex")}`,
@@ -209,7 +209,7 @@ export async function openSession(
   preparing?.catch(() => undefined);
   let connection: Connection;
   try {
-    connection = await connect(server, mode);
+    connection = await timed("coordinator", () => connect(server, mode));
   } catch (error) {
     await preparing?.catch(() => undefined);
     throw error;
@@ -234,9 +234,9 @@ export async function openSession(
     }
     if (previous && options.new) progress(mode, `--new: loop ${previous.loop_id} is left as it is on its coordinator; this repository now follows a new loop`);
     const loaded = fresh ?? (await resolveContract(repo, options));
-    const { pending, startedFrom } = await (preparing ?? prepareCreation(repo, source, loaded, options, mode));
+    const { pending, startedFrom } = await timed("baseline", () => preparing ?? prepareCreation(repo, source, loaded, options, mode));
     faultPoint("create-saved");
-    const created = await connection.client.createLoop(pending.request);
+    const created = await timed("create", () => connection.client.createLoop(pending.request));
     const loop = created.loop;
     faultPoint("create-answered");
     // What t0's observation cites, stored now that the loop exists (artifacts are scoped to a loop): from

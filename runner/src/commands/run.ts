@@ -86,6 +86,8 @@ export async function runLoop(options: RunOptions): Promise<number> {
       // Halted while an iteration was in flight: its candidate is settled all the same.
       await settleInterruptedIteration(session);
     }
+    const opened = takeTimings();
+    if (opened) process.stderr.write(`[start] ${opened}\n`);
     const agentTimeoutMs = parseDuration(session.loaded.contract.agent.timeout) ?? 1_200_000;
     const logDir = path.join(session.repo, ".loopwarden", "logs", session.loop.loop_id);
     await mkdir(logDir, { recursive: true });
@@ -148,6 +150,8 @@ export async function runLoop(options: RunOptions): Promise<number> {
     }
     return reportOutcome(mode, session.loop, session.connection);
   } finally {
-    await session.connection.close();
+    await timed("close", () => session.connection.close());
+    const closing = takeTimings();
+    if (closing) process.stderr.write(`[end] ${closing}\n`);
   }
 }
