@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { cpSync, mkdirSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT, makeRepo, startCoordinator, tempDir, type TestCoordinator, TEST_OWNER_TOKEN } from "../support/cli.js";
@@ -59,9 +59,11 @@ describe("the package, installed runner-only", () => {
     tmp.cleanup();
   });
 
-  it("is small: no Workers runtime, no TypeScript loader", () => {
+  it("is small: no Workers runtime, no TypeScript loader, no package but itself (its dependencies are bundled, their licenses beside them)", () => {
     expect(directorySize(path.join(app, "node_modules"))).toBeLessThan(15 * 1024 * 1024);
-    for (const absent of ["miniflare", "workerd", "wrangler", "tsx", "esbuild"]) expect(readdirSync(path.join(app, "node_modules"))).not.toContain(absent);
+    expect(readdirSync(path.join(app, "node_modules")).filter((entry) => !entry.startsWith("."))).toEqual(["loopwarden"]);
+    const notices = readFileSync(path.join(app, "node_modules", "loopwarden", "dist", "cli", "THIRD-PARTY-NOTICES.md"), "utf8");
+    for (const bundled of ["commander", "zod", "yaml"]) expect(notices).toContain(`## ${bundled} `);
   });
 
   it("answers --version and --help from the compiled CLI", () => {
