@@ -19,6 +19,7 @@ export default defineConfig({
           name: "e2e",
           include: ["test/e2e/**/*.test.ts"],
           environment: "node",
+          globalSetup: ["test/support/compiled-cli.ts"],
           testTimeout: 180_000,
           hookTimeout: 60_000,
           // Each file starts its own coordinators; two at a time fit 2 cores. Runs after the other layers.

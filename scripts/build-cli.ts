@@ -37,21 +37,28 @@ async function thirdPartyNotices(metafile: Metafile): Promise<string> {
   return `# Third-party notices\n\nThe loopwarden CLI in this directory bundles the following packages.\n\n${sections.join("\n\n")}\n`;
 }
 
-await rm(outdir, { recursive: true, force: true });
-const result = await build({
-  entryPoints: [path.join(root, "runner", "src", "main.ts")],
-  bundle: true,
-  splitting: true,
-  format: "esm",
-  platform: "node",
-  target: "node20",
-  external: EXTERNAL,
-  // Bundled CommonJS packages require Node's built-ins: an ES module has no `require` of its own.
-  banner: { js: 'import { createRequire as loopwardenCreateRequire } from "node:module"; const require = loopwardenCreateRequire(import.meta.url);' },
-  outdir,
-  metafile: true,
-  legalComments: "none",
-  logLevel: "warning",
-});
-await writeFile(path.join(outdir, "THIRD-PARTY-NOTICES.md"), await thirdPartyNotices(result.metafile));
-process.stderr.write(`built ${path.join(outdir, "main.js")}\n`);
+/** Builds dist/cli/ afresh (the e2e tests' global setup calls it too, so they never run a stale CLI). */
+export async function buildCli(): Promise<string> {
+  await rm(outdir, { recursive: true, force: true });
+  const result = await build({
+    entryPoints: [path.join(root, "runner", "src", "main.ts")],
+    bundle: true,
+    splitting: true,
+    format: "esm",
+    platform: "node",
+    target: "node20",
+    external: EXTERNAL,
+    // Bundled CommonJS packages require Node's built-ins: an ES module has no `require` of its own.
+    banner: { js: 'import { createRequire as loopwardenCreateRequire } from "node:module"; const require = loopwardenCreateRequire(import.meta.url);' },
+    outdir,
+    metafile: true,
+    legalComments: "none",
+    logLevel: "warning",
+  });
+  await writeFile(path.join(outdir, "THIRD-PARTY-NOTICES.md"), await thirdPartyNotices(result.metafile));
+  return path.join(outdir, "main.js");
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  process.stderr.write(`built ${await buildCli()}\n`);
+}

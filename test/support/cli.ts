@@ -9,7 +9,10 @@ import { LoopEvent } from "../../shared/engine/index.js";
 
 /** The repository root. */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
-const BIN = path.join(ROOT, "runner", "bin", "loopwarden.js");
+// The compiled CLI (dist/cli), as an installed package runs it: the e2e layer's global setup builds it
+// from the sources (compiled-cli.ts). runner/bin, which runs the sources through tsx in a checkout,
+// has its own test (source-checkout.test.ts).
+const BIN = path.join(ROOT, "dist", "cli", "main.js");
 
 /** A temporary directory, removed by `cleanup`. */
 export function tempDir(prefix: string): { dir: string; cleanup(): void } {
