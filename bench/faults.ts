@@ -638,7 +638,7 @@ console.log();
 say("# Fault injection");
 say();
 say(
-  `\`npm run test:faults\` (\`tsx bench/faults.ts\`), ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? "unknown"}), ${os.platform()}. Seed ${SEED} (\`LOOPWARDEN_TEST_SEED=${SEED} npm run test:faults\` replays the fault plan; the exact interleaving with the processes' own timing does not replay). ${outcomes.length} scenarios in ${seconds.toFixed(0)} s. The CLI runs from this checkout (runner/bin/loopwarden.js).`,
+  `\`npm run test:faults\` (\`tsx bench/faults.ts\`), ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${os.cpus().length} cores (${os.cpus()[0]?.model ?? "unknown"}), ${os.platform()}. Seed ${SEED} (\`LOOPWARDEN_TEST_SEED=${SEED} npm run test:faults\` replays the fault plan; the exact interleaving with the processes' own timing does not replay). ${outcomes.length} scenarios in ${seconds.toFixed(0)} s. The CLI is the one compiled from this checkout (dist/cli, \`npm run build:cli\`), as an installed package runs it.`,
 );
 say();
 say(
