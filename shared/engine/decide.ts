@@ -5,7 +5,7 @@ import type { EventDraft, Halt, Verdict } from "./events.js";
 import { exitCodeFor, type HaltReason } from "./halt-reasons.js";
 import { checkGuards } from "./guards.js";
 import { compareSamples } from "./statistics.js";
-import { loopAfterVerdict, median, type LoopState } from "./state.js";
+import { loopAfterVerdict, median, sameTreeKey, type LoopState } from "./state.js";
 import { changedOutcomes, regressedTests, standingOf, type TestStanding } from "./test-sets.js";
 import { formatList } from "../format-list.js";
 import { formatInterval, formatPercent } from "../format-percent.js";
@@ -188,16 +188,9 @@ function secondaryRegression(
 function flippedTests(state: LoopState, candidateId: string, now: TestStanding): { twin: string; tests: string[] } | null {
   const candidate = state.candidates[candidateId];
   if (!candidate) return null;
-  const twin = state.candidate_order
+  const twin = (state.same_tree[sameTreeKey(candidate.parent, candidate.diff_sha256)] ?? [])
     .map((id) => state.candidates[id])
-    .find(
-      (other) =>
-        other !== undefined &&
-        other.candidate_id !== candidateId &&
-        other.report !== null &&
-        other.parent === candidate.parent &&
-        other.diff_sha256 === candidate.diff_sha256,
-    );
+    .find((other) => other !== undefined && other.candidate_id !== candidateId && other.report !== null);
   if (!twin?.report) return null;
   // Through the standings: linear in what either differs from t0, not in the suite.
   const tests = changedOutcomes(now, twin.report.tests, state.t0_base);

@@ -132,6 +132,12 @@ export interface LoopState {
   best: BestState;
   candidates: Record<string, CandidateState>;
   candidate_order: string[];
+  /**
+   * The candidates of each tree — the same parent and the same change (`sameTreeKey`) — in proposal
+   * order: a flip is looked for among these (DESIGN §6.5) in time linear in what shares the tree, not
+   * in the loop's length.
+   */
+  same_tree: Record<string, string[]>;
   idempotency: Record<string, string>;
   /** Every lease ever granted, to its candidate: a reclaimed lease is known, and refused as stale. */
   lease_index: Record<string, string>;
@@ -161,8 +167,13 @@ export interface LoopState {
 /** The id the baseline carries wherever a candidate id is expected (e.g. as a parent). */
 export const BASELINE_ID = "t0";
 
+/** What names a candidate's tree in `same_tree`: its parent and the digest of its change from it. */
+export function sameTreeKey(parent: string, diffSha256: string): string {
+  return `${parent} ${diffSha256}`;
+}
+
 /** The containers of a state that a fold writes in place. */
-type Container = "candidates" | "candidate_order" | "idempotency" | "lease_index" | "regressions_since_promotion";
+type Container = "candidates" | "candidate_order" | "same_tree" | "idempotency" | "lease_index" | "regressions_since_promotion";
 
 /** For each state a fold owns, the containers it has already copied (and so may write). */
 const OWNED = new WeakMap<LoopState, Set<unknown>>();
@@ -234,6 +245,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       best: t0,
       candidates: {},
       candidate_order: [],
+      same_tree: {},
       idempotency: {},
       lease_index: {},
       iterations: 0,
@@ -249,7 +261,10 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       confirm: null,
     };
     // Its containers are new: the fold owns them from the start.
-    OWNED.set(created, new Set([created.candidates, created.candidate_order, created.idempotency, created.lease_index, created.regressions_since_promotion]));
+    OWNED.set(
+      created,
+      new Set([created.candidates, created.candidate_order, created.same_tree, created.idempotency, created.lease_index, created.regressions_since_promotion]),
+    );
     return created;
   }
   if (!state) throw new Error(`${event.type} before loop_created`);
@@ -279,6 +294,9 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       };
       own(state, "candidates")[data.candidate_id] = candidate;
       own(state, "candidate_order").push(data.candidate_id);
+      // A new list, not a push: the lists are shared with the state the fold began from.
+      const tree = sameTreeKey(data.parent, data.diff_sha256);
+      own(state, "same_tree")[tree] = [...(state.same_tree[tree] ?? []), data.candidate_id];
       own(state, "idempotency")[data.idempotency_key] = data.candidate_id;
       state.cost_usd += data.agent_report?.cost?.usd ?? 0;
       return state;
