@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { ProposeCandidateResponse, ReportResponse } from "../../shared/wire/api.js";
 import { EVENTS_IN_ANSWER } from "../../worker/src/loop-object.js";
-import { TEST_IDS, call, candidateBody, createLoop, logOf, observationOf, postJson } from "./fixtures.js";
+import { TEST_IDS, call, candidateBody, createLoop, logOf, ndjson, observationOf, postJson } from "./fixtures.js";
 
 // A proposal or a report sent with `?events_after=N` (the last event its runner has folded) is answered
 // with the log's events after N, exactly as `GET …/events?after=N` serves them: the runner's fold keeps
@@ -12,7 +12,7 @@ const [A, C] = [TEST_IDS[0], TEST_IDS[2]];
 /** The log's lines after `after`, as the events route serves them. */
 async function served(loopId: string, after: number): Promise<string[]> {
   const response = await call(`/v1/loops/${loopId}/events?after=${after}`);
-  return (await response.text()).split("\n").filter(Boolean);
+  return (await ndjson(response)).split("\n").filter(Boolean);
 }
 
 async function errorCode(response: Response): Promise<string> {

@@ -6,7 +6,7 @@ import { INLINE_EVIDENCE_MAX_BYTES } from "../../shared/wire/api.js";
 import type { ArtifactRef } from "../../shared/wire/observation.js";
 import { app } from "../../worker/src/app.js";
 import { artifactKey } from "../../worker/src/artifact-store.js";
-import { TEST_IDS, call, candidateBody, createLoop, logOf, observationOf, postJson, proposeAndLease } from "./fixtures.js";
+import { TEST_IDS, call, candidateBody, createLoop, logOf, ndjson, observationOf, postJson, proposeAndLease } from "./fixtures.js";
 
 // A report's inline evidence (DESIGN §10): a gate's log sent with the report instead of uploaded before
 // it. The coordinator checks the bytes against the digest and size the observation cites and stores and
@@ -259,7 +259,7 @@ describe("a proposal carrying its bundle inline", () => {
     const download = await call(`/v1/loops/${loop.loop_id}/artifacts/${bundle.sha256}`);
     expect(new Uint8Array(await download.arrayBuffer())).toEqual(bundleBytes);
     // The bytes are not part of the proposal: not in its event, and a retry without them is the same proposal.
-    const events = await (await call(`/v1/loops/${loop.loop_id}/events?after=0`)).text();
+    const events = await ndjson(await call(`/v1/loops/${loop.loop_id}/events?after=0`));
     expect(events).not.toContain(evidence[0]?.base64);
     const retried = await postJson(`/v1/loops/${loop.loop_id}/candidates`, body);
     expect(retried.status).toBe(200);
