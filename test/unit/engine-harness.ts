@@ -154,9 +154,9 @@ export class LoopHarness {
     );
   }
 
-  /** One full iteration with a working agent: propose, lease, report `failing`; answers the verdict. */
-  evaluate(label: string, failing: readonly string[]): Verdict {
-    const proposed = this.propose(label);
+  /** One full iteration with a working agent: propose (with `change`), lease, report `failing`; answers the verdict. */
+  evaluate(label: string, failing: readonly string[], change: Partial<Proposal> = {}): Verdict {
+    const proposed = this.propose(label, change);
     if (!proposed.ok) throw new Error(`propose refused: ${proposed.error.code}`);
     const leased = this.lease();
     if (!leased.ok || !leased.value) throw new Error("no lease granted");

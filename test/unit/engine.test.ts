@@ -846,14 +846,8 @@ describe("engine: no convergence and untrusted checks (DESIGN §6.2, §6.5)", ()
   it("halts check_flaky (14), naming the tests, when the same change from the same parent gives different outcomes", () => {
     const harness = new LoopHarness([A, B]);
     const same = { diff_sha256: sha256Hex("the same diff") };
-    harness.propose("first", same);
-    const first = harness.lease();
-    if (!first.ok || !first.value) throw new Error("no lease");
-    harness.report(first.value, observationOf([A, B]));
-    harness.propose("second", same);
-    const second = harness.lease();
-    if (!second.ok || !second.value) throw new Error("no lease");
-    expect(harness.report(second.value, observationOf([A]))).toMatchObject({ ok: true, value: { decision: "rejected", reason: "flaky" } });
+    harness.evaluate("first", [A, B], same);
+    expect(harness.evaluate("second", [A], same)).toMatchObject({ decision: "rejected", reason: "flaky" });
     expect(harness.state.halt).toMatchObject({ halt_reason: "check_flaky", exit_class: 14, detail: expect.stringContaining(B) });
     expect(harness.state.best.candidate_id).toBe("t0");
   });
@@ -861,14 +855,8 @@ describe("engine: no convergence and untrusted checks (DESIGN §6.2, §6.5)", ()
   it("compares only the same change from the same parent: the same diff from a newer best is another tree, not a flip", () => {
     const harness = new LoopHarness([A, B]);
     const same = { diff_sha256: sha256Hex("the same diff") };
-    harness.propose("fixes-b", same);
-    const first = harness.lease();
-    if (!first.ok || !first.value) throw new Error("no lease");
-    expect(harness.report(first.value, observationOf([A]))).toMatchObject({ ok: true, value: { decision: "promoted" } });
-    harness.propose("same-diff-from-c1", same);
-    const second = harness.lease();
-    if (!second.ok || !second.value) throw new Error("no lease");
-    expect(harness.report(second.value, observationOf([A, B]))).toMatchObject({ ok: true, value: { decision: "rejected", reason: "regressed" } });
+    expect(harness.evaluate("fixes-b", [A], same)).toMatchObject({ decision: "promoted" });
+    expect(harness.evaluate("same-diff-from-c1", [A, B], same)).toMatchObject({ decision: "rejected", reason: "regressed" });
     expect(harness.state.halt).toBeNull();
     expect(harness.state.same_tree).toEqual({ [`t0 ${same.diff_sha256}`]: ["c1"], [`c1 ${same.diff_sha256}`]: ["c2"] });
   });
