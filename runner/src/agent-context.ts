@@ -10,6 +10,7 @@ import { git } from "./git.js";
 
 /** The files the agent's environment points at. */
 export interface AgentFiles {
+  best: string;
   lastVerdict: string;
   history: string;
   report: string;
@@ -18,6 +19,19 @@ export interface AgentFiles {
 /** The last verdict as the agent reads it. */
 export interface LastVerdict extends Verdict {
   failing_tests: string[];
+}
+
+/**
+ * The tree the agent starts from, as it reads it: the best so far (t0 until a promotion) and what fails
+ * there, so even the first run knows what to fix. A rejection's own failing tests (in the last verdict)
+ * are the rejected candidate's, not those of the tree the agent was given back.
+ */
+export interface BestTree {
+  candidate_id: string;
+  commit: string;
+  failing_tests: string[];
+  /** Optimize mode: the metric's median reading when it became the best; null otherwise. */
+  metric: number | null;
 }
 
 /** One line of the history the agent reads. */
@@ -61,13 +75,15 @@ export function diffSummary(repo: string, base: string, commit: string): Promise
 }
 
 /**
- * Writes `.loopwarden/agent/last-verdict.json` (null before the first verdict) and `history.jsonl`
- * (one line per candidate so far), and clears the report file the agent may write.
+ * Writes `.loopwarden/agent/best.json` (the tree the agent starts from and its failing tests),
+ * `last-verdict.json` (null before the first verdict) and `history.jsonl` (one line per candidate so
+ * far), and clears the report file the agent may write.
  */
 export async function writeAgentContext(repo: string, state: LoopState): Promise<AgentFiles> {
   const dir = path.join(repo, ".loopwarden", "agent");
   await mkdir(dir, { recursive: true });
   const files: AgentFiles = {
+    best: path.join(dir, "best.json"),
     lastVerdict: path.join(dir, "last-verdict.json"),
     history: path.join(dir, "history.jsonl"),
     report: path.join(dir, "report.json"),
@@ -90,6 +106,8 @@ export async function writeAgentContext(repo: string, state: LoopState): Promise
     });
     if (candidate.verdict) last = { ...candidate.verdict, failing_tests: candidate.report?.tests.failing ?? [] };
   }
+  const best: BestTree = { candidate_id: state.best.candidate_id, commit: state.best.commit, failing_tests: state.best.failing, metric: state.best.metric };
+  await writeFile(files.best, `${JSON.stringify(best, null, 2)}\n`);
   await writeFile(files.lastVerdict, `${JSON.stringify(last, null, 2)}\n`);
   await writeFile(files.history, lines.map((line) => `${JSON.stringify(line)}\n`).join(""));
   await rm(files.report, { force: true });
@@ -101,6 +119,7 @@ export function agentEnv(files: AgentFiles, loopId: string, iteration: number): 
   return {
     LOOPWARDEN_LOOP_ID: loopId,
     LOOPWARDEN_ITERATION: String(iteration),
+    LOOPWARDEN_BEST: files.best,
     LOOPWARDEN_LAST_VERDICT: files.lastVerdict,
     LOOPWARDEN_HISTORY: files.history,
     LOOPWARDEN_AGENT_REPORT: files.report,

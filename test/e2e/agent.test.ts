@@ -17,7 +17,9 @@ describe("the agent's side of the loop", () => {
     "import { existsSync, readFileSync, writeFileSync } from 'node:fs';",
     "const history = readFileSync(process.env.LOOPWARDEN_HISTORY, 'utf8').split('\\n').filter(Boolean).map((l) => JSON.parse(l));",
     "const last = JSON.parse(readFileSync(process.env.LOOPWARDEN_LAST_VERDICT, 'utf8'));",
+    "const best = JSON.parse(readFileSync(process.env.LOOPWARDEN_BEST, 'utf8'));",
     "console.log(`last verdict: ${last ? last.decision + ' ' + last.reason : 'none'}`);",
+    "console.log(`starting from ${best.candidate_id} at ${best.commit.slice(0, 10)}, failing: ${best.failing_tests.join(', ')}`);",
     "const directions = [['double the value', '2'], ['set the value to 7', '7']];",
     "const rejected = new Set(history.filter((h) => h.status === 'rejected').map((h) => h.description));",
     'for (const [name] of directions) if (rejected.has(name)) console.log(`skipping "${name}": rejected before`);',
@@ -46,16 +48,21 @@ describe("the agent's side of the loop", () => {
       .split("\n")
       .map((line) => LoopEvent.parse(JSON.parse(line)));
 
-  it("the agent reads the last verdict and the history, and skips a direction that was rejected", async () => {
+  it("the agent reads the tree it starts from, the last verdict and the history, and skips a direction that was rejected", async () => {
     const repo = project();
     const result = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs"], { cwd: repo });
     expect(result.code, result.stderr).toBe(10);
     const output = JSON.parse(result.stdout) as { loop_id: string; iteration: number };
     expect(output.iteration).toBe(2);
     const logs = path.join(repo, ".loopwarden", "logs", output.loop_id);
-    expect(readFileSync(path.join(logs, "agent-1.log"), "utf8")).toContain("last verdict: none");
+    // Even the first run knows what fails where it starts (t0); after a rejection it starts from t0 again.
+    const t0 = gitIn(repo, "rev-parse", "main").trim().slice(0, 10);
+    const first = readFileSync(path.join(logs, "agent-1.log"), "utf8");
+    expect(first).toContain("last verdict: none");
+    expect(first).toContain(`starting from t0 at ${t0}, failing: gate:check`);
     const second = readFileSync(path.join(logs, "agent-2.log"), "utf8");
     expect(second).toContain("last verdict: rejected no_improvement");
+    expect(second).toContain(`starting from t0 at ${t0}, failing: gate:check`);
     expect(second).toContain('skipping "double the value": rejected before');
 
     const history = readFileSync(path.join(repo, ".loopwarden", "agent", "history.jsonl"), "utf8")

@@ -100,9 +100,10 @@ const code = (text: string) => `\`${text}\``;
 
 /**
  * The starter `program.md`: what the agent is told to do in each run, in the spirit of autoloop's
- * program.md — the objective, the files in scope and off limits, how to read the last verdict and
- * the history (`LOOPWARDEN_LAST_VERDICT`, `LOOPWARDEN_HISTORY`), one focused change per run, never a
- * direction already rejected, and the report it may write (`LOOPWARDEN_AGENT_REPORT`).
+ * program.md — the objective, the files in scope and off limits, how to read where it starts, the last
+ * verdict and the history (`LOOPWARDEN_BEST`, `LOOPWARDEN_LAST_VERDICT`, `LOOPWARDEN_HISTORY`), one
+ * focused change per run, never a direction already rejected, and the report it may write
+ * (`LOOPWARDEN_AGENT_REPORT`).
  */
 export function starterProgram(options: {
   name: string;
@@ -168,10 +169,14 @@ test that t0 (the starting point) ran, or whose test suite lost a test (an id go
 collected), is rejected and halts the loop (\`metric_integrity_violation\`), whatever the tests say.
 A skipped test is never a fix.
 
-## First, read the last verdict and the history
+## First, read where you start, the last verdict and the history
 
 Failures are data: read them before you change anything.
 
+- \`$LOOPWARDEN_BEST\` is the path of a JSON file describing the tree you start from, the best so far
+  (t0, the starting point, until a change is promoted):
+  \`{ "candidate_id", "commit", "failing_tests", "metric" }\`. \`failing_tests\` are what fails there, a
+  failing gate as \`gate:<name>\`: what there is to fix.
 - \`$LOOPWARDEN_LAST_VERDICT\` is the path of a JSON file holding the verdict on the previous candidate
   (\`null\` before the first):
   \`{ "candidate_id", "decision", "reason", "detail", "failing_before", "failing_after", "regressed", "failing_tests" }\`.
@@ -184,12 +189,12 @@ Failures are data: read them before you change anything.
   names the files the change touched (e.g. \`src/parse.ts +3 -1\`), and \`description\` is what that
   run said it tried.
 
-For example: \`cat "$LOOPWARDEN_LAST_VERDICT"; tail -n 20 "$LOOPWARDEN_HISTORY"\`. \`LOOPWARDEN_ITERATION\`
+For example: \`cat "$LOOPWARDEN_BEST" "$LOOPWARDEN_LAST_VERDICT"; tail -n 20 "$LOOPWARDEN_HISTORY"\`. \`LOOPWARDEN_ITERATION\`
 holds the number of this run (from 1) and \`LOOPWARDEN_LOOP_ID\` the loop's id.
 
 ## Each run
 
-1. Read the last verdict and the history.
+1. Read where you start, the last verdict and the history.
 2. Choose one failing test, or one idea, to work on. **Do not retry a direction that was rejected**:
    when the history shows a rejected change like the one you have in mind (the same files in
    \`diff_summary\`, the same idea in \`description\`), try something else.

@@ -381,7 +381,7 @@ describe("starterProgram", () => {
   });
 
   it("names the environment variables the runner sets, and the fields of the files they point at", () => {
-    for (const name of ["LOOPWARDEN_LAST_VERDICT", "LOOPWARDEN_HISTORY", "LOOPWARDEN_AGENT_REPORT"]) expect(program).toContain(`$${name}`);
+    for (const name of ["LOOPWARDEN_BEST", "LOOPWARDEN_LAST_VERDICT", "LOOPWARDEN_HISTORY", "LOOPWARDEN_AGENT_REPORT"]) expect(program).toContain(`$${name}`);
     for (const field of ["candidate_id", "decision", "reason", "detail", "failing_before", "failing_after", "regressed", "failing_tests"]) {
       expect(program).toContain(`"${field}"`);
     }
