@@ -38,7 +38,8 @@ export async function proposalBundle(
 ): Promise<{ bundle: BundleRef; evidence?: InlineEvidence[] }> {
   const bytes = await bundleOf(repo, commit, base);
   if (!client.acceptsEvidence || bytes.byteLength > INLINE_EVIDENCE_MAX_BYTES) return { bundle: await uploadBundleBytes(client, loopId, commit, bytes) };
-  return { bundle: { sha256: sha256Hex(bytes), size: bytes.byteLength }, evidence: [{ sha256: sha256Hex(bytes), base64: bytes.toString("base64") }] };
+  const sha256 = sha256Hex(bytes);
+  return { bundle: { sha256, size: bytes.byteLength }, evidence: [{ sha256, base64: bytes.toString("base64") }] };
 }
 
 /**
