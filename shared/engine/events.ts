@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { Contract } from "../wire/contract.js";
 import { AgentReport } from "../wire/agent-report.js";
+import { AgentConfinement } from "../wire/confinement.js";
 import { FullObservation, GitCommit, Observation, Sha256 } from "../wire/observation.js";
 import { HALT_REASONS } from "./halt-reasons.js";
 
@@ -29,6 +30,8 @@ export const AgentRun = z.strictObject({
   exit_code: z.number().int().nullable(),
   timed_out: z.boolean(),
   duration_ms: z.number().min(0),
+  /** How the run was confined (DESIGN §6.7); absent in logs of runners that predate the agent zone. */
+  confinement: AgentConfinement.optional(),
 });
 export type AgentRun = z.infer<typeof AgentRun>;
 

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { MAX_TIMEOUT_MS, parseDuration } from "../duration.js";
+import { HostPort } from "./confinement.js";
 
 // The loop contract (`loop.yaml`, DESIGN §5). Every object is strict, so an unknown or misspelt key is
 // an error naming its path, never silently ignored. Messages say how to fix the value; the runner
@@ -102,10 +103,44 @@ export const StopConditions = z.strictObject({
   budget: z.strictObject({ wall: Duration.optional(), cost_usd: z.number().positive().optional() }).optional(),
 });
 
-/** The agent command and its time limit. */
+/** An environment variable's name. */
+const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "is not a variable name; use letters, digits and '_'");
+
+/** A path mounted read-only into a zone: absolute, or `~/…` in the user's home directory. */
+const MountPath = z
+  .string()
+  .min(2)
+  .max(1_000)
+  .refine((value) => (value.startsWith("/") || value.startsWith("~/")) && !value.split("/").includes(".."), {
+    message: "must be an absolute path or ~/path, without ..",
+  });
+
+/**
+ * The agent's network (DESIGN §6.7): `none` (the default), `{ allow: [host:port, …] }` — only those,
+ * through the runner's auditing proxy — or `host`, which must be written out.
+ */
+export const AgentNetwork = z.union([z.enum(["none", "host"]), z.strictObject({ allow: z.array(HostPort).min(1).max(100) })], {
+  error: "use none, host or { allow: [host:port, …] }",
+});
+export type AgentNetwork = z.infer<typeof AgentNetwork>;
+
+/**
+ * The agent command, its time limit, and its zone (DESIGN §6.7). Every zone field is optional without a
+ * default, so a contract that names none hashes as it did before them.
+ */
 export const AgentSpec = z.strictObject({
   run: Command,
   timeout: Timeout.default("20m"),
+  network: AgentNetwork.optional(),
+  /** The names of the runner's variables the agent gets (e.g. ANTHROPIC_API_KEY); it gets no others. */
+  env: z.array(EnvName).max(100).optional(),
+  /** Paths the agent may read (a model CLI's configuration, a toolchain), mounted read-only. */
+  mounts: z.array(MountPath).max(50).optional(),
+  /**
+   * A credential minted for each agent run and revoked after it, even when the run fails: `mint` prints
+   * it on stdout, the agent gets it as `env`, and `revoke` gets it as `env` too.
+   */
+  credentials: z.strictObject({ env: EnvName, mint: Command, revoke: Command }).optional(),
 });
 
 /** A task of a task_list loop: done only when its own check passes. */
@@ -155,7 +190,17 @@ export const Contract = z
     stop: StopConditions.default({ max_iterations: 50, no_progress: 10 }),
     agent: AgentSpec,
     artifacts: z.array(z.string().min(1).max(500)).max(100).optional(),
-    exec: z.strictObject({ network: z.enum(["none", "host"], { error: "use none or host" }) }).optional(),
+    // The exec zone: the gates' network (the host's when absent) and a setup step run with network first.
+    exec: z
+      .strictObject({
+        network: z.enum(["none", "host"], { error: "use none or host" }).optional(),
+        /** Run in each evaluation's clone before the gates, with the host's network (e.g. `npm ci`). */
+        setup: Command.optional(),
+        setup_timeout: Timeout.optional(),
+      })
+      .optional(),
+    /** `confined` (the default): both zones walled off, or no run at all. `none` runs them as the user, and says so. */
+    isolation: z.enum(["confined", "none"], { error: "use confined or none" }).optional(),
     tasks: z.array(Task).min(1).max(1_000).optional(),
     // Optional without a default: a contract that does not ask for labels hashes as it did before them.
     evaluate: EvaluateSpec.optional(),

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { ExecConfinement } from "./confinement.js";
 
 /** A lower-case hex SHA-256 digest. */
 export const Sha256 = z.string().regex(/^[0-9a-f]{64}$/, "must be a lower-case hex sha256");
@@ -122,6 +123,8 @@ const observationFields = {
   /** What the evaluation could not store as it was, and why (absent when everything was stored; runners before it never send it). */
   artifact_errors: z.array(ArtifactError).min(1).max(MAX_ARTIFACT_ERRORS).optional(),
   guards: GuardReadings.optional(),
+  /** How the evaluation's commands were confined (DESIGN §6.7); absent from runners that predate the exec zone. */
+  exec_zone: ExecConfinement.optional(),
   /** task_list mode: each task's own check, run after the gates (`name` is the task id). */
   tasks: z.array(GateResult).max(1_000).optional(),
   /**
