@@ -107,7 +107,10 @@ program
     "write a commented starter loop.yaml (check_fixpoint, with a test-report gate for vitest, jest+jest-junit, node --test, pytest, gotestsum or cargo nextest) and program.md (the agent's instructions and this project's protected files), and add .loopwarden/ to .gitignore",
   )
   .option("--mode <mode>", "loop mode of the starter (init writes check_fixpoint starters; edit loop.yaml for optimize or task_list)", "check_fixpoint")
-  .option("--agent <cmd>", "the agent command to put in agent.run")
+  .option(
+    "--agent <name|cmd>",
+    "the agent: a preset (claude, codex, gemini, aider, opencode) writes its headless command, its model hosts (agent.network.allow) and its API-key variable (agent.env); anything else is the command to put in agent.run, with no network",
+  )
   .action(async (options: { mode: string; agent?: string }) => {
     const { initCommand } = await import("./commands/init.js");
     exitCode = await initCommand({ ...globals(), ...options, cwd: process.cwd() });

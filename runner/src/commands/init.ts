@@ -8,7 +8,8 @@ import { UserError } from "../errors.js";
 import { repoRoot } from "../git.js";
 import { emitResult, type OutputMode } from "../output.js";
 import { packageJsonScripts, selectProtectedFiles, trackedFiles } from "../protected-files.js";
-import { detectTestGate, projectFacts, REPORT_DIR, type StarterGate } from "./init-runners.js";
+import { AGENT_PRESET_NAMES, agentPreset, type AgentPreset } from "./agent-presets.js";
+import { detectTestGate, projectFacts, REPORT_DIR, type ProjectFacts, type StarterGate } from "./init-runners.js";
 
 /**
  * A YAML scalar for `text`, quoted the way prettier prints it, so that the written file passes
@@ -55,14 +56,129 @@ function reportLines(gate: StarterGate): string {
 }
 
 /**
- * The commented starter contract for check_fixpoint mode. Every comment is on a line of its own, above
- * what it explains, so that formatters (prettier) leave the file as it is.
+ * Where a starter's gates run (the exec zone, DESIGN §6.7): without network unless the project's gates
+ * download what they build with, and with a `setup` step, run with network before them, when the
+ * project has dependencies to install.
  */
-export function starterContract(options: { name: string; gate: StarterGate; agent: string }): string {
+export interface StarterExec {
+  network: "none" | "host";
+  /** exec.setup: installs the dependencies in each evaluation's clone, with network, before the gates. */
+  setup?: string;
+}
+
+/** A gate command that installs the node dependencies first, as `detectTestGate` writes it: the install, then the rest. */
+const NODE_INSTALL = /^(npm (?:ci|install) --no-audit --no-fund) && ([\s\S]+)$/;
+
+/** Whether package.json declares any dependency, so that `npm install` has something to download. */
+function hasDependencies(packageJson: string | null): boolean {
+  try {
+    const manifest = JSON.parse(packageJson ?? "null") as { dependencies?: unknown; devDependencies?: unknown } | null;
+    const count = (field: unknown) => (typeof field === "object" && field !== null ? Object.keys(field).length : 0);
+    return manifest !== null && count(manifest.dependencies) + count(manifest.devDependencies) > 0;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The exec zone of a starter, and its gate as it runs there. The gates get no network by default. A
+ * node project that obviously needs an install (a lockfile, or any dependency) gets it as `setup`,
+ * which runs with network before the gates, and its gate (and the advice about it) loses the install
+ * step it began with; an install with nothing to download stays in the gate. Cargo, and go with a
+ * go.sum, download what they build with as they build, so their gates keep the host's network.
+ */
+export function starterExec(gate: StarterGate, facts: ProjectFacts): { gate: StarterGate; exec: StarterExec } {
+  const install = NODE_INSTALL.exec(gate.run);
+  if (install) {
+    const [, step = "", rest = ""] = install;
+    const lockfile = ["package-lock.json", "npm-shrinkwrap.json"].some((file) => facts.files.includes(file));
+    if (!lockfile && !hasDependencies(facts.packageJson)) return { gate, exec: { network: "none" } };
+    const advice = gate.advice.map((line) => line.replaceAll(`${step} && `, ""));
+    return { gate: { ...gate, run: rest, advice }, exec: { network: "none", setup: step } };
+  }
+  const downloads =
+    gate.runner === "cargo test" || gate.runner === "cargo nextest" || (gate.runner?.startsWith("go") === true && facts.files.includes("go.sum"));
+  return { gate, exec: { network: downloads ? "host" : "none" } };
+}
+
+/** The starter's `exec` section, with what it means; empty without one (the gates then get the host's network). */
+function execLines(exec: StarterExec | undefined, gate: StarterGate): string {
+  if (!exec) return "";
+  let explained: string[];
+  if (exec.setup) {
+    explained = [
+      "Each evaluation's clone is confined like the agent. setup runs there first, with network, to",
+      "install the dependencies; then the gates run without network (network: none), so no test",
+      "reaches the outside.",
+    ];
+  } else if (exec.network === "host") {
+    const [tool, what, vendor] = gate.runner?.startsWith("cargo") ? ["cargo", "crates", "cargo vendor"] : ["go", "modules", "go mod vendor"];
+    explained = [
+      `The gates run with network (network: host): ${tool} downloads the ${what} it builds with. For gates`,
+      `without network, vendor them (${vendor}), commit them, and set network: none.`,
+    ];
+  } else {
+    explained = [
+      "The gates run without network (network: none), so no test reaches the outside. A gate that must",
+      "download something first (dependencies, a toolchain) needs it in a setup step: a command that",
+      "runs with network in each evaluation's clone before the gates.",
+    ];
+  }
+  const setup = exec.setup ? `  setup: ${yamlString(exec.setup)}\n` : "";
+  return `\n${comments(explained, "")}exec:\n  network: ${exec.network}\n${setup}`;
+}
+
+/** The starter's `agent` section: a preset's command, allowlist and variables, or a raw command with no network. */
+function agentLines(agent: string | AgentPreset): string {
+  const intro = comments(["The agent runs once per iteration, confined, in a fresh clone of the best commit so far: it", "makes one change, then exits."], "");
+  if (typeof agent !== "string") {
+    const about = comments(
+      [
+        `Preset "${agent.name}" (${agent.title}), from loopwarden init --agent ${agent.name}.`,
+        "It runs confined: its network reaches only the hosts in network.allow, through loopwarden's",
+        "proxy, and it gets only the variables named in env, from the runner's environment (set them",
+        "there; never write a key here).",
+        ...agent.notes,
+      ],
+      "  ",
+    );
+    const list = (items: readonly string[], indent: string) => items.map((item) => `${indent}- ${item}\n`).join("");
+    return `${intro}agent:
+${about}  run: ${yamlString(agent.run)}
+  timeout: 20m
+  network:
+    allow:
+${list(agent.allow, "      ")}  env:
+${list(agent.env, "    ")}`;
+  }
+  const example = agent ? [] : ['e.g. claude -p "Read program.md, make one focused change, then stop." --dangerously-skip-permissions'];
+  const network = comments(
+    [
+      "No network: agent.network is none when absent. For a model's API, allow its host and pass its",
+      "key by name, e.g. network: { allow: [api.anthropic.com:443] } and env: [ANTHROPIC_API_KEY].",
+      `loopwarden init --agent NAME writes all three for ${AGENT_PRESET_NAMES.slice(0, -1).join(", ")} and ${AGENT_PRESET_NAMES.at(-1) ?? ""}.`,
+    ],
+    "  ",
+  );
+  return `${intro}agent:
+${comments(example, "  ")}  run: ${yamlString(agent)}
+  timeout: 20m
+${network}`;
+}
+
+/**
+ * The commented starter contract for check_fixpoint mode. Every comment is on a line of its own, above
+ * what it explains, so that formatters (prettier) leave the file as it is. `agent` is a preset or a raw
+ * command (empty: left for the user to fill in); without `exec`, no exec section is written.
+ */
+export function starterContract(options: { name: string; gate: StarterGate; agent: string | AgentPreset; exec?: StarterExec }): string {
   const { gate } = options;
   const runComment = gate.run ? [] : ["Your test command, e.g. npm ci && npm test."];
   // With a report, the advice is about the command (above `run`); without one, it says how to get a report.
   const before = gate.tests ? comments(gate.advice, "    ") : "";
+  const clone = options.exec?.setup
+    ? ["git tracks (no node_modules/, no .venv/): exec.setup below installs the dependencies. The first", "hard failure stops the rest."]
+    : ["git tracks (no node_modules/, no .venv/): each command installs what it needs. The first hard", "failure stops the rest."];
   return `# loopwarden contract (DESIGN §5). Validated strictly: an unknown key is an error, never ignored.
 # Keep it committed: its hash is pinned when a loop starts, and a changed contract is a new loop.
 name: ${yamlString(options.name)}
@@ -71,9 +187,7 @@ mode: check_fixpoint
 objective: ${STARTER_OBJECTIVE}
 
 # Gates run in order in a fresh clone of each candidate, outside this repository, that holds only what
-# git tracks (no node_modules/, no .venv/): each command installs what it needs. The first hard
-# failure stops the rest.
-gates:
+${comments(clone, "")}gates:
   - name: test
 ${comments(runComment, "    ")}${before}    run: ${yamlString(gate.run)}
     timeout: 10m
@@ -82,18 +196,14 @@ ${reportLines(gate)}  # A soft gate is judged on a METRIC line its command print
   # - name: lint
   #   run: ./scripts/lint-count.sh
   #   soft: { metric: lint_errors, max: 0 }
-
+${execLines(options.exec, gate)}
 stop:
   # One iteration = one agent run and the verdict on its change.
   max_iterations: 50
   # Halt after this many iterations in a row without a promotion.
   no_progress: 10
 
-# The agent runs in your working tree once per iteration: it makes one change, then exits.
-agent:
-${comments(options.agent ? [] : ['e.g. claude -p "Read program.md, make one focused change, then stop." --dangerously-skip-permissions'], "  ")}  run: ${yamlString(options.agent)}
-  timeout: 20m
-`;
+${agentLines(options.agent)}`;
 }
 
 const code = (text: string) => `\`${text}\``;
@@ -125,6 +235,11 @@ export function starterProgram(options: {
 You are the agent of a loopwarden loop. Each time you are run, you make **one focused change** to this
 repository and stop. loopwarden then commits your working tree, runs the gates on that commit in a
 fresh clone, and its coordinator, not you, decides whether the change is kept or reverted.
+
+You run in a sandbox: your workspace is a fresh clone of the best commit so far, the network reaches
+only the hosts ${code(contract)} allows (\`agent.network\`) through the proxy in \`HTTP_PROXY\`/\`HTTPS_PROXY\`,
+and \`$HOME\` and \`/tmp\` are empty and private to this run. Any other host is refused, so do not count
+on downloading anything.
 
 ## Objective
 
@@ -245,13 +360,14 @@ function protectedListing(files: readonly string[]): string {
   ].join("\n");
 }
 
-/** The starter contract's one gate, as `program.md` describes it. */
-function starterGatesSummary(gate: StarterGate, contract: string): string {
+/** The starter contract's one gate, as `program.md` describes it, after the setup step that comes first, if any. */
+function starterGatesSummary(gate: StarterGate, contract: string, exec?: StarterExec): string {
   if (!gate.run) return `1. \`test\`: the test command in ${code(contract)} (\`gates[0].run\`, still to be filled in)`;
   const line = `1. \`test\`: \`${gate.run}\` (timeout 10m)`;
-  if (!gate.tests) return `${line}. Only its exit code is read, so the whole gate is one test.`;
+  const setup = exec?.setup ? `\n\nBefore them, \`${exec.setup}\` (\`exec.setup\`) installs the dependencies in that clone.` : "";
+  if (!gate.tests) return `${line}. Only its exit code is read, so the whole gate is one test.${setup}`;
   const [format, file] = "junit" in gate.tests ? ["JUnit XML", gate.tests.junit] : ["TAP", gate.tests.tap];
-  return `${line}. Each test is read from the ${format} report it writes (${code(file)}), so every test counts.`;
+  return `${line}. Each test is read from the ${format} report it writes (${code(file)}), so every test counts.${setup}`;
 }
 
 /** A non-empty stand-in for a command the starter leaves for the user to fill in, so it validates. */
@@ -296,10 +412,20 @@ function gateLine(gate: StarterGate, contract: string): string | null {
   return `  test gate: ${gate.runner}, per-test results from ${"junit" in gate.tests ? gate.tests.junit : gate.tests.tap}`;
 }
 
+/** What init says about the agent preset it wrote: the tool, the hosts it may reach, and the variables it needs. */
+function presetLine(preset: AgentPreset): string {
+  const unset = preset.env.filter((name) => !process.env[name]);
+  const needs = `give the runner ${preset.env.join(", ")}${unset.length ? ` (not set in this shell: ${unset.join(", ")})` : ""}`;
+  return `  agent: ${preset.title} (preset ${preset.name}), confined to ${preset.allow.join(", ")}; ${needs}`;
+}
+
 /**
  * `loopwarden init`: writes a commented starter `loop.yaml` with a gate for the project's test runner
- * (with a test report when the runner can write one), and the agent's `program.md` (unless one exists:
- * it is left as it is), listing the files the guards protect; keeps `.loopwarden/` out of git.
+ * (with a test report when the runner can write one) that runs without network, after a setup step
+ * when the project has dependencies to install (`starterExec`), and the agent's `program.md` (unless
+ * one exists: it is left as it is), listing the files the guards protect; keeps `.loopwarden/` out of
+ * git. `agent` is a preset's name (`agent-presets.ts`: its command, allowlist and variables) or a raw
+ * command, which gets no network.
  */
 export async function initCommand(options: OutputMode & { cwd: string; mode: string; agent?: string; contract?: string }): Promise<number> {
   if (options.mode !== "check_fixpoint") {
@@ -313,9 +439,10 @@ export async function initCommand(options: OutputMode & { cwd: string; mode: str
   const shown = path.relative(repo, file);
   if (existsSync(file)) throw new UserError(`${shown} already exists; edit it, or remove it to start over`);
   const facts = await projectFacts(repo);
-  const gate = detectTestGate(facts);
+  const { gate, exec } = starterExec(detectTestGate(facts), facts);
   const name = path.basename(repo);
-  const contractText = starterContract({ name, gate, agent: options.agent ?? "" });
+  const preset = options.agent === undefined ? undefined : agentPreset(options.agent);
+  const contractText = starterContract({ name, gate, agent: preset ?? options.agent ?? "", exec });
   // Computed before anything is written: a starter that does not validate leaves nothing behind. The
   // guard follows `npm test` into package.json's scripts only when git tracks package.json; so does this.
   const tracked = await trackedFiles(repo);
@@ -331,7 +458,7 @@ export async function initCommand(options: OutputMode & { cwd: string; mode: str
       starterProgram({
         name,
         objective: STARTER_OBJECTIVE,
-        gatesSummary: starterGatesSummary(gate, shown),
+        gatesSummary: starterGatesSummary(gate, shown, exec),
         contract: shown,
         protectedFiles: protectedList,
       }),
@@ -353,6 +480,8 @@ export async function initCommand(options: OutputMode & { cwd: string; mode: str
     `wrote ${shown}${program ? ` and ${program}` : ""}${hasEntry ? "" : ", and added .loopwarden/ to .gitignore"}`,
     ...(program ? [] : ["  program.md already exists: left as it is"]),
     ...(gateSaid ? [gateSaid] : []),
+    ...(exec.setup ? [`  setup: ${exec.setup}, with network, before the gates (which run without)`] : []),
+    ...(preset ? [presetLine(preset)] : []),
     `  protected: ${count} (${preview(protectedList)}) — ${where}`,
     ...(todo.length ? [`  fill in: ${todo.join(", ")}`] : []),
     `  then commit (git add ${added} && git commit -m "Add loopwarden contract") and start: loopwarden run`,

@@ -8,7 +8,8 @@ import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
 import { Lexer, parse as parseYaml } from "yaml";
 import { DEFAULT_PROTECTED_GLOBS } from "../../../shared/engine/index.js";
 import { AgentReportFile } from "../../../shared/wire/agent-report.js";
-import { initCommand, starterContract, starterProgram, starterProtectedFiles, yamlString } from "../../../runner/src/commands/init.js";
+import { AGENT_PRESET_NAMES, AGENT_PRESETS, agentPreset } from "../../../runner/src/commands/agent-presets.js";
+import { initCommand, starterContract, starterExec, starterProgram, starterProtectedFiles, yamlString } from "../../../runner/src/commands/init.js";
 import { detectTestGate, nextestJunit, nodeTestArgs, toolsOnPath, type ProjectFacts, type StarterGate } from "../../../runner/src/commands/init-runners.js";
 import { loadContractFile, validateContract } from "../../../runner/src/contract-file.js";
 import { protectedFiles } from "../../../runner/src/protected-files.js";
@@ -299,6 +300,109 @@ describe("starterContract", () => {
   });
 });
 
+describe("starterExec", () => {
+  const zoned = PROJECTS.map(({ project, facts: projectFacts }) => {
+    const detected = detectTestGate(projectFacts);
+    return { project, projectFacts, detected, ...starterExec(detected, projectFacts) };
+  });
+
+  it("gives the gates no network, unless they download what they build with (cargo, go with a go.sum)", () => {
+    for (const { project, projectFacts, detected, exec } of zoned) {
+      const downloads = detected.runner?.startsWith("cargo") === true || (detected.runner?.startsWith("go") === true && projectFacts.files.includes("go.sum"));
+      expect(exec.network, project).toBe(downloads ? "host" : "none");
+    }
+  });
+
+  it("moves the install of a project with a lockfile or dependencies into setup, and keeps the rest of the gate as it was", () => {
+    for (const { project, projectFacts, detected, gate, exec } of zoned) {
+      const lockfile = projectFacts.files.includes("package-lock.json");
+      if (lockfile && detected.run.startsWith("npm ")) expect(exec.setup, project).toBe("npm ci --no-audit --no-fund");
+      if (exec.setup) {
+        expect(exec.network).toBe("none");
+        expect(`${exec.setup} && ${gate.run}`, project).toBe(detected.run);
+        expect(gate.advice.join("\n"), project).not.toContain(exec.setup);
+      } else {
+        expect(gate, project).toEqual(detected);
+      }
+    }
+    // With dependencies but no lockfile, the install is npm install; without either, nothing needs one.
+    const withDependencies = facts({ files: ["package.json"], packageJson: { scripts: { test: "vitest run" }, devDependencies: { vitest: "^4.1.0" } } });
+    expect(starterExec(detectTestGate(withDependencies), withDependencies).exec).toEqual({ network: "none", setup: "npm install --no-audit --no-fund" });
+    const bare = facts({ files: ["package.json"], packageJson: { scripts: { test: "node --test" } } });
+    expect(starterExec(detectTestGate(bare), bare)).toEqual({ gate: detectTestGate(bare), exec: { network: "none" } });
+  });
+
+  it("writes an exec section that prettier keeps, that loads, and that says setup runs with network before the gates", async () => {
+    for (const { project, gate, exec } of zoned) {
+      const text = starterContract({ name: "textkit", gate, agent: "node agent.mjs", exec });
+      expect(await prettier.format(text, { parser: "yaml" }), project).toBe(text);
+      const { contract } = validateContract(loadStarter(text), "loop.yaml");
+      expect(contract.exec, project).toEqual(exec);
+      // loadStarter fills in a blank gate command with `true`.
+      expect(contract.gates[0]?.run, project).toBe(gate.run || "true");
+      if (exec.setup) {
+        expect(text).toContain("# Each evaluation's clone is confined like the agent. setup runs there first, with network, to\n# install the dependencies;");
+        expect(text).toContain("exec.setup below installs the dependencies");
+      } else {
+        expect(text).not.toContain("setup:");
+      }
+    }
+  }, 60_000);
+});
+
+describe("agent presets", () => {
+  it("knows the common coding-agent CLIs, each a headless run of program.md", () => {
+    expect(AGENT_PRESET_NAMES).toEqual(["claude", "codex", "gemini", "aider", "opencode"]);
+    for (const preset of AGENT_PRESETS) {
+      expect(agentPreset(preset.name)).toBe(preset);
+      expect(preset.run, preset.name).toContain("program.md");
+      for (const host of preset.allow) expect(host, preset.name).toMatch(/^[a-z0-9.-]+:443$/);
+      for (const name of preset.env) expect(name, preset.name).toMatch(/^[A-Z][A-Z0-9_]*_API_KEY$/);
+      // A key comes by name from the environment, never from a credential directory or the command line.
+      expect(preset.run, preset.name).not.toMatch(/~\/|\$HOME|\.claude|\.codex|\.gemini|sk-/);
+    }
+    expect(agentPreset("claude")?.run).toContain('claude -p "$(cat program.md)" --dangerously-skip-permissions');
+    expect(agentPreset("codex")?.run).toContain('codex exec --full-auto "$(cat program.md)"');
+    expect(agentPreset("gemini")?.run).toContain('gemini -p "$(cat program.md)" --yolo');
+    expect(agentPreset("aider")?.run).toMatch(/^aider .*--message-file program\.md --yes-always --no-auto-commits/);
+    expect(agentPreset("opencode")?.run).toMatch(/^opencode run .*"\$\(cat program\.md\)"$/);
+    for (const name of ["Claude", "claude -p hi", "", "toString", "__proto__"]) expect(agentPreset(name), name).toBeUndefined();
+  });
+
+  it("writes a contract that prettier keeps, whose every comment is on a line of its own, and that loads with the preset", async () => {
+    for (const preset of AGENT_PRESETS) {
+      const gate = detectTestGate(PROJECTS[0]?.facts ?? facts());
+      const text = starterContract({ name: "textkit", gate, agent: preset });
+      expect(await prettier.format(text, { parser: "yaml" }), preset.name).toBe(text);
+      let lineHasContent = false;
+      for (const token of new Lexer().lex(text)) {
+        if (token === "\n") lineHasContent = false;
+        else if (token.startsWith("#")) expect(lineHasContent, token).toBe(false);
+        else if (token.trim() !== "" && !(token.length === 1 && token.charCodeAt(0) < 0x20)) lineHasContent = true;
+      }
+      const { contract } = validateContract(loadStarter(text), "loop.yaml");
+      expect(contract.agent, preset.name).toEqual({ run: preset.run, timeout: "20m", network: { allow: preset.allow }, env: preset.env });
+      expect(text).toContain(`  # Preset "${preset.name}" (${preset.title}), from loopwarden init --agent ${preset.name}.\n`);
+      expect(text).toContain("  # It runs confined: its network reaches only the hosts in network.allow");
+    }
+  }, 60_000);
+
+  it("leaves a raw command without network, and says how to allow a model's host", () => {
+    const text = starterContract({ name: "textkit", gate: detectTestGate(facts()), agent: "node agent.mjs" });
+    const input = loadStarter(text) as { agent: Record<string, unknown> };
+    expect(input.agent).toEqual({ run: "node agent.mjs", timeout: "20m" });
+    expect(text).toContain("  # No network: agent.network is none when absent.");
+    expect(text).toContain("  # loopwarden init --agent NAME writes all three for claude, codex, gemini, aider and opencode.\n");
+  });
+
+  it("are the ones init --help names", () => {
+    const main = readFileSync(path.join(import.meta.dirname, "../../../runner/src/main.ts"), "utf8");
+    const help = /\.option\(\s*"--agent <name\|cmd>",\s*"([^"]*)"/.exec(main)?.[1];
+    expect(help).toBeDefined();
+    expect(help).toContain(`a preset (${AGENT_PRESET_NAMES.join(", ")})`);
+  });
+});
+
 describe("starterProtectedFiles", () => {
   const tracked = [
     "package.json",
@@ -388,6 +492,13 @@ describe("starterProgram", () => {
     for (const field of ["parent", "status", "diff_summary", "description"]) expect(program).toContain(field);
     expect(program).toContain("make **one focused change**");
     expect(program).toContain("**Do not retry a direction that was rejected**");
+  });
+
+  it("tells the agent it runs in a sandbox: a fresh clone, only allowlisted hosts through the proxy, an empty private $HOME and /tmp", () => {
+    const intro = program.slice(0, program.indexOf("## Objective"));
+    expect(intro).toContain("You run in a sandbox: your workspace is a fresh clone of the best commit so far");
+    expect(intro).toContain("only the hosts `ci/loop.yaml` allows (`agent.network`) through the proxy in `HTTP_PROXY`/`HTTPS_PROXY`");
+    expect(intro).toContain("`$HOME` and `/tmp` are empty and private to this run");
   });
 
   it("shows a report example that the runner accepts", () => {
@@ -498,5 +609,72 @@ describe("initCommand", () => {
     expect(result.todo).toEqual(["gates[0].run (your test command)", "agent.run (your agent command)"]);
     expect(result.protected).toEqual(["Makefile", "loop.yaml", "tests/run.sh"]);
     expect(await prettier.check(readFileSync(path.join(repo, "loop.yaml"), "utf8"), { parser: "yaml" })).toBe(true);
+  });
+
+  it("with a lockfile, installs in exec.setup (with network) and runs the gates without network", async () => {
+    const repo = repoWith(VITEST_PROJECT);
+    await init(repo, true, "node agent.mjs");
+    const written = readFileSync(path.join(repo, "loop.yaml"), "utf8");
+    expect(written).toContain("# Each evaluation's clone is confined like the agent. setup runs there first, with network, to");
+    const loaded = await loadContractFile(repo, "loop.yaml");
+    expect(loaded.contract.exec).toEqual({ network: "none", setup: "npm ci --no-audit --no-fund" });
+    expect(loaded.contract.gates[0]?.run).toBe(`npx vitest run --reporter=default --reporter=junit --outputFile.junit=${JUNIT}`);
+    const program = readFileSync(path.join(repo, "program.md"), "utf8");
+    expect(program).toContain("Before them, `npm ci --no-audit --no-fund` (`exec.setup`) installs the dependencies in that clone.");
+  });
+
+  it("without anything to install, gives the gates no network and no setup", async () => {
+    const repo = repoWith({ "package.json": JSON.stringify({ scripts: { test: "node --test" } }), "test/a.test.js": "import 'node:test';\n" });
+    await init(repo, true, "node agent.mjs");
+    const loaded = await loadContractFile(repo, "loop.yaml");
+    expect(loaded.contract.exec).toEqual({ network: "none" });
+    expect(readFileSync(path.join(repo, "loop.yaml"), "utf8")).toContain("# The gates run without network (network: none), so no test reaches the outside.");
+  });
+
+  it.each(AGENT_PRESETS.map((preset) => [preset.name, preset] as const))(
+    "--agent %s writes the preset's command, allowlist and variables, and the contract loads",
+    async (name, preset) => {
+      const repo = repoWith(VITEST_PROJECT);
+      const { code, out } = await init(repo, true, name);
+      expect(code).toBe(0);
+      expect((JSON.parse(out) as { todo: string[] }).todo).toEqual([]);
+      const written = readFileSync(path.join(repo, "loop.yaml"), "utf8");
+      expect(await prettier.check(written, { parser: "yaml" })).toBe(true);
+      expect(written).toContain(`# Preset "${name}" (${preset.title}), from loopwarden init --agent ${name}.`);
+      expect(written).toContain("only the hosts in network.allow");
+      const { contract } = await loadContractFile(repo, "loop.yaml");
+      expect(contract.agent.run).toBe(preset.run);
+      expect(contract.agent.network).toEqual({ allow: [...preset.allow] });
+      expect(contract.agent.env).toEqual([...preset.env]);
+      expect(contract.agent.mounts).toBeUndefined();
+      expect(contract.agent.credentials).toBeUndefined();
+      expect(contract.exec).toEqual({ network: "none", setup: "npm ci --no-audit --no-fund" });
+    },
+  );
+
+  it("says which preset it wrote, the hosts it may reach, and the key the runner must have", async () => {
+    vi.stubEnv("ANTHROPIC_API_KEY", "");
+    try {
+      const { out } = await init(repoWith(VITEST_PROJECT), false, "claude");
+      expect(out).toContain(
+        "  agent: Claude Code (preset claude), confined to api.anthropic.com:443; give the runner ANTHROPIC_API_KEY (not set in this shell: ANTHROPIC_API_KEY)\n",
+      );
+      expect(out).toContain("  setup: npm ci --no-audit --no-fund, with network, before the gates (which run without)\n");
+      expect(out).not.toContain("fill in:");
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  });
+
+  it("writes any other --agent value as the raw command, with no network and no variables", async () => {
+    for (const agent of ["claude --model opus -p 'Read program.md'", "Codex", "./my-agent.sh"]) {
+      const repo = repoWith(VITEST_PROJECT);
+      await init(repo, true, agent);
+      const { contract } = await loadContractFile(repo, "loop.yaml");
+      expect(contract.agent.run, agent).toBe(agent);
+      expect(contract.agent.network, agent).toBeUndefined();
+      expect(contract.agent.env, agent).toBeUndefined();
+      expect(readFileSync(path.join(repo, "loop.yaml"), "utf8")).toContain("# No network: agent.network is none when absent.");
+    }
   });
 });
