@@ -74,13 +74,19 @@ export function diffSummary(repo: string, base: string, commit: string): Promise
   return summary;
 }
 
+/** Where the agent's files are in the tree it works in: ignored by git, as all of `.loopwarden/` is. */
+export function agentContextDir(workTree: string): string {
+  return path.join(workTree, ".loopwarden", "agent");
+}
+
 /**
  * Writes `.loopwarden/agent/best.json` (the tree the agent starts from and its failing tests),
  * `last-verdict.json` (null before the first verdict) and `history.jsonl` (one line per candidate so
- * far), and clears the report file the agent may write.
+ * far) into the agent's work tree (its workspace, DESIGN §6.7), and clears the report file the agent
+ * may write. Summaries of changes are read from `repo`, the user's repository.
  */
-export async function writeAgentContext(repo: string, state: LoopState): Promise<AgentFiles> {
-  const dir = path.join(repo, ".loopwarden", "agent");
+export async function writeAgentContext(repo: string, state: LoopState, workTree = repo): Promise<AgentFiles> {
+  const dir = agentContextDir(workTree);
   await mkdir(dir, { recursive: true });
   const files: AgentFiles = {
     best: path.join(dir, "best.json"),

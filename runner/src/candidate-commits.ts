@@ -2,7 +2,8 @@ import { randomBytes } from "node:crypto";
 import type { AgentRun } from "../../shared/engine/index.js";
 import { UserError } from "./errors.js";
 import { progress } from "./output.js";
-import { diffOf, loopBranch, maintainRepository, readTrailers, shortCommit, snapshotCandidate, type Diff } from "./git.js";
+import { diffOf, loopBranch, maintainRepository, readTrailers, shortCommit, snapshotCandidate, snapshotWorkTree, type Diff } from "./git.js";
+import type { Workspace } from "./zones/agent-zone.js";
 import type { Session } from "./session.js";
 
 // Candidate commits (DESIGN §13): each carries trailers naming its loop, iteration and proposal key, so
@@ -36,22 +37,44 @@ export async function refuseCandidateBaseline(repo: string, head: string, branch
  */
 export async function commitCandidate(session: Session, iteration: number, agent: AgentRun | null): Promise<{ commit: string; key: string; diff: Diff }> {
   const key = `cand-${randomBytes(12).toString("hex")}`;
-  const agentTrailer = agent ? `exit=${agent.exit_code ?? "signal"} timed_out=${agent.timed_out} duration_ms=${agent.duration_ms}` : "none";
   const best = session.loop.best.commit;
-  const { commit, diff } = await snapshotCandidate(
-    session.repo,
-    [
-      `loopwarden: candidate of iteration ${iteration}`,
-      "",
-      `${TRAILER.loop}: ${session.loop.loop_id}`,
-      `${TRAILER.iteration}: ${iteration}`,
-      `${TRAILER.proposal}: ${key}`,
-      `${TRAILER.agent}: ${agentTrailer}`,
-      "",
-    ].join("\n"),
-    best,
-  );
+  const { commit, diff } = await snapshotCandidate(session.repo, candidateMessage(session, iteration, key, agent), best);
   return { commit, key, diff: diff ?? (await diffOf(session.repo, best, commit)) };
+}
+
+/** A candidate commit's message: its trailers name the loop, the iteration, the proposal and the agent run. */
+function candidateMessage(session: Session, iteration: number, key: string, agent: AgentRun | null): string {
+  const agentTrailer = agent ? `exit=${agent.exit_code ?? "signal"} timed_out=${agent.timed_out} duration_ms=${agent.duration_ms}` : "none";
+  return [
+    `loopwarden: candidate of iteration ${iteration}`,
+    "",
+    `${TRAILER.loop}: ${session.loop.loop_id}`,
+    `${TRAILER.iteration}: ${iteration}`,
+    `${TRAILER.proposal}: ${key}`,
+    `${TRAILER.agent}: ${agentTrailer}`,
+    "",
+  ].join("\n");
+}
+
+/**
+ * Commits the tree an agent left in its workspace (DESIGN §6.7) as a candidate on the loop branch, read
+ * as data with the runner's own git (`snapshotWorkTree`), with the same trailers as `commitCandidate`.
+ */
+export async function commitWorkspace(
+  session: Session,
+  workspace: Workspace,
+  iteration: number,
+  agent: AgentRun | null,
+): Promise<{ commit: string; key: string; diff: Diff }> {
+  const key = `cand-${randomBytes(12).toString("hex")}`;
+  const { commit, diff } = await snapshotWorkTree(
+    session.repo,
+    workspace.dir,
+    workspace.index,
+    candidateMessage(session, iteration, key, agent),
+    session.loop.best.commit,
+  );
+  return { commit, key, diff };
 }
 
 /**

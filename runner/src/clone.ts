@@ -4,10 +4,11 @@ import os from "node:os";
 import path from "node:path";
 import { cloneEnv, isWithin } from "./environment.js";
 import { UserError } from "./errors.js";
-import { blankClone, checkoutDetached } from "./git.js";
+import { blankClone, checkoutDetached, objectsDirOf } from "./git.js";
 import type { GuardReadingsBeforeGates } from "./guard-readings.js";
 import { isProcessAlive } from "./processes.js";
 import { timed } from "./timings.js";
+import { hideFromZones } from "./zones/sandbox.js";
 
 // Where candidates are evaluated (DESIGN §6.4): a fresh detached clone of the commit, outside the
 // repository, so nothing untracked in the working tree — node_modules/, .venv/, build output, a binary
@@ -22,6 +23,8 @@ export interface Clone {
   signal?: AbortSignal | undefined;
   /** The guard readings `cloneAhead` took as soon as the checkout was made, before anything ran in it. */
   guardsBefore?: Promise<GuardReadingsBeforeGates> | undefined;
+  /** The repository's object store, which the clone borrows: readable in the exec zone (DESIGN §6.7). */
+  objects?: string | undefined;
 }
 
 /** The directory all runner processes keep their clones under: the system's temporary directory. */
@@ -55,6 +58,8 @@ export async function removeStaleClones(): Promise<void> {
 /** Refuses a temporary directory inside the repository: clones there could reach the working tree's untracked files. */
 async function checkedTreePaths(repo: string): Promise<string[]> {
   const trees = await workTreePaths(repo);
+  // A clone's exec zone never sees the repository it was made from (DESIGN §6.7).
+  for (const tree of trees) hideFromZones(tree);
   const root = await realpath(os.tmpdir()).catch(() => os.tmpdir());
   if (trees.some((tree) => isWithin(root, tree))) {
     throw new UserError(
@@ -204,7 +209,7 @@ export async function withClone<T>(repo: string, commit: string, label: string, 
   ahead.delete(key);
   const dir = await (made?.dir ?? makeClone(repo, commit, label));
   try {
-    return await use({ dir, env: cloneEnv(trees), guardsBefore: made?.guardsBefore });
+    return await use({ dir, env: cloneEnv(trees), guardsBefore: made?.guardsBefore, objects: await objectsDirOf(repo) });
   } finally {
     // Removed while the runner goes on (the verdict is applied, the next agent starts): not on the
     // iteration's critical path. A process that ends waits for it; one killed first leaves the clone to

@@ -6,6 +6,7 @@ import { describeIdle, idleMs, keepActive, startWarmCoordinator, stopCoordinator
 import { bundleStamp, ensureWorkerBundle } from "./worker-bundle.js";
 import { progress, type OutputMode } from "./output.js";
 import { defaultStateDir } from "./paths.js";
+import { hideFromZones } from "./zones/sandbox.js";
 import { onShutdown } from "./shutdown.js";
 import { localOwnerToken } from "./state-secrets.js";
 
@@ -42,6 +43,8 @@ export async function connect(options: ServerOptions, mode: OutputMode): Promise
     return { client: new Client(server, { token, onRetry }), url: server, local: false, ephemeral: false, close: async () => {} };
   }
   const stateDir = options.state ? path.resolve(options.state) : defaultStateDir();
+  // The owner token and the signing key live there: no zone may see it (DESIGN §6.7).
+  hideFromZones(stateDir);
   // The local coordinator is the user's own: without a token given, commands act as its owner (DESIGN §11).
   const localToken = token ?? (await localOwnerToken(stateDir)).token;
   const idle = idleMs();

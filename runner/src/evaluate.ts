@@ -7,6 +7,8 @@ import type { ArtifactRef, FullObservation, GateResult } from "../../shared/wire
 import type { Client } from "./client.js";
 import { withClone, type Clone } from "./clone.js";
 import { requireNetworkIsolation, runCommand, type CommandResult } from "./exec.js";
+import { execConfinement, execZone } from "./zones/isolation.js";
+import { requireSandbox } from "./zones/sandbox.js";
 import { readCoverage, readGuardsBeforeGates } from "./guard-readings.js";
 import { parseJUnit, parseMetrics, parseTap, type TestReport } from "./parsers/index.js";
 
@@ -76,10 +78,43 @@ export interface GateHooks {
 export async function runGates(clone: Clone, contract: Contract, hooks: GateHooks = {}): Promise<Evaluation> {
   const { dir } = clone;
   const network = contract.exec?.network ?? "host";
+  const zone = execZone(clone, contract);
   // Refuse before the first gate rather than between two of them.
-  if (network === "none") await requireNetworkIsolation();
+  if (zone) await requireSandbox();
+  else if (network === "none") await requireNetworkIsolation();
   const gates: GateResult[] = [];
   const logs: Evaluation["logs"] = [];
+  const setup = contract.exec?.setup;
+  if (setup) {
+    // With the host's network, in the same zone as the gates otherwise (installing dependencies).
+    const result = await runCommand(setup, {
+      cwd: dir,
+      timeoutMs: parseDuration(contract.exec?.setup_timeout ?? "10m") ?? 600_000,
+      env: clone.env,
+      signal: clone.signal,
+      network: "host",
+      zone: execZone(clone, contract, "host"),
+    });
+    if (result.exit_code !== 0 || result.timed_out) {
+      // No gate can be judged on a tree whose setup failed: the first gate stands failed, with the
+      // setup's output as its log, and the rest do not run (as after any hard failure).
+      const first = contract.gates[0] as Gate;
+      const bytes = logOf({ ...first, name: "setup", run: setup }, result, [`exec.setup failed, so gate ${first.name} and those after it did not run`]);
+      const ref: ArtifactRef = { sha256: sha256Hex(bytes), size: bytes.length, name: `gate-${first.name}.log`, content_type: "text/plain; charset=utf-8" };
+      logs.push({ ref, bytes });
+      const failed: GateResult = {
+        name: first.name,
+        exit_code: result.exit_code ?? 125,
+        signal: result.signal,
+        timed_out: result.timed_out,
+        duration_ms: result.duration_ms,
+        log: ref,
+      };
+      gates.push(failed);
+      hooks.onGate?.({ gate: first, result: failed, tests: null, metricErrors: [] });
+      return { observation: { gates, tests: { passing: [], failing: [] }, exec_zone: execConfinement(contract) }, logs };
+    }
+  }
   const passing = new Set<string>();
   const failing = new Set<string>();
   const skipped = new Set<string>();
@@ -99,6 +134,7 @@ export async function runGates(clone: Clone, contract: Contract, hooks: GateHook
       env: clone.env,
       signal: clone.signal,
       network,
+      zone,
     });
     const notes: string[] = [];
     const metrics = parseMetrics(result.output.toString("utf8"));
@@ -147,7 +183,7 @@ export async function runGates(clone: Clone, contract: Contract, hooks: GateHook
   for (const id of failing) passing.delete(id);
   for (const id of [...passing, ...failing]) skipped.delete(id);
   const tests = { passing: [...passing].sort(), failing: [...failing].sort(), ...(skipped.size > 0 ? { skipped: [...skipped].sort() } : {}) };
-  return { observation: { gates, tests }, logs };
+  return { observation: { gates, tests, exec_zone: execConfinement(contract) }, logs };
 }
 
 /** How an evaluation is measured besides its gates: guard readings for a loop's evaluations. */
@@ -193,6 +229,7 @@ async function withTasks(clone: Clone, options: EvaluationOptions, evaluation: E
       env: clone.env,
       signal: clone.signal,
       network: options.contract.exec?.network ?? "host",
+      zone: execZone(clone, options.contract),
     });
     const bytes = logOf(asGate, result, []);
     const ref: ArtifactRef = { sha256: sha256Hex(bytes), size: bytes.length, name: `task-${task.id}.log`, content_type: "text/plain; charset=utf-8" };

@@ -4,6 +4,7 @@ import { UserError } from "./errors.js";
 import { executableIn } from "./processes.js";
 import { onShutdown } from "./shutdown.js";
 import { countSpawn } from "./timings.js";
+import { requireSandbox, zoneArgs, type ZoneSpec } from "./zones/sandbox.js";
 
 /** How a command ended. `output` is stdout and stderr interleaved as written, truncated to its tail. */
 export interface CommandResult {
@@ -111,15 +112,24 @@ export async function runCommand(
     cwd: string;
     timeoutMs: number;
     env?: NodeJS.ProcessEnv;
-    onOutput?: (chunk: Buffer) => void;
+    onOutput?: ((chunk: Buffer) => void) | undefined;
     network?: NetworkMode;
     /** Aborting kills the command's whole process group at once and rejects with the signal's reason (a lost lease). */
     signal?: AbortSignal | undefined;
+    /**
+     * Runs the command confined in a zone (DESIGN §6.7), whose own `network` then applies; never
+     * unconfined instead when no zone can be built here.
+     */
+    zone?: ZoneSpec | undefined;
   },
 ): Promise<CommandResult> {
   options.signal?.throwIfAborted();
   countSpawn();
-  const [file = "/bin/sh", ...args] = options.network === "none" ? [...(await requireNetworkIsolation()), command] : ["/bin/sh", "-c", command];
+  const [file = "/bin/sh", ...args] = options.zone
+    ? [...zoneArgs(await requireSandbox(), options.zone), "/bin/sh", "-c", command]
+    : options.network === "none"
+      ? [...(await requireNetworkIsolation()), command]
+      : ["/bin/sh", "-c", command];
   const started = performance.now();
   return new Promise((resolve, reject) => {
     const child = spawn(file, args, {

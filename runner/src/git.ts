@@ -16,8 +16,23 @@ export class GitError extends Error {
   }
 }
 
-// Settings for every git call the runner makes: never run the repository's hooks, never sign, never prompt.
-const SAFE_CONFIG = ["-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "advice.detachedHead=false"];
+// Settings for every git call the runner makes: never run the repository's hooks, never sign, never
+// prompt, and never run a command a repository's configuration names (DESIGN §6.7: an agent that writes
+// `core.fsmonitor` into a `.git/config` must not have the runner's git run it with the runner's keys).
+// Filter drivers and `core.sshCommand` come only from configuration the agent cannot write: the runner
+// never runs git in the agent's workspace with the workspace's own git directory (agent-zone.ts).
+const SAFE_CONFIG = [
+  "-c",
+  "core.hooksPath=/dev/null",
+  "-c",
+  "core.fsmonitor=false",
+  "-c",
+  "commit.gpgsign=false",
+  "-c",
+  "advice.detachedHead=false",
+  "-c",
+  "protocol.ext.allow=never",
+];
 
 // Variables that tell git which repository to work on (`git rev-parse --local-env-vars`, plus the
 // GIT_CONFIG_KEY_n/VALUE_n pairs GIT_CONFIG_COUNT enables). Git sets GIT_DIR for hooks, so a runner
@@ -48,14 +63,14 @@ export function withoutRepoLocatingGitEnv(env: NodeJS.ProcessEnv): NodeJS.Proces
   return Object.fromEntries(Object.entries(env).filter(([name]) => !REPO_LOCATING_GIT_ENV.has(name) && !/^GIT_CONFIG_(KEY|VALUE)_\d+$/.test(name)));
 }
 
-/** Runs git in `cwd` and returns stdout. */
-export async function git(cwd: string, args: string[], options: { encoding?: "buffer" } = {}): Promise<string> {
+/** Runs git in `cwd` and returns stdout; `env` adds variables (an index file of the runner's own). */
+export async function git(cwd: string, args: string[], options: { encoding?: "buffer"; env?: Record<string, string> } = {}): Promise<string> {
   countSpawn();
   try {
     return await execCommand("git", [...SAFE_CONFIG, ...args], {
       cwd,
       maxBuffer: 512 * 1024 * 1024,
-      env: { ...withoutRepoLocatingGitEnv(process.env), GIT_TERMINAL_PROMPT: "0" },
+      env: { ...withoutRepoLocatingGitEnv(process.env), GIT_TERMINAL_PROMPT: "0", ...options.env },
       encoding: options.encoding === "buffer" ? "latin1" : "utf8",
     });
   } catch (error) {
@@ -103,6 +118,16 @@ function gitDirectoriesOf(repo: string): Promise<{ gitDir: string; commonDir: st
     directories.catch(() => gitDirectories.delete(repo));
   }
   return directories;
+}
+
+/** The object store of `repo` (its common git directory's `objects`): what its clones borrow (`blankClone`). */
+export async function objectsDirOf(repo: string): Promise<string> {
+  return path.join((await gitDirectoriesOf(repo)).commonDir, "objects");
+}
+
+/** The git directory of `repo` (`.git`, or a worktree's). */
+export async function gitDirOf(repo: string): Promise<string> {
+  return (await gitDirectoriesOf(repo)).gitDir;
 }
 
 const OBJECT_ID = /^[0-9a-f]{40}(?:[0-9a-f]{24})?$/;
@@ -219,6 +244,34 @@ export async function snapshotCandidate(repo: string, message: string, diffFrom?
   await committing;
   const diff = diffing ? diffOfPatch(await diffing) : null;
   return { commit: await committedHead(repo), diff };
+}
+
+/**
+ * Commits the tree an agent left in `workTree` (its workspace, DESIGN §6.7) onto the current branch of
+ * `repo` as a child of `parent`, and moves the branch and the working tree there. The workspace is read
+ * as data: git runs in `repo`, with `repo`'s configuration and an index of the runner's own (`index`, a
+ * copy of the workspace's index taken before the agent ran, so only what the agent touched is hashed
+ * again), never with the workspace's `.git`, which the agent could have written (a `core.fsmonitor`
+ * command, a filter, an include). Answers the commit and its change from `parent`, taken from the same
+ * index, as `diffOf(repo, parent, commit)` would.
+ */
+export async function snapshotWorkTree(
+  repo: string,
+  workTree: string,
+  index: string,
+  message: string,
+  parent: string,
+): Promise<{ commit: string; diff: Diff }> {
+  const env = { GIT_INDEX_FILE: index };
+  await git(repo, ["--work-tree", workTree, "add", "-A"], { env });
+  const [tree, patch] = await Promise.all([
+    git(repo, ["write-tree"], { env }),
+    git(repo, ["--work-tree", workTree, "diff", "--cached", ...DIFF_OPTIONS, parent], { env, encoding: "buffer" }),
+  ]);
+  const identity = await identityArgs(repo);
+  const commit = (await git(repo, [...identity, "commit-tree", tree.trim(), "-p", parent, "-m", message])).trim();
+  await git(repo, ["reset", "-q", "--hard", commit]);
+  return { commit, diff: diffOfPatch(patch) };
 }
 
 /** Runs git's automatic maintenance, as a commit would have (`git maintenance run --auto`). */

@@ -42,7 +42,16 @@ const program = new Command()
     "\nA request to the coordinator or storage is abandoned (then retried for a minute) when nothing moves for LOOPWARDEN_HTTP_IDLE_TIMEOUT\n(default 60s): no byte sent, no answer begun, no byte received. Uploads and downloads are never timed whole.",
   )
   .showHelpAfterError()
-  .exitOverride();
+  .exitOverride()
+  .hook("preAction", async (_program, action) => {
+    if (action.opts<{ unconfined?: boolean }>().unconfined) (await import("./zones/isolation.js")).runUnconfined();
+    // Another local user (or an agent running as you, unconfined) reads a command line from /proc.
+    if (globals().token !== undefined && !globals().quiet) {
+      process.stderr.write(
+        "loopwarden: warning: --token puts the token on the command line, where other local processes can read it; prefer LOOPWARDEN_TOKEN\n",
+      );
+    }
+  });
 
 function globals(): GlobalOptions {
   return program.opts<GlobalOptions>();
@@ -66,13 +75,17 @@ program
 const contractOptions = (command: Command) =>
   command
     .option("--check <cmd>", "flag-only mode: the check, one command whose exit code is the one test")
-    .option("--exec <cmd>", "flag-only mode: the agent command, run in the working tree once per iteration")
+    .option("--exec <cmd>", "flag-only mode: the agent command, run once per iteration in a workspace (a clone of the best so far), confined")
     .option("--max-iterations <n>", "stop after N iterations (overrides the contract; default 50)", positiveInt)
     .option("--name <name>", "flag-only mode: loop name (default: the repository's directory name)")
     .option("--check-timeout <duration>", "flag-only mode: time limit of the check, e.g. 90s, 10m (default 10m)")
     .option("--agent-timeout <duration>", "flag-only mode: time limit of one agent run (default 20m)")
     .option("--junit <path>", "flag-only mode: the JUnit XML report the check writes (relative to the repository); its test ids make each fixed test count")
-    .option("--tap <path>", "flag-only mode: the TAP report the check writes, instead of --junit");
+    .option("--tap <path>", "flag-only mode: the TAP report the check writes, instead of --junit")
+    .option(
+      "--unconfined",
+      "run the agent and the gates without their zones (DESIGN §6.7: no sandbox, the host's network), as `isolation: none` does; the log and the receipt record it",
+    );
 
 /** This machine's runner labels (DESIGN §11), for commands that evaluate. */
 const labelsOption = (command: Command, what: string) => command.option("--labels <k=v,...>", `this machine's runner labels, e.g. gpu=h100,os=linux: ${what}`);

@@ -2,6 +2,7 @@ import { parseDuration } from "../../shared/duration.js";
 import type { Contract } from "../../shared/wire/contract.js";
 import type { Clone } from "./clone.js";
 import { runCommand } from "./exec.js";
+import { execZone } from "./zones/isolation.js";
 import { parseMetrics } from "./parsers/index.js";
 
 // Optimize mode's measurements (DESIGN §6.3): the contract's metric command run in a clean clone, its
@@ -44,6 +45,7 @@ export async function measureMetric(
     env: clone.env,
     signal: clone.signal,
     network: contract.exec?.network ?? "host",
+    zone: execZone(clone, contract),
   });
   log?.into.add(`${log.label}: exit ${result.timed_out ? "timed out" : (result.exit_code ?? result.signal)}`, result.output);
   const tail = result.output.toString("utf8").trim().split("\n").slice(-3).join(" | ");

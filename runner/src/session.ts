@@ -53,6 +53,8 @@ import { proposalBundle, withBundleUploaded } from "./candidate-bundles.js";
 import { evidenceRefusal } from "./artifact-files.js";
 import type { Labels } from "../../shared/wire/contract.js";
 import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
+import { removeStaleWorkspaces } from "./zones/agent-zone.js";
+import { hideFromZones } from "./zones/sandbox.js";
 
 // What `run` and `step` share: finding the contract, creating or resuming the loop, committing a
 // candidate, having it evaluated and applying the coordinator's verdict to the working tree.
@@ -188,7 +190,9 @@ export async function openSession(
   const repo = await repoRoot(options.cwd);
   await headCommit(repo);
   await excludeStateDir(repo);
-  await removeStaleClones();
+  await Promise.all([removeStaleClones(), removeStaleWorkspaces()]);
+  // Neither zone ever sees the user's repository (DESIGN §6.7).
+  hideFromZones(repo);
 
   const loops = await loadWorkspace(repo);
   const source = contractSourceOf(repo, options, loops);

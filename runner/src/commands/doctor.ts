@@ -9,6 +9,7 @@ import { Client } from "../client.js";
 import { withClone } from "../clone.js";
 import { runGates } from "../evaluate.js";
 import { networkIsolation, runCommand } from "../exec.js";
+import { execZone } from "../zones/isolation.js";
 import { UserError } from "../errors.js";
 import { dirtyPaths, excludeStateDir, headCommit, repoRoot } from "../git.js";
 import type { LoadedContract } from "../contract-file.js";
@@ -255,7 +256,13 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
       progress(options, `adequacy: \`${mutate}\` in a fresh clone, then the gates…`);
       const green = passingIn(probe.sets);
       const outcome = await withClone(repo, head, "doctor-mutant", async (clone) => {
-        const result = await runCommand(mutate, { cwd: clone.dir, timeoutMs: MUTATE_TIMEOUT_MS, env: clone.env, network: contract.exec?.network ?? "host" });
+        const result = await runCommand(mutate, {
+          cwd: clone.dir,
+          timeoutMs: MUTATE_TIMEOUT_MS,
+          env: clone.env,
+          network: contract.exec?.network ?? "host",
+          zone: execZone(clone, contract),
+        });
         if (result.exit_code !== 0) {
           const tail = result.output.toString("utf8").trim().split("\n").slice(-3).join(" | ");
           const ended = result.timed_out ? "timed out" : result.exit_code === null ? `was killed by ${result.signal}` : `exited ${result.exit_code}`;

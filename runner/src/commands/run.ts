@@ -5,20 +5,23 @@ import { parseDuration } from "../../../shared/duration.js";
 import { HALT_EXIT_CODES, labelsSatisfy } from "../../../shared/engine/index.js";
 import type { LoopSummary, ProposeCandidateRequest } from "../../../shared/wire/api.js";
 import type { Connection, ServerOptions } from "../connect.js";
-import { childEnv } from "../environment.js";
-import { runCommand } from "../exec.js";
+import type { CommandResult } from "../exec.js";
 import { UserError } from "../errors.js";
 import { currentBranch, loopBranch } from "../git.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { agentEnv, readAgentReport, writeAgentContext } from "../agent-context.js";
-import { commitCandidate, maintainAfterCandidates } from "../candidate-commits.js";
+import { commitWorkspace, maintainAfterCandidates } from "../candidate-commits.js";
 import type { ContractOptions } from "../contract-resolution.js";
 import { confirmAgainstT0 } from "../confirm-job.js";
 import { stateAtHead } from "../event-log.js";
 import { takeTimings, timed } from "../timings.js";
 import { settleInterruptedIteration } from "../interrupted-iteration.js";
-import { buildProposal, decideCandidate, enterLoopBranch, evaluatesOwnCandidate, openSession } from "../session.js";
+import { buildProposal, decideCandidate, enterLoopBranch, evaluatesOwnCandidate, openSession, type Session } from "../session.js";
 import { dropPreparedClone, prepareClone } from "../clone.js";
+import type { AgentRun } from "../../../shared/engine/index.js";
+import type { AgentConfinement } from "../../../shared/wire/confinement.js";
+import { makeWorkspace, removeWorkspace, runAgentInZone, type Workspace } from "../zones/agent-zone.js";
+import { preflightZones } from "../zones/isolation.js";
 
 /** What `run` and `step` add when the loop they found had already halted (DESIGN §6.6). */
 export const HALTED_BEFORE = "this loop had already halted, so no iteration was run; `loopwarden run --new` starts another loop (from a commit you made)";
@@ -70,6 +73,42 @@ export function reportOutcome(mode: OutputMode, loop: LoopSummary, connection: P
 }
 
 /**
+ * Commits the tree an agent run left in its workspace as the iteration's candidate and builds its
+ * proposal, with how the run ended and how it was confined.
+ */
+async function proposeFromWorkspace(
+  session: Session,
+  workspace: Workspace,
+  iteration: number,
+  agent: CommandResult,
+  confinement: AgentConfinement,
+  reportFile: string,
+): Promise<ProposeCandidateRequest> {
+  // Keeping and reverting move only the loop's branch. A confined agent cannot reach the repository; an
+  // unconfined one could have switched it to one of the user's branches, which must then not move.
+  const branch = await currentBranch(session.repo);
+  if (branch !== loopBranch(session.loop.loop_id)) {
+    throw new UserError(
+      `the working tree is no longer on the loop's branch (it is on ${branch ?? "a detached HEAD"}); loopwarden stopped without committing or resetting anything. Switch back with git switch ${loopBranch(session.loop.loop_id)} and run again`,
+    );
+  }
+  const agentRun: AgentRun = { exit_code: agent.exit_code, timed_out: agent.timed_out, duration_ms: agent.duration_ms, confinement };
+  // The candidate's clone is begun while it is committed (the agent's zone is gone with every process
+  // it started, so nothing of it can touch the clone): only its checkout waits for the commit.
+  if (evaluatesOwnCandidate(session, agentRun)) prepareClone(session.repo);
+  try {
+    const report = await readAgentReport(workspace.dir, reportFile);
+    if (report.error) progress(session.mode, `[${iteration}] ${report.error}; not recorded`);
+    const { commit, key, diff } = await timed("commit", () => commitWorkspace(session, workspace, iteration, agentRun));
+    const proposer = { kind: "command" as const, command: session.loaded.contract.agent.run };
+    return await timed("bundle", () => buildProposal(session, { commit, key, diff, proposer, agent: agentRun, report }));
+  } finally {
+    // Taken by the candidate's clone by now, unless the commit failed.
+    await dropPreparedClone(session.repo);
+  }
+}
+
+/**
  * `loopwarden run`: create or resume the loop, then agent → candidate → evaluate → verdict → keep or
  * revert, until a halt (or one iteration with `--once`). Exits with the halt's class.
  */
@@ -92,43 +131,41 @@ export async function runLoop(options: RunOptions): Promise<number> {
     const logDir = path.join(session.repo, ".loopwarden", "logs", session.loop.loop_id);
     await mkdir(logDir, { recursive: true });
 
+    const { contract } = session.loaded;
+    const unconfined = session.loop.status === "running" ? await preflightZones(contract) : null;
+    if (unconfined) progress(mode, paint(unconfined, "yellow"));
+
     let ran = 0;
     while (session.loop.status === "running" && !(options.once && ran > 0)) {
       const iteration = session.loop.iteration + 1;
-      const command = session.loaded.contract.agent.run;
+      const command = contract.agent.run;
       // No live line while the agent runs: its own output, streamed to stderr, is the progress.
-      progress(mode, `[${iteration}] running the agent: ${command}`);
-      const files = await timed("context", async () => writeAgentContext(session.repo, await stateAtHead(session)));
-      const agent = await timed("agent", () =>
-        runCommand(command, {
-          cwd: session.repo,
-          timeoutMs: agentTimeoutMs,
-          env: childEnv(agentEnv(files, session.loop.loop_id, iteration)),
-          ...(mode.quiet || mode.json ? {} : { onOutput: (chunk: Buffer) => process.stderr.write(chunk) }),
-        }),
-      );
-      await writeFile(path.join(logDir, `agent-${iteration}.log`), agent.output);
-      // Keeping and reverting move only the loop's branch: if the agent left it, committing or resetting
-      // here could move one of the user's branches, so stop instead.
-      const branch = await currentBranch(session.repo);
-      if (branch !== loopBranch(session.loop.loop_id)) {
-        throw new UserError(
-          `the agent left the loop's branch (the working tree is now on ${branch ?? "a detached HEAD"}); loopwarden stopped without committing or resetting anything. Switch back with git switch ${loopBranch(session.loop.loop_id)} and run again`,
-        );
-      }
-      const agentRun = { exit_code: agent.exit_code, timed_out: agent.timed_out, duration_ms: agent.duration_ms };
-      // The candidate's clone is begun while it is committed (the agent has ended, so nothing of it can
-      // touch the clone): only its checkout waits for the commit.
-      if (evaluatesOwnCandidate(session, agentRun)) prepareClone(session.repo);
+      progress(mode, `[${iteration}] running the agent${unconfined ? " UNCONFINED" : ""}: ${command}`);
+      // A workspace of its own, a clone of the best so far (DESIGN §6.7): the agent never touches the
+      // user's repository, and the runner reads back only the tree it leaves.
+      const workspace = await timed("workspace", () => makeWorkspace(session.repo, session.loop.best.commit));
       let proposal: ProposeCandidateRequest;
       try {
-        const report = await readAgentReport(session.repo, files.report);
-        if (report.error) progress(mode, `[${iteration}] ${report.error}; not recorded`);
-        const { commit, key, diff } = await timed("commit", () => commitCandidate(session, iteration, agentRun));
-        proposal = await timed("bundle", () => buildProposal(session, { commit, key, diff, proposer: { kind: "command", command }, agent: agentRun, report }));
+        const files = await timed("context", async () => writeAgentContext(session.repo, await stateAtHead(session), workspace.dir));
+        const zoned = await timed("agent", () =>
+          runAgentInZone({
+            repo: session.repo,
+            workspace,
+            contract,
+            loopEnv: agentEnv(files, session.loop.loop_id, iteration),
+            timeoutMs: agentTimeoutMs,
+            onOutput: mode.quiet || mode.json ? undefined : (chunk: Buffer) => process.stderr.write(chunk),
+            onNote: (text) => progress(mode, `[${iteration}] ${text}`),
+          }),
+        );
+        const agent = zoned.result;
+        await writeFile(path.join(logDir, `agent-${iteration}.log`), agent.output);
+        for (const host of zoned.confinement.hosts ?? []) {
+          if (!host.allowed) progress(mode, `[${iteration}] the agent asked for ${host.host}:${host.port}, which agent.network.allow does not list: refused`);
+        }
+        proposal = await proposeFromWorkspace(session, workspace, iteration, agent, zoned.confinement, files.report);
       } finally {
-        // Taken by the candidate's clone by now, unless the commit failed.
-        await dropPreparedClone(session.repo);
+        removeWorkspace(workspace).catch(() => undefined);
       }
       await decideCandidate(session, proposal, iteration);
       ran++;

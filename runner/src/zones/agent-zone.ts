@@ -1,0 +1,218 @@
+import { randomBytes } from "node:crypto";
+import { copyFile, mkdir, readdir, rm, writeFile } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { quote } from "shell-quote";
+import type { AgentConfinement } from "../../../shared/wire/confinement.js";
+import type { Contract } from "../../../shared/wire/contract.js";
+import { childEnv } from "../environment.js";
+import { UserError } from "../errors.js";
+import { runCommand, type CommandResult } from "../exec.js";
+import { blankClone, checkoutDetached, excludeStateDir, gitDirOf, objectsDirOf } from "../git.js";
+import { isProcessAlive } from "../processes.js";
+import { onShutdown } from "../shutdown.js";
+import { FORWARDER_SOURCE, startAgentProxy, type AgentProxy } from "./agent-proxy.js";
+import { isConfined, workspacesRoot } from "./isolation.js";
+import { hideFromZones, toolchainMounts, type ZoneSpec } from "./sandbox.js";
+
+// The agent zone (DESIGN §6.7). Each agent run gets a workspace of its own: a fresh detached clone of the
+// best-so-far outside the user's repository and the state directory, with no remote and hooks off. It
+// runs there confined: a PID namespace (whatever it starts is gone when it ends), a read-only file
+// system with only the workspace writable, private `/tmp` and `$HOME`, the user's repository, the
+// state directory and the evaluation clones hidden, the network none, the host's, or an allowlist
+// through the runner's auditing proxy, and only the variables the contract names. The runner then reads
+// the tree it left as data (`snapshotWorkTree`), with its own git configuration.
+
+/** A workspace made for one agent run. */
+export interface Workspace {
+  /** The clone the agent works in. */
+  dir: string;
+  /** The runner's own copy of the workspace's index, taken before the agent ran: out of the agent's reach. */
+  index: string;
+}
+
+/** This process's workspaces: a directory per process, removed with the process's stale clones' logic. */
+function processRoot(): string {
+  return path.join(workspacesRoot(), String(process.pid));
+}
+
+/**
+ * Makes a workspace at `commit` (the best so far): a detached clone borrowing the repository's objects,
+ * no remote, hooks off, and the runner's copy of its index beside it, where the agent cannot see it.
+ */
+export async function makeWorkspace(repo: string, commit: string): Promise<Workspace> {
+  const root = processRoot();
+  await mkdir(root, { recursive: true, mode: 0o700 });
+  const id = randomBytes(4).toString("hex");
+  const dir = path.join(root, `ws-${id}`);
+  await blankClone(repo, dir);
+  // The agent's own `git status` does not list its context files (`.loopwarden/agent/`) as its change.
+  await Promise.all([checkoutDetached(dir, commit), excludeStateDir(dir)]);
+  const index = path.join(root, `index-${id}`);
+  await copyFile(path.join(dir, ".git", "index"), index);
+  return { dir, index };
+}
+
+/** Removes a workspace and the runner's index of it. */
+export async function removeWorkspace(workspace: Workspace): Promise<void> {
+  await Promise.all([rm(workspace.dir, { recursive: true, force: true }), rm(workspace.index, { force: true })]);
+}
+
+/** Removes the workspaces of runner processes that no longer exist (killed mid-iteration). */
+export async function removeStaleWorkspaces(): Promise<void> {
+  for (const entry of await readdir(workspacesRoot()).catch((): string[] => [])) {
+    if (!isProcessAlive(Number(entry))) await rm(path.join(workspacesRoot(), entry), { recursive: true, force: true });
+  }
+}
+
+// What a confined agent gets of the runner's environment besides what the contract names: what a shell
+// needs to find programs and speak the user's language, and nothing that names a credential.
+const BASE_ENV = ["PATH", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TERM", "COLORTERM", "NO_COLOR", "TZ"];
+
+/** The port the in-zone forwarder listens on: the zone has a network namespace of its own, so any port is free. */
+const FORWARDER_PORT = 3128;
+
+let proxy: { allow: string; started: Promise<AgentProxy> } | null = null;
+
+/** The proxy for `allow`, started once per process (and stopped when it exits). */
+function proxyFor(allow: readonly string[]): Promise<AgentProxy> {
+  const key = [...allow].sort().join(",");
+  if (proxy?.allow === key) return proxy.started;
+  const previous = proxy;
+  const started = (async () => {
+    await previous?.started.then((running) => running.close()).catch(() => undefined);
+    const dir = path.join(processRoot(), `proxy-${randomBytes(4).toString("hex")}`);
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    const running = await startAgentProxy({ allow, socketPath: path.join(dir, "proxy.sock") });
+    onShutdown(() => running.close());
+    return running;
+  })();
+  proxy = { allow: key, started };
+  started.catch(() => {
+    if (proxy?.started === started) proxy = null;
+  });
+  return started;
+}
+
+/** Stops the agent proxy this process started, if any. */
+export async function closeAgentProxy(): Promise<void> {
+  const running = proxy;
+  proxy = null;
+  await running?.started.then((started) => started.close()).catch(() => undefined);
+}
+
+/** `~/x` in the user's home directory, anything else as written. */
+function expandHome(mount: string): string {
+  return mount.startsWith("~/") ? path.join(os.homedir(), mount.slice(2)) : mount;
+}
+
+/** What one agent run did, and how it was confined. */
+export interface ZonedAgentRun {
+  result: CommandResult;
+  confinement: AgentConfinement;
+}
+
+/** Mints the run's credential (`agent.credentials.mint`): its stdout, trimmed; a failure stops the run. */
+async function mintCredential(command: string, repo: string): Promise<string> {
+  const minted = await runCommand(command, { cwd: repo, timeoutMs: 120_000, env: childEnv() });
+  const text = minted.output.toString("utf8").trim();
+  if (minted.exit_code !== 0 || minted.timed_out || text === "") {
+    const why = minted.timed_out ? "timed out" : minted.exit_code !== 0 ? `exited ${minted.exit_code ?? minted.signal}` : "printed nothing";
+    throw new UserError(`agent.credentials.mint ${why}, so the agent was not run: fix the command (it must print the credential on stdout)`);
+  }
+  // Only the last line: a minting tool's chatter on earlier lines is not the credential.
+  return text.split("\n").pop() ?? text;
+}
+
+/** Revokes the run's credential (`agent.credentials.revoke`); a failure is reported, never silent. */
+async function revokeCredential(command: string, repo: string, name: string, value: string, note: (text: string) => void): Promise<void> {
+  const revoked = await runCommand(command, { cwd: repo, timeoutMs: 120_000, env: childEnv({ [name]: value }) }).catch((error: unknown) => error as Error);
+  if (revoked instanceof Error || revoked.exit_code !== 0 || revoked.timed_out) {
+    note(
+      `agent.credentials.revoke failed (${revoked instanceof Error ? revoked.message : `exit ${revoked.exit_code ?? revoked.signal}`}): revoke the credential by hand`,
+    );
+  }
+}
+
+/**
+ * Runs the contract's agent command in `workspace`: confined (DESIGN §6.7) unless this run is not
+ * (`isolation: none`, `--unconfined`), with the loop's variables in `loopEnv`. A per-run credential is
+ * minted before and revoked after, whatever happens in between.
+ */
+export async function runAgentInZone(options: {
+  repo: string;
+  workspace: Workspace;
+  contract: Contract;
+  loopEnv: Record<string, string>;
+  timeoutMs: number;
+  onOutput?: ((chunk: Buffer) => void) | undefined;
+  onNote: (text: string) => void;
+}): Promise<ZonedAgentRun> {
+  const { contract, workspace, repo } = options;
+  const agent = contract.agent;
+  const credentials = agent.credentials;
+  const credential = credentials ? await mintCredential(credentials.mint, repo) : null;
+  const revoke = credentials && credential !== null ? () => revokeCredential(credentials.revoke, repo, credentials.env, credential, options.onNote) : null;
+  const unregister = revoke ? onShutdown(revoke) : null;
+  try {
+    const extra: Record<string, string> = { ...options.loopEnv, ...(credentials && credential !== null ? { [credentials.env]: credential } : {}) };
+    if (!isConfined(contract)) {
+      const result = await runCommand(agent.run, { cwd: workspace.dir, timeoutMs: options.timeoutMs, env: childEnv(extra), onOutput: options.onOutput });
+      return { result, confinement: { mechanism: "none", network: "host", ...(credential !== null ? { credential: true } : {}) } };
+    }
+    return await runConfined(options, extra, credential !== null);
+  } finally {
+    unregister?.();
+    await revoke?.();
+  }
+}
+
+async function runConfined(options: Parameters<typeof runAgentInZone>[0], extra: Record<string, string>, minted: boolean): Promise<ZonedAgentRun> {
+  const { contract, workspace, repo } = options;
+  const agent = contract.agent;
+  hideFromZones(repo);
+  hideFromZones(await gitDirOf(repo));
+  const network = agent.network ?? "none";
+  const env: NodeJS.ProcessEnv = {};
+  for (const name of [...BASE_ENV, ...(agent.env ?? [])]) if (process.env[name] !== undefined) env[name] = process.env[name];
+  Object.assign(env, extra, { HOME: os.homedir(), TMPDIR: "/tmp" });
+  const named = (agent.mounts ?? []).map(expandHome);
+  const toolchains = toolchainMounts();
+  const spec: ZoneSpec = {
+    writable: [workspace.dir],
+    // The workspace borrows the repository's objects (`blankClone`): readable, so git works in it.
+    readable: [...toolchains, ...named, await objectsDirOf(repo)],
+    network: network === "host" ? "host" : "none",
+    cwd: workspace.dir,
+  };
+  let command = agent.run;
+  let running: AgentProxy | null = null;
+  if (typeof network === "object") {
+    running = await proxyFor(network.allow);
+    running.takeAudit();
+    const forwarder = path.join(path.dirname(running.socketPath), "forwarder.cjs");
+    await writeFile(forwarder, FORWARDER_SOURCE);
+    spec.sockets = [running.socketPath];
+    spec.readable = [...(spec.readable ?? []), forwarder];
+    const url = `http://127.0.0.1:${FORWARDER_PORT}`;
+    Object.assign(env, { HTTP_PROXY: url, HTTPS_PROXY: url, http_proxy: url, https_proxy: url, ALL_PROXY: url, all_proxy: url, NO_PROXY: "", no_proxy: "" });
+    // The forwarder starts first and says when it listens; then the agent's shell replaces this one.
+    command = [
+      "mkfifo /tmp/.loopwarden-forwarder",
+      `${quote([process.execPath, forwarder, String(FORWARDER_PORT), running.socketPath])} > /tmp/.loopwarden-forwarder &`,
+      "read -r ready < /tmp/.loopwarden-forwarder",
+      `exec /bin/sh -c ${quote([agent.run])}`,
+    ].join("\n");
+  }
+  const result = await runCommand(command, { cwd: workspace.dir, timeoutMs: options.timeoutMs, env, zone: spec, onOutput: options.onOutput });
+  const audit = running?.takeAudit();
+  const confinement: AgentConfinement = {
+    mechanism: "bwrap",
+    network: typeof network === "object" ? "allow" : network,
+    ...(typeof network === "object" ? { allow: [...network.allow] } : {}),
+    ...(named.length + toolchains.length > 0 ? { mounts: [...(agent.mounts ?? []), ...toolchains] } : {}),
+    ...(audit ? { hosts: audit.hosts, ...(audit.hosts_omitted > 0 ? { hosts_omitted: audit.hosts_omitted } : {}) } : {}),
+    ...(minted ? { credential: true } : {}),
+  };
+  return { result, confinement };
+}
