@@ -1,6 +1,7 @@
 import type { Contract } from "../wire/contract.js";
 import type { AgentReport } from "../wire/agent-report.js";
 import type { ArtifactError, ArtifactRef, GateResult } from "../wire/observation.js";
+import { MAX_HOST_CONTACTS, type AgentConfinement, type ExecConfinement, type HostContact } from "../wire/confinement.js";
 import type { AgentRun, BestRef, ConfirmReadings, Confirmation, EventDraft, Halt, Verdict, BundleRef } from "./events.js";
 import { baselineGuards, type BaselineGuards } from "./guards.js";
 import { gatePassed, standingOf, testBaseOf, type TestBase, type TestStanding } from "./test-sets.js";
@@ -53,6 +54,8 @@ export interface CandidateState {
         request_hash: string;
         /** Where the report stands against t0's collected set (`standingOf`): as large as what differs from t0. */
         tests: TestStanding;
+        /** How its evaluation's commands were confined; absent when its runner did not record it. */
+        exec_zone?: ExecConfinement;
       })
     | null;
   verdict: Verdict | null;
@@ -162,6 +165,141 @@ export interface LoopState {
   final_receipt_outdated: boolean;
   /** The last confirm measurement of t0 against a best (DESIGN §6.3), with its readings. */
   confirm: (Confirmation & { samples: ConfirmReadings }) | null;
+  /** How the agent runs and evaluations so far were confined (DESIGN §6.7), summed event by event: what a receipt attests of them. */
+  confinement: ConfinementSummary;
+}
+
+/** Zone counts by what walled the zone off; `unrecorded` for a record without it (a runner older than the zones). */
+export interface MechanismCounts {
+  bwrap: number;
+  none: number;
+  unrecorded: number;
+}
+
+/**
+ * How a loop's two zones were confined (DESIGN §6.7), kept by the fold in O(1) per event (invariant 9):
+ * never re-read from the candidates. Its lists are bounded, so a receipt of 5,000 runs is as large as
+ * one of 5.
+ */
+export interface ConfinementSummary {
+  agent: {
+    /** Agent runs by mechanism; `unobserved` counts proposals with no run the runner observed (`loopwarden step`). */
+    runs: MechanismCounts & { unobserved: number };
+    /** Agent runs by network policy, of those that recorded one. */
+    networks: Record<AgentConfinement["network"], number>;
+    /** The union of the runs' allowlists in the order first seen, at most MAX_ALLOW_UNION entries. */
+    allow: string[];
+    /** Allowlist entries not itemised because `allow` was full, summed over runs (one entry in two runs counts twice). */
+    allow_omitted: number;
+    /** The hosts the runs asked the proxy for, summed per (host, port, allowed), at most MAX_HOST_CONTACTS in the order first seen. */
+    hosts: HostContact[];
+    /** Host records not itemised: those each run left out, and those that came when `hosts` was full, summed over runs. */
+    hosts_omitted: number;
+    /** Whether any run had a per-run credential minted for it. */
+    credential: boolean;
+  };
+  exec: {
+    /** Evaluations (t0's and every reported observation) by mechanism. */
+    evaluations: MechanismCounts;
+    /** Evaluations by network policy, of those that recorded one. */
+    networks: Record<ExecConfinement["network"], number>;
+  };
+  /** Where each itemised entry is in its list: the fold's hash lookups, never a scan. */
+  index: { allow: Record<string, true>; hosts: Record<string, number> };
+}
+
+/** The most allowlist entries a confinement summary itemises: the most one run's allowlist holds. */
+export const MAX_ALLOW_UNION = 100;
+
+/** The summary of a loop whose t0 evaluation was confined as `zone` (absent: unrecorded), before any agent run. */
+function confinementAtCreation(zone: ExecConfinement | undefined): ConfinementSummary {
+  const summary: ConfinementSummary = {
+    agent: {
+      runs: { bwrap: 0, none: 0, unrecorded: 0, unobserved: 0 },
+      networks: { none: 0, host: 0, allow: 0 },
+      allow: [],
+      allow_omitted: 0,
+      hosts: [],
+      hosts_omitted: 0,
+      credential: false,
+    },
+    exec: { evaluations: { bwrap: 0, none: 0, unrecorded: 0 }, networks: { none: 0, host: 0 } },
+    index: { allow: {}, hosts: {} },
+  };
+  countEvaluation(summary, zone);
+  return summary;
+}
+
+/** The confinement summary of a state being folded, copied on the fold's first write to it (bounded: its lists are capped). */
+function ownConfinement(state: LoopState): ConfinementSummary {
+  const owned = OWNED.get(state);
+  if (!owned) throw new Error("internal: a fold wrote a state it does not own");
+  if (owned.has(state.confinement)) return state.confinement;
+  const { agent, exec, index } = state.confinement;
+  // Host records are replaced, never written, so the lists may share them.
+  const copy: ConfinementSummary = {
+    agent: { ...agent, runs: { ...agent.runs }, networks: { ...agent.networks }, allow: [...agent.allow], hosts: [...agent.hosts] },
+    exec: { evaluations: { ...exec.evaluations }, networks: { ...exec.networks } },
+    index: { allow: { ...index.allow }, hosts: { ...index.hosts } },
+  };
+  state.confinement = copy;
+  owned.add(copy);
+  return copy;
+}
+
+/** Counts one evaluation's exec zone into a summary the fold owns. */
+function countEvaluation(summary: ConfinementSummary, zone: ExecConfinement | undefined): void {
+  if (!zone) {
+    summary.exec.evaluations.unrecorded += 1;
+    return;
+  }
+  summary.exec.evaluations[zone.mechanism] += 1;
+  summary.exec.networks[zone.network] += 1;
+}
+
+/** Counts one proposal's agent run into a summary the fold owns: linear in what the run recorded (bounded by its schema), never in the loop. */
+function countAgentRun(summary: ConfinementSummary, run: AgentRun | null): void {
+  const { agent, index } = summary;
+  if (!run) {
+    agent.runs.unobserved += 1;
+    return;
+  }
+  const zone = run.confinement;
+  if (!zone) {
+    agent.runs.unrecorded += 1;
+    return;
+  }
+  agent.runs[zone.mechanism] += 1;
+  agent.networks[zone.network] += 1;
+  if (zone.credential === true) agent.credential = true;
+  for (const entry of zone.allow ?? []) {
+    if (index.allow[entry]) continue;
+    if (agent.allow.length >= MAX_ALLOW_UNION) {
+      agent.allow_omitted += 1;
+      continue;
+    }
+    index.allow[entry] = true;
+    agent.allow.push(entry);
+  }
+  agent.hosts_omitted += zone.hosts_omitted ?? 0;
+  for (const contact of zone.hosts ?? []) {
+    const key = `${contact.host} ${contact.port} ${contact.allowed}`;
+    const at = index.hosts[key];
+    const seen = at === undefined ? undefined : agent.hosts[at];
+    if (at !== undefined && seen) {
+      agent.hosts[at] = {
+        ...seen,
+        requests: seen.requests + contact.requests,
+        bytes_out: seen.bytes_out + contact.bytes_out,
+        bytes_in: seen.bytes_in + contact.bytes_in,
+      };
+    } else if (agent.hosts.length >= MAX_HOST_CONTACTS) {
+      agent.hosts_omitted += 1;
+    } else {
+      index.hosts[key] = agent.hosts.length;
+      agent.hosts.push({ ...contact });
+    }
+  }
 }
 
 /** The id the baseline carries wherever a candidate id is expected (e.g. as a parent). */
@@ -259,11 +397,20 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       final_receipt: null,
       final_receipt_outdated: false,
       confirm: null,
+      confinement: confinementAtCreation(data.t0.observation.exec_zone),
     };
     // Its containers are new: the fold owns them from the start.
     OWNED.set(
       created,
-      new Set([created.candidates, created.candidate_order, created.same_tree, created.idempotency, created.lease_index, created.regressions_since_promotion]),
+      new Set([
+        created.candidates,
+        created.candidate_order,
+        created.same_tree,
+        created.idempotency,
+        created.lease_index,
+        created.regressions_since_promotion,
+        created.confinement,
+      ]),
     );
     return created;
   }
@@ -299,6 +446,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       own(state, "same_tree")[tree] = [...(state.same_tree[tree] ?? []), data.candidate_id];
       own(state, "idempotency")[data.idempotency_key] = data.candidate_id;
       state.cost_usd += data.agent_report?.cost?.usd ?? 0;
+      countAgentRun(ownConfinement(state), data.agent);
       return state;
     }
     case "lease_granted": {
@@ -351,6 +499,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
     }
     case "observation_reported": {
       const { data } = event;
+      countEvaluation(ownConfinement(state), data.observation.exec_zone);
       return updateCandidate(state, data.candidate_id, {
         report: {
           lease_id: data.lease_id,
@@ -360,6 +509,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
           gates: gateSummariesOf(state.contract, data.observation.gates),
           artifacts: data.observation.artifacts ?? [],
           ...(data.observation.artifact_errors ? { artifact_errors: data.observation.artifact_errors } : {}),
+          ...(data.observation.exec_zone ? { exec_zone: data.observation.exec_zone } : {}),
         },
       });
     }

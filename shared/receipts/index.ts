@@ -1,3 +1,4 @@
+export * from "./confinement.js";
 export * from "./dsse.js";
 export * from "./keys.js";
 export * from "./statement.js";

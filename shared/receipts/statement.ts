@@ -3,6 +3,7 @@ import type { ChainHead } from "../engine/chain.js";
 import { Confirmation, Halt, Verdict } from "../engine/events.js";
 import type { LoopState } from "../engine/state.js";
 import { GitCommit, Sha256 } from "../wire/observation.js";
+import { ConfinementAttestation, confinementAttestation } from "./confinement.js";
 
 // What a receipt attests (DESIGN §9): an in-toto Statement v1 (github.com/in-toto/attestation,
 // spec/v1/statement.md) whose subjects are the best commit and the baseline commit, and whose predicate
@@ -49,6 +50,8 @@ export const ReceiptPredicate = z.strictObject({
    */
   confirm: Confirmation.nullable(),
   iterations: z.strictObject({ total: Count, promoted: Count, rejected: Count, max: Count }),
+  /** How each zone was confined over the loop (DESIGN §6.7): an unconfined run says so here, and wherever the receipt is shown. */
+  confinement: ConfinementAttestation,
 });
 export type ReceiptPredicate = z.infer<typeof ReceiptPredicate>;
 
@@ -122,6 +125,7 @@ export function receiptStatement(state: LoopState, head: ChainHead, issuance: Is
         rejected: candidates.filter((candidate) => candidate?.status === "rejected").length,
         max: state.contract.stop.max_iterations,
       },
+      confinement: confinementAttestation(state.confinement),
     },
   };
 }

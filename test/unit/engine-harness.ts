@@ -84,14 +84,15 @@ export class LoopHarness {
   state: LoopState;
   private clock = START;
 
-  constructor(t0Failing: readonly string[], overrides: Partial<ContractInput> = {}) {
+  /** `t0` adds to t0's observation (e.g. how its evaluation was confined). */
+  constructor(t0Failing: readonly string[], overrides: Partial<ContractInput> = {}, t0: Partial<FullObservation> = {}) {
     const contract = contractOf(overrides);
     const outcome = createLoop({
       loop_id: "lp_0123456789abcdef01234567",
       contract,
       // As the coordinator pins it: the hash of the contract's canonical JSON, so a verifier recomputes it.
       contract_hash: sha256Hex(canonicalJson(contract)),
-      t0: { commit: commitOf("t0"), observation: observationOf(t0Failing) },
+      t0: { commit: commitOf("t0"), observation: { ...observationOf(t0Failing), ...t0 } },
       at: this.now(),
     });
     if (!outcome.ok) throw new Error(outcome.error.message);
@@ -154,13 +155,13 @@ export class LoopHarness {
     );
   }
 
-  /** One full iteration with a working agent: propose (with `change`), lease, report `failing`; answers the verdict. */
-  evaluate(label: string, failing: readonly string[], change: Partial<Proposal> = {}): Verdict {
+  /** One full iteration with a working agent: propose (with `change`), lease, report `failing` (with `observed`); answers the verdict. */
+  evaluate(label: string, failing: readonly string[], change: Partial<Proposal> = {}, observed: Partial<Observation> = {}): Verdict {
     const proposed = this.propose(label, change);
     if (!proposed.ok) throw new Error(`propose refused: ${proposed.error.code}`);
     const leased = this.lease();
     if (!leased.ok || !leased.value) throw new Error("no lease granted");
-    const reported = this.report(leased.value, observationOf(failing));
+    const reported = this.report(leased.value, { ...observationOf(failing), ...observed });
     if (!reported.ok) throw new Error(`report refused: ${reported.error.code}`);
     if (reported.value.decision === "requeued") throw new Error(`report re-queued: ${reported.value.detail}`);
     return reported.value;

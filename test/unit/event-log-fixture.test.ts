@@ -5,6 +5,7 @@ import { applyEvent, decide, foldEvents, LoopEvent, verifyChain, type LoopState 
 import { canonicalJson } from "../../shared/canonical-json.js";
 import { sha256Hex } from "../../shared/hash.js";
 import { rederive } from "../../shared/receipts/verify.js";
+import { receiptStatement } from "../../shared/receipts/statement.js";
 import { Contract } from "../../shared/wire/contract.js";
 import { LoopSummary } from "../../shared/wire/api.js";
 import { summarizeLoop } from "../../worker/src/loop-view.js";
@@ -60,5 +61,17 @@ describe("an event log of the first format", () => {
     expect(sha256Hex(canonicalJson(Contract.parse(pinned)))).toBe(created.data.contract_hash);
     // Its leases name no compare_to: they fold with none, and their reports were judged as they were.
     expect(events.filter((event) => event.type === "lease_granted").every((event) => event.data.compare_to === undefined)).toBe(true);
+  });
+
+  it("folds with no confinement recorded: a receipt of it says every agent run and evaluation (t0, c1, c3; c2 was empty) recorded none", () => {
+    const state = foldEvents(raw.map((event) => LoopEvent.parse(event)));
+    if (!state) throw new Error("the fixture folded to nothing");
+    expect(state.confinement.agent.runs).toEqual({ bwrap: 0, none: 0, unrecorded: 3, unobserved: 0 });
+    expect(state.confinement.exec.evaluations).toEqual({ bwrap: 0, none: 0, unrecorded: 3 });
+    const { confinement } = receiptStatement(state, summary.head, { kind: "final", issued_at: "2026-12-01T10:00:00.000Z", version: "0.1.0" }).predicate;
+    expect(confinement.fully_confined).toBe(false);
+    expect(confinement.summary).toBe(
+      "3 of 3 agent runs recorded no confinement (a runner older than the agent zone); 3 of 3 evaluations recorded no confinement (a runner older than the exec zone)",
+    );
   });
 });

@@ -6,7 +6,8 @@ import { sha256Hex } from "../../shared/hash.js";
 import { canonicalJson } from "../../shared/canonical-json.js";
 import type { ArtifactRef, FullObservation } from "../../shared/wire/observation.js";
 import { CANDIDATES_PER_PAGE, FILES_PER_CANDIDATE, receiptPage } from "../../worker/src/page/receipt-page.js";
-import { commitOf, contractOf, proposalOf, TEST_IDS } from "./engine-harness.js";
+import type { AgentConfinement, ExecConfinement } from "../../shared/wire/confinement.js";
+import { AGENT_OK, commitOf, contractOf, LoopHarness, proposalOf, TEST_IDS } from "./engine-harness.js";
 
 // The receipt page lists every candidate's files (DESIGN §9, §10) and stays bounded: t0's and the best's
 // in full, every other candidate's failing gate log first and at most FILES_PER_CANDIDATE links a row,
@@ -154,4 +155,46 @@ describe("the receipt page's files", () => {
     expect(first.length).toBeLessThan(small.length * 2);
     expect(first.length).toBeLessThan(1024 * 1024);
   }, 60_000);
+});
+
+describe("the receipt page's confinement (DESIGN §6.7)", () => {
+  /** A loop where c1 fixes A and c2 fixes B, c2's agent run and evaluation confined as given (c1's and t0's by bwrap). */
+  function loop(agent: AgentConfinement | undefined, exec: ExecConfinement | undefined): LoopState {
+    const bwrap: ExecConfinement = { mechanism: "bwrap", network: "none" };
+    const harness = new LoopHarness([A, B], {}, { exec_zone: bwrap });
+    harness.evaluate("c1", [B], { agent: { ...AGENT_OK, confinement: { mechanism: "bwrap", network: "none" } } }, { exec_zone: bwrap });
+    harness.evaluate("c2", [], { agent: agent ? { ...AGENT_OK, confinement: agent } : AGENT_OK }, exec ? { exec_zone: exec } : {});
+    return harness.state;
+  }
+  /** The paragraph right after the halt line; empty when there is none there. */
+  const besideVerdict = (page: string) => {
+    const line = /<p><strong>Halted: [^\n]*\n(<p class="confinement[^\n]*<\/p>)\n/.exec(page);
+    return line?.[1] ?? "";
+  };
+
+  it("says every run was confined by bwrap, unmarked, when all were", () => {
+    const page = render(loop({ mechanism: "bwrap", network: "none" }, { mechanism: "bwrap", network: "none" }));
+    expect(besideVerdict(page)).toBe(
+      '<p class="confinement" data-confinement="confined"><strong>Confinement:</strong> agent confined by bwrap in 2 of 2 runs (network: none); gates confined by bwrap, network none.</p>',
+    );
+    expect(page).not.toContain("UNCONFINED");
+  });
+
+  it("marks an agent that ran unconfined beside the verdict and in its candidate's row", () => {
+    const page = render(loop({ mechanism: "none", network: "host" }, { mechanism: "none", network: "host" }));
+    const line = besideVerdict(page);
+    expect(line).toContain('data-confinement="unconfined"');
+    expect(line).toContain("<strong>⚠ Not every run was confined:</strong>");
+    expect(line).toContain("the agent ran UNCONFINED in 1 of 2 runs (isolation: none)");
+    const rows = candidateRows(page);
+    expect(rows[1]).toContain('<span class="unconfined-mark">(agent and gates UNCONFINED)</span>');
+    expect(rows[0]).not.toContain("UNCONFINED");
+  });
+
+  it("marks a run whose runner recorded no confinement", () => {
+    const line = besideVerdict(render(loop(undefined, undefined)));
+    expect(line).toContain('data-confinement="unconfined"');
+    expect(line).toContain("1 of 2 agent runs recorded no confinement (a runner older than the agent zone)");
+    expect(line).toContain("1 of 3 evaluations recorded no confinement");
+  });
 });

@@ -1,5 +1,8 @@
 import { webcrypto } from "node:crypto";
-import { describe, expect, it } from "vitest";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { describe, expect, it, vi } from "vitest";
 import { canonicalJson } from "../../shared/canonical-json.js";
 import { confirmBest, foldEvents, sealEvent, type ChainHead, type EventDraft, type LoopEvent } from "../../shared/engine/index.js";
 import {
@@ -15,7 +18,9 @@ import {
   type Signer,
 } from "../../shared/receipts/index.js";
 import { verifyEd25519 } from "../../runner/src/receipt-crypto.js";
-import { LoopHarness, observationOf } from "./engine-harness.js";
+import { verifyCommand } from "../../runner/src/commands/verify.js";
+import type { ExecConfinement } from "../../shared/wire/confinement.js";
+import { AGENT_OK, LoopHarness, observationOf } from "./engine-harness.js";
 
 // Receipts (DESIGN §9): a DSSE envelope around an in-toto statement, signed with Ed25519, over a
 // hash-chained log whose every verdict re-derives with the engine. Every tampering must fail, naming
@@ -287,5 +292,176 @@ describe("receipts", async () => {
     statement.predicate.t0.failing = 7;
     const result = await verify({ envelope: await signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, key.signer) });
     expect(result.first_failure).toBe("predicate: statement.predicate.t0.failing differs from what the log says");
+  });
+});
+
+// How each zone was confined (DESIGN §6.7, §9): the predicate says it in words and figures recomputed from
+// the log, so an unconfined run is said wherever the receipt is read, and cannot be signed away.
+
+const UNCONFINED_EXEC: ExecConfinement = { mechanism: "none", network: "host" };
+const CONFINED_EXEC: ExecConfinement = { mechanism: "bwrap", network: "none" };
+
+/** A loop of two fixes whose agent runs and evaluations were confined as `agent` and `exec` (t0 too). */
+function zonedLog(agent: "bwrap" | "none", exec: ExecConfinement): LoopEvent[] {
+  const harness = new LoopHarness(["suite.a", "suite.b"], {}, { exec_zone: exec });
+  const confinement =
+    agent === "bwrap"
+      ? {
+          mechanism: "bwrap" as const,
+          network: "allow" as const,
+          allow: ["api.anthropic.com:443"],
+          hosts: [{ host: "api.anthropic.com", port: 443, allowed: true, requests: 4, bytes_out: 900, bytes_in: 12_000 }],
+        }
+      : { mechanism: "none" as const, network: "host" as const };
+  harness.evaluate("fix-a", ["suite.b"], { agent: { ...AGENT_OK, confinement } }, { exec_zone: exec });
+  harness.evaluate("fix-b", [], { agent: { ...AGENT_OK, confinement } }, { exec_zone: exec });
+  return sealedLog(harness.events);
+}
+
+describe("receipts say how each zone was confined", async () => {
+  const key = await makeKey();
+  const keys: KeySet = { keys: [key.jwk] };
+  const verifyOf = async (events: LoopEvent[], envelope?: Envelope) =>
+    verifyReceipt({ envelope: envelope ?? (await receiptOf(events, key.signer)), events: asRecords(events), keys, verify: verifyEd25519 });
+
+  it.each([
+    {
+      name: "every run confined by bwrap behind an allowlist",
+      events: () => zonedLog("bwrap", CONFINED_EXEC),
+      fully: true,
+      summary:
+        "agent confined by bwrap in 2 of 2 runs (network: allowlist api.anthropic.com:443; 1 host reached, none refused); gates confined by bwrap, network none",
+    },
+    {
+      name: "an agent that ran with isolation: none",
+      events: () => zonedLog("none", UNCONFINED_EXEC),
+      fully: false,
+      summary:
+        "the agent ran UNCONFINED in 2 of 2 runs (isolation: none; network: host (unrestricted)); gates ran UNCONFINED in 3 of 3 evaluations (isolation: none, network host)",
+    },
+    {
+      name: "a log of runners older than the zones (no confinement recorded)",
+      events: loopLog,
+      fully: false,
+      summary:
+        "3 of 3 agent runs recorded no confinement (a runner older than the agent zone); 4 of 4 evaluations recorded no confinement (a runner older than the exec zone)",
+    },
+  ])("$name: the predicate says so, and the receipt verifies", async ({ events, fully, summary }) => {
+    const log = events();
+    const result = await verifyOf(log);
+    expect(result.first_failure).toBeNull();
+    expect(result.statement?.predicate.confinement).toMatchObject({ fully_confined: fully, summary });
+  });
+
+  it("an agent run with mechanism none is counted as unconfined, with its network", async () => {
+    const result = await verifyOf(zonedLog("none", CONFINED_EXEC));
+    expect(result.statement?.predicate.confinement).toMatchObject({
+      fully_confined: false,
+      agent: { runs: { bwrap: 0, none: 2, unrecorded: 0, unobserved: 0 }, networks: { none: 0, host: 2, allow: 0 }, hosts: [] },
+      exec: { evaluations: { bwrap: 3, none: 0, unrecorded: 0 } },
+    });
+    expect(result.statement?.predicate.confinement.summary).toMatch(/^the agent ran UNCONFINED in 2 of 2 runs/);
+  });
+
+  it("the hosts contacted are summed over the runs in the predicate", async () => {
+    const result = await verifyOf(zonedLog("bwrap", CONFINED_EXEC));
+    expect(result.statement?.predicate.confinement.agent.hosts).toEqual([
+      { host: "api.anthropic.com", port: 443, allowed: true, requests: 8, bytes_out: 1_800, bytes_in: 24_000 },
+    ]);
+  });
+
+  const confinedRun = (list: Record<string, unknown>[]) => {
+    const index = list.findIndex((event) => event.type === "candidate_proposed");
+    const proposed = list[index] as { data: { agent: { confinement: Record<string, unknown> } } };
+    return { index, confinement: proposed.data.agent.confinement };
+  };
+
+  it("an agent run's recorded confinement edited in the signed log fails the chain", async () => {
+    const log = zonedLog("none", UNCONFINED_EXEC);
+    const envelope = await receiptOf(log, key.signer);
+    const edited = asRecords(log);
+    confinedRun(edited).confinement.mechanism = "bwrap";
+    const result = await verifyReceipt({ envelope, events: edited, keys, verify: verifyEd25519 });
+    expect(result.first_failure).toMatch(/^chain: /);
+  });
+
+  it("an evaluation's recorded exec zone edited, and the log re-chained, fails the chain against the signed head", async () => {
+    const log = zonedLog("bwrap", UNCONFINED_EXEC);
+    const envelope = await receiptOf(log, key.signer);
+    const drafts = log.map(({ seq: _seq, prev: _prev, hash: _hash, ...draft }) => draft as EventDraft);
+    const rechained = sealedLog(
+      drafts.map((draft) =>
+        draft.type === "observation_reported"
+          ? { ...draft, data: { ...draft.data, observation: { ...draft.data.observation, exec_zone: CONFINED_EXEC } } }
+          : draft,
+      ),
+    );
+    const result = await verifyReceipt({ envelope, events: asRecords(rechained), keys, verify: verifyEd25519 });
+    expect(result.first_failure).toMatch(/^chain: the log ends at event \d+ \(\w+\); the receipt signs event/);
+  });
+
+  it("a receipt signed over an unconfined log that claims the runs were confined fails the predicate check", async () => {
+    // The coordinator's key signs a statement whose confinement is a confined loop's: the log does not bear it out.
+    const log = zonedLog("none", CONFINED_EXEC);
+    const claimed = foldEvents(zonedLog("bwrap", CONFINED_EXEC));
+    const state = foldEvents(log);
+    const last = log.at(-1);
+    if (!state || !claimed || !last) throw new Error("empty");
+    const issuance = { kind: "final" as const, issued_at: "2026-12-01T10:00:00.000Z", version: "0.1.0" };
+    const statement = receiptStatement(state, { seq: last.seq, hash: last.hash }, issuance);
+    statement.predicate.confinement = receiptStatement(claimed, { seq: last.seq, hash: last.hash }, issuance).predicate.confinement;
+    const result = await verifyOf(log, await signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, key.signer));
+    expect(result.checks.find((check) => check.check === "signature")?.ok).toBe(true);
+    expect(result.first_failure).toBe("predicate: statement.predicate.confinement.agent.allow differs from what the log says");
+  });
+
+  describe("loopwarden verify", () => {
+    /** Runs `loopwarden verify FILE --events … --key …` on a log's receipt saved as files; answers what it printed. */
+    async function verifyFiles(log: LoopEvent[], json: boolean, envelope?: Envelope): Promise<{ code: number; out: string }> {
+      const dir = await mkdtemp(path.join(tmpdir(), "loopwarden-verify-"));
+      const files = { envelope: path.join(dir, "receipt.json"), events: path.join(dir, "events.jsonl"), key: path.join(dir, "key.json") };
+      await writeFile(files.envelope, JSON.stringify(envelope ?? (await receiptOf(log, key.signer))));
+      await writeFile(files.events, log.map((event) => `${JSON.stringify(event)}\n`).join(""));
+      await writeFile(files.key, JSON.stringify(keys));
+      const written: string[] = [];
+      const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk: string | Uint8Array) => {
+        written.push(String(chunk));
+        return true;
+      });
+      try {
+        const code = await verifyCommand(files.envelope, { json, quiet: false, events: files.events, key: files.key });
+        return { code, out: written.join("") };
+      } finally {
+        spy.mockRestore();
+        await rm(dir, { recursive: true, force: true });
+      }
+    }
+
+    it("prints the confinement line of an unconfined run beside the verdict, and puts it in --json", async () => {
+      const log = zonedLog("none", UNCONFINED_EXEC);
+      const human = await verifyFiles(log, false);
+      expect(human.code).toBe(0);
+      const lines = human.out.trimEnd().split("\n");
+      expect(lines.at(-2)).toMatch(/^confinement: the agent ran UNCONFINED in 2 of 2 runs \(isolation: none/);
+      expect(lines.at(-1)).toMatch(/^valid: final receipt of loop /);
+      const json = await verifyFiles(log, true);
+      const result = JSON.parse(json.out) as { valid: boolean; confinement: { fully_confined: boolean; summary: string } };
+      expect(result.valid).toBe(true);
+      expect(result.confinement.fully_confined).toBe(false);
+      expect(result.confinement.summary).toMatch(/^the agent ran UNCONFINED/);
+    });
+
+    it("says a confinement claim the log does not bear out is not verified", async () => {
+      const log = zonedLog("none", CONFINED_EXEC);
+      const state = foldEvents(log);
+      const last = log.at(-1);
+      if (!state || !last) throw new Error("empty");
+      const statement = receiptStatement(state, { seq: last.seq, hash: last.hash }, { kind: "final", issued_at: "2026-12-01T10:00:00.000Z", version: "0.1.0" });
+      statement.predicate.confinement = { ...statement.predicate.confinement, fully_confined: true, summary: "agent confined by bwrap in 2 of 2 runs" };
+      const { code, out } = await verifyFiles(log, false, await signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, key.signer));
+      expect(code).toBe(13);
+      expect(out).toContain("confinement (as the receipt claims; not verified): agent confined by bwrap in 2 of 2 runs");
+      expect(out).toContain("INVALID: predicate: statement.predicate.confinement.fully_confined differs from what the log says");
+    });
   });
 });

@@ -11,7 +11,8 @@ const INVALID = 13;
  * `loopwarden verify <url | file> [--events FILE] [--key FILE]` (DESIGN §9): checks a receipt offline
  * once its documents are fetched — the DSSE signature against the published (or pinned) key, the hash
  * chain up to the signed head, every verdict and the halt re-derived with the engine, the attested
- * figures against the log. Exit 0 when valid, 13 naming the first failed check otherwise.
+ * figures against the log — and says how the receipt says each zone was confined. Exit 0 when valid, 13
+ * naming the first failed check otherwise.
  */
 export async function verifyCommand(receipt: string, options: OutputMode & { events?: string | undefined; key?: string | undefined }): Promise<number> {
   const isUrl = isReceiptUrl(receipt);
@@ -19,6 +20,7 @@ export async function verifyCommand(receipt: string, options: OutputMode & { eve
   const documents = await receiptDocumentsFor(receipt, options, "verify");
   const result = await verifyReceipt({ envelope: documents.envelope, events: documents.events, keys: documents.keys, verify: verifyEd25519 });
   const predicate = result.statement?.predicate;
+  const attested = result.checks.some((check) => check.check === "predicate" && check.ok === true);
   const mark = (ok: boolean | null) => (ok === true ? paint("ok", "green") : ok === false ? paint("FAILED", "red") : paint("not checked", "dim"));
   emitResult(
     options,
@@ -27,6 +29,7 @@ export async function verifyCommand(receipt: string, options: OutputMode & { eve
       valid: result.ok,
       ...(predicate ? { loop_id: predicate.loop_id, iteration: predicate.iterations.total } : {}),
       ...(predicate?.halt ? { halt_reason: predicate.halt.halt_reason, exit_class: predicate.halt.exit_class } : {}),
+      ...(predicate ? { confinement: predicate.confinement } : {}),
       receipt: isUrl ? receipt : { envelope: receipt, events: options.events, key: options.key },
       key: result.key?.kid ?? null,
       checks: result.checks,
@@ -34,6 +37,15 @@ export async function verifyCommand(receipt: string, options: OutputMode & { eve
     },
     [
       ...result.checks.map((check) => `  ${check.check.padEnd(9)} ${mark(check.ok)}  ${check.detail}`),
+      // What the receipt says of the zones, beside its verdict (DESIGN §6.7): an unconfined run says so, and
+      // a claim the log did not bear out is named as one.
+      ...(predicate
+        ? [
+            `${attested ? "confinement:" : "confinement (as the receipt claims; not verified):"} ${
+              predicate.confinement.fully_confined ? predicate.confinement.summary : paint(predicate.confinement.summary, "yellow")
+            }`,
+          ]
+        : []),
       result.ok
         ? `valid: ${predicate?.kind} receipt of loop ${predicate?.loop_id} (${predicate?.halt ? predicate.halt.halt_reason : "running"}), signed by ${result.key?.kid}`
         : `INVALID: ${result.first_failure}`,

@@ -1,13 +1,13 @@
 import { html } from "hono/html";
 import { BASELINE_ID, HALT_MEANINGS, type CandidateState, type LoopState, type StoredEvidence } from "../../../shared/engine/index.js";
 import type { ArtifactRef } from "../../../shared/wire/observation.js";
-import type { ReceiptStatement } from "../../../shared/receipts/index.js";
+import type { ConfinementAttestation, ReceiptStatement } from "../../../shared/receipts/index.js";
 import { formatInterval, formatPercent } from "../../../shared/format-percent.js";
 
-// The public receipt page (DESIGN §9): what the loop set out to do, why it stopped, the baseline against
-// the best, every candidate with its verdict and its stored files (DESIGN §10), and the metric over
-// iterations — rendered on the server,
-// so it reads without JavaScript. Only the verification panel runs in the browser (/r/assets/verify.js):
+// The public receipt page (DESIGN §9): what the loop set out to do, why it stopped and how its zones were
+// confined (DESIGN §6.7), the baseline against the best, every candidate with its verdict and its stored
+// files (DESIGN §10), and the metric over iterations — rendered on the server, so it reads without
+// JavaScript. Only the verification panel runs in the browser (/r/assets/verify.js):
 // everything else on the page is what the signed statement and its log say, and the panel checks them.
 
 /** One point of the chart: an iteration's candidate and the value it was judged on. */
@@ -186,6 +186,24 @@ function headline(predicate: ReceiptStatement["predicate"]) {
   } <strong>No gain over t0 is claimed:</strong> t0 and the best were not measured against each other (no confirm measurement).</p>`;
 }
 
+/**
+ * How the zones were confined (DESIGN §6.7), beside the verdict: the signed summary, marked when any agent
+ * run or evaluation ran unconfined, recorded nothing, or was not run by a runner.
+ */
+function confinementLine(confinement: ConfinementAttestation) {
+  if (confinement.fully_confined) return html`<p class="confinement" data-confinement="confined"><strong>Confinement:</strong> ${confinement.summary}.</p>`;
+  return html`<p class="confinement unconfined" data-confinement="unconfined"><strong>⚠ Not every run was confined:</strong> ${confinement.summary}. An agent that is not walled off could reach what decides (the gates, the runner's state and keys): these verdicts are worth only what it could not touch.</p>`;
+}
+
+/** A candidate's verdict cell marks what of it ran unconfined (`isolation: none`): its agent run, its evaluation, or both. */
+function unconfinedMark(candidate: CandidateState) {
+  const zones = [
+    ...(candidate.agent?.confinement?.mechanism === "none" ? ["agent"] : []),
+    ...(candidate.report?.exec_zone?.mechanism === "none" ? ["gates"] : []),
+  ];
+  return zones.length > 0 ? html` <span class="unconfined-mark">(${zones.join(" and ")} UNCONFINED)</span>` : "";
+}
+
 /** Links to the other pages of the candidates' table, when there is more than one. */
 function pageLinks(receiptId: string, loopId: string, page: number, pages: number, total: number) {
   if (pages <= 1) return "";
@@ -226,6 +244,7 @@ table { border-collapse: collapse; width: 100%; } td, th { text-align: left; pad
 .axis { font-size: 11px; fill: #666; } .chart { width: 100%; height: auto; border: 1px solid #eee; }
 #verification { border: 2px solid #999; padding: 0.5rem 1rem; border-radius: 6px; }
 #verification[data-result="valid"] { border-color: #1f9d55; } #verification[data-result="invalid"], #verification[data-result="error"] { border-color: #c0392b; }
+.confinement { padding: 0.25rem 0.75rem; border-left: 4px solid #1f9d55; } .confinement.unconfined { border-left-color: #c0392b; background: #fdecea; } .unconfined-mark { color: #9b1c1c; font-weight: bold; }
 #verification li.ok { color: #17703a; } #verification li.failed { color: #9b1c1c; } #verification li.skipped { color: #666; }
 </style>
 </head>
@@ -234,6 +253,7 @@ table { border-collapse: collapse; width: 100%; } td, th { text-align: left; pad
 <h1>${predicate.name}</h1>
 ${predicate.objective ? html`<p>${predicate.objective}</p>` : ""}
 <p><strong>${halt ? `Halted: ${halt.halt_reason}` : "Still running"}</strong>${halt ? html` (exit ${halt.exit_class}) — ${HALT_MEANINGS[halt.halt_reason]}. <span class="muted">${halt.detail}</span>` : ""}</p>
+${confinementLine(predicate.confinement)}
 
 <section id="verification" data-receipt="${receiptId}">
 <h2>Verification</h2>
@@ -263,7 +283,7 @@ ${chart(state, optimize ? state.t0.metric : state.t0.failing.length)}
 <tr><th>candidate</th><th>commit</th><th>verdict</th><th>why</th><th>files</th></tr>
 ${shown.map(
   (candidate) =>
-    html`<tr><td>${candidate.candidate_id}</td><td><code>${candidate.commit.slice(0, 10)}</code></td><td class="${candidate.verdict?.decision}">${candidate.verdict?.decision} (${candidate.verdict?.reason})</td><td>${candidate.verdict?.detail}</td><td>${candidateFiles(receiptId, state.loop_id, candidate)}</td></tr>`,
+    html`<tr><td>${candidate.candidate_id}</td><td><code>${candidate.commit.slice(0, 10)}</code></td><td class="${candidate.verdict?.decision}">${candidate.verdict?.decision} (${candidate.verdict?.reason})${unconfinedMark(candidate)}</td><td>${candidate.verdict?.detail}</td><td>${candidateFiles(receiptId, state.loop_id, candidate)}</td></tr>`,
 )}
 </table>
 ${pageLinks(receiptId, state.loop_id, page, pages, decided.length)}
