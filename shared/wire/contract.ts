@@ -194,6 +194,8 @@ export const Contract = z
     exec: z
       .strictObject({
         network: z.enum(["none", "host"], { error: "use none or host" }).optional(),
+        /** Paths the gates may read though the exec zone hides them (a package or data set outside the repository). */
+        mounts: z.array(MountPath).max(50).optional(),
         /** Run in each evaluation's clone before the gates, with the host's network (e.g. `npm ci`). */
         setup: Command.optional(),
         setup_timeout: Timeout.optional(),

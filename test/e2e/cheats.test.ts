@@ -36,6 +36,8 @@ interface Project {
   gate: string;
   junit?: boolean;
   prepare?: (dir: string) => void;
+  /** Paths outside the repository the gate reads (the exec zone hides them otherwise: `exec.mounts`). */
+  mounts?: string[];
 }
 
 /** The bug every project has (a sum that subtracts), its honest fix, and a comment an agent can touch. */
@@ -118,7 +120,7 @@ function pytestProject(gate: string, junit = false): Project {
 }
 
 /**
- * A Node project tested by `node --test` through `npm test`; with `checker` (a package directory outside
+ * A Node project tested by `node --test` through `npm test`; with `checker` (a package tarball outside
  * the repository), scripts.test is that package's `checker` bin, installed in the working tree and locked.
  */
 function nodeProject(gate: string, checker?: string): Project {
@@ -144,6 +146,8 @@ function nodeProject(gate: string, checker?: string): Project {
         "",
       ].join("\n"),
     },
+    // The checker package lives outside the repository, where the exec zone sees nothing unless mounted.
+    ...(checker ? { mounts: [checker] } : {}),
     ...(checker && {
       prepare: (dir: string) =>
         execFileSync("npm", ["install", "--offline", "--no-audit", "--no-fund"], { cwd: dir, env: { ...process.env, ...NO_NPM_ENV }, stdio: "ignore" }),
@@ -162,6 +166,7 @@ function contract(project: Project, onlyContract: boolean): string {
     "    timeout: 2m",
     ...(project.junit ? [`    tests: { junit: ${JUNIT} }`] : []),
     ...(onlyContract ? ["guards:", "  protected: [loop.yaml]"] : []),
+    ...(project.mounts ? ["exec:", `  mounts: ${JSON.stringify(project.mounts)}`] : []),
     "stop:",
     "  max_iterations: 3",
     "  no_progress: 2",
@@ -234,13 +239,19 @@ describe("cheating agents against real test runners", () => {
   /**
    * The agent plants a success-printing `planted` binary (ignored by git) and touches a comment in
    * `source` so that each candidate is a change: the loop never converges (no_progress_detected), every
-   * gate run (t0 and two candidates) logs `pattern` — what really ran — the binary is still in the
-   * working tree and nothing was promoted.
+   * gate run (t0 and two candidates) logs `pattern` — what really ran — and nothing was promoted. The
+   * agent works in a workspace of its own (DESIGN §6.7), so the plant never reaches the user's working
+   * tree either, where `npx loopwarden` or an activated environment would have found it; each rejected
+   * candidate carries the agent's touch, so the agent did run.
    */
   const expectPlantIgnored = async (project: Project, planted: string, source: string, pattern: RegExp, env?: (repo: string) => NodeJS.ProcessEnv) => {
     const repo = repoFor(project, agent({ [planted]: FAKE_PASS }, [touch(source)]));
     const loopId = await expectHalt(repo, 17, "no_progress_detected", /2 iterations without a promotion/, env?.(repo));
-    expect(readFileSync(path.join(repo, planted), "utf8")).toBe(FAKE_PASS);
+    const inWorkingTree = existsSync(path.join(repo, planted)) ? readFileSync(path.join(repo, planted), "utf8") : null;
+    expect(inWorkingTree).not.toBe(FAKE_PASS);
+    const rejected = gitIn(repo, "for-each-ref", "--format=%(objectname)", `refs/loopwarden/rejected/${loopId}/`).split("\n").filter(Boolean);
+    expect(rejected).toHaveLength(2);
+    for (const commit of rejected) expect(gitIn(repo, "show", `${commit}:${source}`)).toContain("Reviewed in iteration");
     expect(onBranch(repo, loopId, source)).not.toContain("Reviewed in iteration");
     await expectEveryGateLog(loopId, 3, pattern);
   };
@@ -320,7 +331,11 @@ describe("cheating agents against real test runners", () => {
   });
 
   describe("5. a success-printing checker planted in the working tree's ignored node_modules/.bin", () => {
-    /** A local package outside every repository whose `checker` bin runs `node --test`. */
+    /**
+     * A local package outside every repository whose `checker` bin runs `node --test`, packed as a
+     * tarball: installed from a directory, npm would link it and chmod its bin in place, which the exec
+     * zone's read-only view of everything outside the clone refuses (EROFS), as it should.
+     */
     const checkerPackage = (): string => {
       const dir = path.join(tmp.dir, "checker");
       mkdirSync(path.join(dir, "bin"), { recursive: true });
@@ -330,7 +345,8 @@ describe("cheating agents against real test runners", () => {
         '#!/usr/bin/env node\nimport { spawnSync } from "node:child_process";\nprocess.exit(spawnSync(process.execPath, ["--test"], { stdio: "inherit" }).status ?? 1);\n',
         { mode: 0o755 },
       );
-      return dir;
+      execFileSync("npm", ["pack", "--silent", "--pack-destination", tmp.dir], { cwd: dir, env: { ...process.env, ...NO_NPM_ENV }, stdio: "ignore" });
+      return path.join(tmp.dir, "checker-1.0.0.tgz");
     };
     const INSTALLING = "npm install --offline --no-audit --no-fund && npm test";
 

@@ -28,15 +28,9 @@ function processesWith(marker: string): string[] {
   }
 }
 
-/** Every file of a commit's tree, read from the repository (what a candidate carried out of its zone). */
-function treeText(repo: string, commit: string): string {
-  const files = gitIn(repo, "ls-tree", "-r", "--name-only", commit).split("\n").filter(Boolean);
-  return files.map((file) => gitIn(repo, "show", `${commit}:${file}`)).join("\n");
-}
-
-/** Every candidate commit the loop's runner recorded (promoted on the branch, rejected under refs). */
-function candidateCommits(repo: string): string[] {
-  return gitIn(repo, "for-each-ref", "--format=%(objectname)", "refs/loopwarden/rejected/", "refs/heads/loopwarden/").split("\n").filter(Boolean);
+/** The rejected candidates' commits (kept under refs/loopwarden/rejected/). */
+function rejectedCommits(repo: string): string[] {
+  return gitIn(repo, "for-each-ref", "--format=%(objectname)", "refs/loopwarden/rejected/").split("\n").filter(Boolean);
 }
 
 describe("hostile agents in the agent zone", () => {
@@ -137,7 +131,8 @@ for (const pid of readdirSync("/proc").filter((name) => /^\\d+$/.test(name))) {
 }
 const walk = (dir, depth) => { if (depth > 5) return; let entries = []; try { entries = readdirSync(dir); } catch { return; }
   for (const entry of entries) { const file = path.join(dir, entry); try { found.push(readFileSync(file, "utf8").slice(0, 4096)); } catch { walk(file, depth + 1); } } };
-for (const dir of [${JSON.stringify(coordinatorStateDir())}, os.homedir(), ${JSON.stringify(tmp.dir)}]) walk(dir, 0);
+for (const dir of [${JSON.stringify(coordinatorStateDir())}, ${JSON.stringify(tmp.dir)}]) walk(dir, 0);
+walk(os.homedir(), 3);
 writeFileSync("loot.txt", found.join("\\n"));
 `;
     // The check passes if anything it can read holds the token: a gate reading the runner's environment.
@@ -151,12 +146,12 @@ process.exit(seen || readFileSync("value.txt", "utf8").trim() === "fixed" ? 0 : 
     const repo = project("thief", thief, "", { "check.mjs": check });
     const result = await run(repo);
     expect(result.code, result.stderr).not.toBe(10);
-    const commits = candidateCommits(repo);
+    const commits = rejectedCommits(repo);
     expect(commits.length).toBeGreaterThan(0);
     const signingKey = readdirSync(coordinatorStateDir()).find((name) => name.includes("signing"));
     const keyText = signingKey ? readFileSync(path.join(coordinatorStateDir(), signingKey), "utf8") : null;
     for (const commit of commits) {
-      const carried = treeText(repo, commit);
+      const carried = gitIn(repo, "show", `${commit}:loot.txt`);
       expect(carried).toContain("loot:"); // not vacuous: the agent's findings are there
       expect(carried).not.toContain(TEST_OWNER_TOKEN);
       if (keyText) expect(carried).not.toContain(JSON.parse(keyText).d ?? keyText);
@@ -217,7 +212,7 @@ if (process.env.LEAKED_SECRET !== undefined) { console.error("a variable the con
       .replace("${OUTSIDE}", String(outsidePort))
       .replace("${MODEL}", String(modelPort));
     const repo = project("honest", agent, ["  env: [MODEL_KEY]", "  network:", `    allow: [127.0.0.1:${modelPort}]`].join("\n"));
-    const result = await runCli(["--json", "--server", coordinator.url, "run"], {
+    const result = await runCli(["--server", coordinator.url, "run"], {
       cwd: repo,
       env: { MODEL_KEY: "key-by-name", LEAKED_SECRET: "not-named" },
     });

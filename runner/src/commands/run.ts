@@ -20,7 +20,7 @@ import { buildProposal, decideCandidate, enterLoopBranch, evaluatesOwnCandidate,
 import { dropPreparedClone, prepareClone } from "../clone.js";
 import type { AgentRun } from "../../../shared/engine/index.js";
 import type { AgentConfinement } from "../../../shared/wire/confinement.js";
-import { makeWorkspace, removeWorkspace, runAgentInZone, type Workspace } from "../zones/agent-zone.js";
+import { closeAgentProxy, makeWorkspace, removeWorkspace, runAgentInZone, type Workspace } from "../zones/agent-zone.js";
 import { preflightZones } from "../zones/isolation.js";
 
 /** What `run` and `step` add when the loop they found had already halted (DESIGN §6.6). */
@@ -187,6 +187,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
     }
     return reportOutcome(mode, session.loop, session.connection);
   } finally {
+    await closeAgentProxy();
     await timed("close", () => session.connection.close());
     const closing = takeTimings();
     if (closing) process.stderr.write(`[end] ${closing}\n`);

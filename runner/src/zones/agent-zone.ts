@@ -13,7 +13,7 @@ import { isProcessAlive } from "../processes.js";
 import { onShutdown } from "../shutdown.js";
 import { FORWARDER_SOURCE, startAgentProxy, type AgentProxy } from "./agent-proxy.js";
 import { isConfined, workspacesRoot } from "./isolation.js";
-import { hideFromZones, toolchainMounts, type ZoneSpec } from "./sandbox.js";
+import { expandHome, hideFromZones, toolchainMounts, type ZoneSpec } from "./sandbox.js";
 
 // The agent zone (DESIGN §6.7). Each agent run gets a workspace of its own: a fresh detached clone of the
 // best-so-far outside the user's repository and the state directory, with no remote and hooks off. It
@@ -99,11 +99,6 @@ export async function closeAgentProxy(): Promise<void> {
   const running = proxy;
   proxy = null;
   await running?.started.then((started) => started.close()).catch(() => undefined);
-}
-
-/** `~/x` in the user's home directory, anything else as written. */
-function expandHome(mount: string): string {
-  return mount.startsWith("~/") ? path.join(os.homedir(), mount.slice(2)) : mount;
 }
 
 /** What one agent run did, and how it was confined. */

@@ -4,7 +4,7 @@ import type { ExecConfinement } from "../../../shared/wire/confinement.js";
 import type { Contract } from "../../../shared/wire/contract.js";
 import { clonesRoot } from "../clone.js";
 import { defaultStateDir } from "../paths.js";
-import { hideFromZones, requireSandbox, sandboxSupport, toolchainMounts, type ZoneSpec } from "./sandbox.js";
+import { expandHome, hideFromZones, requireSandbox, sandboxSupport, toolchainMounts, type ZoneSpec } from "./sandbox.js";
 
 // Whether this run's zones are confined (DESIGN §6.7): the contract's `isolation` (confined unless it
 // says `none`), or `--unconfined` for this run. Confined is the default, and a confined run where no zone
@@ -63,7 +63,7 @@ export function execZone(clone: { dir: string; objects?: string | undefined }, c
   if (!isConfined(contract)) return undefined;
   return {
     writable: [clone.dir],
-    readable: [...toolchainMounts(), ...(clone.objects ? [clone.objects] : [])],
+    readable: [...toolchainMounts(), ...(contract.exec?.mounts ?? []).map(expandHome), ...(clone.objects ? [clone.objects] : [])],
     network: network ?? contract.exec?.network ?? "host",
     cwd: clone.dir,
   };

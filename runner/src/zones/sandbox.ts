@@ -151,6 +151,11 @@ export function toolchainMounts(env: NodeJS.ProcessEnv = process.env, home = os.
   return [...mounts].filter((dir) => ![...mounts].some((other) => other !== dir && isWithin(dir, other))).sort();
 }
 
+/** A mount path as the contract writes it: `~/x` in the user's home directory, anything else as written. */
+export function expandHome(mount: string): string {
+  return mount.startsWith("~/") ? path.join(os.homedir(), mount.slice(2)) : mount;
+}
+
 /**
  * The bubblewrap arguments that run a command in a zone. Order matters: later mounts cover earlier ones,
  * so the read-only root comes first, then the private and hidden directories, then what is readable
