@@ -231,6 +231,30 @@ if (process.env.LEAKED_SECRET !== undefined) { console.error("a variable the con
     expect(hosts.find((host) => host.allowed)?.bytes_in).toBeGreaterThan(0);
   });
 
+  it("a per-run credential is minted before each agent run, given by name, and revoked after it", async () => {
+    const revoked = path.join(tmp.dir, "revoked.txt");
+    const repo = project(
+      "credential",
+      `import { appendFileSync, writeFileSync } from "node:fs";\nwriteFileSync("seen.txt", process.env.RUN_TOKEN ?? "none");\nappendFileSync("README.md", "tried\\n");\n`,
+      [
+        "  credentials:",
+        "    env: RUN_TOKEN",
+        `    mint: node -e "console.log('minting…'); console.log('run-' + process.hrtime.bigint())"`,
+        `    revoke: echo "$RUN_TOKEN" >> ${revoked}`,
+      ].join("\n"),
+    );
+    const result = await run(repo);
+    expect(result.code, result.stderr).toBe(17);
+    const seen = rejectedCommits(repo).map((commit) => gitIn(repo, "show", `${commit}:seen.txt`));
+    expect(seen).toHaveLength(2);
+    for (const token of seen) expect(token).toMatch(/^run-\d+$/);
+    expect(new Set(seen).size).toBe(2); // one credential per run
+    expect(readFileSync(revoked, "utf8").trim().split("\n").sort()).toEqual([...seen].sort());
+    const events = await loopEvents(coordinator.url, recordedLoopId(repo, "loop.yaml"));
+    const runs = events.filter((event) => event.type === "candidate_proposed").map((event) => (event.data as { agent: AgentRun }).agent);
+    expect(runs.map((agentRun) => agentRun.confinement?.credential)).toEqual([true, true]);
+  });
+
   /** The shared coordinator's state directory (sharedCoordinator keeps it under the test's directory). */
   function coordinatorStateDir(): string {
     return path.join(tmp.dir, "state");

@@ -9,7 +9,8 @@ import { Client } from "../client.js";
 import { withClone } from "../clone.js";
 import { runGates } from "../evaluate.js";
 import { networkIsolation, runCommand } from "../exec.js";
-import { execZone } from "../zones/isolation.js";
+import { execZone, isConfined } from "../zones/isolation.js";
+import { zoneChecks } from "./doctor-zones.js";
 import { UserError } from "../errors.js";
 import { dirtyPaths, excludeStateDir, headCommit, repoRoot } from "../git.js";
 import type { LoadedContract } from "../contract-file.js";
@@ -138,9 +139,14 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
     report({ check: "contract", status: "skip", detail: "needs a git repository" });
   }
 
-  // Network isolation, when the contract asks for it: the gates cannot run without it.
+  // The zones (DESIGN §6.7): a confined contract where no zone can be built runs nothing.
   let gatesRunnable = loaded !== null && head !== null;
-  if (loaded?.contract.exec?.network === "none") {
+  for (const check of loaded ? await zoneChecks(loaded.contract) : []) {
+    report(check, check.status === "fail" ? 2 : 0);
+    if (check.check === "zones" && check.status === "fail") gatesRunnable = false;
+  }
+  // Network isolation of unconfined gates, when the contract asks for it: the gates cannot run without it.
+  if (loaded && !isConfined(loaded.contract) && loaded.contract.exec?.network === "none") {
     const isolation = await networkIsolation();
     if (isolation.available) {
       report({ check: "network isolation", status: "ok", detail: `gates run in a network namespace of their own (${isolation.how}; loopback only)` });

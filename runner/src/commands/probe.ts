@@ -9,6 +9,8 @@ import type { Contract } from "../../../shared/wire/contract.js";
 import { UserError } from "../errors.js";
 import { evaluateCommit } from "../evaluate.js";
 import { requireNetworkIsolation } from "../exec.js";
+import { isConfined } from "../zones/isolation.js";
+import { requireSandbox } from "../zones/sandbox.js";
 import { dirtyPaths, excludeStateDir, headCommit, repoRoot } from "../git.js";
 import { emitResult, liveStatus, progress, type OutputMode } from "../output.js";
 import { resolveContract } from "../contract-resolution.js";
@@ -145,7 +147,9 @@ export async function probeCommand(options: ProbeOptions): Promise<number> {
   const repo = await repoRoot(options.cwd);
   const commit = await headCommit(repo);
   const loaded = await resolveContract(repo, { contract: options.contract });
-  if (loaded.contract.exec?.network === "none") await requireNetworkIsolation();
+  // Refused before the first run where the gates' zone (or, unconfined, their network namespace) cannot be built.
+  if (isConfined(loaded.contract)) await requireSandbox();
+  else if (loaded.contract.exec?.network === "none") await requireNetworkIsolation();
   await excludeStateDir(repo);
   const dirty = await dirtyPaths(repo);
   if (dirty.length > 0) {

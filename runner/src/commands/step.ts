@@ -7,6 +7,7 @@ import { commitCandidate, maintainAfterCandidates } from "../candidate-commits.j
 import type { ContractOptions } from "../contract-resolution.js";
 import { buildProposal, decideCandidate, enterLoopBranch, openSession } from "../session.js";
 import { HALTED_BEFORE, reportOutcome } from "./run.js";
+import { preflightZones } from "../zones/isolation.js";
 
 /**
  * `loopwarden step`: evaluates the current working tree as one candidate and applies the verdict, for
@@ -21,6 +22,9 @@ export async function stepLoop(options: ContractOptions & ServerOptions & Output
       progress(session.mode, HALTED_BEFORE);
       return reportOutcome(session.mode, session.loop, session.connection);
     }
+    // `step` runs no agent (the agent driving it is outside loopwarden's zones); its gates run confined.
+    const unconfined = await preflightZones(session.loaded.contract);
+    if (unconfined) progress(session.mode, unconfined);
     if ((await dirtyPaths(session.repo)).length === 0) {
       throw new UserError("the working tree has no changes to evaluate; make a change, then run loopwarden step", 2);
     }

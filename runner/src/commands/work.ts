@@ -5,6 +5,7 @@ import type { Lease, LoopSummary } from "../../../shared/wire/api.js";
 import type { Labels } from "../../../shared/wire/contract.js";
 import { CoordinatorError, type Client } from "../client.js";
 import { removeStaleClones } from "../clone.js";
+import { preflightZones } from "../zones/isolation.js";
 import { connect, type ServerOptions } from "../connect.js";
 import { contractDifferences, type LoadedContract } from "../contract-file.js";
 import { resolveContract, type ContractOptions } from "../contract-resolution.js";
@@ -147,6 +148,9 @@ export async function workCommand(options: WorkOptions): Promise<number> {
   await excludeStateDir(repo);
   await removeStaleClones();
   const loaded = await resolveContract(repo, options);
+  // Refused here, not job by job, where the exec zone cannot be built (DESIGN §6.7).
+  const unconfined = await preflightZones(loaded.contract);
+  if (unconfined) progress(mode, unconfined);
   const labels = parseLabels(options.labels);
   const concurrency = options.concurrency ?? 1;
   const connection = await connect(options, mode);

@@ -1,0 +1,130 @@
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { credentialStoreIn } from "../../../runner/src/commands/doctor-zones.js";
+import { runCommand } from "../../../runner/src/exec.js";
+import { startLoopbackServer } from "../../support/loopback.js";
+import { hideFromZones, probeSandbox, sandboxUnavailable, toolchainMounts, zoneArgs, type ZoneSpec } from "../../../runner/src/zones/sandbox.js";
+
+// The zones' walls (DESIGN §6.7), tested on this machine's real bubblewrap where it has one: what a
+// command inside a zone can see, write and leave behind.
+
+const support = await probeSandbox();
+const tmp = mkdtempSync(path.join(os.tmpdir(), "lw-zones-unit-"));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+describe("finding and refusing", () => {
+  it("a machine without bubblewrap cannot confine, and the refusal names the remedy and the opt-out", async () => {
+    const missing = await probeSandbox(null);
+    expect(missing).toEqual({ available: false, reason: expect.stringContaining("not installed") });
+    const broken = await probeSandbox("/bin/false");
+    expect(broken).toEqual({ available: false, reason: expect.stringContaining("cannot build a sandbox") });
+    const refusal = sandboxUnavailable("bubblewrap (bwrap) is not installed or not on PATH");
+    expect(refusal.message).toMatch(/apt-get install bubblewrap/);
+    expect(refusal.message).toMatch(/isolation: none/);
+    expect(refusal.exitCode).toBe(2);
+  });
+});
+
+describe("the zone's view", () => {
+  const home = "/home/someone";
+  const spec: ZoneSpec = { writable: ["/work/clone"], readable: ["/home/someone/.nvm"], network: "none", cwd: "/work/clone" };
+
+  it("covers /tmp, HOME and every hidden path before it binds what the zone may read, and its own directory last", () => {
+    const secret = mkdtempSync(path.join(os.tmpdir(), "lw-zones-secret-"));
+    hideFromZones(secret);
+    const args = zoneArgs("bwrap", spec, home);
+    const at = (flag: string, value: string) => args.findIndex((arg, index) => arg === flag && args[index + 1] === value);
+    expect(at("--ro-bind", "/")).toBeGreaterThan(0);
+    expect(at("--tmpfs", "/tmp")).toBeGreaterThan(at("--ro-bind", "/"));
+    expect(at("--tmpfs", home)).toBe(-1); // a home that does not exist here is not mounted over
+    expect(at("--bind", "/work/clone")).toBeGreaterThan(at("--tmpfs", "/tmp"));
+    expect(args).toContain("--unshare-pid");
+    expect(args).toContain("--unshare-net");
+    expect(args).toContain("--die-with-parent");
+    // A secret under /tmp is already hidden by /tmp's tmpfs; one elsewhere gets its own.
+    expect(at("--tmpfs", secret)).toBe(-1);
+    expect(zoneArgs("bwrap", { ...spec, network: "host" }, home)).not.toContain("--unshare-net");
+    rmSync(secret, { recursive: true, force: true });
+  });
+
+  it("mounts PATH's toolchains under the home directory read-only, never a path inside a hidden one", () => {
+    const fakeHome = path.join(tmp, "home");
+    mkdirSync(path.join(fakeHome, ".nvm", "versions", "node", "bin"), { recursive: true });
+    mkdirSync(path.join(fakeHome, "project", "node_modules", ".bin"), { recursive: true });
+    hideFromZones(path.join(fakeHome, "project"));
+    const mounts = toolchainMounts(
+      { PATH: [path.join(fakeHome, ".nvm", "versions", "node", "bin"), path.join(fakeHome, "project", "node_modules", ".bin"), "/usr/bin"].join(":") },
+      fakeHome,
+    );
+    expect(mounts).toContain(path.join(fakeHome, ".nvm"));
+    expect(mounts.some((mount) => mount.includes("node_modules"))).toBe(false);
+    expect(mounts).not.toContain("/usr/bin");
+  });
+
+  it("knows a mounted credential store when it sees one", () => {
+    const home = "/home/someone";
+    expect(credentialStoreIn("~/.claude", home)).toBe("/home/someone/.claude");
+    expect(credentialStoreIn("~/.config/gcloud", home)).toBe("/home/someone/.config");
+    expect(credentialStoreIn("/home/someone", home)).not.toBeNull(); // the whole home holds them all
+    expect(credentialStoreIn("/home/someone/.ssh/id_ed25519", home)).toBe("/home/someone/.ssh");
+    expect(credentialStoreIn("~/datasets", home)).toBeNull();
+    expect(credentialStoreIn("/opt/toolchain", home)).toBeNull();
+  });
+});
+
+describe.skipIf(!support.available)("a command in a zone (bubblewrap on this machine)", () => {
+  const zoneDir = () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "lw-zone-dir-"));
+    return { dir, spec: { writable: [dir], network: "none" as const, cwd: dir } };
+  };
+
+  it("leaves nothing running: a detached, session-leading process dies with the zone", async () => {
+    const { dir, spec } = zoneDir();
+    const marker = `lw-zone-leftover-${process.pid}`;
+    const result = await runCommand(`setsid sh -c 'exec -a ${marker} sleep 60' & echo started`, { cwd: dir, timeoutMs: 20_000, zone: spec });
+    expect(result.output.toString()).toContain("started");
+    let left = "";
+    try {
+      left = execFileSync("pgrep", ["-f", marker], { encoding: "utf8" });
+    } catch {
+      left = "";
+    }
+    expect(left).toBe("");
+  });
+
+  it("sees none of the runner's processes, no private file, and writes only its own directory", async () => {
+    const { dir, spec } = zoneDir();
+    const secretDir = mkdtempSync(path.join(os.tmpdir(), "lw-zone-hidden-"));
+    writeFileSync(path.join(secretDir, "token"), "secret-token");
+    const script = [
+      `test -e /proc/${process.pid} && echo "runner visible" || echo "runner invisible"`,
+      `cat ${path.join(secretDir, "token")} 2>/dev/null || echo "token unreadable"`,
+      "echo x > /usr/lw-zone-probe 2>/dev/null && echo 'root writable' || echo 'root read-only'",
+      "echo mine > own.txt && echo 'own writable'",
+    ].join("; ");
+    const result = await runCommand(script, { cwd: dir, timeoutMs: 20_000, zone: spec });
+    const output = result.output.toString();
+    expect(output).toContain("runner invisible");
+    expect(output).toContain("token unreadable");
+    expect(output).toContain("root read-only");
+    expect(output).toContain("own writable");
+    rmSync(secretDir, { recursive: true, force: true });
+  });
+
+  it("with network none cannot reach a server on the host's loopback; with host it can", async () => {
+    const server = await startLoopbackServer();
+    try {
+      const { dir, spec } = zoneDir();
+      const probe = `node -e "require('net').connect(${server.port}, '127.0.0.1').on('error', e => { console.log('refused', e.code); process.exit(0) }).on('connect', () => { console.log('connected'); process.exit(0) })"`;
+      const isolated = await runCommand(probe, { cwd: dir, timeoutMs: 20_000, zone: spec });
+      expect(isolated.output.toString()).toContain("refused ECONNREFUSED");
+      const hosted = await runCommand(probe, { cwd: dir, timeoutMs: 20_000, zone: { ...spec, network: "host" } });
+      expect(hosted.output.toString()).toContain("connected");
+    } finally {
+      await server.close();
+    }
+  });
+});
