@@ -69,7 +69,11 @@ export async function zoneChecks(contract: Contract, env: NodeJS.ProcessEnv = pr
   }
   checks.push(
     support.available
-      ? { check: "zones", status: "ok", detail: "the agent and the gates run confined by bubblewrap (own PID namespace, read-only view, private /tmp and HOME)" }
+      ? {
+          check: "zones",
+          status: "ok",
+          detail: "the agent and the gates run confined by bubblewrap (own PID namespace, read-only view, private /tmp and HOME)",
+        }
       : { check: "zones", status: "fail", detail: `cannot confine the agent and the gates here: ${support.reason}; ${SANDBOX_REMEDY}` },
   );
 
@@ -77,7 +81,11 @@ export async function zoneChecks(contract: Contract, env: NodeJS.ProcessEnv = pr
   const network = agent.network ?? "none";
   const preset = presetOf(agent.run);
   if (network === "host") {
-    checks.push({ check: "agent network", status: "warn", detail: "host: the agent reaches every host the machine does; list what it needs in agent.network.allow instead" });
+    checks.push({
+      check: "agent network",
+      status: "warn",
+      detail: "host: the agent reaches every host the machine does; list what it needs in agent.network.allow instead",
+    });
   } else if (network === "none") {
     checks.push(
       preset
