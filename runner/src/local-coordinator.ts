@@ -4,7 +4,7 @@ import path from "node:path";
 import type { Readable } from "node:stream";
 import type { Miniflare } from "miniflare";
 import { Client } from "./client.js";
-import { localOwnerToken, localSigningKey } from "./state-secrets.js";
+import { localOwnerToken, localSigningKey, privateStateDir } from "./state-secrets.js";
 import { envSettings, loadWorkerConfig, type WorkerConfig } from "./coordinator-config.js";
 import { UserError } from "./errors.js";
 import { freePort, isPortFree } from "./free-port.js";
@@ -158,6 +158,7 @@ export async function startLocalCoordinator(options: {
   record?: Pick<CoordinatorRecord, "daemon" | "idle_ms">;
 }): Promise<LocalCoordinator> {
   const { stateDir } = options;
+  await privateStateDir(stateDir);
   await mkdir(path.join(stateDir, "logs"), { recursive: true });
   const log = new BoundedLog(path.join(stateDir, "logs", "coordinator.log"));
   const port = options.port ?? (await freePort());

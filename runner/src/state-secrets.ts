@@ -1,5 +1,5 @@
 import { randomBytes, webcrypto } from "node:crypto";
-import { link, mkdir, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, link, mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 
 // The local coordinator's secrets (DESIGN §11, §12), kept in its state directory readable by their owner
@@ -39,6 +39,15 @@ export async function localOwnerToken(stateDir: string): Promise<{ token: string
 }
 
 /**
+ * Makes the state directory, readable by its owner only (0700), and narrows one that exists already:
+ * it holds the owner token and the signing key, next to other users and to an unconfined agent's reach.
+ */
+export async function privateStateDir(dir: string): Promise<void> {
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  await chmod(dir, 0o700);
+}
+
+/**
  * A secret file's text, generated and stored (0600, atomically) when it does not exist. Written whole
  * under another name, then linked into place: a crash never leaves half a secret, and of two processes
  * starting at once the first link wins and both use that one secret.
@@ -47,7 +56,7 @@ async function secretFileOnce(file: string, generate: () => Promise<string>): Pr
   const existing = await readSecret(file);
   if (existing !== null) return { text: existing, created: false };
   // A state directory is made on first use (a command may need the owner token before any coordinator ran).
-  await mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
+  await privateStateDir(path.dirname(file));
   const text = await generate();
   const temporary = `${file}.${randomBytes(6).toString("hex")}.tmp`;
   await writeFile(temporary, text, { mode: 0o600, flag: "wx" });

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -55,6 +55,19 @@ describe("the local owner token", () => {
       expect(made.created).toBe(true);
       expect(statSync(dir).mode & 0o777).toBe(0o700);
       expect(await localSigningKey(dir)).toMatch(/"kty":"OKP"/);
+    } finally {
+      if (saved !== undefined) process.env.LOOPWARDEN_OWNER_TOKEN = saved;
+    }
+  });
+
+  it("narrows a state directory that exists open to others to its owner (0700) when it writes a secret there", async () => {
+    const dir = mkdtempSync(path.join(stateDir, "open-"));
+    chmodSync(dir, 0o755);
+    const saved = process.env.LOOPWARDEN_OWNER_TOKEN;
+    delete process.env.LOOPWARDEN_OWNER_TOKEN;
+    try {
+      await localOwnerToken(dir);
+      expect(statSync(dir).mode & 0o777).toBe(0o700);
     } finally {
       if (saved !== undefined) process.env.LOOPWARDEN_OWNER_TOKEN = saved;
     }
