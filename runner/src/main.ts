@@ -268,6 +268,7 @@ program
   .description("run the gates N times on HEAD, each in a fresh clone; report the flake-rate upper bound and the tests that flipped (exit 14 check_flaky)")
   .option("--runs <n>", "runs of the gates (default 10, at most 1000)", positiveInt)
   .option("--max-flake-rate <r>", "run enough times (⌈3/R⌉, the rule of three) to bound the flake rate by R with no flip", flakeRate)
+  .option("--unconfined", "run the gates without their zone (DESIGN §6.7), as `isolation: none` does")
   .action(async (options: { runs?: number; maxFlakeRate?: number }) => {
     const { probeCommand } = await import("./commands/probe.js");
     exitCode = await probeCommand({ ...globals(), ...options, cwd: process.cwd() });
@@ -276,9 +277,10 @@ program
 program
   .command("doctor")
   .description(
-    "check contract, git, working tree, coordinator (with --server), and that the gates are deterministic, free of side effects and (with --mutate) adequate",
+    "check contract, the zones (sandbox, the agent's network, variables and mounts), git, working tree, coordinator (with --server), and that the gates are deterministic, free of side effects and (with --mutate) adequate",
   )
   .option("--mutate <cmd>", "a command that breaks the code: the gates must turn red on the tree it leaves (else exit 15 check_inadequate)")
+  .option("--unconfined", "check and run the gates without their zone (DESIGN §6.7), as `isolation: none` does")
   .option("--runs <n>", "runs of the determinism probe (default 3)", positiveInt)
   .action(async (options: { mutate?: string; runs?: number }) => {
     const { doctorCommand } = await import("./commands/doctor.js");
