@@ -1,8 +1,19 @@
+import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { isGoneWithin } from "../support/process.js";
-import { gitIn, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
+import { gitIn, makeRepo, recordedLoopId, runCli, sharedCoordinator } from "../support/cli.js";
+
+/** Processes whose command line carries `marker` (pgrep's own excluded). */
+function processesWith(marker: string): string[] {
+  try {
+    return execFileSync("pgrep", ["-af", marker], { encoding: "utf8" })
+      .split("\n")
+      .filter((line) => line && !line.includes("pgrep"));
+  } catch {
+    return [];
+  }
+}
 
 // Each halt reason the slice can reach, with its exit code (DESIGN §7), against one shared coordinator.
 describe("halts and refusals", () => {
@@ -52,19 +63,62 @@ describe("halts and refusals", () => {
 
   it("a gate that hangs is killed at its timeout, children included, and counts as failing", async () => {
     const repo = failingProject();
-    const pidFile = path.join(tmp.dir, `hung-${serial}.pid`);
+    // The gate runs in its own PID namespace (DESIGN §6.7), where pids are not the host's: its child is
+    // found by a marker on its command line instead. The shell joins the marker from two parts, so that
+    // only the child carries it, not the runner (whose --check holds the command as written).
+    const marker = `lwhalts-hung-${process.pid}-${serial}`;
+    const check = `m=lwhalts-; node -e 'setTimeout(() => {}, 300000)' "\${m}${marker.slice("lwhalts-".length)}" & wait`;
+    let seen = false;
+    const watch = setInterval(() => (seen ||= processesWith(marker).length > 0), 100);
     const started = Date.now();
-    const result = await run(repo, "--check", `sleep 300 & echo $! > ${pidFile}; wait`, "--check-timeout", "1s", "--exec", "true", "--max-iterations", "1");
+    const result = await run(repo, "--check", check, "--check-timeout", "1s", "--exec", "true", "--max-iterations", "1").finally(() => clearInterval(watch));
     expect(result.code, result.stderr).toBe(12);
     expect(Date.now() - started).toBeLessThan(60_000);
-    expect(await isGoneWithin(Number(readFileSync(pidFile, "utf8")))).toBe(true);
+    // The child was running while its gate was, and nothing of it outlived the gate's timeout.
+    expect(seen).toBe(true);
+    expect(processesWith(marker)).toEqual([]);
   });
 
-  it("an agent that switches the working tree to another branch stops the run before anything is committed or reset", async () => {
+  it("an agent that switches its workspace to another branch and commits there moves none of the user's branches: only its tree is taken, onto the loop's branch", async () => {
     const repo = failingProject();
-    const result = await run(repo, "--check", "node check.mjs", "--exec", "git switch -q main && echo fixed > value.txt");
-    expect(result.code).toBe(1);
-    expect(parse(result.stdout)).toMatchObject({ status: "error", errors: [expect.stringContaining("the agent left the loop's branch")] });
+    const initial = gitIn(repo, "rev-parse", "main").trim();
+    // The agent works in a clone of its own (DESIGN §6.7): it makes a branch called main there and commits
+    // its fix on it. The user's main cannot move, and the runner takes the tree it left, not its commit.
+    const result = await run(
+      repo,
+      "--check",
+      "node check.mjs",
+      "--exec",
+      "git switch -q -c main && echo fixed > value.txt && git -c user.name=agent -c user.email=agent@localhost commit -qam 'the agent commits on main'",
+    );
+    expect(result.code, result.stderr).toBe(10);
+    const loopBranch = `loopwarden/${recordedLoopId(repo)}`;
+    expect(parse(result.stdout)).toMatchObject({ halt_reason: "success_condition_met", iteration: 1 });
+    // The user's repository stays on the loop's branch; main is where it was; no branch but these two.
+    expect(gitIn(repo, "branch", "--show-current").trim()).toBe(loopBranch);
+    expect(gitIn(repo, "rev-parse", "main").trim()).toBe(initial);
+    expect(gitIn(repo, "for-each-ref", "--format=%(refname)", "refs/heads/").trim().split("\n")).toEqual([`refs/heads/${loopBranch}`, "refs/heads/main"]);
+    // The fix is the runner's candidate on the loop's branch, a child of main; the agent's commit is in no history.
+    expect(gitIn(repo, "log", "--format=%s", loopBranch).trim().split("\n")).toEqual(["loopwarden: candidate of iteration 1", "initial"]);
+    expect(gitIn(repo, "show", `${loopBranch}:value.txt`)).toBe("fixed\n");
+    expect(gitIn(repo, "log", "--all", "--format=%s")).not.toContain("the agent commits on main");
+    expect(gitIn(repo, "status", "--porcelain")).toBe("");
+  });
+
+  it("unconfined, an agent that switches the user's repository to another branch stops the run before anything is committed or reset", async () => {
+    // --unconfined: the runner's own guard is the subject, and only an agent outside its zone can reach
+    // the user's repository. It does so by its path, since even unconfined it starts in its workspace.
+    const repo = failingProject();
+    const result = await run(
+      repo,
+      "--unconfined",
+      "--check",
+      "node check.mjs",
+      "--exec",
+      `git -C '${repo}' switch -q main && echo fixed > '${repo}/value.txt'`,
+    );
+    expect(result.code, result.stderr).toBe(1);
+    expect(parse(result.stdout)).toMatchObject({ status: "error", errors: [expect.stringContaining("no longer on the loop's branch (it is on main)")] });
     // The user's branch was neither committed to nor reset: the agent's edit is still there, uncommitted.
     expect(gitIn(repo, "log", "--format=%s", "main").trim()).toBe("initial");
     expect(readFileSync(path.join(repo, "value.txt"), "utf8")).toBe("fixed\n");

@@ -1,8 +1,7 @@
-import { existsSync, mkdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startLoopbackServer, type LoopbackServer } from "../support/loopback.js";
-import { networkIsolation } from "../../runner/src/exec.js";
 import { freePort } from "../../runner/src/free-port.js";
 import { makeRepo, runCli, tempDir } from "../support/cli.js";
 
@@ -46,7 +45,9 @@ describe("probe and doctor", () => {
 
   it("probe on a test that fails in runs 2 and 5 of 8 exits 14 (check_flaky) and names it", async () => {
     // The run counter lives outside the repository, so each fresh clone sees the sequence go on and
-    // the test itself is not flaky: runs 2 and 5 fail, the others pass.
+    // the test itself is not flaky: runs 2 and 5 fail, the others pass. Flakiness is the subject, not
+    // confinement, and a confined gate (DESIGN §6.7) can write nothing that outlives its clone: hence
+    // `isolation: none`.
     const counter = path.join(tmp.dir, `counter-${++serial}`);
     const repo = repoWith({
       "gate.mjs": [
@@ -58,7 +59,7 @@ describe("probe and doctor", () => {
         "writeFileSync('out/tests.tap', ['TAP version 13', '1..2', 'ok 1 - stable', `${fine ? 'ok' : 'not ok'} 2 - racy cache`, ''].join('\\n'));",
         "process.exit(fine ? 0 : 1);",
       ].join("\n"),
-      "loop.yaml": contract(["  - name: unit", `    run: node gate.mjs ${counter}`, "    tests: { tap: out/tests.tap }"]),
+      "loop.yaml": contract(["  - name: unit", `    run: node gate.mjs ${counter}`, "    tests: { tap: out/tests.tap }"], ["isolation: none"]),
     });
     const result = await cli(repo, "probe", "--runs", "8");
     expect(result.code, result.stderr).toBe(14);
@@ -112,6 +113,11 @@ describe("probe and doctor", () => {
     expect(lines.slice(0, -1).map((line) => line.split(":")[0])).toEqual([
       "ok git",
       "ok contract",
+      "ok zones",
+      "ok agent network",
+      "ok agent variables",
+      "ok mounts",
+      "ok gates' network",
       "ok working tree",
       "skip coordinator",
       "ok determinism",
@@ -143,7 +149,9 @@ describe("probe and doctor", () => {
     expect(checkNamed(json, "contract")).toMatchObject({ status: "fail", detail: expect.stringContaining('did you mean "timeout"') });
     expect(checkNamed(json, "determinism")?.status).toBe("skip");
     expect(json.errors).toEqual([expect.stringContaining("contract:")]);
+    // A gate run confined could not have left the marker (DESIGN §6.7), but it would have left its log.
     expect(existsSync(marker)).toBe(false);
+    expect(existsSync(path.join(bad, ".loopwarden", "doctor"))).toBe(false);
 
     const good = repoWith({ "loop.yaml": contract(["  - name: unit", "    run: 'true'"]) });
     const unreachable = await cli(good, "--server", `http://127.0.0.1:${await freePort()}`, "doctor", "--runs", "1");
@@ -160,41 +168,48 @@ describe("probe and doctor", () => {
     });
     afterAll(() => server.close());
 
+    // The gate prints what it met (its log, kept by probe, says it) and also writes it to `out`, outside
+    // its clone: a confined gate cannot (DESIGN §6.7), so a file there means a gate ran unconfined.
     const connectRepo = (outputs: string) =>
       repoWith({
         "connect.mjs": [
           "import { connect } from 'node:net';",
           "import { writeFileSync } from 'node:fs';",
           "const [port, out] = process.argv.slice(2);",
+          "const met = (what) => { console.log(`connect: ${what}`); try { writeFileSync(out, what); } catch {} };",
           "const socket = connect(Number(port), '127.0.0.1');",
-          "socket.on('connect', () => { writeFileSync(out, 'connected'); socket.destroy(); });",
-          "socket.on('error', (error) => { writeFileSync(out, error.code); process.exit(1); });",
+          "socket.on('connect', () => { met('connected'); socket.destroy(); });",
+          "socket.on('error', (error) => { met(error.code); process.exit(1); });",
         ].join("\n"),
         "host.yaml": contract(["  - name: connect", `    run: node connect.mjs ${port} ${outputs}/host`]),
         "isolated.yaml": contract(["  - name: connect", `    run: node connect.mjs ${port} ${outputs}/isolated`], ["exec: { network: none }"]),
+        "unconfined.yaml": contract(
+          ["  - name: connect", `    run: node connect.mjs ${port} ${outputs}/unconfined`],
+          ["exec: { network: none }", "isolation: none"],
+        ),
       });
 
     it("a gate reaches a server on the host's 127.0.0.1 without exec, and cannot inside its own namespace", async () => {
       const outputs = path.join(tmp.dir, `net-${++serial}`);
       mkdirSync(outputs);
       const repo = connectRepo(outputs);
+      const log = path.join(repo, ".loopwarden", "probe", "run-1", "gate-connect.log");
       const host = await cli(repo, "--contract", "host.yaml", "probe", "--runs", "1");
       expect(host.code, host.stderr).toBe(0);
-      expect(readFileSync(path.join(outputs, "host"), "utf8")).toBe("connected");
+      expect(readFileSync(log, "utf8")).toMatch(/^connect: connected$/m);
+      // Confined in its clone all the same.
+      expect(existsSync(path.join(outputs, "host"))).toBe(false);
 
+      // The zone's own network namespace (the e2e layer needs bubblewrap; where it is missing the contract
+      // is refused, as the next test shows).
       const isolated = await cli(repo, "--contract", "isolated.yaml", "probe", "--runs", "1");
-      if ((await networkIsolation()).available) {
-        expect(isolated.code, isolated.stderr).toBe(0);
-        expect(one(isolated.stdout)).toMatchObject({ status: "ok", runs: 1, failures: 0 });
-        expect(readFileSync(path.join(outputs, "isolated"), "utf8")).toBe("ECONNREFUSED");
-      } else {
-        // Where namespaces are unavailable the contract is refused and nothing runs unisolated.
-        expect(isolated.code).toBe(2);
-        expect(existsSync(path.join(outputs, "isolated"))).toBe(false);
-      }
+      expect(isolated.code, isolated.stderr).toBe(0);
+      expect(one(isolated.stdout)).toMatchObject({ status: "ok", runs: 1, failures: 0 });
+      expect(readFileSync(log, "utf8")).toMatch(/^connect: ECONNREFUSED$/m);
+      expect(existsSync(path.join(outputs, "isolated"))).toBe(false);
     });
 
-    it("where unshare cannot be found, the contract is refused with the reason and no gate runs", async () => {
+    it("where bubblewrap cannot be found the contract is refused, and so is an unconfined one asking for exec.network: none where unshare cannot be found, each with the reason; no gate runs", async () => {
       const outputs = path.join(tmp.dir, `net-${++serial}`);
       mkdirSync(outputs);
       const repo = connectRepo(outputs);
@@ -207,17 +222,38 @@ describe("probe and doctor", () => {
         .map((dir) => path.join(dir, "git"))
         .find((file) => existsSync(file));
       symlinkSync(git ?? "/usr/bin/git", path.join(bin, "git"));
-      const result = await runCli(["--json", "--contract", "isolated.yaml", "probe", "--runs", "1"], { cwd: repo, env: { PATH: bin } });
-      expect(result.code, result.stderr).toBe(2);
-      expect(one(result.stdout)).toMatchObject({
+      const probe = (contractFile: string) => runCli(["--json", "--contract", contractFile, "probe", "--runs", "1"], { cwd: repo, env: { PATH: bin } });
+      const doctor = (contractFile: string) => runCli(["--json", "--contract", contractFile, "doctor"], { cwd: repo, env: { PATH: bin } });
+      // A gate that ran would have left its log (confined or not), and unconfined its file in `outputs`.
+      const ranNoGate = () => {
+        expect(existsSync(path.join(repo, ".loopwarden", "probe"))).toBe(false);
+        expect(existsSync(path.join(repo, ".loopwarden", "doctor"))).toBe(false);
+        expect(readdirSync(outputs)).toEqual([]);
+      };
+
+      // Confined (the default): no zone can be built without bubblewrap (DESIGN §6.7).
+      const confined = await probe("isolated.yaml");
+      expect(confined.code, confined.stderr).toBe(2);
+      expect(one(confined.stdout)).toMatchObject({
+        status: "error",
+        errors: [expect.stringMatching(/cannot confine them: bubblewrap \(bwrap\) is not installed or not on PATH.*isolation: none/)],
+      });
+      const confinedDoctor = await doctor("isolated.yaml");
+      expect(confinedDoctor.code).toBe(2);
+      expect(checkNamed(one(confinedDoctor.stdout), "zones")).toMatchObject({ status: "fail", detail: expect.stringContaining("bubblewrap") });
+      ranNoGate();
+
+      // Unconfined, the gates' network namespace needs unshare.
+      const unconfined = await probe("unconfined.yaml");
+      expect(unconfined.code, unconfined.stderr).toBe(2);
+      expect(one(unconfined.stdout)).toMatchObject({
         status: "error",
         errors: [expect.stringMatching(/exec\.network: none .*cannot isolate them: .*unshare .*remove exec from the contract/)],
       });
-      expect(existsSync(path.join(outputs, "isolated"))).toBe(false);
-
-      const doctor = await runCli(["--json", "--contract", "isolated.yaml", "doctor"], { cwd: repo, env: { PATH: bin } });
-      expect(doctor.code).toBe(2);
-      expect(checkNamed(one(doctor.stdout), "network isolation")).toMatchObject({ status: "fail" });
+      const unconfinedDoctor = await doctor("unconfined.yaml");
+      expect(unconfinedDoctor.code).toBe(2);
+      expect(checkNamed(one(unconfinedDoctor.stdout), "network isolation")).toMatchObject({ status: "fail" });
+      ranNoGate();
     });
   });
 });
