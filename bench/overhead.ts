@@ -4,13 +4,17 @@
 // ITERATIONS iterations; loopwarden (the compiled CLI, as installed) with a coordinator already running
 // (`--server`) and with the on-demand one, repetitions interleaved. Writes bench/results/overhead.md. Prints figures; asserts nothing. Goals (the
 // overhead issue): under 100 ms overhead per iteration at 0.1 s checks, and a wall ratio of at most
-// 1.05 at 2 s checks.
+// 1.05 at 2 s checks; and what the agent and exec zones (DESIGN §6.7) cost a command, next to the same command unconfined.
 import { execFileSync, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { runCommand } from "../runner/src/exec.js";
 import { startLocalCoordinator } from "../runner/src/local-coordinator.js";
+import { closeAgentProxy, makeWorkspace, removeWorkspace, runAgentInZone } from "../runner/src/zones/agent-zone.js";
+import { execZone } from "../runner/src/zones/isolation.js";
+import type { Contract } from "../shared/wire/contract.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 // The CLI as an installed package runs it: bundled to JavaScript (`npm run build:cli`, which this
@@ -78,14 +82,18 @@ function recordTimings(series: string, stderr: string): void {
 const phaseMedian = (part: string, series: string, phase: string) => median(phaseSamples.get(`${part}:${series}`)?.get(phase) ?? []);
 
 /** `loopwarden run` for the same iterations (the check never passes: max_iterations_reached). Answers wall ms. */
-function loopwardenRun(check: string, where: string[], series: string): number {
+function loopwardenRun(check: string, where: string[], series: string, token?: string, flags: string[] = []): number {
   const repo = repository();
   const started = performance.now();
   const result = spawnSync(
     process.execPath,
-    [bin, "--quiet", ...where, "run", "--check", check, "--exec", AGENT, "--max-iterations", String(ITERATIONS)],
+    [bin, "--quiet", ...where, "run", "--check", check, "--exec", AGENT, "--max-iterations", String(ITERATIONS), ...flags],
     // On demand means a coordinator for this run only (LOOPWARDEN_IDLE=0), as this comparison was defined.
-    { cwd: repo.dir, encoding: "utf8", env: { ...process.env, NO_COLOR: "1", LOOPWARDEN_IDLE: "0", LOOPWARDEN_TIMINGS: "1" } },
+    {
+      cwd: repo.dir,
+      encoding: "utf8",
+      env: { ...process.env, NO_COLOR: "1", LOOPWARDEN_IDLE: "0", LOOPWARDEN_TIMINGS: "1", ...(token ? { LOOPWARDEN_TOKEN: token } : {}) },
+    },
   );
   const elapsed = performance.now() - started;
   repo.cleanup();
@@ -115,6 +123,7 @@ function phaseTable(part: string, seconds: number | undefined): void {
 
 const SERIES = [
   { key: "running", title: "loopwarden, coordinator running (`--server`)" },
+  { key: "unconfined", title: "loopwarden, coordinator running, `--unconfined` (no zones)" },
   { key: "on-demand", title: "loopwarden, on-demand coordinator" },
 ];
 
@@ -139,7 +148,8 @@ try {
     for (let repetition = 0; repetition < REPETITIONS; repetition++) {
       shell.push(shellLoop(check, false));
       shellWithBaseline.push(shellLoop(check, true));
-      times.get("running")?.push(loopwardenRun(check, ["--server", coordinator.url, "--token", coordinator.owner.token], `running@${seconds}`));
+      times.get("running")?.push(loopwardenRun(check, ["--server", coordinator.url], `running@${seconds}`, coordinator.owner.token));
+      times.get("unconfined")?.push(loopwardenRun(check, ["--server", coordinator.url], `unconfined@${seconds}`, coordinator.owner.token, ["--unconfined"]));
       const state = mkdtempSync(path.join(os.tmpdir(), "lw-bench-overhead-od-"));
       try {
         times.get("on-demand")?.push(loopwardenRun(check, ["--state", state], `on-demand@${seconds}`));
@@ -180,9 +190,86 @@ try {
   );
   say();
   phaseTable("start", CHECKS[1]);
+  say();
+  await zoneCosts();
 } finally {
   await coordinator.stop();
   rmSync(serverState, { recursive: true, force: true });
+}
+
+/**
+ * What a zone costs one command (DESIGN §6.7): the same `true` run unconfined and in each zone, 40 times
+ * each, interleaved; and what the agent's workspace (a clone of the best so far, per run) costs.
+ */
+async function zoneCosts(): Promise<void> {
+  const RUNS = 40;
+  const repo = repository();
+  const workspace = await makeWorkspace(repo.dir, execFileSync("git", ["rev-parse", "HEAD"], { cwd: repo.dir, encoding: "utf8" }).trim());
+  const contract = (agent: Partial<Contract["agent"]>, isolation?: "none"): Contract => ({
+    name: "bench",
+    mode: "check_fixpoint",
+    gates: [{ name: "check", run: "true", timeout: "1m" }],
+    stop: { max_iterations: 1, no_progress: 1 },
+    agent: { run: "true", timeout: "1m", ...agent },
+    ...(isolation ? { isolation } : {}),
+  });
+  const clone = { dir: workspace.dir };
+  const variants: { name: string; run: () => Promise<unknown> }[] = [
+    { name: "gate, unconfined", run: () => runCommand("true", { cwd: clone.dir, timeoutMs: 60_000 }) },
+    {
+      name: "gate, exec zone, network host",
+      run: () => runCommand("true", { cwd: clone.dir, timeoutMs: 60_000, zone: execZone(clone, contract({}), "host") }),
+    },
+    {
+      name: "gate, exec zone, network none",
+      run: () => runCommand("true", { cwd: clone.dir, timeoutMs: 60_000, zone: execZone(clone, contract({}), "none") }),
+    },
+  ];
+  const agentRun = (spec: Contract) => () => runAgentInZone({ repo: repo.dir, workspace, contract: spec, loopEnv: {}, timeoutMs: 60_000, onNote: () => {} });
+  variants.push(
+    { name: "agent, unconfined (`isolation: none`)", run: agentRun(contract({}, "none")) },
+    { name: "agent, agent zone, network none", run: agentRun(contract({ network: "none" })) },
+    { name: "agent, agent zone, allowlist (proxy and forwarder)", run: agentRun(contract({ network: { allow: ["127.0.0.1:9"] } })) },
+  );
+  const samples = new Map<string, number[]>(variants.map(({ name }) => [name, []]));
+  for (let round = 0; round < RUNS; round++) {
+    for (const variant of variants) {
+      const started = performance.now();
+      await variant.run();
+      samples.get(variant.name)?.push(performance.now() - started);
+    }
+  }
+  const workspaces: number[] = [];
+  for (let round = 0; round < 10; round++) {
+    const started = performance.now();
+    const made = await makeWorkspace(repo.dir, "HEAD");
+    workspaces.push(performance.now() - started);
+    await removeWorkspace(made);
+  }
+  await closeAgentProxy();
+  await removeWorkspace(workspace);
+  repo.cleanup();
+  const ms = (values: number[]) => median(values).toFixed(1);
+  say("## What the zones cost");
+  say();
+  say(
+    `One command (\`true\`) run ${RUNS} times in each way, interleaved, in the same process (median ms; the difference is the zone's cost next to the unconfined command of the same kind). Goal: under 20 ms a run for each zone.`,
+  );
+  say();
+  say("| command | median | zone's cost |");
+  say("|---|---:|---:|");
+  const gateBase = median(samples.get("gate, unconfined") ?? []);
+  const agentBase = median(samples.get("agent, unconfined (`isolation: none`)") ?? []);
+  for (const { name } of variants) {
+    const values = samples.get(name) ?? [];
+    const base = name.startsWith("gate") ? gateBase : agentBase;
+    say(`| ${name} | ${ms(values)} | ${name.includes("unconfined") ? "" : `+${(median(values) - base).toFixed(1)}`} |`);
+  }
+  say(`| the agent's workspace (a clone of the best so far, made per agent run, confined or not) | ${ms(workspaces)} | |`);
+  say();
+  say(
+    "The loop series above already run in the zones (`--unconfined` is the same coordinator without them): the difference of their steady iterations is what the zones, the workspace and committing from it cost an iteration in full.",
+  );
 }
 writeFileSync(path.join(root, "bench", "results", "overhead.md"), `${lines.join("\n")}\n`);
 console.log("\nwritten to bench/results/overhead.md");
