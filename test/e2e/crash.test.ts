@@ -1,10 +1,11 @@
-import { existsSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { LoopEvent, verifyChain } from "../../shared/engine/index.js";
 import { LoopSummary } from "../../shared/wire/api.js";
-import { makeLevelProject } from "../support/level-project.js";
-import { api, exitOf, recordedLoopId, startCli, startCoordinator, tempDir, waitFor, type TestCoordinator } from "../support/cli.js";
+import { LEVEL_HOLD, makeLevelProject } from "../support/level-project.js";
+import { api, clonesOf, exitOf, recordedLoopId, startCli, startCoordinator, tempDir, waitFor, type TestCoordinator } from "../support/cli.js";
+import { dirsHolding } from "../support/zone-markers.js";
 
 // The coordinator (serve → wrangler → workerd) is killed with SIGKILL while the runner holds a lease
 // and is evaluating; it restarts on the same state and port, and the loop finishes without losing or
@@ -18,17 +19,21 @@ describe("a coordinator crash mid-loop", () => {
   });
 
   it("loses nothing: the runner retries, the loop resumes, every candidate appears once", async () => {
-    const { repo, signals } = makeLevelProject(tmp.dir);
+    const { repo, check } = makeLevelProject(tmp.dir);
     coordinator = await startCoordinator(path.join(tmp.dir, "state"));
-    const runner = startCli(["--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs", "--max-iterations", "5"], {
+    const runner = startCli(["--server", coordinator.url, "run", "--check", check, "--exec", "node agent.mjs", "--max-iterations", "5"], {
       cwd: repo,
-      env: { LEVEL_SIGNALS: signals },
+      env: { LEVEL_HOLD: "1" },
     });
 
-    await waitFor(() => existsSync(path.join(signals, "check.pid")), "the first candidate's evaluation");
+    // The first candidate's check holds in its clone (the exec zone's one writable directory) until released there.
+    const held = () => dirsHolding(clonesOf(runner.pid ?? 0), LEVEL_HOLD.started);
+    await waitFor(() => held().length > 0 || runner.exitCode !== null, "the first candidate's evaluation");
+    const [clone] = held();
+    if (!clone) throw new Error(`the runner ended before its first evaluation:\n${runner.output()}`);
     await coordinator.crash();
     // The evaluation finishes while the coordinator is down: the runner must retry its upload and report.
-    writeFileSync(path.join(signals, "release"), "");
+    writeFileSync(path.join(clone, LEVEL_HOLD.release), "");
     await waitFor(() => runner.output().includes("coordinator unreachable"), "the runner to notice the outage");
     coordinator = await startCoordinator(coordinator.stateDir, coordinator.port);
 

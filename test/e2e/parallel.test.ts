@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { foldEvents, verifyChain, type LoopEvent } from "../../shared/engine/index.js";
@@ -7,22 +7,39 @@ import { sha256Hex } from "../../shared/hash.js";
 import { rederive } from "../../shared/receipts/verify.js";
 import { uploadCandidateBundle } from "../../runner/src/candidate-bundles.js";
 import { Client } from "../../runner/src/client.js";
-import { TEST_OWNER_TOKEN, exitOf, gitIn, loopEvents, makeRepo, recordedLoopId, runCli, sharedCoordinator, startCli, waitFor } from "../support/cli.js";
+import {
+  TEST_OWNER_TOKEN,
+  clonesOf,
+  exitOf,
+  gitIn,
+  loopEvents,
+  makeRepo,
+  recordedLoopId,
+  runCli,
+  sharedCoordinator,
+  startCli,
+  waitFor,
+} from "../support/cli.js";
+import { dirsHolding } from "../support/zone-markers.js";
 
 // Parallel evaluation end to end (issue "team-shared loops", item 4): two proposers put two candidates
 // into one loop, two `loopwarden work` runners evaluate them at the same time, and the test decides
-// the order in which their reports arrive. Each gate blocks until the test creates a file named for its
-// candidate, so the overlap and the order are forced, never left to timing: c1 (the faster change) is
+// the order in which their reports arrive. Each gate blocks until the test releases its candidate, so
+// the overlap and the order are forced, never left to timing: c1 (the faster change) is
 // released and promoted first, then c2, measured against t0 by a lease granted before c1's promotion,
 // reports a comparison that has gone stale. Judged, its readings (30% better than t0) would make it the
 // best over a faster c1; it must be re-queued instead, measured again against c1, and rejected.
 
-const GATES_ENV = "LW_PARALLEL_GATES";
+const HOLD_ENV = "LW_PARALLEL_HOLD";
+/** What a held gate leaves in its clone (naming its candidate), and what the test writes there to let it go on. */
+const GATE = { started: "gate.started", go: "gate.go" } as const;
 
 /**
  * An optimize project whose metric is read from `speed.txt` (lower is better, ±0.25% noise) and whose
- * one gate blocks until `$LW_PARALLEL_GATES/<candidate>.go` exists, after leaving `<candidate>.started.<pid>`
- * there: the candidate is what `which.txt` names (t0 never blocks). Evaluation needs a label no proposer has.
+ * one gate, in a runner started with `LW_PARALLEL_HOLD=1`, leaves `gate.started` (naming the candidate)
+ * in its evaluation clone and blocks until `gate.go` exists there: the candidate is what `which.txt`
+ * names (t0 never blocks). The clone is the one directory the exec zone lets a gate write (DESIGN §6.7),
+ * and the host sees it at the same path. Evaluation needs a label no proposer has.
  */
 function parallelProject(): Record<string, string> {
   return {
@@ -30,13 +47,10 @@ function parallelProject(): Record<string, string> {
     "speed.txt": "100\n",
     "gate.mjs": [
       "import { existsSync, readFileSync, writeFileSync } from 'node:fs';",
-      "import path from 'node:path';",
       "const name = readFileSync('which.txt', 'utf8').trim();",
-      `const dir = process.env.${GATES_ENV};`,
-      "if (dir && name !== 't0') {",
-      "  writeFileSync(path.join(dir, `${name}.started.${process.pid}`), '');",
-      "  const release = path.join(dir, `${name}.go`);",
-      "  while (!existsSync(release)) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);",
+      `if (process.env.${HOLD_ENV} === '1' && name !== 't0') {`,
+      `  writeFileSync(${JSON.stringify(GATE.started)}, name);`,
+      `  while (!existsSync(${JSON.stringify(GATE.go)})) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);`,
       "}",
       "",
     ].join("\n"),
@@ -82,17 +96,48 @@ async function untilLog(url: string, loopId: string, condition: (events: LoopEve
   }
 }
 
-/** The gate runs that started for `candidate` (one file per run). */
-function gateRuns(gates: string, candidate: string): number {
-  return readdirSync(gates).filter((name) => name.startsWith(`${candidate}.started.`)).length;
+/**
+ * The held gates of some runners, seen from the host: every 50 ms it looks in the runners' clones for
+ * gates that started, records each clone once with the candidate it named, and lets go every gate of a
+ * released candidate (the test's old "file named for its candidate"). A clone is removed once its
+ * evaluation ends, so the record outlives it: and since every gate of a candidate blocks until this
+ * lets it go, none can start and end between two looks and be missed.
+ */
+function holdGates(runnerPids: () => number[]) {
+  const runs = new Map<string, string>();
+  const released = new Set<string>();
+  const look = () => {
+    for (const pid of runnerPids()) {
+      for (const clone of dirsHolding(clonesOf(pid), GATE.started)) {
+        try {
+          if (!runs.has(clone)) runs.set(clone, readFileSync(path.join(clone, GATE.started), "utf8").trim());
+          if (released.has(runs.get(clone) ?? "")) writeFileSync(path.join(clone, GATE.go), "");
+        } catch {
+          // The clone went meanwhile (its evaluation ended after it was let go).
+        }
+      }
+    }
+  };
+  const timer = setInterval(look, 50);
+  return {
+    /** The gate runs that started for `candidate` (one clone per run). */
+    runs(candidate: string): number {
+      look();
+      return [...runs.values()].filter((name) => name === candidate).length;
+    },
+    /** Lets the candidate's gates go on, those running and any to come. */
+    release(candidate: string) {
+      released.add(candidate);
+      look();
+    },
+    stop: () => clearInterval(timer),
+  };
 }
 
 describe("parallel evaluation: two candidates evaluated at once, promotions serialised", () => {
   const { tmp, coordinator } = sharedCoordinator("parallel");
 
   it("the second report, compared with a best that changed while it ran, is re-queued, measured again against the new best and decided once", async () => {
-    const gates = path.join(tmp.dir, "gates");
-    mkdirSync(gates);
     const first = makeRepo(path.join(tmp.dir, "proposer-1"), parallelProject());
     const t0 = gitIn(first, "rev-parse", "HEAD").trim();
     // The second proposer and both runners work in checkouts of their own, holding t0 only.
@@ -110,6 +155,7 @@ describe("parallel evaluation: two candidates evaluated at once, promotions seri
     writeFileSync(path.join(first, "speed.txt"), "50\n");
     const step = startCli(["--server", coordinator.url, "step"], { cwd: first });
     const started = [step];
+    const gates = holdGates(() => started.slice(1).flatMap((worker) => (worker.pid ? [worker.pid] : [])));
     try {
       await waitFor(() => {
         try {
@@ -142,12 +188,12 @@ describe("parallel evaluation: two candidates evaluated at once, promotions seri
 
       // Two runners, each in a checkout without either candidate's commit.
       const workers = checkouts.map((dir) =>
-        startCli(["--server", coordinator.url, "work", "--labels", "pool=shared", "--loop", loopId], { cwd: dir, env: { [GATES_ENV]: gates } }),
+        startCli(["--server", coordinator.url, "work", "--labels", "pool=shared", "--loop", loopId], { cwd: dir, env: { [HOLD_ENV]: "1" } }),
       );
       started.push(...workers);
 
       // Both gates are running at once: each runner holds one candidate's lease, both against t0.
-      await waitFor(() => gateRuns(gates, "c1") === 1 && gateRuns(gates, "c2") === 1, "both candidates' gates to start", 90_000);
+      await waitFor(() => gates.runs("c1") === 1 && gates.runs("c2") === 1, "both candidates' gates to start", 90_000);
       const overlapping = await loopEvents(coordinator.url, loopId);
       const leasesNow = overlapping.flatMap((event) => (event.type === "lease_granted" ? [event.data] : []));
       expect(leasesNow.map((lease) => [lease.candidate_id, lease.compare_to?.candidate_id]).sort()).toEqual([
@@ -160,7 +206,7 @@ describe("parallel evaluation: two candidates evaluated at once, promotions seri
       if (!staleLease) throw new Error("no lease for c2");
 
       // c1's report comes first: promoted against t0, and proposer 1's step ends with it.
-      writeFileSync(path.join(gates, "c1.go"), "");
+      gates.release("c1");
       expect(await exitOf(step), step.output()).toBe(0);
       const promoted = await loopEvents(coordinator.url, loopId);
       const c1Proposal = promoted.find((event) => event.type === "candidate_proposed" && event.data.candidate_id === "c1");
@@ -168,10 +214,10 @@ describe("parallel evaluation: two candidates evaluated at once, promotions seri
       // Proposer 1 kept the promoted change: its checkout is at c1.
       expect(gitIn(first, "rev-parse", "HEAD").trim()).toBe(c1Commit);
       expect(promoted.flatMap((event) => (event.type === "verdict" ? [[event.data.candidate_id, event.data.decision]] : []))).toEqual([["c1", "promoted"]]);
-      expect(gateRuns(gates, "c2")).toBe(1);
+      expect(gates.runs("c2")).toBe(1);
 
       // Then c2's, whose lease compared it with t0: re-queued, leased again against c1, and decided.
-      writeFileSync(path.join(gates, "c2.go"), "");
+      gates.release("c2");
       // With --loop, a runner stops once its loop halts: here at max_iterations, after c2's verdict.
       const codes = await Promise.all(workers.map((worker) => exitOf(worker)));
       expect(codes, workers.map((worker) => worker.output()).join("\n---\n")).toEqual([0, 0]);
@@ -195,7 +241,7 @@ describe("parallel evaluation: two candidates evaluated at once, promotions seri
       const c2Leases = events.flatMap((event) => (event.type === "lease_granted" && event.data.candidate_id === "c2" ? [event.data] : []));
       expect(c2Leases.map((lease) => lease.compare_to)).toEqual([T0, C1]);
       expect(c2Leases[1]?.fencing_token).toBeGreaterThan(staleLease.fencing_token);
-      expect([gateRuns(gates, "c1"), gateRuns(gates, "c2")]).toEqual([1, 2]);
+      expect([gates.runs("c1"), gates.runs("c2")]).toEqual([1, 2]);
       // The runner that held the stale lease was told why, and went on.
       expect(workers.some((worker) => worker.output().includes("not judged: the best is now c1"))).toBe(true);
       // c2's only recorded readings are the second lease's, paired with c1.
@@ -225,7 +271,8 @@ describe("parallel evaluation: two candidates evaluated at once, promotions seri
       expect(verified.code, verified.stdout + verified.stderr).toBe(0);
     } finally {
       // Whatever failed, nothing this test started outlives it: a blocked gate is released first.
-      for (const name of ["c1", "c2"]) writeFileSync(path.join(gates, `${name}.go`), "");
+      for (const name of ["c1", "c2"]) gates.release(name);
+      gates.stop();
       for (const child of started) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
     }
   });

@@ -1,8 +1,9 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
-import { makeLevelProject } from "../support/level-project.js";
+import { LEVEL_HOLD, makeLevelProject } from "../support/level-project.js";
+import { dirsHolding, killListed, processesWith, survivorsAfter } from "../support/zone-markers.js";
 import {
   api,
   clonesOf,
@@ -30,26 +31,33 @@ describe("a runner crash mid-evaluation", () => {
   });
 
   it("resumes the same loop without a duplicate candidate", async () => {
-    const { repo, signals } = makeLevelProject(tmp.dir);
+    const { repo, check, marker } = makeLevelProject(tmp.dir);
     coordinator = await startCoordinator(path.join(tmp.dir, "state"));
-    const args = ["--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs", "--max-iterations", "5"];
-    const env = { LEVEL_SIGNALS: signals };
+    const args = ["--server", coordinator.url, "run", "--check", check, "--exec", "node agent.mjs", "--max-iterations", "5"];
 
-    const first = startCli(args, { cwd: repo, env });
-    await waitFor(() => existsSync(path.join(signals, "check.pid")), "the first candidate's evaluation");
+    // Only the first run's check of c1 holds (LEVEL_HOLD): the resumed run evaluates it straight through.
+    const first = startCli(args, { cwd: repo, env: { LEVEL_HOLD: "1" } });
+    const firstPid = first.pid ?? 0;
+    await waitFor(() => dirsHolding(clonesOf(firstPid), LEVEL_HOLD.started).length > 0 || first.exitCode !== null, "the first candidate's evaluation");
+    expect(first.exitCode, first.output()).toBeNull();
+    // The hung check, seen from the host by its marker (its pid in the zone is not the host's).
+    expect(processesWith(marker).filter((line) => line.slice(line.indexOf(" ") + 1) === check)).toHaveLength(1);
     first.kill("SIGKILL");
     await exitOf(first);
-    // The hung check was the runner's child in a group of its own: a real crash leaves it behind.
-    process.kill(Number(readFileSync(path.join(signals, "check.pid"), "utf8")), "SIGKILL");
+    // The check ran in the runner's exec zone, whose PID namespace dies with the runner: even a crash
+    // leaves no process of the evaluation behind (before the zones, it outlived the runner in a group of
+    // its own and the test had to kill it).
+    const survivors = await survivorsAfter(marker);
+    killListed(survivors);
+    expect(survivors).toEqual([]);
     const loopId = recordedLoopId(repo);
     // The crash left the candidate committed on the loop branch, undecided, and its clone behind (in the
     // temporary directory, outside the repository).
     expect(gitIn(repo, "log", "-1", "--format=%s")).toContain("candidate of iteration 1");
-    const firstPid = first.pid ?? 0;
     expect(readdirSync(clonesOf(firstPid))).toHaveLength(1);
     expect(existsSync(path.join(repo, ".loopwarden", "clones"))).toBe(false);
 
-    const second = await runCli(["--json", ...args], { cwd: repo, env });
+    const second = await runCli(["--json", ...args], { cwd: repo });
     expect(second.code, second.stderr).toBe(10);
     expect(JSON.parse(second.stdout)).toMatchObject({ loop_id: loopId, halt_reason: "success_condition_met", iteration: 2 });
     // The dead runner's clone is removed by the next one.
@@ -76,8 +84,6 @@ describe("interrupt, then run again with other flags", () => {
   const { tmp, coordinator } = sharedCoordinator("rerun");
 
   it("resumes the loop and judges the interrupted candidate: a deleted test halts 13, never a new baseline that passes", async () => {
-    const signals = path.join(tmp.dir, "signals");
-    mkdirSync(signals);
     const repo = makeRepo(path.join(tmp.dir, "repo"), {
       "src/sum.js": "export const sum = (a, b) => a - b;\n",
       "test/sum.test.js": [
@@ -88,14 +94,13 @@ describe("interrupt, then run again with other flags", () => {
         "test('adds two numbers', () => assert.equal(sum(2, 3), 5));",
         "",
       ].join("\n"),
-      // The gate's first run after t0 (the first candidate's evaluation) waits, so the run can be interrupted there.
+      // In a run that asks for it (RERUN_HOLD), the gate of the first candidate (the one without the test:
+      // t0 has it) waits, so the run can be interrupted there. It says so in its own clone, the exec zone's
+      // one writable directory, where the test finds it; a gate keeps no state from one run to the next.
       "pause.mjs": [
-        "import { existsSync, readFileSync, writeFileSync } from 'node:fs';",
-        "const dir = process.env.RERUN_SIGNALS;",
-        "const runs = existsSync(`${dir}/runs`) ? Number(readFileSync(`${dir}/runs`, 'utf8')) + 1 : 1;",
-        "writeFileSync(`${dir}/runs`, String(runs));",
-        "if (runs === 2) {",
-        "  writeFileSync(`${dir}/gate.pid`, String(process.pid));",
+        "import { existsSync, writeFileSync } from 'node:fs';",
+        "if (process.env.RERUN_HOLD === '1' && !existsSync('test/sum.test.js')) {",
+        "  writeFileSync('gate.started', String(process.pid));",
         "  await new Promise((resolve) => setTimeout(resolve, 120_000));",
         "}",
       ].join("\n"),
@@ -114,11 +119,11 @@ describe("interrupt, then run again with other flags", () => {
       ].join("\n"),
       ".gitignore": ".loopwarden/\n",
     });
-    const env = { RERUN_SIGNALS: signals };
-    const cli = (...args: string[]) => runCli(["--json", "--server", coordinator.url, ...args], { cwd: repo, env });
+    const cli = (...args: string[]) => runCli(["--json", "--server", coordinator.url, ...args], { cwd: repo });
 
-    const first = startCli(["--server", coordinator.url, "run", "--max-iterations", "3"], { cwd: repo, env });
-    await waitFor(() => existsSync(path.join(signals, "gate.pid")), "the first candidate's evaluation");
+    const first = startCli(["--server", coordinator.url, "run", "--max-iterations", "3"], { cwd: repo, env: { RERUN_HOLD: "1" } });
+    await waitFor(() => dirsHolding(clonesOf(first.pid ?? 0), "gate.started").length > 0 || first.exitCode !== null, "the first candidate's evaluation");
+    expect(first.exitCode, first.output()).toBeNull();
     first.kill("SIGINT");
     expect(await exitOf(first)).toBe(130);
     const loopId = recordedLoopId(repo, "loop.yaml");
@@ -132,7 +137,7 @@ describe("interrupt, then run again with other flags", () => {
     expect(recordedLoopId(repo, "loop.yaml")).toBe(loopId);
 
     // Without flags the same loop resumes (its pinned limit of 3 stands) and judges the candidate.
-    const human = (...args: string[]) => runCli(["--server", coordinator.url, ...args], { cwd: repo, env });
+    const human = (...args: string[]) => runCli(["--server", coordinator.url, ...args], { cwd: repo });
     const resumed = await human("run");
     expect(resumed.code, resumed.stderr).toBe(13);
     expect(resumed.stderr).toContain(`resuming loop ${loopId} (iteration 0 of 3)`);

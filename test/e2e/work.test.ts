@@ -1,12 +1,13 @@
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { verifyChain, type LoopEvent } from "../../shared/engine/index.js";
 import { rederive } from "../../shared/receipts/verify.js";
 import { sha256Hex } from "../../shared/hash.js";
-import { api, exitOf, gitIn, loopEvents, makeRepo, recordedLoopId, runCli, sharedCoordinator, startCli, waitFor } from "../support/cli.js";
-import { isGoneWithin } from "../support/process.js";
+import { api, clonesOf, exitOf, gitIn, loopEvents, makeRepo, recordedLoopId, runCli, sharedCoordinator, startCli, waitFor } from "../support/cli.js";
+import { dirsHolding, killListed, processesWith, survivorsAfter } from "../support/zone-markers.js";
 import { timedWorkProject } from "../support/timed-work-project.js";
 import { mulberry32 } from "../support/prng.js";
 import { CALC, CALC_TESTS } from "../support/two-runner-project.js";
@@ -171,33 +172,38 @@ describe("loopwarden work", () => {
 
 // ---- one runner's jobs: one job's end is never the runner's ------------------------------------------
 
-/** Where a held candidate's test process says who it is, and what holds it: outside every repository, like a gate's own files. */
-interface Hold {
-  file: string;
-  pids: string;
-}
+/**
+ * What a held candidate leaves at the root of its evaluation clone when its gate's test process imports
+ * it, and what the test writes there to let it go on. The clone is the one directory the exec zone lets a
+ * gate write (DESIGN §6.7), and the host sees it at the same path: the test finds it under the runner's
+ * `clonesOf(pid)`.
+ */
+const HOLD = { held: "calc.held", release: "calc.release" } as const;
 
 /**
  * calc.js with the named functions fixed. With `hold`, importing it (the gate's test process does) first
- * records the process's pid and its parent's (the test runner's), then waits while the hold file exists:
- * a gate that stays busy until the test says otherwise.
+ * leaves `calc.held` in its clone, then waits until `calc.release` is there: a gate that stays busy until
+ * the test says otherwise, in every clone it is evaluated in.
  */
-function calcSource(fixed: readonly string[], hold?: Hold): string {
+function calcSource(fixed: readonly string[], hold = false): string {
   const held = hold
     ? [
         "import { existsSync, writeFileSync } from 'node:fs';",
-        `if (existsSync(${JSON.stringify(hold.file)})) {`,
-        `  writeFileSync(${JSON.stringify(hold.pids)}, \`\${process.pid} \${process.ppid}\\n\`);`,
-        `  while (existsSync(${JSON.stringify(hold.file)})) await new Promise((resolve) => setTimeout(resolve, 50));`,
-        "}",
+        `writeFileSync(new URL(${JSON.stringify(`../${HOLD.held}`)}, import.meta.url), '');`,
+        `while (!existsSync(new URL(${JSON.stringify(`../${HOLD.release}`)}, import.meta.url))) await new Promise((resolve) => setTimeout(resolve, 50));`,
       ]
     : [];
   const functions = ["add", "mul", "neg"].map((name, index) => (fixed.includes(name) ? CALC.fixed[index] : CALC.buggy[index]));
   return `${[...held, ...functions].join("\n")}\n`;
 }
 
-/** A check_fixpoint project with three failing tests whose agent changes nothing; only a `pool=shared` runner evaluates. */
-function calcProject(name: string): Record<string, string> {
+/**
+ * A check_fixpoint project with three failing tests whose agent changes nothing; only a `pool=shared`
+ * runner evaluates. Its gate's node processes (the test runner and the test process it starts, which
+ * inherits its options) carry `title` as their whole command line: the host finds them by it
+ * (`pgrep -f`), as their pids in the exec zone are not the host's.
+ */
+function calcProject(name: string, title: string): Record<string, string> {
   return {
     "package.json": '{ "name": "calc", "private": true, "type": "module" }\n',
     "src/calc.js": calcSource([]),
@@ -207,7 +213,7 @@ function calcProject(name: string): Record<string, string> {
       "mode: check_fixpoint",
       "gates:",
       "  - name: unit",
-      "    run: node --test --test-reporter=tap --test-reporter-destination=.loopwarden/out/tests.tap",
+      `    run: node --title=${title} --test --test-reporter=tap --test-reporter-destination=.loopwarden/out/tests.tap`,
       "    tests: { tap: .loopwarden/out/tests.tap }",
       "    timeout: 5m",
       "stop:",
@@ -225,15 +231,17 @@ function calcProject(name: string): Record<string, string> {
 /**
  * A running loop of `calcProject(name)` and a runner's checkout of it: `run --once` creates the loop (its
  * agent changes nothing: c1 is rejected unevaluated), and candidates are then proposed straight to the
- * API as commits of the runner's checkout, so several are queued at once.
+ * API as commits of the runner's checkout, so several are queued at once. `title` is its gate's
+ * processes' command line, unique to this loop.
  */
-async function queueableLoop(dir: string, name: string, url: string): Promise<{ loopId: string; checkout: string; t0: string }> {
-  const proposer = makeRepo(path.join(dir, "proposer"), calcProject(name));
+async function queueableLoop(dir: string, name: string, url: string): Promise<{ loopId: string; checkout: string; t0: string; title: string }> {
+  const title = `lw-gate-${name}-${randomBytes(4).toString("hex")}`;
+  const proposer = makeRepo(path.join(dir, "proposer"), calcProject(name, title));
   const created = await runCli(["--server", url, "run", "--once"], { cwd: proposer });
   expect(created.code, created.stderr).toBe(0);
   const checkout = path.join(dir, "runner");
   execFileSync("git", ["clone", "-q", proposer, checkout]);
-  return { loopId: recordedLoopId(proposer, "loop.yaml"), checkout, t0: gitIn(checkout, "rev-parse", "HEAD").trim() };
+  return { loopId: recordedLoopId(proposer, "loop.yaml"), checkout, t0: gitIn(checkout, "rev-parse", "HEAD").trim(), title };
 }
 
 /** Commits `source` as src/calc.js on a branch of its own from t0 (the working tree is left at t0) and proposes it. */
@@ -267,11 +275,9 @@ async function proposeCommit(url: string, loopId: string, name: string, commit: 
   return ((await response.json()) as { candidate: { candidate_id: string } }).candidate.candidate_id;
 }
 
-function holdIn(dir: string, name: string): Hold {
-  mkdirSync(dir, { recursive: true });
-  const hold = { file: path.join(dir, `${name}.hold`), pids: path.join(dir, `${name}.pids`) };
-  writeFileSync(hold.file, "held\n");
-  return hold;
+/** The clones of a runner in which a held candidate is waiting. */
+function heldClones(runner: { pid?: number | undefined }): string[] {
+  return dirsHolding(clonesOf(runner.pid ?? 0), HOLD.held);
 }
 
 describe("loopwarden work, one job at a time", () => {
@@ -281,9 +287,8 @@ describe("loopwarden work, one job at a time", () => {
   it("--concurrency 2 evaluates two queued candidates of one loop at once; the one whose loop halts meanwhile just ends, and --loop exits 0 saying so", async () => {
     const dir = path.join(tmp.dir, "concurrent");
     const loop = await queueableLoop(dir, "work-concurrent", coordinator.url);
-    const hold = holdIn(path.join(tmp.dir, "holds"), "concurrent");
     // c2 fixes one test and is held in its gate; c3 fixes all three: its promotion halts the loop (success).
-    const held = await proposeCalc(coordinator.url, loop, "held", calcSource(["add"], hold));
+    const held = await proposeCalc(coordinator.url, loop, "held", calcSource(["add"], true));
     const winner = await proposeCalc(coordinator.url, loop, "winner", calcSource(["add", "mul", "neg"]));
     expect([held, winner]).toEqual(["c2", "c3"]);
 
@@ -292,7 +297,7 @@ describe("loopwarden work, one job at a time", () => {
     });
     try {
       // Both jobs out at once: c2 held in its gate while c3's report halts the loop.
-      await waitFor(() => existsSync(hold.pids) || worker.exitCode !== null, "the held candidate's gate to start", 120_000);
+      await waitFor(() => heldClones(worker).length > 0 || worker.exitCode !== null, "the held candidate's gate to start", 120_000);
       let events = await loopEvents(coordinator.url, loop.loopId);
       const deadline = Date.now() + 120_000;
       while (!events.some((event) => event.type === "halted")) {
@@ -301,7 +306,9 @@ describe("loopwarden work, one job at a time", () => {
         await new Promise((resolve) => setTimeout(resolve, 200));
         events = await loopEvents(coordinator.url, loop.loopId);
       }
-      rmSync(hold.file);
+      const [heldClone] = heldClones(worker);
+      if (!heldClone) throw new Error(`c2's gate is no longer held:\n${worker.output()}`);
+      writeFileSync(path.join(heldClone, HOLD.release), "");
       const code = await exitOf(worker);
       expect(code, worker.output()).toBe(0);
       expect(worker.output()).toMatch(/\] c2 not judged: loop lp_\w+ halted meanwhile \(the loop has halted \(success_condition_met\)\); the job ends/);
@@ -327,14 +334,14 @@ describe("loopwarden work, one job at a time", () => {
   it("stopped twice mid-job: the job's processes are killed, its lease given back at once, and another runner finishes it with one verdict", async () => {
     const dir = path.join(tmp.dir, "stopped");
     const loop = await queueableLoop(dir, "work-stopped", coordinator.url);
-    const hold = holdIn(path.join(tmp.dir, "holds"), "stopped");
-    expect(await proposeCalc(coordinator.url, loop, "fixes-all", calcSource(["add", "mul", "neg"], hold))).toBe("c2");
+    expect(await proposeCalc(coordinator.url, loop, "fixes-all", calcSource(["add", "mul", "neg"], true))).toBe("c2");
 
     const first = startCli(["--server", coordinator.url, "work", "--labels", "pool=shared", "--loop", loop.loopId], { cwd: loop.checkout });
-    let pids: number[] = [];
+    // The gate's processes, seen from the host by their command line (their pids in the zone are not the host's).
+    let gate: string[] = [];
     try {
-      await waitFor(() => (existsSync(hold.pids) && readFileSync(hold.pids, "utf8").endsWith("\n")) || first.exitCode !== null, "the gate to start", 120_000);
-      pids = readFileSync(hold.pids, "utf8").trim().split(" ").map(Number);
+      await waitFor(() => heldClones(first).length > 0 || first.exitCode !== null, "the gate to start", 120_000);
+      gate = processesWith(loop.title);
       first.kill("SIGTERM");
       await waitFor(() => first.output().includes("finishing what is in hand"), "the first SIGTERM to be taken");
       first.kill("SIGTERM");
@@ -342,9 +349,15 @@ describe("loopwarden work, one job at a time", () => {
     } finally {
       if (first.exitCode === null && first.signalCode === null) first.kill("SIGKILL");
     }
-    // The gate's test process and the test runner above it went with the job (the hold is still there).
-    expect(pids).toHaveLength(2);
-    for (const pid of pids) expect(await isGoneWithin(pid), `pid ${pid}`).toBe(true);
+    // The gate's test process and the test runner above it went with the job (never released, it was
+    // still held), and so did everything else that carried its command line (the zone, its shell).
+    expect(
+      gate.filter((line) => line.slice(line.indexOf(" ") + 1) === loop.title),
+      gate.join("\n"),
+    ).toHaveLength(2);
+    const survivors = await survivorsAfter(loop.title, 2_000);
+    killListed(survivors);
+    expect(survivors).toEqual([]);
     expect(first.output()).toMatch(/\] c2 lease given back: c2 is queued again/);
 
     const stopped = await loopEvents(coordinator.url, loop.loopId);
@@ -354,10 +367,16 @@ describe("loopwarden work, one job at a time", () => {
     expect(stopped.at(-1)).toMatchObject({ type: "lease_released", data: { lease_id: firstLease?.lease_id, candidate_id: "c2" } });
     expect(stopped.some((event) => event.type === "observation_reported" || event.type === "lease_expired")).toBe(false);
 
-    // Queued again at once (the lease would live two minutes): a second runner takes it and finishes it.
-    rmSync(hold.file);
-    const second = await runCli(["--server", coordinator.url, "work", "--labels", "pool=shared", "--loop", loop.loopId], { cwd: loop.checkout });
-    expect(second.code, second.stderr).toBe(0);
+    // Queued again at once (the lease would live two minutes): a second runner takes it and finishes it,
+    // its gate held in a clone of its own until the test lets it go.
+    const second = startCli(["--server", coordinator.url, "work", "--labels", "pool=shared", "--loop", loop.loopId], { cwd: loop.checkout });
+    try {
+      await waitFor(() => heldClones(second).length > 0 || second.exitCode !== null, "the second runner's gate to start", 120_000);
+      for (const clone of heldClones(second)) writeFileSync(path.join(clone, HOLD.release), "");
+      expect(await exitOf(second), second.output()).toBe(0);
+    } finally {
+      if (second.exitCode === null && second.signalCode === null) second.kill("SIGKILL");
+    }
     const events = await loopEvents(coordinator.url, loop.loopId);
     expect(rederive(events)).toMatchObject({ ok: true });
     const leases = events.flatMap((event) => (event.type === "lease_granted" && event.data.candidate_id === "c2" ? [event.data] : []));
