@@ -51,7 +51,7 @@ export const ReceiptPredicate = z.strictObject({
   confirm: Confirmation.nullable(),
   iterations: z.strictObject({ total: Count, promoted: Count, rejected: Count, max: Count }),
   /** How each zone was confined over the loop (DESIGN §6.7): an unconfined run says so here, and wherever the receipt is shown. */
-  confinement: ConfinementAttestation,
+  confinement: ConfinementAttestation.optional(),
 });
 export type ReceiptPredicate = z.infer<typeof ReceiptPredicate>;
 

@@ -415,6 +415,23 @@ describe("receipts say how each zone was confined", async () => {
     expect(result.first_failure).toBe("predicate: statement.predicate.confinement.agent.allow differs from what the log says");
   });
 
+  it("a receipt signed before the zones were recorded still verifies every other figure, and says it attests no confinement", async () => {
+    const log = zonedLog("bwrap", CONFINED_EXEC);
+    const state = foldEvents(log);
+    const last = log.at(-1);
+    if (!state || !last) throw new Error("empty");
+    const statement = receiptStatement(state, { seq: last.seq, hash: last.hash }, { kind: "final", issued_at: "2026-12-01T10:00:00.000Z", version: "0.1.0" });
+    delete statement.predicate.confinement;
+    const result = await verifyOf(log, await signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, key.signer));
+    expect(result.ok).toBe(true);
+    expect(result.checks.find((check) => check.check === "predicate")?.detail).toMatch(/attests no confinement/);
+    // Any other figure is still checked.
+    const forged = structuredClone(statement);
+    forged.predicate.iterations.total += 1;
+    const refused = await verifyOf(log, await signEnvelope(canonicalJson(forged), IN_TOTO_PAYLOAD_TYPE, key.signer));
+    expect(refused.first_failure).toBe("predicate: statement.predicate.iterations.total differs from what the log says");
+  });
+
   describe("loopwarden verify", () => {
     /** Runs `loopwarden verify FILE --events … --key …` on a log's receipt saved as files; answers what it printed. */
     async function verifyFiles(log: LoopEvent[], json: boolean, envelope?: Envelope): Promise<{ code: number; out: string }> {

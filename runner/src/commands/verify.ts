@@ -41,9 +41,11 @@ export async function verifyCommand(receipt: string, options: OutputMode & { eve
       // a claim the log did not bear out is named as one.
       ...(predicate
         ? [
-            `${attested ? "confinement:" : "confinement (as the receipt claims; not verified):"} ${
-              predicate.confinement.fully_confined ? predicate.confinement.summary : paint(predicate.confinement.summary, "yellow")
-            }`,
+            predicate.confinement
+              ? `${attested ? "confinement:" : "confinement (as the receipt claims; not verified):"} ${
+                  predicate.confinement.fully_confined ? predicate.confinement.summary : paint(predicate.confinement.summary, "yellow")
+                }`
+              : paint("confinement: not attested (the receipt predates the zones' records)", "yellow"),
           ]
         : []),
       result.ok

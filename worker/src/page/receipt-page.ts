@@ -190,7 +190,10 @@ function headline(predicate: ReceiptStatement["predicate"]) {
  * How the zones were confined (DESIGN §6.7), beside the verdict: the signed summary, marked when any agent
  * run or evaluation ran unconfined, recorded nothing, or was not run by a runner.
  */
-function confinementLine(confinement: ConfinementAttestation) {
+function confinementLine(confinement: ConfinementAttestation | undefined) {
+  if (!confinement) {
+    return html`<p class="confinement unconfined" data-confinement="unattested"><strong>⚠ Confinement not attested:</strong> this receipt was signed before coordinators recorded how the agent and the gates were confined.</p>`;
+  }
   if (confinement.fully_confined) return html`<p class="confinement" data-confinement="confined"><strong>Confinement:</strong> ${confinement.summary}.</p>`;
   return html`<p class="confinement unconfined" data-confinement="unconfined"><strong>⚠ Not every run was confined:</strong> ${confinement.summary}. An agent that is not walled off could reach what decides (the gates, the runner's state and keys): these verdicts are worth only what it could not touch.</p>`;
 }
