@@ -1,3 +1,4 @@
+import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { copyFile, mkdir, readdir, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
@@ -107,16 +108,25 @@ export interface ZonedAgentRun {
   confinement: AgentConfinement;
 }
 
-/** Mints the run's credential (`agent.credentials.mint`): its stdout, trimmed; a failure stops the run. */
+/** Mints the run's credential (`agent.credentials.mint`): the last line of its stdout; a failure stops the run. */
 async function mintCredential(command: string, repo: string): Promise<string> {
-  const minted = await runCommand(command, { cwd: repo, timeoutMs: 120_000, env: childEnv() });
-  const text = minted.output.toString("utf8").trim();
-  if (minted.exit_code !== 0 || minted.timed_out || text === "") {
-    const why = minted.timed_out ? "timed out" : minted.exit_code !== 0 ? `exited ${minted.exit_code ?? minted.signal}` : "printed nothing";
-    throw new UserError(`agent.credentials.mint ${why}, so the agent was not run: fix the command (it must print the credential on stdout)`);
+  const minted = await new Promise<{ stdout: string; failure: string | null }>((resolve) => {
+    execFile("/bin/sh", ["-c", command], { cwd: repo, env: childEnv(), timeout: 120_000, maxBuffer: 1024 * 1024 }, (error, stdout, stderr) => {
+      const said = String(stderr).trim().split("\n").pop();
+      resolve({
+        stdout: String(stdout),
+        failure: error ? `${error.killed ? "timed out" : `exited ${error.code ?? error.signal}`}${said ? `: ${said}` : ""}` : null,
+      });
+    });
+  });
+  // Only the last line: a minting tool's chatter on earlier lines of stdout is not the credential.
+  const credential = minted.stdout.trim().split("\n").pop()?.trim() ?? "";
+  if (minted.failure !== null || credential === "") {
+    throw new UserError(
+      `agent.credentials.mint ${minted.failure ?? "printed nothing"}, so the agent was not run: fix the command (it must print the credential on stdout)`,
+    );
   }
-  // Only the last line: a minting tool's chatter on earlier lines is not the credential.
-  return text.split("\n").pop() ?? text;
+  return credential;
 }
 
 /** Revokes the run's credential (`agent.credentials.revoke`); a failure is reported, never silent. */

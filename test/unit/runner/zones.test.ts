@@ -1,10 +1,12 @@
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { credentialStoreIn } from "../../../runner/src/commands/doctor-zones.js";
 import { runCommand } from "../../../runner/src/exec.js";
+import { makeWorkspace, removeWorkspace, runAgentInZone } from "../../../runner/src/zones/agent-zone.js";
+import { Contract } from "../../../shared/wire/contract.js";
 import { startLoopbackServer } from "../../support/loopback.js";
 import { hideFromZones, probeSandbox, sandboxUnavailable, toolchainMounts, zoneArgs, type ZoneSpec } from "../../../runner/src/zones/sandbox.js";
 
@@ -126,5 +128,43 @@ describe.skipIf(!support.available)("a command in a zone (bubblewrap on this mac
     } finally {
       await server.close();
     }
+  });
+});
+
+describe("a per-run credential", () => {
+  /** A repository with one commit, a workspace of it, and a contract whose agent is `run` with `credentials`. */
+  async function setup(run: string, credentials: { env: string; mint: string; revoke: string }) {
+    const repo = mkdtempSync(path.join(tmp, "credential-"));
+    execFileSync("git", ["init", "-q", "-b", "main"], { cwd: repo });
+    writeFileSync(path.join(repo, "file.txt"), "x\n");
+    execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@l", "add", "-A"], { cwd: repo });
+    execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@l", "commit", "-qm", "init"], { cwd: repo });
+    const workspace = await makeWorkspace(repo, "HEAD");
+    const contract = Contract.parse({ name: "c", mode: "check_fixpoint", gates: [{ name: "g", run: "true" }], agent: { run, credentials }, isolation: "none" });
+    return { repo, workspace, contract };
+  }
+
+  it("is revoked after an agent run that fails, with the credential the agent got", async () => {
+    const revoked = path.join(tmp, "revoked.txt");
+    const { repo, workspace, contract } = await setup('echo "$RUN_TOKEN" > got.txt; exit 3', {
+      env: "RUN_TOKEN",
+      mint: "echo chatter >&2; echo first line; echo tok-1234",
+      revoke: `echo "$RUN_TOKEN" > ${revoked}`,
+    });
+    const zoned = await runAgentInZone({ repo, workspace, contract, loopEnv: {}, timeoutMs: 20_000, onNote: () => {} });
+    expect(zoned.result.exit_code).toBe(3);
+    expect(readFileSync(path.join(workspace.dir, "got.txt"), "utf8").trim()).toBe("tok-1234");
+    expect(readFileSync(revoked, "utf8").trim()).toBe("tok-1234");
+    expect(zoned.confinement).toMatchObject({ mechanism: "none", credential: true });
+    await removeWorkspace(workspace);
+  });
+
+  it("that cannot be minted stops the run before the agent starts, saying why", async () => {
+    const { repo, workspace, contract } = await setup("touch ran.txt", { env: "RUN_TOKEN", mint: "echo denied >&2; exit 3", revoke: "true" });
+    await expect(runAgentInZone({ repo, workspace, contract, loopEnv: {}, timeoutMs: 20_000, onNote: () => {} })).rejects.toThrow(
+      /agent\.credentials\.mint exited 3: denied/,
+    );
+    expect(existsSync(path.join(workspace.dir, "ran.txt"))).toBe(false);
+    await removeWorkspace(workspace);
   });
 });
