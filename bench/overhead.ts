@@ -12,7 +12,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { runCommand } from "../runner/src/exec.js";
 import { startLocalCoordinator } from "../runner/src/local-coordinator.js";
-import { closeAgentProxy, makeWorkspace, removeWorkspace, runAgentInZone } from "../runner/src/zones/agent-zone.js";
+import { closeAgentZone, makeWorkspace, removeWorkspace, runAgentInZone } from "../runner/src/zones/agent-zone.js";
 import { execZone } from "../runner/src/zones/isolation.js";
 import type { Contract } from "../shared/wire/contract.js";
 
@@ -246,8 +246,8 @@ async function zoneCosts(): Promise<void> {
     workspaces.push(performance.now() - started);
     await removeWorkspace(made);
   }
-  await closeAgentProxy();
   await removeWorkspace(workspace);
+  await closeAgentZone(repo.dir);
   repo.cleanup();
   const ms = (values: number[]) => median(values).toFixed(1);
   say("## What the zones cost");

@@ -79,8 +79,11 @@ function confirmationOf(state: LoopState): Confirmation | null {
   return confirm;
 }
 
+/** A statement as this version issues it: its predicate always attests the zones' confinement. */
+export type IssuedStatement = ReceiptStatement & { predicate: { confinement: ConfinementAttestation } };
+
 /** The statement of a loop's state at `head` (the fold of its log up to there). */
-export function receiptStatement(state: LoopState, head: ChainHead, issuance: Issuance): ReceiptStatement {
+export function receiptStatement(state: LoopState, head: ChainHead, issuance: Issuance): IssuedStatement {
   const candidates = state.candidate_order.map((id) => state.candidates[id]);
   const best = state.candidates[state.best.candidate_id];
   return {

@@ -20,7 +20,14 @@ import { buildProposal, decideCandidate, enterLoopBranch, evaluatesOwnCandidate,
 import { dropPreparedClone, prepareClone } from "../clone.js";
 import type { AgentRun } from "../../../shared/engine/index.js";
 import type { AgentConfinement } from "../../../shared/wire/confinement.js";
-import { closeAgentProxy, makeWorkspace, removeWorkspace, runAgentInZone, type Workspace } from "../zones/agent-zone.js";
+import {
+  closeAgentZone,
+  makeWorkspace,
+  prepareWorkspace,
+  removeWorkspace,
+  runAgentInZone,
+  type Workspace,
+} from "../zones/agent-zone.js";
 import { preflightZones } from "../zones/isolation.js";
 
 /** What `run` and `step` add when the loop they found had already halted (DESIGN §6.6). */
@@ -167,6 +174,8 @@ export async function runLoop(options: RunOptions): Promise<number> {
       } finally {
         removeWorkspace(workspace).catch(() => undefined);
       }
+      // The next agent's workspace is begun while this candidate is decided.
+      if (!options.once) prepareWorkspace(session.repo);
       await decideCandidate(session, proposal, iteration);
       ran++;
       const timings = takeTimings();
@@ -187,7 +196,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
     }
     return reportOutcome(mode, session.loop, session.connection);
   } finally {
-    await closeAgentProxy();
+    await closeAgentZone(session.repo);
     await timed("close", () => session.connection.close());
     const closing = takeTimings();
     if (closing) process.stderr.write(`[end] ${closing}\n`);

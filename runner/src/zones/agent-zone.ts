@@ -1,6 +1,6 @@
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { copyFile, mkdir, readdir, rm, writeFile } from "node:fs/promises";
+import { appendFile, copyFile, mkdir, readdir, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { quote } from "shell-quote";
@@ -9,7 +9,7 @@ import type { Contract } from "../../../shared/wire/contract.js";
 import { childEnv } from "../environment.js";
 import { UserError } from "../errors.js";
 import { runCommand, type CommandResult } from "../exec.js";
-import { blankClone, checkoutDetached, excludeStateDir, gitDirOf, objectsDirOf } from "../git.js";
+import { blankClone, checkoutDetached, gitDirOf, objectsDirOf } from "../git.js";
 import { isProcessAlive } from "../processes.js";
 import { onShutdown } from "../shutdown.js";
 import { FORWARDER_SOURCE, startAgentProxy, type AgentProxy } from "./agent-proxy.js";
@@ -37,21 +37,57 @@ function processRoot(): string {
   return path.join(workspacesRoot(), String(process.pid));
 }
 
-/**
- * Makes a workspace at `commit` (the best so far): a detached clone borrowing the repository's objects,
- * no remote, hooks off, and the runner's copy of its index beside it, where the agent cannot see it.
- */
-export async function makeWorkspace(repo: string, commit: string): Promise<Workspace> {
+/** A blank clone for a workspace: no checkout yet, no remote, hooks off, `.loopwarden/` ignored. */
+async function blankWorkspace(repo: string): Promise<string> {
   const root = processRoot();
   await mkdir(root, { recursive: true, mode: 0o700 });
-  const id = randomBytes(4).toString("hex");
-  const dir = path.join(root, `ws-${id}`);
+  const dir = path.join(root, `ws-${randomBytes(4).toString("hex")}`);
   await blankClone(repo, dir);
   // The agent's own `git status` does not list its context files (`.loopwarden/agent/`) as its change.
-  await Promise.all([checkoutDetached(dir, commit), excludeStateDir(dir)]);
-  const index = path.join(root, `index-${id}`);
-  await copyFile(path.join(dir, ".git", "index"), index);
-  return { dir, index };
+  await appendFile(path.join(dir, ".git", "info", "exclude"), "/.loopwarden/\n");
+  return dir;
+}
+
+// Blank workspaces made ahead, by repository: `prepareWorkspace` starts the next iteration's while the
+// current candidate is evaluated, so only its checkout is left on the next iteration's path.
+const prepared = new Map<string, Promise<string>>();
+
+/** Starts the next workspace of `repo` now (a blank clone), for the next `makeWorkspace` to take. */
+export function prepareWorkspace(repo: string): void {
+  const key = path.resolve(repo);
+  if (prepared.has(key)) return;
+  const made = blankWorkspace(repo);
+  // A failure is met again by the workspace that takes it, which then makes its own.
+  made.catch(() => undefined);
+  prepared.set(key, made);
+}
+
+/** Removes the workspace `prepareWorkspace` started for `repo`, unless one took it. */
+export async function dropPreparedWorkspace(repo: string): Promise<void> {
+  const made = prepared.get(path.resolve(repo));
+  prepared.delete(path.resolve(repo));
+  const dir = await made?.catch(() => null);
+  if (dir) await rm(dir, { recursive: true, force: true });
+}
+
+/**
+ * Makes a workspace at `commit` (the best so far): a detached clone borrowing the repository's objects
+ * (the one `prepareWorkspace` made when there is one), no remote, hooks off, and the runner's copy of
+ * its index beside it, where the agent cannot see it.
+ */
+export async function makeWorkspace(repo: string, commit: string): Promise<Workspace> {
+  const ahead = prepared.get(path.resolve(repo));
+  prepared.delete(path.resolve(repo));
+  const dir = (await ahead?.catch(() => null)) ?? (await blankWorkspace(repo));
+  try {
+    await checkoutDetached(dir, commit);
+    const index = path.join(path.dirname(dir), `index-${path.basename(dir).slice("ws-".length)}`);
+    await copyFile(path.join(dir, ".git", "index"), index);
+    return { dir, index };
+  } catch (error) {
+    await rm(dir, { recursive: true, force: true });
+    throw error;
+  }
 }
 
 /** Removes a workspace and the runner's index of it. */
@@ -100,6 +136,12 @@ export async function closeAgentProxy(): Promise<void> {
   const running = proxy;
   proxy = null;
   await running?.started.then((started) => started.close()).catch(() => undefined);
+}
+
+/** When a run ends: the proxy stopped, the workspace made ahead removed, and this process's directory with them. */
+export async function closeAgentZone(repo: string): Promise<void> {
+  await Promise.all([closeAgentProxy(), dropPreparedWorkspace(repo)]);
+  await rm(processRoot(), { recursive: true, force: true });
 }
 
 /** What one agent run did, and how it was confined. */
