@@ -13,9 +13,14 @@ import { git } from "./git.js";
 // the gate is `npm test`. A file the check is run *on* is not: `node --check src/app.js` and
 // `eslint src/app.js` name the code under test, which is the agent's to change.
 
-/** Every command of the contract that judges a candidate: gates, the metric, task checks. */
+/** Every command of the contract that judges a candidate: gates, the metric, task checks, and the setup run before them. */
 function judgingCommands(contract: Contract): string[] {
-  return [...contract.gates.map((gate) => gate.run), ...(contract.metric ? [contract.metric.run] : []), ...(contract.tasks ?? []).map((task) => task.check)];
+  return [
+    ...(contract.exec?.setup ? [contract.exec.setup] : []),
+    ...contract.gates.map((gate) => gate.run),
+    ...(contract.metric ? [contract.metric.run] : []),
+    ...(contract.tasks ?? []).map((task) => task.check),
+  ];
 }
 
 /** A word as a path relative to the repository, or null when it cannot be one (absolute, `..`, empty, `$VAR/…`). */

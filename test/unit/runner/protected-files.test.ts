@@ -80,6 +80,12 @@ describe("the default protected set", () => {
     for (const file of ["scripts/other.sh", "agent.sh", "src/app.js", "bench/data/a.json"]) expect(files).not.toContain(file);
   });
 
+  it("adds the files exec.setup runs: the setup before the gates is part of the check", () => {
+    const contract = contractOf({ exec: { network: "none", setup: "bash scripts/other.sh && npm ci" } });
+    expect(selectProtectedFiles(contract, "loop.yaml", TRACKED)).toContain("scripts/other.sh");
+    expect(selectProtectedFiles(contractOf(), "loop.yaml", TRACKED)).not.toContain("scripts/other.sh");
+  });
+
   it("follows `npm test`, `npm run X` and `yarn X` into package.json's scripts: the files a script the check runs names are the check's", () => {
     const tracked = [...TRACKED, "scripts/run-tests.js", "scripts/lint.sh", "scripts/setup.js", "scripts/unused.js"];
     const scripts = {
