@@ -4,7 +4,7 @@ import { createServer, type Server } from "node:http";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AgentRun } from "../../shared/engine/index.js";
-import { gitIn, loopEvents, makeRepo, recordedLoopId, runCli, sharedCoordinator, TEST_OWNER_TOKEN } from "../support/cli.js";
+import { gitIn, loopEvents, makeRepo, recordedLoopId, runCli, sharedCoordinator, tempDir, TEST_OWNER_TOKEN } from "../support/cli.js";
 
 // Hostile agents against the two zones (DESIGN §6.7). Each one tries to earn a verdict without the work —
 // a process left behind to patch the evaluation clones, the runner's token taken from /proc or the state
@@ -259,4 +259,20 @@ if (process.env.LEAKED_SECRET !== undefined) { console.error("a variable the con
   function coordinatorStateDir(): string {
     return path.join(tmp.dir, "state");
   }
+});
+
+describe("the runner's token on the command line", () => {
+  it("is used, with a warning that other local processes can read it, and none when it comes from LOOPWARDEN_TOKEN", async () => {
+    const cwd = tempDir("token-flag");
+    try {
+      // `verify` of a missing file fails at once, without a request: only the warning is under test.
+      const missing = path.join(cwd.dir, "missing.json");
+      const flagged = await runCli(["--token", "lwt_flagged", "verify", missing], { cwd: cwd.dir });
+      expect(flagged.stderr).toContain("--token puts the token on the command line, where other local processes can read it; prefer LOOPWARDEN_TOKEN");
+      const fromEnv = await runCli(["verify", missing], { cwd: cwd.dir, env: { LOOPWARDEN_TOKEN: "lwt_env" } });
+      expect(fromEnv.stderr).not.toContain("--token puts the token");
+    } finally {
+      cwd.cleanup();
+    }
+  });
 });
