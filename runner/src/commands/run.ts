@@ -20,14 +20,7 @@ import { buildProposal, decideCandidate, enterLoopBranch, evaluatesOwnCandidate,
 import { dropPreparedClone, prepareClone } from "../clone.js";
 import type { AgentRun } from "../../../shared/engine/index.js";
 import type { AgentConfinement } from "../../../shared/wire/confinement.js";
-import {
-  closeAgentZone,
-  makeWorkspace,
-  prepareWorkspace,
-  removeWorkspace,
-  runAgentInZone,
-  type Workspace,
-} from "../zones/agent-zone.js";
+import { closeAgentZone, makeWorkspace, prepareWorkspace, removeWorkspace, runAgentInZone, type Workspace } from "../zones/agent-zone.js";
 import { preflightZones } from "../zones/isolation.js";
 
 /** What `run` and `step` add when the loop they found had already halted (DESIGN §6.6). */
