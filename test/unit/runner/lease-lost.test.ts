@@ -1,4 +1,3 @@
-import { readFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { foldEvents } from "../../../shared/engine/index.js";
@@ -7,6 +6,7 @@ import { CoordinatorError, type Client } from "../../../runner/src/client.js";
 import { validateContract } from "../../../runner/src/contract-file.js";
 import { evaluateLease } from "../../../runner/src/lease-job.js";
 import { gitIn, makeRepo, tempDir } from "../../support/cli.js";
+import { killListed, processesWith, survivorsAfter } from "../../support/zone-markers.js";
 import { LoopHarness } from "../engine-harness.js";
 
 // A heartbeat answered 409 means the lease is someone else's now (reclaimed, or superseded by a newer
@@ -15,27 +15,17 @@ import { LoopHarness } from "../engine-harness.js";
 const tmp = tempDir("lease-lost");
 afterAll(() => tmp.cleanup());
 
-/** Whether a process still runs: gone, or a zombie (killed, not yet reaped by whoever adopted it). */
-function isRunning(pid: number): boolean {
-  let stat: string;
-  try {
-    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  } catch {
-    return false;
-  }
-  return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0] !== "Z";
-}
-
 describe("a lost lease", () => {
   it("kills the running gate's process group and abandons the job without reporting", async () => {
-    const pidFile = path.join(tmp.dir, "gate.pid");
-    // The gate records its pid and that of a child it starts, then waits far longer than the test.
+    // The gate (its shell) starts a child, then waits far longer than the test. Both carry a marker on
+    // their command lines: inside the exec zone their pids are not the host's (DESIGN §6.7).
+    const marker = `lw-lease-lost-${process.pid}`;
     const repo = makeRepo(path.join(tmp.dir, "repo"), {
-      "gate.sh": `sleep 300 & echo "$$ $!" > ${pidFile}; wait\n`,
+      [`${marker}.sh`]: `node -e 'setTimeout(() => {}, 300000)' ${marker}-child &\nwait\n`,
     });
     const commit = gitIn(repo, "rev-parse", "HEAD").trim();
     const loaded = validateContract(
-      { name: "lost", mode: "check_fixpoint", gates: [{ name: "slow", run: "sh gate.sh", timeout: "10m" }], agent: { run: "true" } },
+      { name: "lost", mode: "check_fixpoint", gates: [{ name: "slow", run: `sh ${marker}.sh`, timeout: "10m" }], agent: { run: "true" } },
       "loop.yaml",
     );
     const harness = new LoopHarness(["suite.a"]);
@@ -64,17 +54,22 @@ describe("a lost lease", () => {
     };
     const folded = foldEvents(harness.events);
     if (!folded) throw new Error("no state");
+    // Seen running while the job is in hand: the shell and its child.
+    let seen = 0;
+    const watching = setInterval(() => (seen = Math.max(seen, processesWith(marker).filter((line) => !line.includes("pgrep")).length)), 20);
     const result = await evaluateLease(
       { client, loop: { loop_id: lease.loop_id }, folded: { seq: harness.events.length, state: folded }, repo, loaded, mode: { json: false, quiet: true } },
       lease,
       "[test] c1",
     );
+    clearInterval(watching);
     expect(result).toBeNull();
     expect(heartbeats).toBeGreaterThanOrEqual(1);
     expect(reports).toBe(0);
     // The gate and the child it started were both stopped: the whole process group, not just the shell.
-    const pids = readFileSync(pidFile, "utf8").trim().split(" ").map(Number);
-    expect(pids).toHaveLength(2);
-    for (const pid of pids) expect(isRunning(pid), `pid ${pid}`).toBe(false);
+    expect(seen).toBeGreaterThanOrEqual(2);
+    const left = await survivorsAfter(marker);
+    killListed(left);
+    expect(left).toEqual([]);
   });
 });

@@ -86,8 +86,10 @@ describe.skipIf(!support.available)("a command in a zone (bubblewrap on this mac
   it("leaves nothing running: a detached, session-leading process dies with the zone", async () => {
     const { dir, spec } = zoneDir();
     const marker = `lw-zone-leftover-${process.pid}`;
-    const result = await runCommand(`setsid sh -c 'exec -a ${marker} sleep 60' & echo started`, { cwd: dir, timeoutMs: 20_000, zone: spec });
-    expect(result.output.toString()).toContain("started");
+    // Started in a session of its own and left behind; seen running inside the zone before it ends.
+    const script = `setsid node -e 'setTimeout(() => {}, 60000)' ${marker} & sleep 0.5; pgrep -f ${marker} >/dev/null && echo "left running"`;
+    const result = await runCommand(script, { cwd: dir, timeoutMs: 20_000, zone: spec });
+    expect(result.output.toString()).toContain("left running");
     let left = "";
     try {
       left = execFileSync("pgrep", ["-f", marker], { encoding: "utf8" });
