@@ -8,7 +8,7 @@ import { blankClone, checkoutDetached, objectsDirOf } from "./git.js";
 import type { GuardReadingsBeforeGates } from "./guard-readings.js";
 import { isProcessAlive } from "./processes.js";
 import { timed } from "./timings.js";
-import { hideFromZones } from "./zones/sandbox.js";
+import { hideFromZones, hideRepositoryOf } from "./zones/sandbox.js";
 
 // Where candidates are evaluated (DESIGN §6.4): a fresh detached clone of the commit, outside the
 // repository, so nothing untracked in the working tree — node_modules/, .venv/, build output, a binary
@@ -209,7 +209,9 @@ export async function withClone<T>(repo: string, commit: string, label: string, 
   ahead.delete(key);
   const dir = await (made?.dir ?? makeClone(repo, commit, label));
   try {
-    return await use({ dir, env: cloneEnv(trees), guardsBefore: made?.guardsBefore, objects: await objectsDirOf(repo) });
+    const objects = await objectsDirOf(repo);
+    hideRepositoryOf(objects);
+    return await use({ dir, env: cloneEnv(trees), guardsBefore: made?.guardsBefore, objects });
   } finally {
     // Removed while the runner goes on (the verdict is applied, the next agent starts): not on the
     // iteration's critical path. A process that ends waits for it; one killed first leaves the clone to

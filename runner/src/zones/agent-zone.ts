@@ -14,7 +14,7 @@ import { isProcessAlive } from "../processes.js";
 import { onShutdown } from "../shutdown.js";
 import { FORWARDER_SOURCE, startAgentProxy, type AgentProxy } from "./agent-proxy.js";
 import { isConfined, workspacesRoot } from "./isolation.js";
-import { expandHome, hideFromZones, toolchainMounts, type ZoneSpec } from "./sandbox.js";
+import { expandHome, hideFromZones, hideRepositoryOf, toolchainMounts, type ZoneSpec } from "./sandbox.js";
 
 // The agent zone (DESIGN §6.7). Each agent run gets a workspace of its own: a fresh detached clone of the
 // best-so-far outside the user's repository and the state directory, with no remote and hooks off. It
@@ -217,8 +217,10 @@ export async function runAgentInZone(options: {
 async function runConfined(options: Parameters<typeof runAgentInZone>[0], extra: Record<string, string>, minted: boolean): Promise<ZonedAgentRun> {
   const { contract, workspace, repo } = options;
   const agent = contract.agent;
+  const objects = await objectsDirOf(repo);
   hideFromZones(repo);
   hideFromZones(await gitDirOf(repo));
+  hideRepositoryOf(objects);
   const network = agent.network ?? "none";
   const env: NodeJS.ProcessEnv = {};
   for (const name of [...BASE_ENV, ...(agent.env ?? [])]) if (process.env[name] !== undefined) env[name] = process.env[name];
@@ -228,7 +230,7 @@ async function runConfined(options: Parameters<typeof runAgentInZone>[0], extra:
   const spec: ZoneSpec = {
     writable: [workspace.dir],
     // The workspace borrows the repository's objects (`blankClone`): readable, so git works in it.
-    readable: [...toolchains, ...named, await objectsDirOf(repo)],
+    readable: [...toolchains, ...named, objects],
     network: network === "host" ? "host" : "none",
     cwd: workspace.dir,
   };

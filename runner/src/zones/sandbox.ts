@@ -117,6 +117,17 @@ export function hideFromZones(dir: string): void {
   }
 }
 
+/**
+ * Hides the repository an object store belongs to: its git directory and, when that is a `.git`, the
+ * working tree beside it — the main checkout of a linked worktree the runner was started in, too. The
+ * object store itself is then bound back read-only by the zones whose clones borrow it.
+ */
+export function hideRepositoryOf(objects: string): void {
+  const gitDir = path.dirname(objects);
+  hideFromZones(gitDir);
+  if (path.basename(gitDir) === ".git") hideFromZones(path.dirname(gitDir));
+}
+
 /** Every path hidden from zones so far (for tests and doctor). */
 export function hiddenPaths(): string[] {
   return [...hidden];

@@ -8,7 +8,16 @@ import { runCommand } from "../../../runner/src/exec.js";
 import { makeWorkspace, removeWorkspace, runAgentInZone } from "../../../runner/src/zones/agent-zone.js";
 import { Contract } from "../../../shared/wire/contract.js";
 import { startLoopbackServer } from "../../support/loopback.js";
-import { hideFromZones, probeSandbox, sandboxUnavailable, toolchainMounts, zoneArgs, type ZoneSpec } from "../../../runner/src/zones/sandbox.js";
+import {
+  hiddenPaths,
+  hideFromZones,
+  hideRepositoryOf,
+  probeSandbox,
+  sandboxUnavailable,
+  toolchainMounts,
+  zoneArgs,
+  type ZoneSpec,
+} from "../../../runner/src/zones/sandbox.js";
 
 // The zones' walls (DESIGN §6.7), tested on this machine's real bubblewrap where it has one: what a
 // command inside a zone can see, write and leave behind.
@@ -64,6 +73,14 @@ describe("the zone's view", () => {
     expect(mounts).toContain(path.join(fakeHome, ".nvm"));
     expect(mounts.some((mount) => mount.includes("node_modules"))).toBe(false);
     expect(mounts).not.toContain("/usr/bin");
+  });
+
+  it("hides the repository an object store belongs to, and the main checkout of a linked worktree", () => {
+    hideRepositoryOf("/srv/code/app/.git/objects");
+    expect(hiddenPaths()).toEqual(expect.arrayContaining(["/srv/code/app/.git", "/srv/code/app"]));
+    hideRepositoryOf("/srv/bare/app.git/objects");
+    expect(hiddenPaths()).toContain("/srv/bare/app.git");
+    expect(hiddenPaths()).not.toContain("/srv/bare");
   });
 
   it("knows a mounted credential store when it sees one", () => {
