@@ -51,7 +51,7 @@ import { timed } from "./timings.js";
 import { foldAnswered, stateAtHead } from "./event-log.js";
 import { proposalBundle, withBundleUploaded } from "./candidate-bundles.js";
 import { evidenceRefusal } from "./artifact-files.js";
-import type { Labels } from "../../shared/wire/contract.js";
+import type { Contract, Labels } from "../../shared/wire/contract.js";
 import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
 import { removeStaleWorkspaces } from "./zones/agent-zone.js";
 import { hideFromZones } from "./zones/sandbox.js";
@@ -183,7 +183,15 @@ async function prepareCreation(
  * must never touch the user's work); `step` evaluates exactly that.
  */
 export async function openSession(
-  options: ContractOptions & ServerOptions & OutputMode & { cwd: string; purpose: "run" | "step"; labels?: string | undefined },
+  options: ContractOptions &
+    ServerOptions &
+    OutputMode & {
+      cwd: string;
+      purpose: "run" | "step";
+      labels?: string | undefined;
+      /** Checks a new loop's contract before anything runs (its zones, DESIGN §6.7): a refusal creates no loop. */
+      preflight?: ((contract: Contract) => Promise<void>) | undefined;
+    },
 ): Promise<Session> {
   const labels = parseLabels(options.labels);
   const mode: OutputMode = options;
@@ -208,6 +216,7 @@ export async function openSession(
   // for certain has its baseline measured while the coordinator starts (DESIGN §12: the on-demand start
   // overlapped with t0, not added to it).
   const fresh = previous === null || options.new === true ? await resolveContract(repo, options) : null;
+  if (fresh) await options.preflight?.(fresh.contract);
   const preparing = fresh ? prepareCreation(repo, source, fresh, options, mode) : null;
   // Awaited below; until then a refusal (a dirty tree) must not count as unhandled.
   preparing?.catch(() => undefined);

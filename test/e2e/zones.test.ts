@@ -231,6 +231,21 @@ if (process.env.LEAKED_SECRET !== undefined) { console.error("a variable the con
     expect(hosts.find((host) => host.allowed)?.bytes_in).toBeGreaterThan(0);
   });
 
+  it("a model CLI with no network to reach its model is refused before the loop is created, with doctor's words", async () => {
+    const repo = project("no-model", "", "", {});
+    writeFileSync(
+      path.join(repo, "loop.yaml"),
+      readFileSync(path.join(repo, "loop.yaml"), "utf8").replace("run: node agent.mjs", 'run: claude -p "$(cat program.md)" --dangerously-skip-permissions'),
+    );
+    gitIn(repo, "commit", "-qam", "a Claude Code agent");
+    const result = await run(repo);
+    expect(result.code).toBe(2);
+    expect(JSON.parse(result.stdout).errors[0]).toMatch(
+      /^agent network: none, but the agent command runs Claude Code, which must reach api\.anthropic\.com:443/,
+    );
+    expect(existsSync(path.join(repo, ".loopwarden", "state.json"))).toBe(false);
+  });
+
   it("a per-run credential is minted before each agent run, given by name, and revoked after it", async () => {
     const revoked = path.join(tmp.dir, "revoked.txt");
     const repo = project(

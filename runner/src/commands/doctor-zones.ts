@@ -8,7 +8,8 @@ import { AGENT_PRESETS } from "./agent-presets.js";
 
 // What `doctor` says of the two zones before a loop starts (DESIGN §6.7): whether they can be built
 // here, whether the agent can reach what it needs and nothing more, and whether a mount hands it a
-// credential store. `run`, `step` and `work` refuse where the first check fails (preflightZones).
+// credential store. `run`, `step` and `work` refuse where the first check fails (preflightZones), and
+// `run` also where the agent's network cannot reach the model its CLI needs (preflightAgent).
 
 /** One line of doctor's report about the zones. */
 export interface ZoneCheck {

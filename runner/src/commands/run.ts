@@ -22,6 +22,8 @@ import type { AgentRun } from "../../../shared/engine/index.js";
 import type { AgentConfinement } from "../../../shared/wire/confinement.js";
 import { closeAgentZone, makeWorkspace, prepareWorkspace, removeWorkspace, runAgentInZone, type Workspace } from "../zones/agent-zone.js";
 import { preflightZones } from "../zones/isolation.js";
+import type { Contract } from "../../../shared/wire/contract.js";
+import { zoneChecks } from "./doctor-zones.js";
 
 /** What `run` and `step` add when the loop they found had already halted (DESIGN §6.6). */
 export const HALTED_BEFORE = "this loop had already halted, so no iteration was run; `loopwarden run --new` starts another loop (from a commit you made)";
@@ -73,6 +75,19 @@ export function reportOutcome(mode: OutputMode, loop: LoopSummary, connection: P
 }
 
 /**
+ * `doctor`'s checks of the agent's zone, run before the first agent (DESIGN §6.7): what would make every
+ * agent run fail (a model CLI with no network to reach its model) refuses the run with doctor's words;
+ * a warning (a credential store mounted, a variable not set) is printed and the run goes on.
+ */
+async function preflightAgent(contract: Contract, mode: OutputMode): Promise<void> {
+  for (const check of await zoneChecks(contract)) {
+    if (check.check === "zones") continue; // preflightZones said it already
+    if (check.status === "fail") throw new UserError(`${check.check}: ${check.detail} (loopwarden doctor checks this too)`, 2);
+    if (check.status === "warn") progress(mode, paint(`${check.check}: ${check.detail}`, "yellow"));
+  }
+}
+
+/**
  * Commits the tree an agent run left in its workspace as the iteration's candidate and builds its
  * proposal, with how the run ended and how it was confined.
  */
@@ -115,7 +130,11 @@ async function proposeFromWorkspace(
 export async function runLoop(options: RunOptions): Promise<number> {
   // Many git commands follow: run from a small helper process (spawner.ts).
   useCommandHelper();
-  const session = await openSession({ ...options, purpose: "run" });
+  // A new loop's zones are checked before its baseline is measured and the loop created.
+  const preflight = async (contract: Contract) => {
+    if ((await preflightZones(contract)) === null) await preflightAgent(contract, options);
+  };
+  const session = await openSession({ ...options, purpose: "run", preflight });
   const { mode } = session;
   try {
     if (session.loop.status === "running") {
@@ -134,6 +153,8 @@ export async function runLoop(options: RunOptions): Promise<number> {
     const { contract } = session.loaded;
     const unconfined = session.loop.status === "running" ? await preflightZones(contract) : null;
     if (unconfined) progress(mode, paint(unconfined, "yellow"));
+    // A resumed loop's pinned contract is checked here (a new one's was, before it was created).
+    else if (session.loop.status === "running" && session.resumed) await preflightAgent(contract, mode);
 
     let ran = 0;
     while (session.loop.status === "running" && !(options.once && ran > 0)) {
