@@ -144,6 +144,12 @@ export async function closeAgentZone(repo: string): Promise<void> {
   await rm(processRoot(), { recursive: true, force: true });
 }
 
+/** `~/x` for a path in the home directory, anything else as it is. */
+function homeRelative(dir: string): string {
+  const relative = path.relative(os.homedir(), dir);
+  return relative !== "" && !relative.startsWith("..") && !path.isAbsolute(relative) ? `~/${relative}` : dir;
+}
+
 /** What one agent run did, and how it was confined. */
 export interface ZonedAgentRun {
   result: CommandResult;
@@ -259,7 +265,8 @@ async function runConfined(options: Parameters<typeof runAgentInZone>[0], extra:
     mechanism: "bwrap",
     network: typeof network === "object" ? "allow" : network,
     ...(typeof network === "object" ? { allow: [...network.allow] } : {}),
-    ...(named.length + toolchains.length > 0 ? { mounts: [...(agent.mounts ?? []), ...toolchains] } : {}),
+    // As the contract writes them, and toolchains under the home directory as `~/…`: the log is public.
+    ...(named.length + toolchains.length > 0 ? { mounts: [...(agent.mounts ?? []), ...toolchains.map(homeRelative)] } : {}),
     ...(audit ? { hosts: audit.hosts, ...(audit.hosts_omitted > 0 ? { hosts_omitted: audit.hosts_omitted } : {}) } : {}),
     ...(minted ? { credential: true } : {}),
   };
