@@ -78,6 +78,8 @@ function vitestProject(junit: boolean): Project {
   return {
     gate: `node ${VITEST} run${reporter}`,
     junit,
+    // loopwarden's own node_modules, which the exec zone hides when the checkout is under /tmp or $HOME.
+    mounts: [path.join(ROOT, "node_modules")],
     files: {
       "package.json": JSON.stringify({ name: "sums", private: true, type: "module" }, null, 2),
       "src/sum.js": SUM_JS,

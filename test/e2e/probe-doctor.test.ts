@@ -117,6 +117,7 @@ describe("probe and doctor", () => {
       "ok agent network",
       "ok agent variables",
       "ok mounts",
+      "ok paths",
       "ok gates' network",
       "ok working tree",
       "skip coordinator",

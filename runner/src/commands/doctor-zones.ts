@@ -3,7 +3,8 @@ import path from "node:path";
 import type { Contract } from "../../../shared/wire/contract.js";
 import { isWithin } from "../environment.js";
 import { isConfined } from "../zones/isolation.js";
-import { SANDBOX_REMEDY, sandboxSupport } from "../zones/sandbox.js";
+import { parse as parseShell } from "shell-quote";
+import { SANDBOX_REMEDY, hiddenPaths, sandboxSupport, toolchainMounts } from "../zones/sandbox.js";
 import { AGENT_PRESETS } from "./agent-presets.js";
 
 // What `doctor` says of the two zones before a loop starts (DESIGN §6.7): whether they can be built
@@ -47,6 +48,31 @@ export function credentialStoreIn(mount: string, home = os.homedir()): string | 
     if (isWithin(dir, store) || isWithin(store, dir)) return store;
   }
   return null;
+}
+
+/** The commands that run in the exec zone, each with what to call it. */
+function judgingCommands(contract: Contract): { what: string; command: string }[] {
+  return [
+    ...(contract.exec?.setup ? [{ what: "exec.setup", command: contract.exec.setup }] : []),
+    ...contract.gates.map((gate) => ({ what: `gate ${gate.name}`, command: gate.run })),
+    ...(contract.metric ? [{ what: "the metric", command: contract.metric.run }] : []),
+    ...(contract.tasks ?? []).map((task) => ({ what: `task ${task.id}`, command: task.check })),
+  ];
+}
+
+/**
+ * The absolute paths a command names that a zone would not see: under a private directory (/tmp, the
+ * temporary directory, $HOME) or a hidden one, and not mounted back (`mounts`, PATH's toolchains).
+ */
+export function unseenPaths(command: string, mounts: readonly string[], home = os.homedir()): string[] {
+  const privateRoots = ["/tmp", os.tmpdir(), home, ...hiddenPaths()];
+  const readable = [...mounts.map((mount) => (mount.startsWith("~/") ? path.join(home, mount.slice(2)) : mount)), ...toolchainMounts(process.env, home)];
+  const words = parseShell(command).filter((word): word is string => typeof word === "string");
+  const files = words.flatMap((word) => {
+    const value = word.includes("=") ? word.slice(word.indexOf("=") + 1) : word;
+    return path.isAbsolute(value) ? [path.normalize(value)] : [];
+  });
+  return [...new Set(files)].filter((file) => privateRoots.some((root) => isWithin(file, root)) && !readable.some((dir) => isWithin(file, dir)));
 }
 
 /** The preset a command looks like it runs (its first word, after any VAR=value), if any. */
@@ -130,6 +156,19 @@ export async function zoneChecks(contract: Contract, env: NodeJS.ProcessEnv = pr
           detail: `${stores.join(", ")} holds credentials, and the zone can read all of them: pass the one key the agent needs by name (agent.env) instead`,
         }
       : { check: "mounts", status: "ok", detail: "no credential store is mounted into a zone" },
+  );
+  const unseen = [
+    ...unseenPaths(agent.run, agent.mounts ?? []).map((file) => `the agent command names ${file}`),
+    ...judgingCommands(contract).flatMap(({ what, command }) => unseenPaths(command, contract.exec?.mounts ?? []).map((file) => `${what} names ${file}`)),
+  ];
+  checks.push(
+    unseen.length > 0
+      ? {
+          check: "paths",
+          status: "warn",
+          detail: `${unseen.join("; ")}, which the zones do not share with the host (/tmp and $HOME are private and empty there, the repository and the state directory hidden): a command that reads it needs it mounted read-only (agent.mounts, exec.mounts) or moved into the repository`,
+        }
+      : { check: "paths", status: "ok", detail: "no command names a path the zones hide" },
   );
   checks.push({
     check: "gates' network",

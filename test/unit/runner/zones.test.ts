@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { credentialStoreIn } from "../../../runner/src/commands/doctor-zones.js";
+import { credentialStoreIn, unseenPaths } from "../../../runner/src/commands/doctor-zones.js";
 import { runCommand } from "../../../runner/src/exec.js";
 import { makeWorkspace, removeWorkspace, runAgentInZone } from "../../../runner/src/zones/agent-zone.js";
 import { Contract } from "../../../shared/wire/contract.js";
@@ -81,6 +81,16 @@ describe("the zone's view", () => {
     hideRepositoryOf("/srv/bare/app.git/objects");
     expect(hiddenPaths()).toContain("/srv/bare/app.git");
     expect(hiddenPaths()).not.toContain("/srv/bare");
+  });
+
+  it("names the paths a command reads that a zone would not see, unless they are mounted", () => {
+    const home = "/home/someone";
+    expect(unseenPaths("node /tmp/tools/check.js --out=/home/someone/report.xml /usr/bin/true", [], home)).toEqual([
+      "/tmp/tools/check.js",
+      "/home/someone/report.xml",
+    ]);
+    expect(unseenPaths("node /tmp/tools/check.js", ["/tmp/tools"], home)).toEqual([]);
+    expect(unseenPaths("cat ~/data.csv | node relative/script.js", ["~/data.csv"], home)).toEqual([]);
   });
 
   it("knows a mounted credential store when it sees one", () => {
