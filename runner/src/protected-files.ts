@@ -13,13 +13,13 @@ import { git } from "./git.js";
 // the gate is `npm test`. A file the check is run *on* is not: `node --check src/app.js` and
 // `eslint src/app.js` name the code under test, which is the agent's to change.
 
-/** Every command of the contract that judges a candidate: gates, the metric, task checks, and the setup run before them. */
-function judgingCommands(contract: Contract): string[] {
+/** Every command of the contract that judges a candidate — the setup run before the gates, the gates, the metric, task checks — with what to call it. */
+export function judgingCommands(contract: Contract): { what: string; command: string }[] {
   return [
-    ...(contract.exec?.setup ? [contract.exec.setup] : []),
-    ...contract.gates.map((gate) => gate.run),
-    ...(contract.metric ? [contract.metric.run] : []),
-    ...(contract.tasks ?? []).map((task) => task.check),
+    ...(contract.exec?.setup ? [{ what: "exec.setup", command: contract.exec.setup }] : []),
+    ...contract.gates.map((gate) => ({ what: `gate ${gate.name}`, command: gate.run })),
+    ...(contract.metric ? [{ what: "the metric", command: contract.metric.run }] : []),
+    ...(contract.tasks ?? []).map((task) => ({ what: `task ${task.id}`, command: task.check })),
   ];
 }
 
@@ -162,7 +162,7 @@ function scriptsRun(words: readonly string[], scripts: Readonly<Record<string, s
 export function commandNamedFiles(contract: Contract, tracked: readonly string[], scripts: Readonly<Record<string, string>> = {}): string[] {
   const trackedSet = new Set(tracked);
   const named = new Set<string>();
-  const pending = judgingCommands(contract);
+  const pending = judgingCommands(contract).map(({ command }) => command);
   const seen = new Set<string>();
   // Scripts may run scripts (`"test": "npm run lint && npm run unit"`); each is read once.
   for (let command = pending.pop(); command !== undefined; command = pending.pop()) {

@@ -2,6 +2,7 @@ import os from "node:os";
 import path from "node:path";
 import type { Contract } from "../../../shared/wire/contract.js";
 import { isWithin } from "../environment.js";
+import { judgingCommands } from "../protected-files.js";
 import { isConfined } from "../zones/isolation.js";
 import { parse as parseShell } from "shell-quote";
 import { SANDBOX_REMEDY, hiddenPaths, sandboxSupport, toolchainMounts } from "../zones/sandbox.js";
@@ -48,16 +49,6 @@ export function credentialStoreIn(mount: string, home = os.homedir()): string | 
     if (isWithin(dir, store) || isWithin(store, dir)) return store;
   }
   return null;
-}
-
-/** The commands that run in the exec zone, each with what to call it. */
-function judgingCommands(contract: Contract): { what: string; command: string }[] {
-  return [
-    ...(contract.exec?.setup ? [{ what: "exec.setup", command: contract.exec.setup }] : []),
-    ...contract.gates.map((gate) => ({ what: `gate ${gate.name}`, command: gate.run })),
-    ...(contract.metric ? [{ what: "the metric", command: contract.metric.run }] : []),
-    ...(contract.tasks ?? []).map((task) => ({ what: `task ${task.id}`, command: task.check })),
-  ];
 }
 
 /**
