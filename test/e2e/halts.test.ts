@@ -1,19 +1,8 @@
-import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { gitIn, makeRepo, recordedLoopId, runCli, sharedCoordinator } from "../support/cli.js";
-
-/** Processes whose command line carries `marker` (pgrep's own excluded). */
-function processesWith(marker: string): string[] {
-  try {
-    return execFileSync("pgrep", ["-af", marker], { encoding: "utf8" })
-      .split("\n")
-      .filter((line) => line && !line.includes("pgrep"));
-  } catch {
-    return [];
-  }
-}
+import { processesWith } from "../support/zone-markers.js";
 
 // Each halt reason the slice can reach, with its exit code (DESIGN §7), against one shared coordinator.
 describe("halts and refusals", () => {

@@ -1,20 +1,9 @@
-import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { isAlive, isGoneWithin } from "../support/process.js";
 import { exitOf, makeRepo, runCli, startCli, tempDir, waitFor } from "../support/cli.js";
-
-/** Processes whose command line carries `marker` (pgrep's own excluded). */
-function processesWith(marker: string): string[] {
-  try {
-    return execFileSync("pgrep", ["-af", marker], { encoding: "utf8" })
-      .split("\n")
-      .filter((line) => line && !line.includes("pgrep"));
-  } catch {
-    return [];
-  }
-}
+import { processesWith } from "../support/zone-markers.js";
 
 /** Whether every process carrying `marker` is gone within `ms`. */
 async function allGoneWithin(marker: string, ms = 5_000): Promise<boolean> {

@@ -1,9 +1,9 @@
-import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AgentRun } from "../../shared/engine/index.js";
+import { processesWith } from "../support/zone-markers.js";
 import { gitIn, loopEvents, makeRepo, recordedLoopId, runCli, sharedCoordinator, tempDir, TEST_OWNER_TOKEN } from "../support/cli.js";
 
 // Hostile agents against the two zones (DESIGN §6.7). Each one tries to earn a verdict without the work —
@@ -16,17 +16,6 @@ import { gitIn, loopEvents, makeRepo, recordedLoopId, runCli, sharedCoordinator,
 const MARKER = "lw-zones-hostile";
 /** The check: value.txt must say "fixed". */
 const CHECK = `import { readFileSync } from "node:fs";\nprocess.exit(readFileSync("value.txt", "utf8").trim() === "fixed" ? 0 : 1);\n`;
-
-/** Processes whose command line carries `marker`, other than the ones pgrep runs as. */
-function processesWith(marker: string): string[] {
-  try {
-    return execFileSync("pgrep", ["-af", marker], { encoding: "utf8" })
-      .split("\n")
-      .filter((line) => line && !line.includes("pgrep"));
-  } catch {
-    return [];
-  }
-}
 
 /** The rejected candidates' commits (kept under refs/loopwarden/rejected/). */
 function rejectedCommits(repo: string): string[] {

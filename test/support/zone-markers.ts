@@ -21,12 +21,12 @@ export function dirsHolding(root: string, file: string): string[] {
     .sort();
 }
 
-/** The host's processes whose command line carries `marker` (`pgrep -af`), as "pid command line" lines. */
+/** The host's processes whose command line carries `marker` (`pgrep -af`, its own excluded), as "pid command line" lines. */
 export function processesWith(marker: string): string[] {
   try {
     return execFileSync("pgrep", ["-af", marker], { encoding: "utf8" })
       .split("\n")
-      .filter((line) => line.length > 0);
+      .filter((line) => line.length > 0 && !line.includes("pgrep"));
   } catch {
     // pgrep exits 1 when nothing matches.
     return [];
