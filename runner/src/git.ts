@@ -274,6 +274,26 @@ export async function snapshotWorkTree(
   return { commit, diff: diffOfPatch(patch) };
 }
 
+/**
+ * Keeps the tree left in `workTree` (an interrupted agent's workspace) as a commit on `base` under
+ * `ref`, read as `snapshotWorkTree` reads it, without moving any branch or touching the working tree.
+ * Answers false, and keeps nothing, when the tree is `base`'s or cannot be read.
+ */
+export async function setAsideWorkTree(repo: string, workTree: string, index: string, base: string, ref: string, message: string): Promise<boolean> {
+  try {
+    const env = { GIT_INDEX_FILE: index };
+    await git(repo, ["--work-tree", workTree, "add", "-A"], { env });
+    const tree = (await git(repo, ["write-tree"], { env })).trim();
+    if (tree === (await git(repo, ["rev-parse", `${base}^{tree}`])).trim()) return false;
+    const identity = await identityArgs(repo);
+    const commit = (await git(repo, [...identity, "commit-tree", tree, "-p", base, "-m", message])).trim();
+    await git(repo, ["update-ref", ref, commit]);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** Runs git's automatic maintenance, as a commit would have (`git maintenance run --auto`). */
 export async function maintainRepository(repo: string): Promise<void> {
   await git(repo, ["maintenance", "run", "--auto", "--quiet"]);

@@ -53,7 +53,7 @@ import { proposalBundle, withBundleUploaded } from "./candidate-bundles.js";
 import { evidenceRefusal } from "./artifact-files.js";
 import type { Contract, Labels } from "../../shared/wire/contract.js";
 import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
-import { removeStaleWorkspaces } from "./zones/agent-zone.js";
+import { settleStaleWorkspaces } from "./zones/agent-zone.js";
 import { hideFromZones } from "./zones/sandbox.js";
 
 // What `run` and `step` share: finding the contract, creating or resuming the loop, committing a
@@ -198,7 +198,9 @@ export async function openSession(
   const repo = await repoRoot(options.cwd);
   await headCommit(repo);
   await excludeStateDir(repo);
-  await Promise.all([removeStaleClones(), removeStaleWorkspaces()]);
+  const [, setAside] = await Promise.all([removeStaleClones(), settleStaleWorkspaces(repo)]);
+  // An agent's edits that a killed runner left in its workspace are kept, never lost (DESIGN §6.6).
+  for (const ref of setAside) progress(options, `set aside the edits an interrupted agent run left in its workspace at ${ref}`);
   // Neither zone ever sees the user's repository (DESIGN §6.7).
   hideFromZones(repo);
 

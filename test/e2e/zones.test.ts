@@ -3,8 +3,20 @@ import { createServer, type Server } from "node:http";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AgentRun } from "../../shared/engine/index.js";
-import { processesWith } from "../support/zone-markers.js";
-import { gitIn, loopEvents, makeRepo, recordedLoopId, runCli, sharedCoordinator, tempDir, TEST_OWNER_TOKEN } from "../support/cli.js";
+import { processesWith, survivorsAfter } from "../support/zone-markers.js";
+import {
+  exitOf,
+  gitIn,
+  loopEvents,
+  makeRepo,
+  recordedLoopId,
+  runCli,
+  sharedCoordinator,
+  startCli,
+  tempDir,
+  TEST_OWNER_TOKEN,
+  waitFor,
+} from "../support/cli.js";
 
 // Hostile agents against the two zones (DESIGN §6.7). Each one tries to earn a verdict without the work —
 // a process left behind to patch the evaluation clones, the runner's token taken from /proc or the state
@@ -233,6 +245,32 @@ if (process.env.LEAKED_SECRET !== undefined) { console.error("a variable the con
       /^agent network: none, but the agent command runs Claude Code, which must reach api\.anthropic\.com:443/,
     );
     expect(existsSync(path.join(repo, ".loopwarden", "state.json"))).toBe(false);
+  });
+
+  it("a runner killed while its agent works leaves the agent's edits, which the next run sets aside, never lost", async () => {
+    const repo = project("killed", "", "  env: [HOLD]");
+    // The agent writes, then (while HOLD is set) waits far longer than the test.
+    writeFileSync(
+      path.join(repo, "loop.yaml"),
+      readFileSync(path.join(repo, "loop.yaml"), "utf8").replace(
+        "run: node agent.mjs",
+        `run: 'echo partial > partial.txt; if [ -n "$HOLD" ]; then exec node -e "setTimeout(() => {}, 60000)" ${MARKER}-killed; fi'`,
+      ),
+    );
+    gitIn(repo, "commit", "-qam", "a slow agent");
+    const runner = startCli(["--server", coordinator.url, "run"], { cwd: repo, env: { HOLD: "1" } });
+    try {
+      await waitFor(() => processesWith(`${MARKER}-killed`).length > 0, "the agent to start");
+    } finally {
+      runner.kill("SIGKILL");
+      await exitOf(runner);
+    }
+    expect(await survivorsAfter(`${MARKER}-killed`)).toEqual([]);
+    const resumed = await runCli(["--server", coordinator.url, "run"], { cwd: repo });
+    expect(resumed.stderr).toMatch(/set aside the edits an interrupted agent run left in its workspace at refs\/loopwarden\/interrupted\//);
+    const refs = gitIn(repo, "for-each-ref", "--format=%(refname)", "refs/loopwarden/interrupted/").split("\n").filter(Boolean);
+    expect(refs).toHaveLength(1);
+    expect(gitIn(repo, "show", `${refs[0]}:partial.txt`)).toBe("partial\n");
   });
 
   it("a per-run credential is minted before each agent run, given by name, and revoked after it", async () => {

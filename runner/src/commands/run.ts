@@ -164,7 +164,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
       progress(mode, `[${iteration}] running the agent${unconfined ? " UNCONFINED" : ""}: ${command}`);
       // A workspace of its own, a clone of the best so far (DESIGN §6.7): the agent never touches the
       // user's repository, and the runner reads back only the tree it leaves.
-      const workspace = await timed("workspace", () => makeWorkspace(session.repo, session.loop.best.commit));
+      const workspace = await timed("workspace", () => makeWorkspace(session.repo, session.loop.best.commit, session.loop.loop_id));
       let proposal: ProposeCandidateRequest;
       try {
         const files = await timed("context", async () => writeAgentContext(session.repo, await stateAtHead(session), workspace.dir));

@@ -1,15 +1,16 @@
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { appendFile, copyFile, mkdir, readdir, rm, writeFile } from "node:fs/promises";
+import { appendFile, copyFile, mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { quote } from "shell-quote";
+import { z } from "zod";
 import type { AgentConfinement } from "../../../shared/wire/confinement.js";
 import type { Contract } from "../../../shared/wire/contract.js";
 import { childEnv } from "../environment.js";
 import { UserError } from "../errors.js";
 import { runCommand, type CommandResult } from "../exec.js";
-import { blankClone, checkoutDetached, gitDirOf, objectsDirOf } from "../git.js";
+import { blankClone, checkoutDetached, gitDirOf, objectsDirOf, setAsideWorkTree } from "../git.js";
 import { isProcessAlive } from "../processes.js";
 import { onShutdown } from "../shutdown.js";
 import { FORWARDER_SOURCE, startAgentProxy, type AgentProxy } from "./agent-proxy.js";
@@ -75,7 +76,7 @@ export async function dropPreparedWorkspace(repo: string): Promise<void> {
  * (the one `prepareWorkspace` made when there is one), no remote, hooks off, and the runner's copy of
  * its index beside it, where the agent cannot see it.
  */
-export async function makeWorkspace(repo: string, commit: string): Promise<Workspace> {
+export async function makeWorkspace(repo: string, commit: string, loopId?: string): Promise<Workspace> {
   const ahead = prepared.get(path.resolve(repo));
   prepared.delete(path.resolve(repo));
   const dir = (await ahead?.catch(() => null)) ?? (await blankWorkspace(repo));
@@ -83,6 +84,11 @@ export async function makeWorkspace(repo: string, commit: string): Promise<Works
     await checkoutDetached(dir, commit);
     const index = path.join(path.dirname(dir), `index-${path.basename(dir).slice("ws-".length)}`);
     await copyFile(path.join(dir, ".git", "index"), index);
+    // Whose it is, so that a runner killed while the agent works leaves its edits to be set aside.
+    if (loopId) {
+      const owner: WorkspaceOwner = { repo: path.resolve(repo), loop_id: loopId, base: commit };
+      await writeFile(ownerFile(dir), JSON.stringify(owner));
+    }
     return { dir, index };
   } catch (error) {
     await rm(dir, { recursive: true, force: true });
@@ -92,14 +98,49 @@ export async function makeWorkspace(repo: string, commit: string): Promise<Works
 
 /** Removes a workspace and the runner's index of it. */
 export async function removeWorkspace(workspace: Workspace): Promise<void> {
-  await Promise.all([rm(workspace.dir, { recursive: true, force: true }), rm(workspace.index, { force: true })]);
+  await Promise.all([rm(workspace.dir, { recursive: true, force: true }), rm(workspace.index, { force: true }), rm(ownerFile(workspace.dir), { force: true })]);
 }
 
-/** Removes the workspaces of runner processes that no longer exist (killed mid-iteration). */
-export async function removeStaleWorkspaces(): Promise<void> {
+/** Whose a workspace is: the repository, the loop and the commit the agent started from. */
+const WorkspaceOwner = z.object({ repo: z.string(), loop_id: z.string(), base: z.string() });
+type WorkspaceOwner = z.infer<typeof WorkspaceOwner>;
+
+/** Where a workspace's owner is recorded: beside it, out of the agent's sight. */
+function ownerFile(dir: string): string {
+  return `${dir}.owner.json`;
+}
+
+/**
+ * Settles the workspaces of runner processes that no longer exist (killed while an agent worked,
+ * DESIGN §6.6): the tree an agent left in one of `repo`'s is set aside as a commit on the commit it
+ * started from, under `refs/loopwarden/interrupted/<loop-id>/<time>` (read as data, with the runner's
+ * own index, as a candidate is), and the workspace removed. Another repository's are left for it to
+ * settle; what holds none (a workspace made ahead, a proxy's socket) is removed. Answers the refs made.
+ */
+export async function settleStaleWorkspaces(repo: string): Promise<string[]> {
+  const kept: string[] = [];
   for (const entry of await readdir(workspacesRoot()).catch((): string[] => [])) {
-    if (!isProcessAlive(Number(entry))) await rm(path.join(workspacesRoot(), entry), { recursive: true, force: true });
+    if (isProcessAlive(Number(entry))) continue;
+    const root = path.join(workspacesRoot(), entry);
+    let othersLeft = false;
+    for (const name of (await readdir(root).catch((): string[] => [])).filter((file) => file.endsWith(".owner.json"))) {
+      const owner = WorkspaceOwner.safeParse(JSON.parse(await readFile(path.join(root, name), "utf8").catch(() => "null")));
+      if (!owner.success) continue;
+      if (owner.data.repo !== path.resolve(repo)) {
+        othersLeft = true;
+        continue;
+      }
+      const dir = path.join(root, name.slice(0, -".owner.json".length));
+      const index = path.join(root, `index-${path.basename(dir).slice("ws-".length)}`);
+      const ref = `refs/loopwarden/interrupted/${owner.data.loop_id}/${Date.now()}-${path.basename(dir)}`;
+      if (await setAsideWorkTree(repo, dir, index, owner.data.base, ref, `loopwarden: edits of an agent run interrupted in loop ${owner.data.loop_id}`)) {
+        kept.push(ref);
+      }
+      await removeWorkspace({ dir, index });
+    }
+    if (!othersLeft) await rm(root, { recursive: true, force: true });
   }
+  return kept;
 }
 
 // What a confined agent gets of the runner's environment besides what the contract names: what a shell
