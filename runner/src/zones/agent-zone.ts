@@ -1,4 +1,5 @@
 import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { appendFile, copyFile, mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
@@ -115,7 +116,8 @@ function ownerFile(dir: string): string {
  * DESIGN §6.6): the tree an agent left in one of `repo`'s is set aside as a commit on the commit it
  * started from, under `refs/loopwarden/interrupted/<loop-id>/<time>` (read as data, with the runner's
  * own index, as a candidate is), and the workspace removed. Another repository's are left for it to
- * settle; what holds none (a workspace made ahead, a proxy's socket) is removed. Answers the refs made.
+ * settle, unless that repository no longer exists; what holds none (a workspace made ahead, a proxy's
+ * socket) is removed. Answers the refs made.
  */
 export async function settleStaleWorkspaces(repo: string): Promise<string[]> {
   const kept: string[] = [];
@@ -126,12 +128,14 @@ export async function settleStaleWorkspaces(repo: string): Promise<string[]> {
     for (const name of (await readdir(root).catch((): string[] => [])).filter((file) => file.endsWith(".owner.json"))) {
       const owner = WorkspaceOwner.safeParse(JSON.parse(await readFile(path.join(root, name), "utf8").catch(() => "null")));
       if (!owner.success) continue;
-      if (owner.data.repo !== path.resolve(repo)) {
-        othersLeft = true;
-        continue;
-      }
       const dir = path.join(root, name.slice(0, -".owner.json".length));
       const index = path.join(root, `index-${path.basename(dir).slice("ws-".length)}`);
+      if (owner.data.repo !== path.resolve(repo)) {
+        // Kept for its repository's next run, unless that repository is gone: then nobody can want it.
+        if (existsSync(owner.data.repo)) othersLeft = true;
+        else await removeWorkspace({ dir, index });
+        continue;
+      }
       const ref = `refs/loopwarden/interrupted/${owner.data.loop_id}/${Date.now()}-${path.basename(dir)}`;
       if (await setAsideWorkTree(repo, dir, index, owner.data.base, ref, `loopwarden: edits of an agent run interrupted in loop ${owner.data.loop_id}`)) {
         kept.push(ref);

@@ -1,11 +1,11 @@
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { credentialStoreIn, unseenPaths } from "../../../runner/src/commands/doctor-zones.js";
 import { runCommand } from "../../../runner/src/exec.js";
-import { makeWorkspace, removeWorkspace, runAgentInZone } from "../../../runner/src/zones/agent-zone.js";
+import { makeWorkspace, removeWorkspace, runAgentInZone, settleStaleWorkspaces } from "../../../runner/src/zones/agent-zone.js";
 import { Contract } from "../../../shared/wire/contract.js";
 import { startLoopbackServer } from "../../support/loopback.js";
 import {
@@ -195,5 +195,30 @@ describe("a per-run credential", () => {
     );
     expect(existsSync(path.join(workspace.dir, "ran.txt"))).toBe(false);
     await removeWorkspace(workspace);
+  });
+});
+
+describe("workspaces a killed runner left", () => {
+  it("are set aside for their repository's next run, and removed when their repository is gone", async () => {
+    const repo = mkdtempSync(path.join(tmp, "stale-"));
+    execFileSync("git", ["init", "-q", "-b", "main"], { cwd: repo });
+    writeFileSync(path.join(repo, "file.txt"), "x\n");
+    execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@l", "add", "-A"], { cwd: repo });
+    execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@l", "commit", "-qm", "init"], { cwd: repo });
+    const base = execFileSync("git", ["rev-parse", "HEAD"], { cwd: repo, encoding: "utf8" }).trim();
+    // Two workspaces of a runner that no longer exists (a pid above any this machine hands out): one of
+    // this repository with an agent's edit, one of a repository since deleted.
+    const workspace = await makeWorkspace(repo, base, "lp_stale");
+    writeFileSync(path.join(workspace.dir, "edit.txt"), "the agent's\n");
+    const gone = await makeWorkspace(repo, base, "lp_gone");
+    const ownerOfGone = `${gone.dir}.owner.json`;
+    writeFileSync(ownerOfGone, readFileSync(ownerOfGone, "utf8").replace(JSON.stringify(path.resolve(repo)), JSON.stringify(path.join(tmp, "deleted-repo"))));
+    const dead = path.join(path.dirname(path.dirname(workspace.dir)), "4194301");
+    renameSync(path.dirname(workspace.dir), dead);
+    const refs = await settleStaleWorkspaces(repo);
+    expect(refs).toHaveLength(1);
+    expect(refs[0]).toMatch(/^refs\/loopwarden\/interrupted\/lp_stale\//);
+    expect(execFileSync("git", ["show", `${refs[0]}:edit.txt`], { cwd: repo, encoding: "utf8" })).toBe("the agent's\n");
+    expect(existsSync(dead)).toBe(false);
   });
 });
