@@ -1,7 +1,6 @@
-import { execFile, spawn } from "node:child_process";
-import path from "node:path";
+import { spawn } from "node:child_process";
 import { UserError } from "./errors.js";
-import { executableIn } from "./processes.js";
+import { findExecutable, tryCommand } from "./processes.js";
 import { onShutdown } from "./shutdown.js";
 import { countSpawn } from "./timings.js";
 import { requireSandbox, zoneArgs, type ZoneSpec } from "./zones/sandbox.js";
@@ -36,22 +35,6 @@ const ISOLATED_SHELL = [
   'exec /bin/sh -c "$2"',
 ].join("\n");
 
-function findExecutable(name: string, extraDirs: string[] = []): Promise<string | null> {
-  return executableIn([...(process.env.PATH ?? "").split(path.delimiter).filter(Boolean), ...extraDirs], name);
-}
-
-function tryPrefix(prefix: string[]): Promise<{ ok: true } | { ok: false; reason: string }> {
-  return new Promise((resolve) => {
-    const [file, ...args] = prefix;
-    if (!file) return resolve({ ok: false, reason: "no command" });
-    execFile(file, [...args, "true"], { timeout: 10_000 }, (error, _stdout, stderr) => {
-      if (!error) return resolve({ ok: true });
-      const said = String(stderr).trim().split("\n").filter(Boolean).pop();
-      resolve({ ok: false, reason: said || error.message });
-    });
-  });
-}
-
 /**
  * Finds how to run a command in a network namespace of its own on this machine, by trying it once:
  * `unshare --net` as root, else `unshare --map-root-user --net` (an unprivileged user namespace, in
@@ -69,9 +52,9 @@ export async function probeNetworkIsolation(binaries: { unshare?: string | null;
   let reason = "";
   for (const flags of attempts) {
     const prefix = [unshare, ...flags, "/bin/sh", "-c", ISOLATED_SHELL, "loopwarden-netns", ip];
-    const tried = await tryPrefix(prefix);
-    if (tried.ok) return { available: true, prefix, how: `unshare ${flags.join(" ")}` };
-    reason = `unshare ${flags.join(" ")}: ${tried.reason}`;
+    const failure = await tryCommand([...prefix, "true"]);
+    if (failure === null) return { available: true, prefix, how: `unshare ${flags.join(" ")}` };
+    reason = `unshare ${flags.join(" ")}: ${failure}`;
   }
   return { available: false, reason };
 }

@@ -1,3 +1,4 @@
+import { execFile } from "node:child_process";
 import { access, constants } from "node:fs/promises";
 import path from "node:path";
 
@@ -26,4 +27,24 @@ export async function executableIn(dirs: readonly string[], name: string): Promi
     }
   }
   return null;
+}
+
+/** The first executable named `name` on PATH, then in `extraDirs`; null when none has it. */
+export function findExecutable(name: string, extraDirs: readonly string[] = []): Promise<string | null> {
+  return executableIn([...(process.env.PATH ?? "").split(path.delimiter).filter(Boolean), ...extraDirs], name);
+}
+
+/**
+ * Runs a command once to learn whether this machine can (a sandbox, a namespace): null when it exits 0,
+ * else the last line it said on stderr (or the error), as the reason it cannot.
+ */
+export function tryCommand(argv: readonly string[]): Promise<string | null> {
+  return new Promise((resolve) => {
+    const [file, ...args] = argv;
+    if (!file) return resolve("no command");
+    execFile(file, args, { timeout: 10_000 }, (error, _stdout, stderr) => {
+      if (!error) return resolve(null);
+      resolve(String(stderr).trim().split("\n").filter(Boolean).pop() || error.message);
+    });
+  });
 }

@@ -1,10 +1,9 @@
-import { execFile } from "node:child_process";
 import { existsSync, realpathSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { UserError } from "../errors.js";
 import { isWithin } from "../environment.js";
-import { executableIn } from "../processes.js";
+import { findExecutable, tryCommand } from "../processes.js";
 
 // The walls between the agent and what decides (DESIGN §6.7). Both zones — the agent's and the exec
 // zone, where gates, metrics and task checks run — are bubblewrap sandboxes: a PID namespace of their
@@ -42,30 +41,23 @@ export const SANDBOX_REMEDY =
   "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap) on Linux with unprivileged user namespaces allowed (or run as root), " +
   "or opt out with `isolation: none` in the contract (or --unconfined), which the receipt then records";
 
-function tryBwrap(bwrap: string): Promise<string | null> {
-  return new Promise((resolve) => {
-    const args = [
-      "--ro-bind",
-      "/",
-      "/",
-      "--dev",
-      "/dev",
-      "--proc",
-      "/proc",
-      "--tmpfs",
-      "/tmp",
-      "--unshare-pid",
-      "--unshare-net",
-      "--die-with-parent",
-      "--",
-      "/bin/true",
-    ];
-    execFile(bwrap, args, { timeout: 10_000 }, (error, _stdout, stderr) => {
-      if (!error) return resolve(null);
-      resolve(String(stderr).trim().split("\n").filter(Boolean).pop() ?? error.message);
-    });
-  });
-}
+// One zone built and torn down: what `probeSandbox` asks bubblewrap to do before any run relies on it.
+const PROBE_ARGS = [
+  "--ro-bind",
+  "/",
+  "/",
+  "--dev",
+  "/dev",
+  "--proc",
+  "/proc",
+  "--tmpfs",
+  "/tmp",
+  "--unshare-pid",
+  "--unshare-net",
+  "--die-with-parent",
+  "--",
+  "/bin/true",
+];
 
 /**
  * Finds whether zones can be built on this machine, by building one: bubblewrap on PATH, able to make
@@ -76,9 +68,9 @@ export async function probeSandbox(bwrapPath?: string | null): Promise<SandboxSu
   if (process.platform !== "linux") {
     return { available: false, reason: `the zones are built with Linux namespaces and this is ${process.platform} (macOS's Seatbelt is on the roadmap)` };
   }
-  const bwrap = bwrapPath === undefined ? await executableIn((process.env.PATH ?? "").split(path.delimiter).filter(Boolean), "bwrap") : bwrapPath;
+  const bwrap = bwrapPath === undefined ? await findExecutable("bwrap") : bwrapPath;
   if (!bwrap) return { available: false, reason: "bubblewrap (bwrap) is not installed or not on PATH" };
-  const failure = await tryBwrap(bwrap);
+  const failure = await tryCommand([bwrap, ...PROBE_ARGS]);
   if (failure !== null) return { available: false, reason: `bubblewrap cannot build a sandbox here: ${failure}` };
   return { available: true, bwrap };
 }
