@@ -193,7 +193,12 @@ describe("parallel evaluation: two candidates evaluated at once, promotions seri
       started.push(...workers);
 
       // Both gates are running at once: each runner holds one candidate's lease, both against t0.
-      await waitFor(() => gates.runs("c1") === 1 && gates.runs("c2") === 1, "both candidates' gates to start", 90_000);
+      // Both runners' output in the failure, should a runner stop or a gate never start (an intermittent
+      // timeout here under a full suite's load is not yet understood).
+      await waitFor(() => gates.runs("c1") === 1 && gates.runs("c2") === 1, "both candidates' gates to start", 90_000).catch((error: unknown) => {
+        const outputs = workers.map((worker, index) => `runner-${index + 1} (exit ${worker.exitCode}):\n${worker.output()}`).join("\n");
+        throw new Error(`${(error as Error).message}; gate runs c1=${gates.runs("c1")} c2=${gates.runs("c2")}\n${outputs}`);
+      });
       const overlapping = await loopEvents(coordinator.url, loopId);
       const leasesNow = overlapping.flatMap((event) => (event.type === "lease_granted" ? [event.data] : []));
       expect(leasesNow.map((lease) => [lease.candidate_id, lease.compare_to?.candidate_id]).sort()).toEqual([
