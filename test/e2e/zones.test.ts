@@ -260,7 +260,8 @@ if (process.env.LEAKED_SECRET !== undefined) { console.error("a variable the con
     gitIn(repo, "commit", "-qam", "a slow agent");
     const runner = startCli(["--server", coordinator.url, "run"], { cwd: repo, env: { HOLD: "1" } });
     try {
-      await waitFor(() => processesWith(`${MARKER}-killed`).length > 0, "the agent to start");
+      // The agent itself, not bubblewrap's command line (which names it too, before the zone is set up).
+      await waitFor(() => processesWith(`${MARKER}-killed`).some((line) => /^\d+ node /.test(line)), "the agent to start");
     } finally {
       runner.kill("SIGKILL");
       await exitOf(runner);
