@@ -19,6 +19,8 @@ export interface ContractOptions {
   /** The check's test report (flag-only mode): its test ids make every fixed test count (DESIGN §5). */
   junit?: string | undefined;
   tap?: string | undefined;
+  /** The scope (flag-only mode): the globs of the paths a candidate may change (DESIGN §6.4). */
+  scope?: string[] | undefined;
   /** Start another loop even when one is recorded for this contract (DESIGN §6.6). */
   new?: boolean | undefined;
 }
@@ -27,6 +29,9 @@ export interface ContractOptions {
 export async function resolveContract(repo: string, options: ContractOptions): Promise<LoadedContract> {
   const flagOnly = options.check !== undefined || options.exec !== undefined;
   if (!flagOnly) {
+    if (options.scope !== undefined) {
+      throw new UserError(`--scope is for flag-only mode (--check/--exec); with ${options.contract ?? "loop.yaml"}, write the scope there: scope: [${options.scope.join(", ")}]`, 2);
+    }
     const loaded = await loadContractFile(repo, options.contract ?? "loop.yaml");
     // With a contract file, only --max-iterations applies (the other contract flags are flag-only mode's).
     if (options.maxIterations === undefined) return loaded;
@@ -62,6 +67,7 @@ function contractFlagsGiven(options: ContractOptions): string[] {
     ["--agent-timeout", options.agentTimeout],
     ["--junit", options.junit],
     ["--tap", options.tap],
+    ["--scope", options.scope],
   ];
   return flags.filter(([, value]) => value !== undefined).map(([flag]) => flag);
 }
@@ -69,7 +75,7 @@ function contractFlagsGiven(options: ContractOptions): string[] {
 /**
  * A contract with the values the contract flags give put in — the one mapping of flags to keys: --check,
  * --check-timeout and --junit/--tap are the first gate's (`run`, `timeout`, `tests`), --exec and
- * --agent-timeout the agent's, --max-iterations `stop.max_iterations`, --name `name`.
+ * --agent-timeout the agent's, --max-iterations `stop.max_iterations`, --name `name`, --scope `scope`.
  */
 function withContractFlags(base: Contract, options: ContractOptions): Contract {
   const [gate, ...gates] = base.gates;
@@ -77,6 +83,7 @@ function withContractFlags(base: Contract, options: ContractOptions): Contract {
   return {
     ...base,
     name: options.name ?? base.name,
+    ...(options.scope !== undefined ? { scope: options.scope } : {}),
     gates: gate
       ? [{ ...gate, run: options.check ?? gate.run, timeout: options.checkTimeout ?? gate.timeout, ...(report ? { tests: report } : {}) }, ...gates]
       : base.gates,

@@ -9,7 +9,7 @@ import { withClone, type Clone } from "./clone.js";
 import { requireNetworkIsolation, runCommand, type CommandResult } from "./exec.js";
 import { execConfinement, execZone } from "./zones/isolation.js";
 import { requireSandbox } from "./zones/sandbox.js";
-import { readCoverage, readGuardsBeforeGates } from "./guard-readings.js";
+import { readCoverage, readGuardsBeforeGates, type GuardSources } from "./guard-readings.js";
 import { parseJUnit, parseMetrics, parseTap, type TestReport } from "./parsers/index.js";
 
 /** An observation and the gate logs it cites, still to be uploaded. */
@@ -190,7 +190,7 @@ export async function runGates(clone: Clone, contract: Contract, hooks: GateHook
 export interface EvaluationOptions extends GateHooks {
   contract: Contract;
   /** Guard readings (DESIGN §6.4) for a loop's evaluations: where the contract file is (null: flag-only). */
-  guards?: { contractFile: string | null };
+  guards?: GuardSources;
 }
 
 /**
@@ -202,7 +202,7 @@ export async function evaluateIn(clone: Clone, options: EvaluationOptions): Prom
   const guards = options.guards;
   if (!guards) return withTasks(clone, options, await runGates(clone, options.contract, options));
   // Taken when the clone was made ahead (the same contract's readings, of the same untouched checkout).
-  const before = await (clone.guardsBefore ?? readGuardsBeforeGates(clone.dir, options.contract, guards.contractFile));
+  const before = await (clone.guardsBefore ?? readGuardsBeforeGates(clone.dir, options.contract, guards));
   const evaluation = await withTasks(clone, options, await runGates(clone, options.contract, options));
   const coverage = await readCoverage(clone.dir, options.contract);
   if (coverage.note) options.onNote?.(coverage.note);

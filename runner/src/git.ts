@@ -346,6 +346,19 @@ export async function blankClone(repo: string, dir: string): Promise<{ shared: b
   return { shared };
 }
 
+/**
+ * The paths where `commit` differs from `base` (added, changed, deleted, or a mode changed; a rename as
+ * both of its paths), sorted, as `git diff-tree` names them: plumbing, so no diff configuration of the
+ * repository can alter it.
+ */
+export async function changedPaths(repo: string, base: string, commit: string): Promise<string[]> {
+  const out = await git(repo, ["diff-tree", "-r", "-z", "--no-commit-id", "--name-only", "--no-renames", base, commit]);
+  return out
+    .split("\0")
+    .filter((name) => name !== "")
+    .sort();
+}
+
 /** Checks out `commit`, detached, in a clone `blankClone` made. */
 export async function checkoutDetached(dir: string, commit: string): Promise<void> {
   await git(dir, ["checkout", "-q", "--detach", commit]);

@@ -3,7 +3,9 @@ import path from "node:path";
 import { parseDocument } from "yaml";
 import { sha256Hex } from "../../shared/hash.js";
 import { Contract } from "../../shared/wire/contract.js";
-import type { GuardReadings } from "../../shared/wire/observation.js";
+import { MAX_CHANGED_PATHS, type ChangedPaths, type GuardReadings } from "../../shared/wire/observation.js";
+import { JobRefused } from "./errors.js";
+import { changedPaths } from "./git.js";
 import { contractHash } from "./contract-file.js";
 import { parseLcov } from "./parsers/index.js";
 import { protectedFiles } from "./protected-files.js";
@@ -33,14 +35,35 @@ async function readContractFile(clone: string, contractFile: string | null): Pro
   return parsed?.success ? { hash: contractHash(parsed.data) } : { error: "invalid" };
 }
 
+/**
+ * What the checked-out commit changed since t0 (`baseline`), for the scope guard: at most
+ * MAX_CHANGED_PATHS paths, and how many there are. t0's commit must be in the clone's objects (the
+ * repository's, which the clone shares): a runner in a checkout without it cannot check the scope.
+ */
+async function readChangedPaths(clone: string, baseline: string): Promise<ChangedPaths> {
+  const paths = await changedPaths(clone, baseline, "HEAD").catch((error: unknown) => {
+    throw new JobRefused(
+      `cannot read what the candidate changed since t0 (${baseline.slice(0, 12)}), which the contract's scope needs: ${(error as Error).message.trim()} (fetch that commit into this checkout)`,
+    );
+  });
+  return { against: baseline, paths: paths.slice(0, MAX_CHANGED_PATHS), total: paths.length };
+}
+
 /** The guard readings taken before any gate runs: all but the coverage the gates leave. */
 export type GuardReadingsBeforeGates = Omit<GuardReadings, "coverage_percent">;
 
-/** Readings taken right after checkout, before any gate runs. */
-export async function readGuardsBeforeGates(clone: string, contract: Contract, contractFile: string | null): Promise<GuardReadingsBeforeGates> {
+/** Where a loop's guard readings are taken from: its contract file (null: flag-only) and t0's commit. */
+export interface GuardSources {
+  contractFile: string | null;
+  baseline: string;
+}
+
+/** Readings taken right after checkout, before any gate runs; what changed since t0 only when the contract has a scope. */
+export async function readGuardsBeforeGates(clone: string, contract: Contract, sources: GuardSources): Promise<GuardReadingsBeforeGates> {
   return {
-    protected_files: await hashProtectedFiles(clone, contract, contractFile),
-    contract: await readContractFile(clone, contractFile),
+    protected_files: await hashProtectedFiles(clone, contract, sources.contractFile),
+    contract: await readContractFile(clone, sources.contractFile),
+    ...(contract.scope ? { changed_paths: await readChangedPaths(clone, sources.baseline) } : {}),
   };
 }
 

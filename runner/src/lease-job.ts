@@ -8,7 +8,7 @@ import { CoordinatorError } from "./client.js";
 import { withClone, type Clone } from "./clone.js";
 import { JobRefused, UserError } from "./errors.js";
 import { evaluateIn, hardGatesPassed, type EvaluationOptions } from "./evaluate.js";
-import { foldAnswered, foldLoop, testBaseOf, type LoopReader } from "./event-log.js";
+import { foldAnswered, foldLoop, type LoopReader } from "./event-log.js";
 import { contractFileOf, type LoadedContract } from "./contract-file.js";
 import { shortCommit } from "./git.js";
 import { liveStatus, paint, progress, type OutputMode } from "./output.js";
@@ -81,13 +81,14 @@ export async function evaluateLease(
   try {
     progress(mode, `${label} evaluating ${shortCommit(lease.job.commit)} in a clean clone…`);
     const contract = ctx.loaded.contract;
-    const base = await testBaseOf(ctx);
+    const folded = ctx.folded?.state ?? (await foldLoop(ctx));
+    const base = folded.t0_base;
     // The best the lease names is what the candidate is measured against (a lease from before leases
     // named it: the best as this runner last read it).
     const compareTo = lease.job.compare_to?.commit ?? (await foldLoop(ctx)).best.commit;
     return await withClone(ctx.repo, lease.job.commit, lease.job.candidate_id, async (candidateClone) => {
       const clone = jobClone(candidateClone);
-      const evaluation = await timed("gates", () => evaluateIn(clone, { ...evaluationOptions(mode, ctx.loaded, label), contract }));
+      const evaluation = await timed("gates", () => evaluateIn(clone, { ...evaluationOptions(mode, ctx.loaded, folded.t0.commit, label), contract }));
       lost.signal.throwIfAborted();
       // What could not be stored as it was (a refusal, a log kept as its tail) is evidence in the
       // report and a warning line, once each, never the end of the job.
@@ -211,9 +212,9 @@ export async function evaluateLease(
 }
 
 /** The evaluation options of a loop's evaluations: guard readings, and progress lines for each gate. */
-function evaluationOptions(mode: OutputMode, loaded: LoadedContract, label: string): Omit<EvaluationOptions, "contract"> {
+function evaluationOptions(mode: OutputMode, loaded: LoadedContract, baseline: string, label: string): Omit<EvaluationOptions, "contract"> {
   return {
-    guards: { contractFile: contractFileOf(loaded) },
+    guards: { contractFile: contractFileOf(loaded), baseline },
     onNote: (text) => progress(mode, `${label}   ${text}`),
     onGateStart: (gate) => liveStatus(mode, `${label} gate ${gate.name}: ${gate.run}`),
     onGate: ({ gate, result, tests, metricErrors }) => {

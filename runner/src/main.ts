@@ -83,6 +83,10 @@ const contractOptions = (command: Command) =>
     .option("--junit <path>", "flag-only mode: the JUnit XML report the check writes (relative to the repository); its test ids make each fixed test count")
     .option("--tap <path>", "flag-only mode: the TAP report the check writes, instead of --junit")
     .option(
+      "--scope <glob...>",
+      "flag-only mode: the paths a candidate may change, e.g. --scope 'src/**' 'lib/**' (any other path is blocked_path_modified; without it, only the default protected set applies)",
+    )
+    .option(
       "--unconfined",
       "run the agent and the gates without their zones (DESIGN §6.7: no sandbox, the host's network), as `isolation: none` does; the log and the receipt record it",
     );
@@ -110,6 +114,7 @@ interface ContractFlags {
   agentTimeout?: string;
   junit?: string;
   tap?: string;
+  scope?: string[];
   new?: boolean;
   labels?: string;
 }

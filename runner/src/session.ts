@@ -101,7 +101,7 @@ async function measureBaseline(
   return withClone(repo, commit, "t0", async (clone) => {
     const evaluation = await evaluateIn(clone, {
       contract: loaded.contract,
-      guards: { contractFile: contractFileOf(loaded) },
+      guards: { contractFile: contractFileOf(loaded), baseline: commit },
       onNote: (text) => progress(mode, `baseline: ${text}`),
     });
     const metric = loaded.contract.metric;
@@ -327,7 +327,7 @@ export async function buildProposal(
   const evaluatesOwn = evaluatesOwnCandidate(session, candidate.agent);
   if (evaluatesOwn) {
     const { contract } = session.loaded;
-    cloneAhead(session.repo, candidate.commit, (dir) => readGuardsBeforeGates(dir, contract, contractFileOf(session.loaded)));
+    cloneAhead(session.repo, candidate.commit, (dir) => readGuardsBeforeGates(dir, contract, { contractFile: contractFileOf(session.loaded), baseline: session.loop.t0.commit }));
   }
   // Its one-line summary for the agent's history is ready by the next iteration.
   void diffSummary(session.repo, session.loop.best.commit, candidate.commit);

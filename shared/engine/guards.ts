@@ -2,6 +2,7 @@ import type { Contract } from "../wire/contract.js";
 import type { FullObservation, GuardReadings, Observation } from "../wire/observation.js";
 import type { HaltReason } from "./halt-reasons.js";
 import { formatList } from "../format-list.js";
+import { outOfScope } from "./scope.js";
 import { isDerivedTestId, shrinkageOf, type TestBase } from "./test-sets.js";
 
 // Guards (DESIGN §6.4), checked against t0 before any success or promotion can fire (invariant 2).
@@ -59,24 +60,44 @@ export function protectedGlobs(contract: Contract, contractFile: string | null):
   return contractFile === null ? [...DEFAULT_PROTECTED_GLOBS] : [contractFile, ...DEFAULT_PROTECTED_GLOBS];
 }
 
-/** What the guards keep of t0 besides its collected set (the loop's test base): its readings, and which tests it only skipped. */
+/** What the guards keep of t0 besides its collected set (the loop's test base): its commit, its readings, and which tests it only skipped. */
 export interface BaselineGuards {
+  /** t0's commit: what a candidate's changed paths are read against. */
+  commit: string;
   guards: GuardReadings | null;
   /** t0's skipped tests (collected, not run), sorted. */
   skipped: string[];
 }
 
-/** The guard baseline of t0's observation. */
-export function baselineGuards(observation: FullObservation): BaselineGuards {
+/** The guard baseline of t0: its commit and observation. */
+export function baselineGuards(commit: string, observation: FullObservation): BaselineGuards {
   const ran = new Set([...observation.tests.passing, ...observation.tests.failing]);
   const skipped = (observation.tests.skipped ?? []).filter((id) => !ran.has(id) && !isDerivedTestId(id));
-  return { guards: observation.guards ?? null, skipped: [...new Set(skipped)].sort() };
+  return { commit, guards: observation.guards ?? null, skipped: [...new Set(skipped)].sort() };
 }
 
 /** A guard that an observation violates: the halt reason it maps to and what exactly was seen. */
 export interface GuardViolation {
   halt_reason: Extract<HaltReason, "blocked_path_modified" | "metric_integrity_violation" | "workspace_invalid">;
   detail: string;
+}
+
+/**
+ * How the candidate strays from the contract's scope, or null: the paths it changed since t0 that the
+ * scope does not admit. A reading that is missing, taken against another commit than t0's, or cut short
+ * (more paths changed than a reading holds) cannot show the change stays inside: it is refused as well,
+ * so no candidate succeeds on a scope nobody checked.
+ */
+function scopeBreach(scope: readonly string[], t0Commit: string, after: GuardReadings | undefined): string | null {
+  const changed = after?.changed_paths;
+  if (!changed) return "the observation does not say which paths the candidate changed, though the contract has a scope";
+  if (changed.against !== t0Commit) return `the changed paths were read against ${changed.against.slice(0, 12)}, not t0's commit ${t0Commit.slice(0, 12)}`;
+  const outside = outOfScope(scope, changed.paths);
+  if (outside.length > 0) return `changed ${outside.length} path(s) outside the scope (${formatList([...scope])}): ${formatList(outside)}`;
+  if (changed.total > changed.paths.length) {
+    return `changed ${changed.total} paths since t0, more than the ${changed.paths.length} a scope check reads; split the change`;
+  }
+  return null;
 }
 
 function protectedChanges(before: GuardReadings, after: GuardReadings): string | null {
@@ -130,14 +151,18 @@ function shrunkTestSet(t0: BaselineGuards, base: TestBase, observation: Observat
 }
 
 /**
- * The first guard an observation violates against t0, or null. In order: protected files, the
- * collected test set, coverage, the contract file. A guard that cannot be judged (its readings were not
+ * The first guard an observation violates against t0, or null. In order: the scope, protected files,
+ * the collected test set, coverage, the contract file. A guard that cannot be judged (its readings were not
  * taken because an earlier gate failed) is skipped: such a candidate cannot succeed anyway, because a
  * gate that did not run is a failing test.
  */
 export function checkGuards(contract: Contract, t0: BaselineGuards, base: TestBase, observation: Observation): GuardViolation | null {
   const before = t0.guards;
   const after = observation.guards;
+  if (contract.scope) {
+    const breach = scopeBreach(contract.scope, t0.commit, after);
+    if (breach) return { halt_reason: "blocked_path_modified", detail: breach };
+  }
   if (before && !after) {
     return { halt_reason: "metric_integrity_violation", detail: "the observation carries no guard readings, though t0's did" };
   }

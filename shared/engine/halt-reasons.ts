@@ -38,7 +38,7 @@ export const HALT_MEANINGS: Record<HaltReason, string> = {
   human_required: "the loop needs a person's decision",
   no_actionable_tasks: "no task is left that the agent can act on",
   max_iterations_reached: "the loop used all its iterations",
-  blocked_path_modified: "a candidate changed a protected file (a test, the contract, CI or a lockfile)",
+  blocked_path_modified: "a candidate changed a path outside the scope, or a protected file (a test, the contract, CI or a lockfile)",
   metric_integrity_violation: "a candidate weakened the measurement: tests disappeared, or coverage fell",
   objective_unverified: "the outcome could not be verified",
   check_flaky: "the same change gave different test outcomes: the check is not deterministic",

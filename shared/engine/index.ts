@@ -5,6 +5,7 @@ export * from "./events.js";
 export * from "./guards.js";
 export * from "./halt-reasons.js";
 export * from "./labels.js";
+export * from "./scope.js";
 export * from "./state.js";
 export * from "./statistics.js";
 export * from "./test-sets.js";

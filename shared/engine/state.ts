@@ -378,7 +378,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       created_at: event.at,
       t0,
       t0_base: base,
-      t0_guards: baselineGuards(data.t0.observation),
+      t0_guards: baselineGuards(data.t0.commit, data.t0.observation),
       t0_evidence: { gates: gateSummariesOf(data.contract, data.t0.observation.gates), artifacts: data.t0.observation.artifacts ?? [] },
       best: t0,
       candidates: {},

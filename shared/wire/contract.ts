@@ -96,6 +96,25 @@ export const Guards = z.strictObject({
   on_violation: z.enum(["halt", "reject"], { error: "use halt or reject" }).default("halt"),
 });
 
+/**
+ * One glob of the scope (DESIGN §6.4): a path pattern relative to the repository. A scope says what may
+ * change, so it has no negations (protect a path inside the scope with `guards.protected`).
+ */
+const ScopeGlob = z
+  .string()
+  .min(1)
+  .max(500)
+  .refine((value) => !value.startsWith("/") && !value.startsWith("./") && !value.split("/").includes(".."), {
+    message: "must be a glob relative to the repository's root (no leading / or ./, no ..), e.g. src/**",
+  })
+  .refine((value) => !value.startsWith("!"), {
+    message: "is a negation; a scope lists what may change: protect paths inside it with guards.protected instead",
+  })
+  .refine((value) => !value.includes("\\"), { message: "uses \\; write paths with /" });
+
+/** The scope: the only paths a candidate may add, change or delete (DESIGN §6.4). */
+export const Scope = z.array(ScopeGlob).min(1, "is empty, so no change could ever be kept; list the paths the agent may change, e.g. [src/**]").max(200);
+
 /** Stop conditions (DESIGN §5). */
 export const StopConditions = z.strictObject({
   max_iterations: z.number().int().min(1).max(100_000).default(50),
@@ -186,6 +205,8 @@ export const Contract = z
     gates: z.array(Gate).min(1, "needs at least one gate").max(32),
     metric: MetricSpec.optional(),
     secondary: z.array(SecondaryMetric).max(32).optional(),
+    // Optional without a default: a contract without a scope hashes as it did before scopes.
+    scope: Scope.optional(),
     guards: Guards.optional(),
     stop: StopConditions.default({ max_iterations: 50, no_progress: 10 }),
     agent: AgentSpec,

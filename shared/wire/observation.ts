@@ -62,6 +62,21 @@ export const ContractReading = z.union([z.strictObject({ hash: Sha256 }), z.stri
  * What the guards need (DESIGN §6.4), measured in the evaluated commit's clean clone. The runner
  * measures; the engine compares with t0 and decides.
  */
+/** The most changed paths a guard reading carries; a candidate that changes more cannot have its scope checked. */
+export const MAX_CHANGED_PATHS = 5_000;
+
+/**
+ * The paths where the evaluated commit differs from t0's commit (`against`), for the scope guard:
+ * sorted, at most MAX_CHANGED_PATHS of them, and how many there are in all (more than the list holds
+ * when the change is too large to check).
+ */
+export const ChangedPaths = z.strictObject({
+  against: GitCommit,
+  paths: z.array(z.string().min(1).max(1_000)).max(MAX_CHANGED_PATHS),
+  total: z.number().int().min(0),
+});
+export type ChangedPaths = z.infer<typeof ChangedPaths>;
+
 export const GuardReadings = z.strictObject({
   /** sha256 of every tracked file matching the protected globs, by path. */
   protected_files: z.record(z.string().min(1).max(1_000), Sha256),
@@ -69,6 +84,8 @@ export const GuardReadings = z.strictObject({
   coverage_percent: z.number().min(0).max(100).nullable(),
   /** The contract file in the commit; null in flag-only mode (there is no file). */
   contract: ContractReading.nullable(),
+  /** What the commit changed since t0, read when the contract has a scope (absent otherwise, and from older runners). */
+  changed_paths: ChangedPaths.optional(),
 });
 export type GuardReadings = z.infer<typeof GuardReadings>;
 

@@ -18,6 +18,8 @@ import { emitResult, liveStatus, paint, progress, type OutputMode } from "../out
 import { resolveContract } from "../contract-resolution.js";
 import { formatRate, probeCommit, probeRuns } from "./probe.js";
 import { formatList } from "../../../shared/format-list.js";
+import { trackedFiles } from "../protected-files.js";
+import { scopeCoverage, scopeLine } from "../scope.js";
 
 // `loopwarden doctor` (DESIGN §13, §6.5): is this repository ready for a loop? Each check prints one
 // line `ok|warn|fail|skip <check>: <detail>`; the exit code is the worst finding.
@@ -83,6 +85,17 @@ function gateSummary(contract: Contract, sets: TestSets): string {
   return failing.length === 0 ? "every gate passes" : `gate(s) ${failing.join(", ")} fail at HEAD`;
 }
 
+/** The scope check: what the scope admits of the tracked files, a glob that admits none, or that there is no scope. */
+function scopeCheck(contract: Contract, tracked: readonly string[]): DoctorCheck {
+  if (!contract.scope) return { check: "scope", status: "warn", detail: scopeLine(contract) };
+  const { admitted, unmatched } = scopeCoverage(contract.scope, tracked);
+  const shown = `${formatList(contract.scope)}: ${admitted} tracked file${admitted === 1 ? "" : "s"} the agent may change`;
+  if (unmatched.length > 0) {
+    return { check: "scope", status: "warn", detail: `${shown}; ${formatList(unmatched)} match${unmatched.length === 1 ? "es" : ""} no tracked file (a typo?)` };
+  }
+  return { check: "scope", status: "ok", detail: `${shown}; any other path is blocked_path_modified` };
+}
+
 /**
  * `loopwarden doctor [--mutate CMD] [--runs N]`: git usable, contract valid (and enforceable here),
  * working tree clean (a warning), coordinator reachable (with --server only), gates deterministic (a
@@ -135,6 +148,7 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
       if (!(error instanceof UserError)) throw error;
       report({ check: "contract", status: "fail", detail: error.message }, error.exitCode);
     }
+    if (loaded) report(scopeCheck(loaded.contract, await trackedFiles(repo)));
   } else {
     report({ check: "contract", status: "skip", detail: "needs a git repository" });
   }

@@ -12,7 +12,10 @@ const ADVICE: Record<HaltReason, { next: string; retry: "raise_limit" | "fix_the
   human_required: { next: "look at the evidence, then acknowledge", retry: "fix_then_retry" },
   no_actionable_tasks: { next: "add or unblock tasks", retry: "fix_then_retry" },
   max_iterations_reached: { next: "", retry: "raise_limit" },
-  blocked_path_modified: { next: "tell the agent those files are off limits (program.md), then start a new loop", retry: "fix_then_retry" },
+  blocked_path_modified: {
+    next: "tell the agent its scope and the files that are off limits (program.md); widen the scope in loop.yaml only by your own decision, then start a new loop",
+    retry: "fix_then_retry",
+  },
   metric_integrity_violation: { next: "tell the agent never to delete or skip tests, then start a new loop", retry: "fix_then_retry" },
   objective_unverified: { next: "re-run the verification", retry: "fix_then_retry" },
   check_flaky: { next: "make the flipping tests deterministic (loopwarden probe finds them), then start a new loop", retry: "fix_then_retry" },

@@ -22,6 +22,7 @@ import type { AgentRun } from "../../../shared/engine/index.js";
 import type { AgentConfinement } from "../../../shared/wire/confinement.js";
 import { closeAgentZone, makeWorkspace, prepareWorkspace, removeWorkspace, runAgentInZone, type Workspace } from "../zones/agent-zone.js";
 import { preflightZones } from "../zones/isolation.js";
+import { scopeLine } from "../scope.js";
 import type { Contract } from "../../../shared/wire/contract.js";
 import { zoneChecks } from "./doctor-zones.js";
 
@@ -155,6 +156,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
     if (unconfined) progress(mode, paint(unconfined, "yellow"));
     // A resumed loop's pinned contract is checked here (a new one's was, before it was created).
     else if (session.loop.status === "running" && session.resumed) await preflightAgent(contract, mode);
+    if (session.loop.status === "running") progress(mode, contract.scope ? scopeLine(contract) : paint(scopeLine(contract), "yellow"));
 
     let ran = 0;
     while (session.loop.status === "running" && !(options.once && ran > 0)) {

@@ -7,6 +7,14 @@ import { isReceiptUrl, receiptDocumentsFor } from "../receipt-documents.js";
 /** Exit code of an invalid receipt: the `objective_unverified` class (DESIGN §7, §13). */
 const INVALID = 13;
 
+/** What the receipt says the scope was (DESIGN §6.4): the globs, or, marked, that there was none or it predates scopes. */
+function scopeClaim(scope: string[] | null | undefined, attested: boolean): string {
+  if (scope === undefined) return paint("scope: not attested (the receipt predates scopes)", "yellow");
+  const label = attested ? "scope:" : "scope (as the receipt claims; not verified):";
+  if (scope === null) return paint(`${label} none — only the default protected set guarded the check`, "yellow");
+  return `${label} ${scope.join(", ")} (no promoted candidate changed any other path)`;
+}
+
 /**
  * `loopwarden verify <url | file> [--events FILE] [--key FILE]` (DESIGN §9): checks a receipt offline
  * once its documents are fetched — the DSSE signature against the published (or pinned) key, the hash
@@ -29,7 +37,7 @@ export async function verifyCommand(receipt: string, options: OutputMode & { eve
       valid: result.ok,
       ...(predicate ? { loop_id: predicate.loop_id, iteration: predicate.iterations.total } : {}),
       ...(predicate?.halt ? { halt_reason: predicate.halt.halt_reason, exit_class: predicate.halt.exit_class } : {}),
-      ...(predicate ? { confinement: predicate.confinement } : {}),
+      ...(predicate ? { confinement: predicate.confinement, scope: predicate.scope } : {}),
       receipt: isUrl ? receipt : { envelope: receipt, events: options.events, key: options.key },
       key: result.key?.kid ?? null,
       checks: result.checks,
@@ -46,6 +54,7 @@ export async function verifyCommand(receipt: string, options: OutputMode & { eve
                   predicate.confinement.fully_confined ? predicate.confinement.summary : paint(predicate.confinement.summary, "yellow")
                 }`
               : paint("confinement: not attested (the receipt predates the zones' records)", "yellow"),
+            scopeClaim(predicate.scope, attested),
           ]
         : []),
       result.ok
