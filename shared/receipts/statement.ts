@@ -52,6 +52,11 @@ export const ReceiptPredicate = z.strictObject({
   iterations: z.strictObject({ total: Count, promoted: Count, rejected: Count, max: Count }),
   /** How each zone was confined over the loop (DESIGN §6.7): an unconfined run says so here, and wherever the receipt is shown. */
   confinement: ConfinementAttestation.optional(),
+  /**
+   * The contract's scope (DESIGN §6.4): the only paths a candidate could change; null when the loop had
+   * none and only the protected set guarded the check. Absent from receipts signed before scopes.
+   */
+  scope: z.array(z.string()).nullable().optional(),
 });
 export type ReceiptPredicate = z.infer<typeof ReceiptPredicate>;
 
@@ -79,8 +84,8 @@ function confirmationOf(state: LoopState): Confirmation | null {
   return confirm;
 }
 
-/** A statement as this version issues it: its predicate always attests the zones' confinement. */
-export type IssuedStatement = ReceiptStatement & { predicate: { confinement: ConfinementAttestation } };
+/** A statement as this version issues it: its predicate always attests the zones' confinement and the scope. */
+export type IssuedStatement = ReceiptStatement & { predicate: { confinement: ConfinementAttestation; scope: string[] | null } };
 
 /** The statement of a loop's state at `head` (the fold of its log up to there). */
 export function receiptStatement(state: LoopState, head: ChainHead, issuance: Issuance): IssuedStatement {
@@ -129,6 +134,7 @@ export function receiptStatement(state: LoopState, head: ChainHead, issuance: Is
         max: state.contract.stop.max_iterations,
       },
       confinement: confinementAttestation(state.confinement),
+      scope: state.contract.scope ?? null,
     },
   };
 }

@@ -10,6 +10,9 @@ import { Envelope, fromBase64, IN_TOTO_PAYLOAD_TYPE, pae } from "./dsse.js";
 import { jwkThumbprint, type KeySet, type PublicJwk } from "./keys.js";
 import { receiptStatement, ReceiptStatement } from "./statement.js";
 import { formatPercent } from "../format-percent.js";
+import { formatList } from "../format-list.js";
+import { outOfScope } from "../engine/scope.js";
+import type { ChangedPaths } from "../wire/observation.js";
 
 // Verifying a receipt (DESIGN §9), offline once its three documents are fetched: the envelope's
 // signature against the published key set, the event log's hash chain up to the signed head, every
@@ -22,7 +25,7 @@ export type Ed25519Verify = (key: PublicJwk, message: Uint8Array, signature: Uin
 
 /** One check and its outcome: `ok` is null when it could not be made because an earlier one failed. */
 export interface ReceiptCheck {
-  check: "envelope" | "signature" | "statement" | "chain" | "verdicts" | "predicate";
+  check: "envelope" | "signature" | "statement" | "chain" | "verdicts" | "scope" | "predicate";
   ok: boolean | null;
   detail: string;
 }
@@ -196,7 +199,7 @@ export async function verifyReceipt(input: {
   const envelope = Envelope.safeParse(input.envelope);
   if (!envelope.success) {
     checks.push({ check: "envelope", ok: false, detail: "not a DSSE envelope" });
-    skipped(["signature", "statement", "chain", "verdicts", "predicate"], "no envelope");
+    skipped(["signature", "statement", "chain", "verdicts", "scope", "predicate"], "no envelope");
     return done(null, null);
   }
   const { payloadType } = envelope.data;
@@ -217,7 +220,7 @@ export async function verifyReceipt(input: {
   }
   if (!statement) {
     checks.push({ check: "statement", ok: false, detail: "the payload is not a loopwarden receipt statement (in-toto Statement v1)" });
-    skipped(["chain", "verdicts", "predicate"], "no statement");
+    skipped(["chain", "verdicts", "scope", "predicate"], "no statement");
     return done(null, signature.key);
   }
   checks.push({ check: "statement", ok: true, detail: `in-toto Statement v1, ${statement.predicate.kind} receipt of loop ${statement.predicate.loop_id}` });
@@ -230,7 +233,7 @@ export async function verifyReceipt(input: {
     checks.push({ check: "chain", ok: false, detail: `the log ${ends}; the receipt signs event ${signed.seq} (${signed.hash.slice(0, 12)})` });
   } else checks.push({ check: "chain", ok: true, detail: `${signed.seq} events, hash-chained up to the signed head ${signed.hash.slice(0, 12)}` });
   if (checks.at(-1)?.ok !== true) {
-    skipped(["verdicts", "predicate"], "the log is not the one signed");
+    skipped(["verdicts", "scope", "predicate"], "the log is not the one signed");
     return done(statement, signature.key);
   }
 
@@ -239,7 +242,7 @@ export async function verifyReceipt(input: {
     const one = LoopEvent.safeParse(event);
     if (!one.success) {
       checks.push({ check: "verdicts", ok: false, detail: `event ${String(event.seq)}: does not match the event schema` });
-      skipped(["predicate"], "the log does not parse");
+      skipped(["scope", "predicate"], "the log does not parse");
       return done(statement, signature.key);
     }
     parsed.push(one.data);
@@ -247,30 +250,75 @@ export async function verifyReceipt(input: {
   const derived = rederive(parsed);
   if (!derived.ok || !derived.state) {
     checks.push({ check: "verdicts", ok: false, detail: derived.ok ? "the log has no loop" : derived.detail });
-    skipped(["predicate"], "the verdicts do not re-derive");
+    skipped(["scope", "predicate"], "the verdicts do not re-derive");
     return done(statement, signature.key);
   }
   const verdicts = parsed.filter((event) => event.type === "verdict").length;
   const halt = derived.state.halt ? " and the halt" : "";
   checks.push({ check: "verdicts", ok: true, detail: `all ${verdicts} verdict(s)${halt} re-derived with the engine` });
 
+  checks.push(checkScope(derived.state, parsed));
+
   const { predicate } = statement;
   const recomputed = receiptStatement(derived.state, signed, { kind: predicate.kind, issued_at: predicate.issued_at, version: predicate.coordinator.version });
-  // A receipt signed before coordinators recorded the zones attests none: every other figure is still
-  // checked, and the verifier says the zones are not attested rather than calling the receipt invalid.
-  const predates = predicate.confinement === undefined;
-  const { confinement: _attested, ...withoutConfinement } = recomputed.predicate;
-  const different = firstDifference(predates ? { ...recomputed, predicate: withoutConfinement } : recomputed, statement);
+  // A receipt signed before coordinators recorded the zones, or the scope, attests none: every other
+  // figure is still checked, and the verifier says what is not attested rather than calling it invalid.
+  const unattested = LATER_FIELDS.filter((field) => predicate[field] === undefined);
+  const expected = { ...recomputed, predicate: { ...recomputed.predicate } as Partial<typeof recomputed.predicate> };
+  for (const field of unattested) delete expected.predicate[field];
+  const different = firstDifference(expected, statement);
   checks.push(
     different === null
       ? {
           check: "predicate",
           ok: true,
-          detail: `every attested figure is the log's${predates ? " (a receipt from before zones were recorded: it attests no confinement)" : ""}`,
+          detail: `every attested figure is the log's${unattested.length > 0 ? ` (a receipt from before ${unattested.map((field) => LATER_FIELD_NAMES[field].since).join(" and ")} were recorded: it attests ${unattested.map((field) => `no ${LATER_FIELD_NAMES[field].what}`).join(" and ")})` : ""}`,
         }
       : { check: "predicate", ok: false, detail: `${different} differs from what the log says` },
   );
   return done(statement, signature.key);
+}
+
+/** Predicate fields that receipts signed by earlier coordinators lack, and what they are called. */
+const LATER_FIELDS = ["confinement", "scope"] as const;
+const LATER_FIELD_NAMES: Record<(typeof LATER_FIELDS)[number], { since: string; what: string }> = {
+  confinement: { since: "zones", what: "confinement" },
+  scope: { since: "scopes", what: "scope" },
+};
+
+/**
+ * The scope check (DESIGN §6.4), made again from the log: every promoted candidate's changed paths, as
+ * its evaluating runner read them against t0, lie inside the contract's scope. The verdicts re-derived
+ * already imply it; this names what was checked, and holds on its own should the engine ever change.
+ */
+function checkScope(state: LoopState, events: readonly LoopEvent[]): ReceiptCheck {
+  const scope = state.contract.scope;
+  if (!scope) return { check: "scope", ok: true, detail: "none: the contract names no scope, so only the protected set guarded the check" };
+  // The last report's readings of each candidate still awaiting its verdict.
+  const reported = new Map<string, ChangedPaths | undefined>();
+  let promoted = 0;
+  let bestPaths = 0;
+  for (const event of events) {
+    if (event.type === "observation_reported") reported.set(event.data.candidate_id, event.data.observation.guards?.changed_paths);
+    if (event.type !== "verdict" || event.data.decision === "need_samples") continue;
+    const changed = reported.get(event.data.candidate_id);
+    reported.delete(event.data.candidate_id);
+    if (event.data.decision !== "promoted") continue;
+    const where = `event ${event.seq}: ${event.data.candidate_id} was promoted`;
+    if (!changed) return { check: "scope", ok: false, detail: `${where} without a reading of the paths it changed` };
+    if (changed.against !== state.t0.commit) return { check: "scope", ok: false, detail: `${where} on paths read against ${changed.against.slice(0, 12)}, not t0` };
+    const outside = outOfScope(scope, changed.paths);
+    if (outside.length > 0 || changed.total > changed.paths.length) {
+      return { check: "scope", ok: false, detail: `${where}, though it changed ${outside.length > 0 ? formatList(outside) : `${changed.total} paths`} outside the scope` };
+    }
+    promoted++;
+    bestPaths = changed.total;
+  }
+  return {
+    check: "scope",
+    ok: true,
+    detail: `${formatList(scope)}: the changed paths of ${promoted} promoted candidate(s) re-checked, all inside it${promoted > 0 ? ` (the last one changes ${bestPaths} path(s) since t0)` : ""}`,
+  };
 }
 
 /** The path of the first member where two JSON values differ (canonical JSON compared), or null. */

@@ -20,7 +20,7 @@ import {
 import { verifyEd25519 } from "../../runner/src/receipt-crypto.js";
 import { verifyCommand } from "../../runner/src/commands/verify.js";
 import type { ExecConfinement } from "../../shared/wire/confinement.js";
-import { AGENT_OK, LoopHarness, observationOf } from "./engine-harness.js";
+import { AGENT_OK, commitOf, LoopHarness, observationOf } from "./engine-harness.js";
 
 // Receipts (DESIGN §9): a DSSE envelope around an in-toto statement, signed with Ed25519, over a
 // hash-chained log whose every verdict re-derives with the engine. Every tampering must fail, naming
@@ -93,6 +93,7 @@ describe("receipts", async () => {
       ["statement", true],
       ["chain", true],
       ["verdicts", true],
+      ["scope", true],
       ["predicate", true],
     ]);
     expect(result.key?.kid).toBe(key.jwk.kid);
@@ -460,7 +461,9 @@ describe("receipts say how each zone was confined", async () => {
       const human = await verifyFiles(log, false);
       expect(human.code).toBe(0);
       const lines = human.out.trimEnd().split("\n");
-      expect(lines.at(-2)).toMatch(/^confinement: the agent ran UNCONFINED in 2 of 2 runs \(isolation: none/);
+      expect(lines.at(-3)).toMatch(/^confinement: the agent ran UNCONFINED in 2 of 2 runs \(isolation: none/);
+      // This loop's contract names no scope: the verifier says so, beside the confinement.
+      expect(lines.at(-2)).toBe("scope: none — only the default protected set guarded the check");
       expect(lines.at(-1)).toMatch(/^valid: final receipt of loop /);
       const json = await verifyFiles(log, true);
       const result = JSON.parse(json.out) as { valid: boolean; confinement: { fully_confined: boolean; summary: string } };
@@ -481,5 +484,62 @@ describe("receipts say how each zone was confined", async () => {
       expect(out).toContain("confinement (as the receipt claims; not verified): agent confined by bwrap in 2 of 2 runs");
       expect(out).toContain("INVALID: predicate: statement.predicate.confinement.fully_confined differs from what the log says");
     });
+  });
+});
+
+describe("receipts carry the scope (DESIGN §6.4, §9)", async () => {
+  const key = await makeKey();
+  const keys: KeySet = { keys: [key.jwk] };
+  const t0Commit = commitOf("t0");
+  const readingsOf = (paths: string[]) => ({
+    protected_files: {},
+    coverage_percent: null,
+    contract: null,
+    changed_paths: { against: t0Commit, paths, total: paths.length },
+  });
+  /** A scoped loop's drafts: two fixes inside src/, the second halting success. */
+  function scopedDrafts(): EventDraft[] {
+    const harness = new LoopHarness(["suite.a", "suite.b"], { scope: ["src/**"] });
+    harness.evaluate("fix-a", ["suite.b"], {}, { guards: readingsOf(["src/a.js"]) });
+    harness.evaluate("fix-b", [], {}, { guards: readingsOf(["src/a.js", "src/b.js"]) });
+    return harness.events;
+  }
+  const verifyOf = async (log: LoopEvent[], envelope?: Envelope) =>
+    verifyReceipt({ envelope: envelope ?? (await receiptOf(log, key.signer)), events: asRecords(log), keys, verify: verifyEd25519 });
+
+  it("a scoped loop's receipt attests its scope, and verify re-checks every promoted candidate's changed paths against it", async () => {
+    const result = await verifyOf(sealedLog(scopedDrafts()));
+    expect(result.first_failure).toBeNull();
+    expect(result.statement?.predicate.scope).toEqual(["src/**"]);
+    expect(result.checks.find((check) => check.check === "scope")).toEqual({
+      check: "scope",
+      ok: true,
+      detail: "src/**: the changed paths of 2 promoted candidate(s) re-checked, all inside it (the last one changes 2 path(s) since t0)",
+    });
+  });
+
+  it("a log in which a candidate that changed a path outside the scope was promoted does not verify, even re-sealed and signed", async () => {
+    const drafts = scopedDrafts();
+    const report = drafts.findLast((draft) => draft.type === "observation_reported");
+    if (report?.type !== "observation_reported" || !report.data.observation.guards) throw new Error("no report");
+    report.data.observation.guards.changed_paths = { against: t0Commit, paths: [".npmrc", "src/a.js"], total: 2 };
+    const result = await verifyOf(sealedLog(drafts));
+    expect(result.ok).toBe(false);
+    expect(result.first_failure).toMatch(/^verdicts: event \d+: recorded verdict promoted \(fewer_failures\) for c2, recomputed verdict rejected \(guard_violated\)/);
+  });
+
+  it("a receipt that hides the loop's scope fails the predicate check; one from before scopes says it attests none", async () => {
+    const log = sealedLog(scopedDrafts());
+    const state = foldEvents(log);
+    const last = log.at(-1);
+    if (!state || !last) throw new Error("empty");
+    const issued = receiptStatement(state, { seq: last.seq, hash: last.hash }, { kind: "final", issued_at: "2026-12-01T10:00:00.000Z", version: "0.1.0" });
+    const hidden = { ...issued, predicate: { ...issued.predicate, scope: null } };
+    const refused = await verifyOf(log, await signEnvelope(canonicalJson(hidden), IN_TOTO_PAYLOAD_TYPE, key.signer));
+    expect(refused.first_failure).toBe("predicate: statement.predicate.scope differs from what the log says");
+    const { scope: _scope, ...predicate } = issued.predicate;
+    const older = await verifyOf(log, await signEnvelope(canonicalJson({ ...issued, predicate }), IN_TOTO_PAYLOAD_TYPE, key.signer));
+    expect(older.ok).toBe(true);
+    expect(older.checks.find((check) => check.check === "predicate")?.detail).toMatch(/from before scopes were recorded: it attests no scope\)$/);
   });
 });

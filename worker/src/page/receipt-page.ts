@@ -198,6 +198,17 @@ function confinementLine(confinement: ConfinementAttestation | undefined) {
   return html`<p class="confinement unconfined" data-confinement="unconfined"><strong>⚠ Not every run was confined:</strong> ${confinement.summary}. An agent that is not walled off could reach what decides (the gates, the runner's state and keys): these verdicts are worth only what it could not touch.</p>`;
 }
 
+/** What a candidate could change (DESIGN §6.4): the scope, or, marked, that only the protected set guarded the check. */
+function scopeParagraph(scope: string[] | null | undefined) {
+  if (scope === undefined) {
+    return html`<p class="confinement unconfined" data-scope="unattested"><strong>⚠ Scope not attested:</strong> this receipt was signed before coordinators recorded a loop's scope.</p>`;
+  }
+  if (scope === null) {
+    return html`<p class="confinement unconfined" data-scope="none"><strong>⚠ No scope:</strong> the contract named no paths the agent could change, so only the default protected set (tests, the check's configuration, manifests, lockfiles, CI) guarded the check, and a change to any other file could be kept.</p>`;
+  }
+  return html`<p class="confinement" data-scope="scoped"><strong>Scope:</strong> ${scope.map((glob, index) => html`${index > 0 ? ", " : ""}<code>${glob}</code>`)}. A candidate that changed any other path could not be promoted.</p>`;
+}
+
 /** A candidate's verdict cell marks what of it ran unconfined (`isolation: none`): its agent run, its evaluation, or both. */
 function unconfinedMark(candidate: CandidateState) {
   const zones = [
@@ -257,6 +268,7 @@ table { border-collapse: collapse; width: 100%; } td, th { text-align: left; pad
 ${predicate.objective ? html`<p>${predicate.objective}</p>` : ""}
 <p><strong>${halt ? `Halted: ${halt.halt_reason}` : "Still running"}</strong>${halt ? html` (exit ${halt.exit_class}) — ${HALT_MEANINGS[halt.halt_reason]}. <span class="muted">${halt.detail}</span>` : ""}</p>
 ${confinementLine(predicate.confinement)}
+${scopeParagraph(predicate.scope)}
 
 <section id="verification" data-receipt="${receiptId}">
 <h2>Verification</h2>
