@@ -30,7 +30,10 @@ export async function resolveContract(repo: string, options: ContractOptions): P
   const flagOnly = options.check !== undefined || options.exec !== undefined;
   if (!flagOnly) {
     if (options.scope !== undefined) {
-      throw new UserError(`--scope is for flag-only mode (--check/--exec); with ${options.contract ?? "loop.yaml"}, write the scope there: scope: [${options.scope.join(", ")}]`, 2);
+      throw new UserError(
+        `--scope is for flag-only mode (--check/--exec); with ${options.contract ?? "loop.yaml"}, write the scope there: scope: [${options.scope.join(", ")}]`,
+        2,
+      );
     }
     const loaded = await loadContractFile(repo, options.contract ?? "loop.yaml");
     // With a contract file, only --max-iterations applies (the other contract flags are flag-only mode's).

@@ -327,7 +327,9 @@ export async function buildProposal(
   const evaluatesOwn = evaluatesOwnCandidate(session, candidate.agent);
   if (evaluatesOwn) {
     const { contract } = session.loaded;
-    cloneAhead(session.repo, candidate.commit, (dir) => readGuardsBeforeGates(dir, contract, { contractFile: contractFileOf(session.loaded), baseline: session.loop.t0.commit }));
+    cloneAhead(session.repo, candidate.commit, (dir) =>
+      readGuardsBeforeGates(dir, contract, { contractFile: contractFileOf(session.loaded), baseline: session.loop.t0.commit }),
+    );
   }
   // Its one-line summary for the agent's history is ready by the next iteration.
   void diffSummary(session.repo, session.loop.best.commit, candidate.commit);

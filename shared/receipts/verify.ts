@@ -306,10 +306,15 @@ function checkScope(state: LoopState, events: readonly LoopEvent[]): ReceiptChec
     if (event.data.decision !== "promoted") continue;
     const where = `event ${event.seq}: ${event.data.candidate_id} was promoted`;
     if (!changed) return { check: "scope", ok: false, detail: `${where} without a reading of the paths it changed` };
-    if (changed.against !== state.t0.commit) return { check: "scope", ok: false, detail: `${where} on paths read against ${changed.against.slice(0, 12)}, not t0` };
+    if (changed.against !== state.t0.commit)
+      return { check: "scope", ok: false, detail: `${where} on paths read against ${changed.against.slice(0, 12)}, not t0` };
     const outside = outOfScope(scope, changed.paths);
     if (outside.length > 0 || changed.total > changed.paths.length) {
-      return { check: "scope", ok: false, detail: `${where}, though it changed ${outside.length > 0 ? formatList(outside) : `${changed.total} paths`} outside the scope` };
+      return {
+        check: "scope",
+        ok: false,
+        detail: `${where}, though it changed ${outside.length > 0 ? formatList(outside) : `${changed.total} paths`} outside the scope`,
+      };
     }
     promoted++;
     bestPaths = changed.total;

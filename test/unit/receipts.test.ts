@@ -525,7 +525,9 @@ describe("receipts carry the scope (DESIGN §6.4, §9)", async () => {
     report.data.observation.guards.changed_paths = { against: t0Commit, paths: [".npmrc", "src/a.js"], total: 2 };
     const result = await verifyOf(sealedLog(drafts));
     expect(result.ok).toBe(false);
-    expect(result.first_failure).toMatch(/^verdicts: event \d+: recorded verdict promoted \(fewer_failures\) for c2, recomputed verdict rejected \(guard_violated\)/);
+    expect(result.first_failure).toMatch(
+      /^verdicts: event \d+: recorded verdict promoted \(fewer_failures\) for c2, recomputed verdict rejected \(guard_violated\)/,
+    );
   });
 
   it("a receipt that hides the loop's scope fails the predicate check; one from before scopes says it attests none", async () => {

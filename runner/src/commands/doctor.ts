@@ -91,7 +91,11 @@ function scopeCheck(contract: Contract, tracked: readonly string[]): DoctorCheck
   const { admitted, unmatched } = scopeCoverage(contract.scope, tracked);
   const shown = `${formatList(contract.scope)}: ${admitted} tracked file${admitted === 1 ? "" : "s"} the agent may change`;
   if (unmatched.length > 0) {
-    return { check: "scope", status: "warn", detail: `${shown}; ${formatList(unmatched)} match${unmatched.length === 1 ? "es" : ""} no tracked file (a typo?)` };
+    return {
+      check: "scope",
+      status: "warn",
+      detail: `${shown}; ${formatList(unmatched)} match${unmatched.length === 1 ? "es" : ""} no tracked file (a typo?)`,
+    };
   }
   return { check: "scope", status: "ok", detail: `${shown}; any other path is blocked_path_modified` };
 }
