@@ -198,3 +198,42 @@ describe("the receipt page's confinement (DESIGN §6.7)", () => {
     expect(line).toContain("1 of 3 evaluations recorded no confinement");
   });
 });
+
+describe("the receipt page's scope (DESIGN §6.4)", () => {
+  /** The scope paragraph of a page: the one marked `data-scope`. */
+  const scopeOf = (page: string) => /<p class="confinement[^"]*" data-scope="[^\n]*<\/p>/.exec(page)?.[0] ?? "";
+  const changedPaths = (paths: string[]) => ({
+    protected_files: {},
+    coverage_percent: null,
+    contract: null,
+    changed_paths: { against: commitOf("t0"), paths, total: paths.length },
+  });
+
+  it("names a scoped loop's globs, unmarked", () => {
+    const harness = new LoopHarness([A], { scope: ["src/**", "lib/*.js"] });
+    harness.evaluate("c1", [], {}, { guards: changedPaths(["src/a.js"]) });
+    expect(scopeOf(render(harness.state))).toBe(
+      '<p class="confinement" data-scope="scoped"><strong>Scope:</strong> <code>src/**</code>, <code>lib/*.js</code>. A candidate that changed any other path could not be promoted.</p>',
+    );
+  });
+
+  it("marks a loop without a scope: only the protected set guarded the check", () => {
+    const harness = new LoopHarness([A]);
+    harness.evaluate("c1", []);
+    const line = scopeOf(render(harness.state));
+    expect(line).toContain('class="confinement unconfined" data-scope="none"');
+    expect(line).toContain("<strong>⚠ No scope:</strong>");
+  });
+
+  it("says a receipt from before scopes attests none", () => {
+    const harness = new LoopHarness([A]);
+    const statement = receiptStatement(
+      harness.state,
+      { seq: 1, hash: "0".repeat(64) },
+      { kind: "interim", issued_at: "2026-03-02T00:00:00.000Z", version: "0.0.0" },
+    );
+    const { scope: _scope, ...predicate } = statement.predicate;
+    const page = receiptPage({ receiptId: RECEIPT, statement: { ...statement, predicate }, state: harness.state, url: "http://127.0.0.1/r/x" }).toString();
+    expect(scopeOf(page)).toContain('data-scope="unattested"');
+  });
+});
