@@ -122,7 +122,7 @@ interface ContractFlags {
 program
   .command("init")
   .description(
-    "write a commented starter loop.yaml (check_fixpoint, with a test-report gate for vitest, jest+jest-junit, node --test, pytest, gotestsum or cargo nextest) and program.md (the agent's instructions and this project's protected files), and add .loopwarden/ to .gitignore",
+    "write a commented starter loop.yaml (check_fixpoint, with a test-report gate for vitest, jest+jest-junit, node --test, pytest, gotestsum or cargo nextest, and a scope: the only paths the agent may change, inferred from what the project declares as its source — package.json main/bin/exports/files and src/ or lib/, Python import packages, Cargo's src/, Go packages — to review; commented out, with a warning, when none is found) and program.md (the agent's instructions, its scope and this project's protected files), and add .loopwarden/ to .gitignore",
   )
   .option("--mode <mode>", "loop mode of the starter (init writes check_fixpoint starters; edit loop.yaml for optimize or task_list)", "check_fixpoint")
   .option(

@@ -3,6 +3,7 @@ import { appendFile, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { parse as parseYaml } from "yaml";
 import { DEFAULT_PROTECTED } from "../../../shared/engine/index.js";
+import { formatList } from "../../../shared/format-list.js";
 import { validateContract } from "../contract-file.js";
 import { UserError } from "../errors.js";
 import { repoRoot } from "../git.js";
@@ -10,6 +11,7 @@ import { emitResult, type OutputMode } from "../output.js";
 import { packageJsonScripts, selectProtectedFiles, trackedFiles } from "../protected-files.js";
 import { AGENT_PRESET_NAMES, agentPreset, type AgentPreset } from "./agent-presets.js";
 import { detectTestGate, projectFacts, REPORT_DIR, type ProjectFacts, type StarterGate } from "./init-runners.js";
+import { inferScope, type InferredScope } from "./init-scope.js";
 
 /**
  * A YAML scalar for `text`, quoted the way prettier prints it, so that the written file passes
@@ -128,6 +130,44 @@ function execLines(exec: StarterExec | undefined, gate: StarterGate): string {
   return `\n${comments(explained, "")}exec:\n  network: ${exec.network}\n${setup}`;
 }
 
+/**
+ * The starter's `scope` (DESIGN §6.4), every glob quoted, with how init found it and what it means; or,
+ * when none was found, the key commented out with why that matters.
+ */
+function scopeLines(scope: InferredScope): string {
+  if (scope.globs.length === 0) {
+    const found =
+      scope.how.length > 0
+        ? [`No scope: ${scope.how.join("; ")}.`]
+        : [
+            "No scope: loopwarden init found no source that the project's own tooling declares (package.json",
+            "main/bin/exports/files, src/ or lib/, Python import packages, Cargo's src/, Go packages).",
+          ];
+    return comments(
+      [
+        ...found,
+        "Until you write one, only the default protected set guards the check, so a change to any other",
+        "file (a dotfile, a tool's configuration) can be kept. List the only paths the agent may change:",
+        "scope:",
+        '  - "src/**"',
+      ],
+      "",
+    );
+  }
+  const explained = comments(
+    [
+      "The scope: the only paths the agent may change (add, edit or delete), found by loopwarden init from:",
+      ...scope.how.map((line) => `- ${line}`),
+      "A candidate that changes any other path (a dotfile, a tool's configuration, a new top-level",
+      "directory) halts the loop with blocked_path_modified. Tests inside the scope stay protected: the",
+      "protected files are checked as well. Review it, and widen it only by your own decision (a changed",
+      "contract is a new loop).",
+    ],
+    "",
+  );
+  return `${explained}scope:\n${scope.globs.map((glob) => `  - ${yamlString(glob)}\n`).join("")}`;
+}
+
 /** The starter's `agent` section: a preset's command, allowlist and variables, or a raw command with no network. */
 function agentLines(agent: string | AgentPreset): string {
   const intro = comments(["The agent runs once per iteration, confined, in a fresh clone of the best commit so far: it", "makes one change, then exits."], "");
@@ -169,9 +209,10 @@ ${network}`;
 /**
  * The commented starter contract for check_fixpoint mode. Every comment is on a line of its own, above
  * what it explains, so that formatters (prettier) leave the file as it is. `agent` is a preset or a raw
- * command (empty: left for the user to fill in); without `exec`, no exec section is written.
+ * command (empty: left for the user to fill in); without `exec`, no exec section is written; without
+ * `scope` (or with no globs in it), the scope is written commented out, with why it matters.
  */
-export function starterContract(options: { name: string; gate: StarterGate; agent: string | AgentPreset; exec?: StarterExec }): string {
+export function starterContract(options: { name: string; gate: StarterGate; agent: string | AgentPreset; exec?: StarterExec; scope?: InferredScope }): string {
   const { gate } = options;
   const runComment = gate.run ? [] : ["Your test command, e.g. npm ci && npm test."];
   // With a report, the advice is about the command (above `run`); without one, it says how to get a report.
@@ -186,6 +227,7 @@ name: ${yamlString(options.name)}
 mode: check_fixpoint
 objective: ${STARTER_OBJECTIVE}
 
+${scopeLines(options.scope ?? { globs: [], how: [] })}
 # Gates run in order in a fresh clone of each candidate, outside this repository, that holds only what
 ${comments(clone, "")}gates:
   - name: test
@@ -222,6 +264,8 @@ export function starterProgram(options: {
   contract?: string;
   /** This repository's protected files when the file is written (`starterProtectedFiles`); omitted, only the rules are given. */
   protectedFiles?: readonly string[];
+  /** The contract's scope: the only paths the agent may change; omitted or empty, the agent is told to keep to the source. */
+  scope?: readonly string[];
 }): string {
   const contract = options.contract ?? "loop.yaml";
   const globs = (patterns: readonly string[]) => patterns.map(code).join(", ");
@@ -260,7 +304,7 @@ history. The loop stops when every gate passes, after \`stop.max_iterations\` ru
 
 ## Files
 
-In scope: the project's source code, as much of it as the objective needs and no more.
+${scopeParagraph(options.scope ?? [], contract)}
 
 Off limits: never create, edit, rename or delete
 
@@ -344,6 +388,15 @@ Write a JSON file at the path in \`$LOOPWARDEN_AGENT_REPORT\`; every field is op
 `;
 }
 
+/** What `program.md` says the agent may change: the scope's globs, or, without one, the source as the objective needs it. */
+function scopeParagraph(scope: readonly string[], contract: string): string {
+  if (scope.length === 0) return "In scope: the project's source code, as much of it as the objective needs and no more.";
+  return `You may change only these paths (the scope in ${code(contract)}): ${scope.map(code).join(", ")}. Any change to another
+path — a new file elsewhere, a dotfile, a configuration file — is rejected and halts the loop
+(\`blocked_path_modified\`). Inside them, change only what the objective needs, and the files below stay
+off limits all the same.`;
+}
+
 /** The most protected files `program.md` lists by name; the rest are counted. */
 const LISTED_FILES = 50;
 
@@ -422,10 +475,12 @@ function presetLine(preset: AgentPreset): string {
 /**
  * `loopwarden init`: writes a commented starter `loop.yaml` with a gate for the project's test runner
  * (with a test report when the runner can write one) that runs without network, after a setup step
- * when the project has dependencies to install (`starterExec`), and the agent's `program.md` (unless
- * one exists: it is left as it is), listing the files the guards protect; keeps `.loopwarden/` out of
- * git. `agent` is a preset's name (`agent-presets.ts`: its command, allowlist and variables) or a raw
- * command, which gets no network.
+ * when the project has dependencies to install (`starterExec`), and a scope, the paths the project's
+ * own tooling declares as its source (`inferScope`; commented out, with a warning, when none is
+ * found); writes the agent's `program.md` (unless one exists: it is left as it is), naming the scope
+ * and listing the files the guards protect; keeps `.loopwarden/` out of git. `agent` is a preset's
+ * name (`agent-presets.ts`: its command, allowlist and variables) or a raw command, which gets no
+ * network.
  */
 export async function initCommand(options: OutputMode & { cwd: string; mode: string; agent?: string; contract?: string }): Promise<number> {
   if (options.mode !== "check_fixpoint") {
@@ -442,10 +497,13 @@ export async function initCommand(options: OutputMode & { cwd: string; mode: str
   const { gate, exec } = starterExec(detectTestGate(facts), facts);
   const name = path.basename(repo);
   const preset = options.agent === undefined ? undefined : agentPreset(options.agent);
-  const contractText = starterContract({ name, gate, agent: preset ?? options.agent ?? "", exec });
+  // The scope comes from what git tracks, as the clones the candidates are judged in hold nothing else.
+  const tracked = await trackedFiles(repo);
+  const pyproject = tracked.includes("pyproject.toml") ? await readFile(path.join(repo, "pyproject.toml"), "utf8").catch(() => null) : null;
+  const scope = inferScope({ tracked, packageJson: tracked.includes("package.json") ? facts.packageJson : null, pyproject });
+  const contractText = starterContract({ name, gate, agent: preset ?? options.agent ?? "", exec, scope });
   // Computed before anything is written: a starter that does not validate leaves nothing behind. The
   // guard follows `npm test` into package.json's scripts only when git tracks package.json; so does this.
-  const tracked = await trackedFiles(repo);
   const scripts = tracked.includes("package.json") ? packageJsonScripts(facts.packageJson) : {};
   const protectedList = starterProtectedFiles(contractText, shown, tracked, scripts);
   await writeFile(file, contractText);
@@ -461,6 +519,7 @@ export async function initCommand(options: OutputMode & { cwd: string; mode: str
         gatesSummary: starterGatesSummary(gate, shown, exec),
         contract: shown,
         protectedFiles: protectedList,
+        scope: scope.globs,
       }),
     );
   }
@@ -476,12 +535,17 @@ export async function initCommand(options: OutputMode & { cwd: string; mode: str
   const count = `${protectedList.length} file${protectedList.length === 1 ? "" : "s"}`;
   const where = program ? "see program.md" : "program.md was left as it is: tell the agent they are off limits";
   const gateSaid = gateLine(gate, shown);
-  emitResult(options, { status: "ok", contract: shown, program, todo, protected: protectedList }, [
+  const scopeSaid =
+    scope.globs.length > 0
+      ? `  scope: ${formatList(scope.globs)} (from ${scope.how.join("; ")}) — review it in ${shown}${program ? "" : ", and tell the agent in program.md"}`
+      : `  warning: no scope found${scope.how.length > 0 ? ` (${scope.how.join("; ")})` : ""}: until you write one in ${shown}, only the default protected set guards the check, and a change to any other file can be kept`;
+  emitResult(options, { status: "ok", contract: shown, program, todo, protected: protectedList, scope: scope.globs.length > 0 ? scope.globs : null }, [
     `wrote ${shown}${program ? ` and ${program}` : ""}${hasEntry ? "" : ", and added .loopwarden/ to .gitignore"}`,
     ...(program ? [] : ["  program.md already exists: left as it is"]),
     ...(gateSaid ? [gateSaid] : []),
     ...(exec.setup ? [`  setup: ${exec.setup}, with network, before the gates (which run without)`] : []),
     ...(preset ? [presetLine(preset)] : []),
+    scopeSaid,
     `  protected: ${count} (${preview(protectedList)}) — ${where}`,
     ...(todo.length ? [`  fill in: ${todo.join(", ")}`] : []),
     `  then commit (git add ${added} && git commit -m "Add loopwarden contract") and start: loopwarden run`,

@@ -6,11 +6,12 @@ import fc from "fast-check";
 import * as prettier from "prettier";
 import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
 import { Lexer, parse as parseYaml } from "yaml";
-import { DEFAULT_PROTECTED_GLOBS } from "../../../shared/engine/index.js";
+import { DEFAULT_PROTECTED_GLOBS, inScope } from "../../../shared/engine/index.js";
 import { AgentReportFile } from "../../../shared/wire/agent-report.js";
 import { AGENT_PRESET_NAMES, AGENT_PRESETS, agentPreset } from "../../../runner/src/commands/agent-presets.js";
 import { initCommand, starterContract, starterExec, starterProgram, starterProtectedFiles, yamlString } from "../../../runner/src/commands/init.js";
 import { detectTestGate, nextestJunit, nodeTestArgs, toolsOnPath, type ProjectFacts, type StarterGate } from "../../../runner/src/commands/init-runners.js";
+import { inferScope } from "../../../runner/src/commands/init-scope.js";
 import { loadContractFile, validateContract } from "../../../runner/src/contract-file.js";
 import { protectedFiles } from "../../../runner/src/protected-files.js";
 
@@ -510,6 +511,93 @@ describe("starterProgram", () => {
   });
 });
 
+describe("inferScope", () => {
+  const scopeOf = (tracked: string[], packageJson?: object, pyproject?: string) =>
+    inferScope({ tracked, packageJson: packageJson === undefined ? null : JSON.stringify(packageJson), pyproject: pyproject ?? null });
+
+  it.each([
+    {
+      rule: "npm: a declared directory that git does not track (a build's dist/) is left out; the conventional src/ is in",
+      tracked: ["package.json", "src/index.ts", "tsconfig.json"],
+      packageJson: { main: "./dist/index.js", types: "dist/index.d.ts", files: ["dist"] },
+      globs: ["src/**"],
+      how: ["src/, by the npm convention for a package's sources"],
+    },
+    {
+      rule: "npm: exports' nested values and files' globs give their top-level directory; a negation, a test directory, a dotfile, a README and package.json itself give nothing",
+      tracked: ["package.json", "lib/index.js", "features/a.js", "test/a.test.js", ".npmignore", "README.md", "types/index.d.ts"],
+      packageJson: {
+        exports: { ".": { import: "./lib/index.js", types: ["./types/index.d.ts"] }, "./features/*": "./features/*.js", "./package.json": "./package.json" },
+        files: ["lib/**/*.js", "!lib/**/*.test.js", "test", ".npmignore", "README.md"],
+      },
+      globs: ["features/**", "lib/**", "types/**"],
+      how: ["package.json exports, files name lib/", "package.json exports names types/", "package.json exports names features/"],
+    },
+    {
+      rule: "npm: a root entry point is the file itself, found as node finds a main without an extension; a tool's configuration never is",
+      tracked: ["package.json", "index.js", "cli.mjs", "webpack.config.js"],
+      packageJson: { main: "index", bin: { tool: "./cli.mjs" }, files: ["index.js", "cli.mjs", "webpack.config.js"] },
+      globs: ["cli.mjs", "index.js"],
+      how: ["package.json main, files name index.js", "package.json bin, files name cli.mjs"],
+    },
+    {
+      rule: "Python: import packages at the root and under src/, never a test package",
+      tracked: ["pyproject.toml", "alpha/__init__.py", "src/beta/__init__.py", "src/beta/x.py", "tests/__init__.py", "tests/test_x.py", "tool.py"],
+      globs: ["alpha/**", "src/beta/**"],
+      how: ["Python import package alpha (alpha/__init__.py)", "Python import package beta (src/beta/__init__.py)"],
+    },
+    {
+      rule: "Python: without an import package, the root modules, less tests and tooling",
+      tracked: ["setup.py", "noxfile.py", "conftest.py", "test_core.py", "core_test.py", "core.py", "helpers.py", "scripts/x.py"],
+      globs: ["core.py", "helpers.py"],
+      how: ["Python root modules (no import package)"],
+    },
+    {
+      rule: "Python: pyproject's [tool.setuptools] py-modules names the root modules",
+      tracked: ["pyproject.toml", "core.py", "make_release.py"],
+      pyproject: '[tool.setuptools]\npy-modules = ["core"]\n',
+      globs: ["core.py"],
+      how: ["pyproject.toml [tool.setuptools] py-modules"],
+    },
+    {
+      rule: "Cargo: the src/ of every crate of a workspace that has one; a fixture crate under tests/ is not source",
+      tracked: [
+        "Cargo.toml",
+        "crates/a/Cargo.toml",
+        "crates/a/src/lib.rs",
+        "crates/a/tests/it.rs",
+        "crates/b/Cargo.toml",
+        "tests/fixture/Cargo.toml",
+        "tests/fixture/src/lib.rs",
+      ],
+      globs: ["crates/a/src/**"],
+      how: ["Cargo's src/ of the crate at crates/a"],
+    },
+    {
+      rule: "Go: each package, one by one, under a directory whose testdata/ holds .go fixtures; never vendor/",
+      tracked: ["go.mod", "cmd/tool/main.go", "pkg/parse/parse.go", "pkg/parse/testdata/case.go", "pkg/lex/lex.go", "vendor/x/x.go", "pkg/lex/lex_test.go"],
+      globs: ["cmd/**/*.go", "pkg/lex/*.go", "pkg/parse/*.go"],
+      how: ["Go packages under cmd/", "Go packages under pkg/, one by one (a testdata/ or vendor/ below holds .go files)"],
+    },
+    { rule: "Go: no go.mod, no Go scope", tracked: ["main.go"], globs: [], how: [] },
+    { rule: "nothing declared: no scope", tracked: ["main.c", "Makefile", "tests/run.sh"], globs: [], how: [] },
+  ])("$rule", ({ tracked, packageJson, pyproject, globs, how }) => {
+    const scope = scopeOf(tracked, packageJson, pyproject);
+    expect(scope).toEqual({ globs, how });
+    // Every glob admits a tracked file.
+    for (const glob of scope.globs)
+      expect(
+        tracked.some((file) => inScope([glob], file)),
+        glob,
+      ).toBe(true);
+  });
+
+  it("writes no scope larger than a contract holds, and says why", () => {
+    const tracked = Array.from({ length: 201 }, (_, index) => [`crates/c${index}/Cargo.toml`, `crates/c${index}/src/lib.rs`]).flat();
+    expect(scopeOf(tracked)).toEqual({ globs: [], how: ["201 globs found, more than a scope holds (200): write one by hand"] });
+  });
+});
+
 describe("initCommand", () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), "lw-init-"));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -676,5 +764,153 @@ describe("initCommand", () => {
       expect(contract.agent.env, agent).toBeUndefined();
       expect(readFileSync(path.join(repo, "loop.yaml"), "utf8")).toContain("# No network: agent.network is none when absent.");
     }
+  });
+
+  // Four shapes of project, each with its sources, the files outside its scope (tests, configuration,
+  // manifests, dotfiles) and the tests inside it, which stay protected.
+  const SHAPES: { shape: string; files: Record<string, string>; scope: string[]; from: string; sources: string[]; testsInside: string[] }[] = [
+    {
+      shape: "an npm library",
+      files: {
+        "package.json": JSON.stringify({
+          name: "strkit",
+          main: "lib/index.js",
+          bin: { strkit: "./cli.js" },
+          files: ["lib/", "cli.js"],
+          scripts: { test: "vitest run" },
+          devDependencies: { vitest: "^4.1.0" },
+        }),
+        "package-lock.json": "{}\n",
+        "lib/index.js": "export * from './pad.js';\n",
+        "lib/pad.js": "export const pad = (s) => s;\n",
+        "lib/x.test.js": "import { it } from 'vitest';\nit('x', () => {});\n",
+        "lib/.babelrc": "{}\n",
+        "cli.js": "import './lib/index.js';\n",
+        "test/index.test.js": "import { it } from 'vitest';\nit('y', () => {});\n",
+        ".eslintrc.json": "{}\n",
+        "vitest.config.ts": "export default {};\n",
+        "README.md": "# strkit\n",
+      },
+      scope: ["cli.js", "lib/**"],
+      from: "package.json main, files name lib/; package.json bin, files name cli.js",
+      sources: ["cli.js", "lib/index.js", "lib/pad.js"],
+      testsInside: ["lib/x.test.js"],
+    },
+    {
+      shape: "a Python package (src layout)",
+      files: {
+        "pyproject.toml": '[project]\nname = "mypkg"\n',
+        "src/mypkg/__init__.py": "",
+        "src/mypkg/core.py": "def f():\n    return 1\n",
+        "src/mypkg/sub/__init__.py": "",
+        "tests/test_core.py": "def test_f():\n    pass\n",
+        "tests/conftest.py": "",
+        "conftest.py": "",
+        "noxfile.py": "",
+        "setup.py": "",
+        ".flake8": "[flake8]\n",
+        "README.md": "# mypkg\n",
+      },
+      scope: ["src/mypkg/**"],
+      from: "Python import package mypkg (src/mypkg/__init__.py)",
+      sources: ["src/mypkg/__init__.py", "src/mypkg/core.py", "src/mypkg/sub/__init__.py"],
+      testsInside: [],
+    },
+    {
+      shape: "a Cargo crate",
+      files: {
+        "Cargo.toml": '[package]\nname = "crab"\nversion = "0.1.0"\n',
+        "Cargo.lock": "version = 3\n",
+        "src/lib.rs": "pub fn f() {}\n",
+        "src/main.rs": "fn main() {}\n",
+        "tests/it.rs": "#[test]\nfn it() {}\n",
+        "benches/b.rs": "fn main() {}\n",
+        "examples/demo.rs": "fn main() {}\n",
+        "build.rs": "fn main() {}\n",
+        "rustfmt.toml": 'edition = "2021"\n',
+        ".cargo/config.toml": "[build]\n",
+      },
+      scope: ["src/**"],
+      from: "Cargo's src/ of the root crate",
+      sources: ["src/lib.rs", "src/main.rs"],
+      testsInside: [],
+    },
+    {
+      shape: "a Go module",
+      files: {
+        "go.mod": "module example.com/gopher\n\ngo 1.22\n",
+        "main.go": "package main\n\nfunc main() {}\n",
+        "main_test.go": "package main\n",
+        "internal/x/x.go": "package x\n",
+        "internal/x/x_test.go": "package x\n",
+        "internal/x/testdata/input.txt": "in\n",
+        "testdata/golden.txt": "out\n",
+        ".golangci.yml": "linters: {}\n",
+      },
+      scope: ["*.go", "internal/**/*.go"],
+      from: "the Go package at the root; Go packages under internal/",
+      sources: ["internal/x/x.go", "main.go"],
+      testsInside: ["internal/x/x_test.go", "main_test.go"],
+    },
+  ];
+
+  it.each(SHAPES)(
+    "infers the scope of $shape: its sources, none of its tests, configuration, manifests or dotfiles, and tells the agent and the user",
+    async ({ files, scope, from, sources, testsInside }) => {
+      const repo = repoWith(files);
+      const { code, out } = await init(repo, true, "node agent.mjs");
+      expect(code).toBe(0);
+      const result = JSON.parse(out) as { scope: string[] | null; protected: string[] };
+      expect(result.scope).toEqual(scope);
+
+      const written = readFileSync(path.join(repo, "loop.yaml"), "utf8");
+      expect(await prettier.check(written, { parser: "yaml" })).toBe(true);
+      expect((parseYaml(written) as { scope: string[] }).scope).toEqual(scope);
+      expect(written).toContain(`# - ${from.split("; ").join("\n# - ")}\n`);
+      expect(written).toContain("halts the loop with blocked_path_modified. Tests inside the scope stay protected");
+      const { contract } = await loadContractFile(repo, "loop.yaml");
+      expect(contract.scope).toEqual(scope);
+
+      const tracked = Object.keys(files);
+      for (const file of sources) expect(inScope(scope, file), file).toBe(true);
+      for (const file of tracked.filter((name) => !sources.includes(name) && !testsInside.includes(name))) expect(inScope(scope, file), file).toBe(false);
+      // A test inside the scope is admitted by it, and protected all the same.
+      for (const file of testsInside) {
+        expect(inScope(scope, file), file).toBe(true);
+        expect(result.protected, file).toContain(file);
+      }
+
+      const program = readFileSync(path.join(repo, "program.md"), "utf8");
+      expect(program).toContain(
+        `You may change only these paths (the scope in \`loop.yaml\`): ${scope.map((glob) => `\`${glob}\``).join(", ")}. Any change to another\npath`,
+      );
+      expect(program).toContain("is rejected and halts the loop\n(`blocked_path_modified`)");
+      expect(program).not.toContain("In scope: the project's source code");
+
+      const human = await init(repoWith(files), false);
+      expect(human.out).toContain(`  scope: ${scope.join(", ")} (from ${from}) — review it in loop.yaml\n`);
+    },
+  );
+
+  it("with no source to find, writes the scope commented out, warns that only the protected set applies, and the contract still loads", async () => {
+    const files = { "main.c": "int main(void) { return 0; }\n", Makefile: "test:\n\t./run-tests\n", "tests/run.sh": "#!/bin/sh\n", "README.md": "# c\n" };
+    const repo = repoWith(files);
+    const { out } = await init(repo, true, "node agent.mjs");
+    expect((JSON.parse(out) as { scope: unknown }).scope).toBeNull();
+    const written = readFileSync(path.join(repo, "loop.yaml"), "utf8");
+    expect(await prettier.check(written, { parser: "yaml" })).toBe(true);
+    expect(written).toContain("# No scope: loopwarden init found no source that the project's own tooling declares");
+    expect(written).toContain('# scope:\n#   - "src/**"\n');
+    expect(parseYaml(written)).not.toHaveProperty("scope");
+    const { contract } = validateContract(loadStarter(written), "loop.yaml");
+    expect(contract.scope).toBeUndefined();
+    expect(readFileSync(path.join(repo, "program.md"), "utf8")).toContain(
+      "In scope: the project's source code, as much of it as the objective needs and no more.",
+    );
+
+    const human = await init(repoWith(files), false);
+    expect(human.out).toContain(
+      "  warning: no scope found: until you write one in loop.yaml, only the default protected set guards the check, and a change to any other file can be kept\n",
+    );
   });
 });
