@@ -46,7 +46,19 @@ process.on("SIGINT", () => void stop().then(() => process.exit(130)));
 let exitCode = 1;
 try {
   console.log(`$ loopwarden run --check "node --test" --exec "node agent.mjs" --scope 'src/**' --max-iterations 10\n`);
-  const code = await loopwarden(["--server", coordinator.url, "run", "--check", "node --test", "--exec", "node agent.mjs", "--scope", "src/**", "--max-iterations", "10"]);
+  const code = await loopwarden([
+    "--server",
+    coordinator.url,
+    "run",
+    "--check",
+    "node --test",
+    "--exec",
+    "node agent.mjs",
+    "--scope",
+    "src/**",
+    "--max-iterations",
+    "10",
+  ]);
   console.log("");
   if (code !== 10) {
     console.log(`The demo loop did not converge: runner exit code ${code} (expected 10).`);
