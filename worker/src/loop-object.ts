@@ -305,6 +305,12 @@ export class LoopObject extends DurableObject<Env> {
     return { ok: true, created: true, loop: this.summary() };
   }
 
+  /** The loop's team, for a caller that may reach the loop: what a route checks before it does anything. */
+  async access(caller: Caller): Promise<Answer<{ team_id: string }>> {
+    if (!this.admit(caller)) return NOT_FOUND;
+    return { ok: true, team_id: this.teamId };
+  }
+
   /** The loop's summary. */
   async get(caller: Caller): Promise<Answer<{ loop: LoopSummary }>> {
     if (!this.admit(caller)) return NOT_FOUND;

@@ -28,17 +28,38 @@ export function loopStub(env: Env, loopId: string | undefined): DurableObjectStu
 }
 
 /**
- * A loop as the caller may use it: the scope is checked first (403), then the token's loop restriction
- * (404); the LoopObject checks the team itself, so the answer for another team's loop is its 404.
+ * Each loop's team, as its LoopObject answered it, in this isolate: a loop's team never changes, so a
+ * loop a route has admitted once is admitted again without a round trip. Bounded: the oldest entry goes
+ * first once it is full.
  */
-export function openLoop(
+const loopTeams = new Map<string, string>();
+const LOOP_TEAMS_CACHED = 10_000;
+
+/**
+ * A loop as the caller may use it, settled before the route does anything on the caller's behalf
+ * (DESIGN §11: authorization before any side effect): the scope first (403), then the token's loop
+ * restriction, then the loop's team (404 for a loop of another team, or of none: no existence oracle).
+ * Every route that reaches a loop opens it here; the LoopObject checks the team again on every call.
+ */
+export async function openLoop(
   c: Context<AuthEnv>,
   loopId: string | undefined,
   scope: Scope,
-): { stub: DurableObjectStub<LoopObject>; caller: Caller; loopId: string } {
+): Promise<{ stub: DurableObjectStub<LoopObject>; caller: Caller; loopId: string }> {
   const principal = requireScope(c, scope);
   const stub = loopStub(c.env, loopId);
-  return { stub, caller: callerFor(principal, loopId ?? ""), loopId: loopId ?? "" };
+  const id = loopId ?? "";
+  const caller = callerFor(principal, id);
+  let team = loopTeams.get(id);
+  if (team === undefined) {
+    const answer = await stub.access(caller);
+    if (!answer.ok) throw new ApiError(404, "not_found", "no such loop");
+    team = answer.team_id;
+    if (loopTeams.size >= LOOP_TEAMS_CACHED) loopTeams.delete(loopTeams.keys().next().value ?? "");
+    loopTeams.set(id, team);
+  }
+  if (!caller.owner && caller.team_id !== team) throw new ApiError(404, "not_found", "no such loop");
+  return { stub, caller, loopId: id };
 }
 
 /** The loop id inside a lease id (`<loop id>-L<fencing token>`). */

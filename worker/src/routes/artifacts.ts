@@ -35,7 +35,7 @@ import {
 import { declaredLength, inStorage, storageError, uploadNotFound } from "../artifact-upload.js";
 import { requireScope, type AuthEnv } from "../auth.js";
 import type { ArtifactRow } from "../db/schema.js";
-import { ApiError, refusalError } from "../http-errors.js";
+import { ApiError } from "../http-errors.js";
 import { openLoop } from "../loops.js";
 import { readJson, readParam } from "../validate.js";
 
@@ -63,10 +63,7 @@ async function requireLoop(c: Context<AuthEnv>, access: "read" | "write"): Promi
   if (access === "write" && !c.get("principal").scopes.some((scope) => scope === "propose" || scope === "evaluate")) {
     requireScope(c, "evaluate");
   }
-  const { stub, caller } = openLoop(c, c.req.param("id"), "read");
-  const answer = await stub.get(caller);
-  if (!answer.ok) throw refusalError(answer);
-  return answer.loop.loop_id;
+  return (await openLoop(c, c.req.param("id"), "read")).loopId;
 }
 
 /** Upload ids are storage's, opaque; they travel URL-encoded in a path segment. */

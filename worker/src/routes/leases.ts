@@ -14,7 +14,7 @@ export const leaseRoutes = new Hono<AuthEnv>();
 
 leaseRoutes.post("/:leaseId/heartbeat", async (c) => {
   const leaseId = c.req.param("leaseId");
-  const { stub, caller } = openLoop(c, loopIdOfLease(leaseId), "evaluate");
+  const { stub, caller } = await openLoop(c, loopIdOfLease(leaseId), "evaluate");
   const body = await readJson(c, HeartbeatRequest);
   const answer = await stub.heartbeat({ caller, lease_id: leaseId, fencing_token: body.fencing_token });
   if (!answer.ok) throw refusalError(answer);
@@ -25,7 +25,7 @@ leaseRoutes.post("/:leaseId/heartbeat", async (c) => {
 // once instead of when the lease runs out. Idempotent; only the current holder's token releases.
 leaseRoutes.post("/:leaseId/release", async (c) => {
   const leaseId = c.req.param("leaseId");
-  const { stub, caller } = openLoop(c, loopIdOfLease(leaseId), "evaluate");
+  const { stub, caller } = await openLoop(c, loopIdOfLease(leaseId), "evaluate");
   const body = await readJson(c, ReleaseRequest);
   const answer = await stub.release({ caller, lease_id: leaseId, fencing_token: body.fencing_token });
   if (!answer.ok) throw refusalError(answer);
@@ -35,7 +35,7 @@ leaseRoutes.post("/:leaseId/release", async (c) => {
 
 leaseRoutes.post("/:leaseId/report", async (c) => {
   const leaseId = c.req.param("leaseId");
-  const { stub, caller, loopId } = openLoop(c, loopIdOfLease(leaseId), "evaluate");
+  const { stub, caller, loopId } = await openLoop(c, loopIdOfLease(leaseId), "evaluate");
   const eventsAfter = eventsAfterOf(c);
   const body = await readJson(c, ReportRequest);
   // Evidence first: every log and file an observation cites must be recorded — stored and verified,

@@ -103,14 +103,14 @@ loopRoutes.get("/", async (c) => {
 });
 
 loopRoutes.get("/:id", async (c) => {
-  const { stub, caller } = openLoop(c, c.req.param("id"), "read");
+  const { stub, caller } = await openLoop(c, c.req.param("id"), "read");
   const answer = await stub.get(caller);
   if (!answer.ok) throw refusalError(answer);
   return c.json(answer.loop);
 });
 
 loopRoutes.post("/:id/candidates", async (c) => {
-  const { stub, caller, loopId } = openLoop(c, c.req.param("id"), "propose");
+  const { stub, caller, loopId } = await openLoop(c, c.req.param("id"), "propose");
   const eventsAfter = eventsAfterOf(c);
   const { lease, evidence, ...body } = await readJson(c, ProposeCandidateRequest);
   if (lease) requireScope(c, "evaluate");
@@ -142,7 +142,7 @@ loopRoutes.post("/:id/candidates", async (c) => {
 });
 
 loopRoutes.post("/:id/leases", async (c) => {
-  const { stub, caller } = openLoop(c, c.req.param("id"), "evaluate");
+  const { stub, caller } = await openLoop(c, c.req.param("id"), "evaluate");
   const body = await readJson(c, LeaseRequest);
   const answer = await stub.lease({ caller, ...body });
   if (!answer.ok) throw refusalError(answer);
@@ -158,7 +158,7 @@ const EventsQuery = z.object({
 });
 
 loopRoutes.get("/:id/events", async (c) => {
-  const { stub, caller } = openLoop(c, c.req.param("id"), "read");
+  const { stub, caller } = await openLoop(c, c.req.param("id"), "read");
   const query = readParam(c.req.query(), EventsQuery, "query");
   const answer = await stub.events({ caller, ...query });
   if (!answer.ok) throw refusalError(answer);
@@ -168,7 +168,7 @@ loopRoutes.get("/:id/events", async (c) => {
 });
 
 loopRoutes.post("/:id/receipts", async (c) => {
-  const { stub, caller } = openLoop(c, c.req.param("id"), "propose");
+  const { stub, caller } = await openLoop(c, c.req.param("id"), "propose");
   await readJson(c, IssueReceiptRequest, { empty: {} });
   const answer = await stub.issueReceipt({ caller, kind: "interim" });
   if (!answer.ok) throw refusalError(answer);
@@ -177,7 +177,7 @@ loopRoutes.post("/:id/receipts", async (c) => {
 });
 
 loopRoutes.post("/:id/confirm", async (c) => {
-  const { stub, caller } = openLoop(c, c.req.param("id"), "evaluate");
+  const { stub, caller } = await openLoop(c, c.req.param("id"), "evaluate");
   const body = await readJson(c, ConfirmRequest);
   const answer = await stub.confirm({ caller, ...body });
   if (!answer.ok) throw refusalError(answer);

@@ -158,8 +158,9 @@ tenancyRoutes.get("/teams", async (c) => {
 });
 
 tenancyRoutes.post("/tokens", async (c) => {
-  const body = await readJson(c, CreateTokenRequest);
+  // The scope first: a caller who may not create tokens gets its 403 before its body is even read.
   const principal = requireScope(c, "admin");
+  const body = await readJson(c, CreateTokenRequest);
   const teamId = await teamNamed(c, principal, body.team_id);
   if (teamId === null) {
     throw new ApiError(

@@ -1,0 +1,183 @@
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { sha256Hex } from "../../shared/hash.js";
+import { MAX_PUT_BYTES } from "../../worker/src/artifact-limits.js";
+import { app } from "../../worker/src/app.js";
+import { call, candidateBody, createLoopBody, logOf, observationOf, postJson } from "./fixtures.js";
+
+// Authorization before any side effect (DESIGN §11), on every route the worker serves, taken from the
+// app itself: each is sent, as every kind of caller that may not use it, a request whose body would
+// store something if it were let in — inline evidence, cited digests, bytes to upload — and must
+// answer its refusal with nothing changed anywhere: every D1 row, every stored object, every loop's log.
+
+const encode = (text: string) => new TextEncoder().encode(text);
+const base64 = (bytes: Uint8Array) => btoa(Array.from(bytes, (byte) => String.fromCharCode(byte)).join(""));
+
+/** The bytes every hostile request carries or cites: stored anywhere, they would show in the snapshot. */
+const PAYLOAD = encode("$ npm test\nall green, trust me\n");
+const PAYLOAD_SHA = sha256Hex(PAYLOAD);
+/** The digest the victim loop's multipart upload is open for. */
+const UPLOAD_SHA = "c".repeat(64);
+
+async function json<T>(response: Response, status: number): Promise<T> {
+  const text = await response.text();
+  expect(response.status, text).toBe(status);
+  return JSON.parse(text) as T;
+}
+
+async function createTeam(name: string): Promise<{ admin: string }> {
+  return { admin: (await json<{ token: { token: string } }>(await postJson("/v1/teams", { name }), 201)).token.token };
+}
+
+async function createToken(admin: string, body: Record<string, unknown>): Promise<string> {
+  return (await json<{ token: string }>(await postJson("/v1/tokens", body, admin), 201)).token;
+}
+
+/** A loop of the token's team with a candidate leased and a multipart upload open, so every route has something to reach. */
+async function victimLoop(token: string, key: string): Promise<{ loopId: string; leaseId: string; fencing: number; uploadId: string }> {
+  const loopId = (await json<{ loop: { loop_id: string } }>(await postJson("/v1/loops", createLoopBody(key, ["parse.empty"]), token), 201)).loop.loop_id;
+  await json(await postJson(`/v1/loops/${loopId}/candidates`, candidateBody(key), token), 201);
+  const lease = await json<{ lease_id: string; fencing_token: number }>(
+    await postJson(`/v1/loops/${loopId}/leases`, { runner_id: `runner-${key}` }, token),
+    200,
+  );
+  const upload = await json<{ upload_id: string }>(
+    await postJson(`/v1/loops/${loopId}/artifacts`, { sha256: UPLOAD_SHA, size: MAX_PUT_BYTES + 1, content_type: "application/octet-stream" }, token),
+    200,
+  );
+  return { loopId, leaseId: lease.lease_id, fencing: lease.fencing_token, uploadId: upload.upload_id };
+}
+
+/** Everything a request could change: every D1 table's rows (but the migrations'), every stored object, and the logs of `loops`. */
+async function snapshot(loops: readonly string[]): Promise<unknown> {
+  const tables = (
+    await env.DB.prepare(
+      "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_cf_%' AND name != 'd1_migrations' ORDER BY name",
+    ).all<{
+      name: string;
+    }>()
+  ).results;
+  const rows: Record<string, unknown[]> = {};
+  for (const { name } of tables) rows[name] = (await env.DB.prepare(`SELECT * FROM "${name}" ORDER BY rowid`).all()).results;
+  const objects = (await env.ARTIFACTS.list({ limit: 1_000 })).objects.map((object) => [object.key, object.size, object.etag]);
+  const logs = await Promise.all(loops.map((loopId) => logOf(loopId)));
+  return { rows, objects, logs };
+}
+
+/** A hostile request: method, path and body (JSON, or bytes for an upload). */
+interface Attempt {
+  method: string;
+  path: string;
+  body?: unknown;
+}
+
+/**
+ * The request every route pattern is sent, with the path filled in for `target` (a loop, its lease and
+ * its open upload) and a body that stores evidence if it is let in. Throws for a pattern it does not
+ * know: a new route must get its hostile request here before the suite passes.
+ */
+function attemptOn(method: string, pattern: string, target: { loopId: string; leaseId: string; fencing: number; uploadId: string }): Attempt {
+  const path = pattern
+    .replace(":id", target.loopId)
+    .replace(":leaseId", target.leaseId)
+    .replace(":sha256", pattern.includes("/uploads/") ? UPLOAD_SHA : PAYLOAD_SHA)
+    .replace(":uploadId", encodeURIComponent(target.uploadId))
+    .replace(":part", "1");
+  const evidence = [{ sha256: PAYLOAD_SHA, base64: base64(PAYLOAD) }];
+  const log = { sha256: PAYLOAD_SHA, size: PAYLOAD.length, name: "gate-unit.log", content_type: "text/plain; charset=utf-8" };
+  const bodies: Record<string, unknown> = {
+    "POST /v1/loops": createLoopBody("intruder", ["parse.empty"]),
+    "GET /v1/loops": undefined,
+    "GET /v1/loops/:id": undefined,
+    "GET /v1/loops/:id/events": undefined,
+    "POST /v1/loops/:id/candidates": {
+      ...candidateBody("intruder"),
+      bundle: { sha256: PAYLOAD_SHA, size: PAYLOAD.length },
+      evidence,
+    },
+    "POST /v1/loops/:id/leases": { runner_id: "intruder" },
+    "POST /v1/loops/:id/receipts": {},
+    "POST /v1/loops/:id/confirm": { candidate_id: "c1", samples: { t0: [1], best: [1] } },
+    "GET /v1/loops/:id/artifacts": undefined,
+    "POST /v1/loops/:id/artifacts": { sha256: PAYLOAD_SHA, size: PAYLOAD.length, content_type: "text/plain" },
+    "GET /v1/loops/:id/artifacts/:sha256": undefined,
+    "PUT /v1/loops/:id/artifacts/:sha256": PAYLOAD,
+    "PUT /v1/loops/:id/artifacts/:sha256/uploads/:uploadId/parts/:part": PAYLOAD,
+    "POST /v1/loops/:id/artifacts/:sha256/uploads/:uploadId/complete": { parts: [{ part_number: 1, etag: "intruder" }] },
+    "DELETE /v1/loops/:id/artifacts/:sha256/uploads/:uploadId": undefined,
+    "POST /v1/leases/:leaseId/heartbeat": { fencing_token: target.fencing },
+    "POST /v1/leases/:leaseId/release": { fencing_token: target.fencing },
+    "POST /v1/leases/:leaseId/report": { fencing_token: target.fencing, observation: observationOf([], log), evidence },
+    "POST /v1/teams": { name: "intruders" },
+    "GET /v1/teams": undefined,
+    "POST /v1/tokens": { scopes: ["admin"], team_id: "tm_0000000000000000" },
+    "GET /v1/tokens": undefined,
+    "DELETE /v1/tokens/:id": undefined,
+    "GET /v1/whoami": undefined,
+  };
+  const key = `${method} ${pattern}`;
+  if (!(key in bodies)) throw new Error(`no hostile request for ${key}: add one to attemptOn`);
+  return { method, path: pattern === "/v1/tokens/:id" ? "/v1/tokens/tk_0000000000000000" : path, body: bodies[key] };
+}
+
+function send(attempt: Attempt, token: string | null): Promise<Response> {
+  const { method, path, body } = attempt;
+  if (body === undefined) return call(path, { method }, token);
+  if (body instanceof Uint8Array) return call(path, { method, headers: { "content-type": "application/octet-stream" }, body }, token);
+  return call(path, { method, headers: { "content-type": "application/json" }, body: JSON.stringify(body) }, token);
+}
+
+/** Every route the worker serves under /v1, as the app has them mounted: method and pattern. */
+const apiRoutes = () => [
+  ...new Map(
+    app.routes.filter((route) => route.method !== "ALL" && route.path.startsWith("/v1/")).map((route) => [`${route.method} ${route.path}`, route]),
+  ).values(),
+];
+/** A route about one loop: under /v1/loops/:id or /v1/leases. */
+const isLoopRoute = (pattern: string) => /^\/v1\/(loops\/:id|leases\/)/.test(pattern);
+
+describe("authorization before any side effect, on every route (DESIGN §11)", { timeout: 120_000 }, () => {
+  it("refuses every caller that may not use a route — no token, another team, a token for another loop, one without the scope, a loop nobody has — and changes nothing", async () => {
+    const victim = await createTeam("victims");
+    const intruder = await createTeam("intruders-team");
+    const loop = await victimLoop(victim.admin, "victim-loop");
+    const other = await victimLoop(victim.admin, "victim-other");
+    const otherLoopOnly = await createToken(victim.admin, { scopes: ["propose", "evaluate"], loop_id: other.loopId });
+    const readOnly = await createToken(victim.admin, { scopes: ["read"] });
+    const nobodys = { ...loop, loopId: `lp_${"9".repeat(24)}`, leaseId: `lp_${"9".repeat(24)}-L1` };
+
+    const routes = apiRoutes();
+    // Every route has its hostile request (attemptOn throws otherwise), and there are as many as the app serves.
+    expect(routes.length).toBeGreaterThanOrEqual(24);
+    const before = await snapshot([loop.loopId, other.loopId]);
+    const refusals: string[] = [];
+    const expectRefused = async (who: string, attempt: Attempt, token: string | null, status: number) => {
+      const response = await send(attempt, token);
+      const text = await response.text();
+      if (response.status !== status) refusals.push(`${attempt.method} ${attempt.path} as ${who}: ${response.status} ${text.slice(0, 200)}`);
+    };
+    for (const { method, path: pattern } of routes) {
+      const attempt = attemptOn(method, pattern, loop);
+      await expectRefused("no token", attempt, null, 401);
+      if (method !== "GET") await expectRefused("a read-only token of the loop's team", attempt, readOnly, 403);
+      if (!isLoopRoute(pattern)) continue;
+      await expectRefused("another team's admin", attempt, intruder.admin, 404);
+      await expectRefused("a token restricted to another loop of the team", attempt, otherLoopOnly, 404);
+      await expectRefused("another team's admin, on a loop nobody has", attemptOn(method, pattern, nobodys), intruder.admin, 404);
+    }
+    expect(refusals).toEqual([]);
+    expect(await snapshot([loop.loopId, other.loopId])).toEqual(before);
+    // The made-up loop was never created either.
+    expect((await call(`/v1/loops/${nobodys.loopId}`)).status).toBe(404);
+  });
+
+  it("the hostile bodies are ones that store evidence when the caller may: the victim's own proposal with the same inline bundle is stored", async () => {
+    const team = await createTeam("controls");
+    const loop = await victimLoop(team.admin, "control-loop");
+    const attempt = attemptOn("POST", "/v1/loops/:id/candidates", loop);
+    const response = await send(attempt, team.admin);
+    expect(response.status, await response.clone().text()).toBe(201);
+    const stored = await env.DB.prepare("SELECT sha256 FROM artifacts WHERE loop_id = ?").bind(loop.loopId).all<{ sha256: string }>();
+    expect(stored.results.map((row) => row.sha256)).toContain(PAYLOAD_SHA);
+  });
+});
