@@ -8,6 +8,7 @@ import { loopRoutes } from "./routes/loops.js";
 import { receiptRoutes } from "./routes/receipts.js";
 import { tenancyRoutes } from "./routes/tenancy.js";
 import { requireToken, type AuthEnv } from "./auth.js";
+import { missingMigrations, notReady, requireSchema } from "./schema-ready.js";
 
 /** JSON bodies are capped at 1 MiB (DESIGN §8), counted on the streamed bytes, so chunked bodies are capped too. */
 export const MAX_JSON_BODY_BYTES = 1024 * 1024;
@@ -40,12 +41,21 @@ app.use("/v1/*", async (c, next) => {
   return (carriesTestSet ? testSetBodyLimit : jsonBodyLimit)(c, next);
 });
 
+// Until every D1 migration the worker needs is applied, the routes that read D1 answer 503 not_ready
+// (never a 500): the API before its token is checked (the check reads the tokens table), and the
+// receipt routes but the page's script. The key set reads no D1.
+const schemaReady = requireSchema<AuthEnv>();
+app.use("/v1/*", schemaReady);
+app.use("/r/*", (c, next) => (c.req.path.startsWith("/r/assets/") ? next() : schemaReady(c, next)));
+
 // Every API route needs a token (DESIGN §11), checked after the body limit is in place and before any
 // body is read; receipts, their keys and /healthz are public.
 app.use("/v1/*", requireToken());
 
+// Ready means ready: 200 once D1 answers and has every migration applied, else 503 not_ready.
 app.get("/healthz", async (c) => {
-  await c.env.DB.prepare("SELECT 1").first();
+  const missing = await missingMigrations(c.env.DB, { fresh: true });
+  if (missing.length > 0) throw notReady(missing);
   return c.json({ ok: true as const, version: VERSION });
 });
 
