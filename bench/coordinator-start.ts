@@ -8,13 +8,16 @@ import { Client } from "../runner/src/client.js";
 import { startLocalCoordinator } from "../runner/src/local-coordinator.js";
 import { Contract } from "../shared/wire/contract.js";
 import { TEST_OWNER_TOKEN } from "../test/support/cli.js";
-import { startWranglerDev } from "../test/support/wrangler-dev.js";
+import { applyWranglerMigrations, startWranglerDev } from "../test/support/wrangler-dev.js";
 
 const [how, stateDir] = process.argv.slice(2);
 if ((how !== "miniflare" && how !== "wrangler") || !stateDir) throw new Error("usage: coordinator-start.ts miniflare|wrangler STATE_DIR");
 
 // Both ways of starting it accept the same owner token (wrangler dev is given it with --var).
 process.env.LOOPWARDEN_OWNER_TOKEN = TEST_OWNER_TOKEN;
+// wrangler dev applies no D1 migrations, and /healthz answers 503 until they are: they are applied first
+// (untimed), as a user of wrangler dev does; the local coordinator applies them itself, timed.
+if (how === "wrangler") applyWranglerMigrations(path.join(stateDir, "data"), path.join(stateDir, "logs"));
 const loading = performance.now();
 if (how === "miniflare") await import("miniflare");
 const started = performance.now();

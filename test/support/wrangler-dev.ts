@@ -25,8 +25,8 @@ const wranglerEnv = (logDir: string) => ({
 
 /**
  * Applies the D1 migrations to the local database under `persistTo`, as a user of `wrangler dev` does
- * (`wrangler d1 migrations apply DB --local`): wrangler dev itself does not, and a route that reads D1
- * answers 500 until they are applied.
+ * (`wrangler d1 migrations apply DB --local`): wrangler dev itself does not, and until they are applied
+ * /healthz and the routes that read D1 answer 503 not_ready.
  */
 export function applyWranglerMigrations(persistTo: string, logDir: string): void {
   const result = spawnSync(process.execPath, [wranglerBin(), "d1", "migrations", "apply", "DB", "--local", "--persist-to", persistTo], {
@@ -38,9 +38,11 @@ export function applyWranglerMigrations(persistTo: string, logDir: string): void
 }
 
 /**
- * Starts `wrangler dev --persist-to <persistTo>` on 127.0.0.1 and waits until `/healthz` answers. With
- * `script` (the built bundle, dist/worker/index.js) wrangler serves that file as it is (`--no-bundle`),
- * so it runs the very worker the local coordinator runs; without, it bundles wrangler.toml's `main` itself.
+ * Starts `wrangler dev --persist-to <persistTo>` on 127.0.0.1 and waits until `/healthz` answers 200,
+ * which needs the D1 migrations applied there (applyWranglerMigrations, or a local coordinator on the
+ * same state). With `script` (the built bundle, dist/worker/index.js) wrangler serves that file as it is
+ * (`--no-bundle`), so it runs the very worker the local coordinator runs; without, it bundles
+ * wrangler.toml's `main` itself.
  */
 export async function startWranglerDev(persistTo: string, logDir: string, options: { script?: string } = {}): Promise<WranglerDev> {
   const wrangler = wranglerBin();
