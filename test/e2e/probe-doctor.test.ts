@@ -113,6 +113,8 @@ describe("probe and doctor", () => {
     expect(lines.slice(0, -1).map((line) => line.split(":")[0])).toEqual([
       "ok git",
       "ok contract",
+      // The contract names no scope: a warning, which changes no exit code.
+      "warn scope",
       "ok zones",
       "ok agent network",
       "ok agent variables",

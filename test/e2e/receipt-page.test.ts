@@ -90,7 +90,8 @@ describe("the receipt page", () => {
     expect(await panel.getAttribute("data-result")).toBe("valid");
     const keys = (await (await fetch(`${coordinator.url}/.well-known/loopwarden/keys.json`)).json()) as { keys: { kid: string }[] };
     expect(await panel.locator("[data-status]").textContent()).toContain(`signed by key ${keys.keys[0]?.kid}`);
-    expect(await panel.locator("li.ok").count()).toBe(6);
+    // Envelope, signature, statement, chain, verdicts, scope, predicate.
+    expect(await panel.locator("li.ok").count()).toBe(7);
     await page.close();
   });
 
