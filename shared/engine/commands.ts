@@ -20,6 +20,7 @@ export interface EngineError {
     | "loop_halted"
     | "idempotency_conflict"
     | "lease_not_found"
+    | "lease_not_yours"
     | "stale_lease"
     | "already_reported"
     | "invalid_observation"
@@ -144,7 +145,10 @@ function refOf(best: BestState): BestRef {
  * A runner that asks again while holding a live lease gets the same lease back, so a lost response
  * never strands a job.
  */
-export function grantLease(state: LoopState, input: { runner_id: string; labels: Readonly<Labels>; at: string; ttl_ms: number }): Outcome<GrantedLease | null> {
+export function grantLease(
+  state: LoopState,
+  input: { runner_id: string; labels: Readonly<Labels>; at: string; ttl_ms: number; holder?: string | undefined },
+): Outcome<GrantedLease | null> {
   if (state.halt) return { ok: true, events: [], value: null };
   // The requirement is the contract's, the same for every candidate: a runner that lacks a label is
   // offered nothing, not merely another candidate.
@@ -152,7 +156,9 @@ export function grantLease(state: LoopState, input: { runner_id: string; labels:
   const now = Date.parse(input.at);
   for (const id of state.candidate_order) {
     const candidate = state.candidates[id];
-    if (candidate?.status === "leased" && candidate.lease?.runner_id === input.runner_id && Date.parse(candidate.lease.expires_at) > now) {
+    // The runner's own lease again (a retried lease request), never another token's under the same runner id.
+    const sameHolder = candidate?.lease?.holder === undefined || candidate.lease.holder === input.holder;
+    if (candidate?.status === "leased" && candidate.lease?.runner_id === input.runner_id && sameHolder && Date.parse(candidate.lease.expires_at) > now) {
       return { ok: true, events: [], value: { ...candidate.lease, candidate } };
     }
   }
@@ -162,6 +168,7 @@ export function grantLease(state: LoopState, input: { runner_id: string; labels:
   const lease: LeaseState = {
     lease_id: `${state.loop_id}-L${state.fencing_counter + 1}`,
     runner_id: input.runner_id,
+    ...(input.holder === undefined ? {} : { holder: input.holder }),
     fencing_token: state.fencing_counter + 1,
     expires_at: addMs(input.at, input.ttl_ms),
     compare_to: refOf(state.best),
@@ -173,6 +180,7 @@ export function grantLease(state: LoopState, input: { runner_id: string; labels:
       lease_id: lease.lease_id,
       candidate_id: next.candidate_id,
       runner_id: lease.runner_id,
+      ...(input.holder === undefined ? {} : { holder: input.holder }),
       fencing_token: lease.fencing_token,
       expires_at: lease.expires_at,
       compare_to: refOf(state.best),
@@ -187,14 +195,45 @@ function findLease(state: LoopState, leaseId: string): CandidateState | undefine
 }
 
 /**
+ * Whether `holder` may act on lease `lease_id` of the loop: refused as `lease_not_found` or
+ * `lease_not_yours`, else null (whatever else a command may find wrong with the request). What a route
+ * checks before it stores anything a report carries.
+ */
+export function leaseRefusal(state: LoopState, input: { lease_id: string; holder: string }): EngineError | null {
+  const candidate = findLease(state, input.lease_id);
+  if (!candidate) return { code: "lease_not_found", message: `no lease ${input.lease_id}` };
+  return notYours(candidate, input)?.error ?? null;
+}
+
+/**
+ * Why a caller may not act on a lease (DESIGN §11: a lease belongs to the token that took it), or null:
+ * the candidate's current lease is `lease_id`, it records a holder, and the caller is another. A caller
+ * that names no holder (a verifier re-running the log) and a lease granted before holders were recorded
+ * are not checked.
+ */
+function notYours(candidate: CandidateState, input: { lease_id: string; holder?: string | undefined }): { ok: false; error: EngineError } | null {
+  const lease = candidate.lease;
+  if (input.holder === undefined || lease?.lease_id !== input.lease_id || lease.holder === undefined || lease.holder === input.holder) return null;
+  return refuse(
+    "lease_not_yours",
+    `lease ${input.lease_id} is held by another token (${lease.holder}); only its holder may heartbeat, release or report on it`,
+  );
+}
+
+/**
  * Extends a lease (heartbeat). A lease is valid until the coordinator reclaims it (the alarm does at
  * its deadline), its runner releases it, or another lease supersedes it; then it answers `stale_lease`:
  * stop work. Once the loop has halted no report can be judged, so a heartbeat answers `loop_halted`:
  * stop work too, rather than measure for nothing.
  */
-export function renewLease(state: LoopState, input: { lease_id: string; fencing_token: number; at: string; ttl_ms: number }): Outcome<GrantedLease> {
+export function renewLease(
+  state: LoopState,
+  input: { lease_id: string; fencing_token: number; at: string; ttl_ms: number; holder?: string | undefined },
+): Outcome<GrantedLease> {
   const candidate = findLease(state, input.lease_id);
   if (!candidate) return refuse("lease_not_found", `no lease ${input.lease_id}`);
+  const foreign = notYours(candidate, input);
+  if (foreign) return foreign;
   const lease = candidate.lease;
   if (candidate.status !== "leased" || !lease || lease.lease_id !== input.lease_id || lease.fencing_token !== input.fencing_token) {
     return refuse("stale_lease", "the lease was reclaimed or superseded; stop this job");
@@ -220,10 +259,12 @@ export function renewLease(state: LoopState, input: { lease_id: string; fencing_
  */
 export function releaseLease(
   state: LoopState,
-  input: { lease_id: string; fencing_token: number; at: string },
+  input: { lease_id: string; fencing_token: number; at: string; holder?: string | undefined },
 ): Outcome<{ candidate_id: string; replayed: boolean }> {
   const candidate = findLease(state, input.lease_id);
   if (!candidate) return refuse("lease_not_found", `no lease ${input.lease_id}`);
+  const foreign = notYours(candidate, input);
+  if (foreign) return foreign;
   if (candidate.released.some((released) => released.lease_id === input.lease_id && released.fencing_token === input.fencing_token)) {
     return { ok: true, events: [], value: { candidate_id: candidate.candidate_id, replayed: true } };
   }
@@ -367,10 +408,12 @@ export function requeueIfStale(
  */
 export function reportObservation(
   state: LoopState,
-  input: { lease_id: string; fencing_token: number; observation: Observation; request_hash: string; at: string },
+  input: { lease_id: string; fencing_token: number; observation: Observation; request_hash: string; at: string; holder?: string | undefined },
 ): Outcome<ReportAnswer> {
   const candidate = findLease(state, input.lease_id);
   if (!candidate) return refuse("lease_not_found", `no lease ${input.lease_id}`);
+  const foreign = notYours(candidate, input);
+  if (foreign) return foreign;
   const isRetry = (report: { lease_id: string; fencing_token: number; request_hash: string }) =>
     report.lease_id === input.lease_id && report.fencing_token === input.fencing_token && report.request_hash === input.request_hash;
   const answered = candidate.verdict ?? candidate.pending;

@@ -167,6 +167,12 @@ const LeaseGranted = z.strictObject({
     fencing_token: z.number().int().min(1),
     expires_at: at,
     /**
+     * Who holds it (DESIGN §11): the id of the token that took it, or `owner` for the instance owner's.
+     * Only the holder heartbeats, releases or reports on it. Absent from leases granted before holders
+     * were recorded, which any token of the loop's team may act on, as then.
+     */
+    holder: z.string().min(1).max(100).optional(),
+    /**
      * The best-so-far when the lease was granted: what the candidate is compared against. Absent from
      * leases granted before it existed, which are judged against the best at report time as they were.
      */

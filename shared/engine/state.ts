@@ -13,6 +13,8 @@ export type CandidateStatus = "queued" | "leased" | "promoted" | "rejected";
 export interface LeaseState {
   lease_id: string;
   runner_id: string;
+  /** The token that took it (`owner` for the instance owner's); absent for a lease granted before holders were recorded. */
+  holder?: string;
   fencing_token: number;
   expires_at: string;
   /** The best-so-far when it was granted, which the candidate is compared against; null for a lease granted before leases named it. */
@@ -454,6 +456,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       const lease = {
         lease_id: data.lease_id,
         runner_id: data.runner_id,
+        ...(data.holder === undefined ? {} : { holder: data.holder }),
         fencing_token: data.fencing_token,
         expires_at: data.expires_at,
         compare_to: data.compare_to ?? null,

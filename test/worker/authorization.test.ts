@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { sha256Hex } from "../../shared/hash.js";
 import { MAX_PUT_BYTES } from "../../worker/src/artifact-limits.js";
 import { app } from "../../worker/src/app.js";
-import { call, candidateBody, createLoopBody, logOf, observationOf, postJson } from "./fixtures.js";
+import { call, candidateBody, createLoopBody, logOf, ndjson, observationOf, parseJsonl, postJson } from "./fixtures.js";
 
 // Authorization before any side effect (DESIGN §11), on every route the worker serves, taken from the
 // app itself: each is sent, as every kind of caller that may not use it, a request whose body would
@@ -137,13 +137,14 @@ const apiRoutes = () => [
 const isLoopRoute = (pattern: string) => /^\/v1\/(loops\/:id|leases\/)/.test(pattern);
 
 describe("authorization before any side effect, on every route (DESIGN §11)", { timeout: 120_000 }, () => {
-  it("refuses every caller that may not use a route — no token, another team, a token for another loop, one without the scope, a loop nobody has — and changes nothing", async () => {
+  it("refuses every caller that may not use a route — no token, another team, a token for another loop, one without the scope, a loop nobody has, another runner's token on a lease — and changes nothing", async () => {
     const victim = await createTeam("victims");
     const intruder = await createTeam("intruders-team");
     const loop = await victimLoop(victim.admin, "victim-loop");
     const other = await victimLoop(victim.admin, "victim-other");
     const otherLoopOnly = await createToken(victim.admin, { scopes: ["propose", "evaluate"], loop_id: other.loopId });
     const readOnly = await createToken(victim.admin, { scopes: ["read"] });
+    const otherRunner = await createToken(victim.admin, { scopes: ["evaluate"] });
     const nobodys = { ...loop, loopId: `lp_${"9".repeat(24)}`, leaseId: `lp_${"9".repeat(24)}-L1` };
 
     const routes = apiRoutes();
@@ -164,6 +165,8 @@ describe("authorization before any side effect, on every route (DESIGN §11)", {
       await expectRefused("another team's admin", attempt, intruder.admin, 404);
       await expectRefused("a token restricted to another loop of the team", attempt, otherLoopOnly, 404);
       await expectRefused("another team's admin, on a loop nobody has", attemptOn(method, pattern, nobodys), intruder.admin, 404);
+      // A lease belongs to the token that took it: another evaluate token of the same team may not touch it.
+      if (pattern.startsWith("/v1/leases/")) await expectRefused("another runner's token of the team", attempt, otherRunner, 403);
     }
     expect(refusals).toEqual([]);
     expect(await snapshot([loop.loopId, other.loopId])).toEqual(before);
@@ -179,5 +182,42 @@ describe("authorization before any side effect, on every route (DESIGN §11)", {
     expect(response.status, await response.clone().text()).toBe(201);
     const stored = await env.DB.prepare("SELECT sha256 FROM artifacts WHERE loop_id = ?").bind(loop.loopId).all<{ sha256: string }>();
     expect(stored.results.map((row) => row.sha256)).toContain(PAYLOAD_SHA);
+  });
+});
+
+describe("a lease belongs to the token that took it (DESIGN §11)", { timeout: 60_000 }, () => {
+  it("another evaluate token of the team cannot heartbeat, release or report on it, nor be handed it under the same runner id; the holder's report is judged", async () => {
+    const team = await createTeam("lease-holders");
+    const holder = await createToken(team.admin, { scopes: ["evaluate"] });
+    const thief = await createToken(team.admin, { scopes: ["evaluate"] });
+    const loopId = (await json<{ loop: { loop_id: string } }>(await postJson("/v1/loops", createLoopBody("held", ["parse.empty"]), team.admin), 201)).loop
+      .loop_id;
+    await json(await postJson(`/v1/loops/${loopId}/candidates`, candidateBody("held"), team.admin), 201);
+    const lease = await json<{ lease_id: string; fencing_token: number }>(await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "gpu-box" }, holder), 200);
+    const events = parseJsonl(await ndjson(await call(`/v1/loops/${loopId}/events`))) as { type: string; data: { holder?: string } }[];
+    const granted = events.find((event) => event.type === "lease_granted");
+    expect(granted?.data.holder).toMatch(/^tk_[0-9a-f]{16}$/);
+
+    const before = await snapshot([loopId]);
+    const body = { fencing_token: lease.fencing_token };
+    for (const [route, payload] of [
+      ["heartbeat", body],
+      ["release", body],
+      ["report", { ...body, observation: observationOf([]) }],
+    ] as const) {
+      const response = await postJson(`/v1/leases/${lease.lease_id}/${route}`, payload, thief);
+      expect(response.status, route).toBe(403);
+      expect(((await response.json()) as { error: { code: string } }).error.code).toBe("lease_not_yours");
+    }
+    // Claiming the holder's runner id hands the thief nothing: the job is out, and not to it.
+    const claimed = await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "gpu-box" }, thief);
+    expect(claimed.status).toBe(204);
+    expect(await snapshot([loopId])).toEqual(before);
+
+    const judged = await json<{ verdict: { decision: string } }>(
+      await postJson(`/v1/leases/${lease.lease_id}/report`, { ...body, observation: observationOf([]) }, holder),
+      200,
+    );
+    expect(judged.verdict.decision).toBe("promoted");
   });
 });

@@ -14,7 +14,7 @@ export const TEST_IDS = ["parse.empty", "parse.nested", "parse.unicode", "parse.
 const ORIGIN = "http://lw.test";
 
 /** The instance owner as the LoopObject sees it: reaches every loop, creates the owner team's. */
-export const OWNER_CALLER: Caller = { owner: true, team_id: OWNER_TEAM };
+export const OWNER_CALLER: Caller = { owner: true, team_id: OWNER_TEAM, token_id: null };
 
 /**
  * A request to the worker under test, as a client would send it: with the instance owner's token unless

@@ -30,17 +30,19 @@ export interface Principal {
   expires_at: string | null;
 }
 
-/** What the LoopObject checks a caller against: the owner reaches every loop, a team only its own. */
+/** What the LoopObject checks a caller against: the owner reaches every loop, a team only its own; a lease, only the token that took it. */
 export interface Caller {
   owner: boolean;
   team_id: string;
+  /** The caller's token (null for the owner's, which has no row): a lease it takes is bound to it. */
+  token_id: string | null;
 }
 
 /**
  * The reader of a receipt's signed log: receipts are public by their unguessable id (DESIGN §9, §11),
  * so whoever holds one reads the log it signs, whichever team owns the loop.
  */
-export const RECEIPT_READER: Caller = { owner: true, team_id: OWNER_TEAM };
+export const RECEIPT_READER: Caller = { owner: true, team_id: OWNER_TEAM, token_id: null };
 
 export type AuthVariables = { principal: Principal };
 export type AuthEnv = { Bindings: Env; Variables: AuthVariables };
@@ -159,5 +161,5 @@ export function requireScope(c: Context<AuthEnv>, scope: Scope): Principal {
  */
 export function callerFor(principal: Principal, loopId: string): Caller {
   if (principal.loop_id !== null && principal.loop_id !== loopId) throw new ApiError(404, "not_found", "no such loop");
-  return { owner: principal.owner, team_id: principal.team_id };
+  return { owner: principal.owner, team_id: principal.team_id, token_id: principal.token_id };
 }

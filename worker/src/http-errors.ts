@@ -31,6 +31,8 @@ export function issuesOf(error: ZodError): NonNullable<ErrorBody["error"]["issue
 const REFUSAL_STATUS: Record<Refusal["code"], ContentfulStatusCode> = {
   not_found: 404,
   lease_not_found: 404,
+  // Another token's lease (DESIGN §11): the caller may see the loop, but not act on this job.
+  lease_not_yours: 403,
   idempotency_conflict: 422,
   loop_halted: 409,
   stale_lease: 409,

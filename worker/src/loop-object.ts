@@ -5,6 +5,7 @@ import {
   expireLeases,
   foldEvents,
   grantLease,
+  leaseRefusal,
   nextLeaseDeadline,
   proposeCandidate,
   releaseLease,
@@ -70,6 +71,11 @@ export type Refusal = { ok: false; code: EngineError["code"] | "not_found" | "st
 type Answer<T> = ({ ok: true } & T) | Refusal;
 
 const NOT_FOUND: Refusal = { ok: false, code: "not_found", message: "no such loop" };
+
+/** Who holds a lease a caller takes (DESIGN §11): its token's id, or `owner` for the instance owner's token. */
+function holderOf(caller: Caller): string {
+  return caller.token_id ?? "owner";
+}
 
 /** An `events` row as read back: a body stored in parts has an empty `body` and its part count. */
 interface EventRow extends Record<string, SqlStorageValue> {
@@ -363,7 +369,13 @@ export class LoopObject extends DurableObject<Env> {
       // Re-read on every pass: the loop may have halted, or another runner taken the job, meanwhile.
       const state = this.admit(input.caller);
       if (!state) return NOT_FOUND;
-      const outcome = grantLease(state, { runner_id: input.runner_id, labels: input.labels, at: new Date().toISOString(), ttl_ms: leaseTtlMs(this.env) });
+      const outcome = grantLease(state, {
+        runner_id: input.runner_id,
+        labels: input.labels,
+        at: new Date().toISOString(),
+        ttl_ms: leaseTtlMs(this.env),
+        holder: holderOf(input.caller),
+      });
       if (!outcome.ok) return { ok: false, ...outcome.error };
       const granted = outcome.value;
       if (granted) {
@@ -408,6 +420,7 @@ export class LoopObject extends DurableObject<Env> {
       fencing_token: input.fencing_token,
       at: new Date().toISOString(),
       ttl_ms: leaseTtlMs(this.env),
+      holder: holderOf(input.caller),
     });
     if (!outcome.ok) return { ok: false, ...outcome.error };
     this.append(outcome.events);
@@ -423,11 +436,24 @@ export class LoopObject extends DurableObject<Env> {
   async release(input: { caller: Caller; lease_id: string; fencing_token: number }): Promise<Answer<{ candidate_id: string; replayed: boolean }>> {
     const state = this.admit(input.caller);
     if (!state) return NOT_FOUND;
-    const outcome = releaseLease(state, { lease_id: input.lease_id, fencing_token: input.fencing_token, at: new Date().toISOString() });
+    const outcome = releaseLease(state, {
+      lease_id: input.lease_id,
+      fencing_token: input.fencing_token,
+      at: new Date().toISOString(),
+      holder: holderOf(input.caller),
+    });
     if (!outcome.ok) return { ok: false, ...outcome.error };
     this.append(outcome.events);
     await this.scheduleAlarm();
     return { ok: true, ...outcome.value };
+  }
+
+  /** Whether the caller may act on a lease (its holder's token): checked before a report's inline evidence is stored. */
+  async mayUseLease(input: { caller: Caller; lease_id: string }): Promise<Answer<object>> {
+    const state = this.admit(input.caller);
+    if (!state) return NOT_FOUND;
+    const refusal = leaseRefusal(state, { lease_id: input.lease_id, holder: holderOf(input.caller) });
+    return refusal ? { ok: false, ...refusal } : { ok: true };
   }
 
   /** Records an observation under a lease and answers the coordinator's verdict. */
@@ -442,7 +468,7 @@ export class LoopObject extends DurableObject<Env> {
     const { caller, events_after: eventsAfter, ...report } = input;
     const state = this.admit(caller);
     if (!state) return NOT_FOUND;
-    const outcome = reportObservation(state, { ...report, at: new Date().toISOString() });
+    const outcome = reportObservation(state, { ...report, at: new Date().toISOString(), holder: holderOf(caller) });
     if (!outcome.ok) return { ok: false, ...outcome.error };
     const appended = this.tryAppend(outcome.events);
     if ("ok" in appended) return appended;

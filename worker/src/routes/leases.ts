@@ -49,7 +49,12 @@ leaseRoutes.post("/:leaseId/report", async (c) => {
   ];
   // Small files may come with the report instead of before it: checked, stored and recorded first, as
   // an upload is; the rest must be recorded already.
-  if (body.evidence) await storeInlineEvidence(c.env, loopId, body.evidence, cited);
+  if (body.evidence) {
+    // Only the lease's holder stores anything under it (DESIGN §11): asked before the bytes are written.
+    const allowed = await stub.mayUseLease({ caller, lease_id: leaseId });
+    if (!allowed.ok) throw refusalError(allowed);
+    await storeInlineEvidence(c.env, loopId, body.evidence, cited);
+  }
   const inline = new Set(body.evidence?.map((file) => file.sha256));
   const [missing] = await unverifiedIn(
     c.env,

@@ -175,7 +175,7 @@ tenancyRoutes.post("/tokens", async (c) => {
   requireDelegable(principal, grant);
   if (grant.loopId !== null) {
     // Only a loop of the token's own team, asked of the loop itself (the D1 projection may lag its creation).
-    const answer = await loopStub(c.env, grant.loopId).get({ owner: false, team_id: teamId });
+    const answer = await loopStub(c.env, grant.loopId).access({ owner: false, team_id: teamId, token_id: principal.token_id });
     if (!answer.ok) throw new ApiError(404, "not_found", `no loop ${grant.loopId} in this team`);
   }
   const { row, secret } = await newToken(teamId, grant, principal.token_id ?? "owner", now);
