@@ -5,7 +5,7 @@ import { foldLoop } from "./event-log.js";
 import { shortCommit } from "./git.js";
 import { liveStatus, progress } from "./output.js";
 import { samplePairs, type PairedSamples } from "./sampling.js";
-import type { Client } from "./client.js";
+import { CoordinatorError, type Client } from "./client.js";
 import type { LoadedContract } from "./contract-file.js";
 import type { LoopReader } from "./event-log.js";
 import type { OutputMode } from "./output.js";
@@ -48,7 +48,18 @@ export async function confirmAgainstT0(
           progress(mode, `confirm: no figure recorded, a reading failed (${samples.error.replace(/^best-so-far/, "t0").replace(/^candidate/, best)})`);
           return null;
         }
-        const answer = await session.client.confirm(loop.loop_id, { candidate_id: best, samples: { t0: samples.best, best: samples.candidate } });
+        let answer: Awaited<ReturnType<Client["confirm"]>>;
+        try {
+          answer = await session.client.confirm(loop.loop_id, { candidate_id: best, samples: { t0: samples.best, best: samples.candidate } });
+        } catch (error) {
+          // Another runner claimed this best's confirm measurement first (DESIGN §11): its figure, not
+          // this one, is the receipt's; nothing is lost by stopping here.
+          if (error instanceof CoordinatorError && (error.code === "confirm_not_yours" || error.code === "confirm_recorded")) {
+            progress(mode, `confirm: ${error.code === "confirm_recorded" ? "already recorded" : "another runner is measuring it"} (${error.message})`);
+            return null;
+          }
+          throw error;
+        }
         if (answer.status === "recorded") {
           const { confirm } = answer;
           progress(

@@ -25,7 +25,9 @@ export interface EngineError {
     | "already_reported"
     | "invalid_observation"
     | "confirm_inapplicable"
-    | "confirm_stale";
+    | "confirm_stale"
+    | "confirm_not_yours"
+    | "confirm_recorded";
   message: string;
 }
 
@@ -476,8 +478,17 @@ export type ConfirmAnswer = { status: "need_samples"; more: number; pairs: numbe
  * interleaved by one runner, judged by the sequential comparison of promotions — more pairs while it is
  * undecided and under `samples.max`, then recorded with its estimate, interval and pairs. The runner
  * only measures; the estimate is computed here. A retry of the recorded readings answers the record.
+ *
+ * Bound like a lease (DESIGN §11): the first `holder` to send readings for a best claims its measurement
+ * (`confirm_claimed`), and another holder's readings are `confirm_not_yours` (403); once a figure is
+ * recorded for a claimed best it is final, and other readings are `confirm_recorded` (409). A verifier
+ * re-running the log names no holder; a log from before claims is judged as it was.
  */
-export function confirmBest(state: LoopState, input: { candidate_id: string; samples: ConfirmReadings }, at: string): Outcome<ConfirmAnswer> {
+export function confirmBest(
+  state: LoopState,
+  input: { candidate_id: string; samples: ConfirmReadings; holder?: string | undefined },
+  at: string,
+): Outcome<ConfirmAnswer> {
   const metric = state.contract.metric;
   if (state.contract.mode !== "optimize" || !metric) return refuse("confirm_inapplicable", "only an optimize loop's best is confirmed against t0");
   if (state.best.candidate_id === BASELINE_ID) return refuse("confirm_inapplicable", "the best is t0 itself: there is no gain over t0 to confirm");
@@ -491,11 +502,21 @@ export function confirmBest(state: LoopState, input: { candidate_id: string; sam
       `a confirm measurement is 1 to samples.max (${metric.samples.max}) pairs of readings, t0's and the best's; got ${t0.length} and ${best.length}`,
     );
   }
+  const claim = state.confirm_claim?.candidate_id === input.candidate_id ? state.confirm_claim : null;
+  if (claim && input.holder !== undefined && claim.holder !== input.holder) {
+    return refuse("confirm_not_yours", `the confirm measurement of ${input.candidate_id} is another runner's (${claim.holder}); only its readings count`);
+  }
   const recorded = state.confirm;
   if (recorded?.candidate_id === input.candidate_id && canonicalJson(recorded.samples) === canonicalJson(input.samples)) {
     const { samples: _samples, ...confirm } = recorded;
     return { ok: true, events: [], value: { status: "recorded", confirm } };
   }
+  if (claim && recorded?.candidate_id === input.candidate_id) {
+    return refuse("confirm_recorded", `the confirm measurement of ${input.candidate_id} is recorded and final; it is not measured again`);
+  }
+  // The first readings for this best claim its measurement for their holder.
+  const claimed: EventDraft[] =
+    claim || input.holder === undefined ? [] : [{ type: "confirm_claimed", at, data: { candidate_id: input.candidate_id, holder: input.holder } }];
   const result = compareSamples({
     best: t0,
     candidate: best,
@@ -505,7 +526,7 @@ export function confirmBest(state: LoopState, input: { candidate_id: string; sam
     samples: metric.samples,
   });
   if (result.decision === "need_samples" && result.pairs < metric.samples.max) {
-    return { ok: true, events: [], value: { status: "need_samples", more: Math.max(1, result.more), pairs: result.pairs } };
+    return { ok: true, events: claimed, value: { status: "need_samples", more: Math.max(1, result.more), pairs: result.pairs } };
   }
   const confirm: Confirmation = {
     candidate_id: state.best.candidate_id,
@@ -517,5 +538,9 @@ export function confirmBest(state: LoopState, input: { candidate_id: string; sam
     level: result.level,
     pairs: result.pairs,
   };
-  return { ok: true, events: [{ type: "confirm_measured", at, data: { ...confirm, samples: input.samples } }], value: { status: "recorded", confirm } };
+  return {
+    ok: true,
+    events: [...claimed, { type: "confirm_measured", at, data: { ...confirm, samples: input.samples } }],
+    value: { status: "recorded", confirm },
+  };
 }

@@ -260,6 +260,16 @@ export const Confirmation = z.strictObject({
 });
 export type Confirmation = z.infer<typeof Confirmation>;
 
+/**
+ * The confirm measurement of a best is claimed by the token that sends its first readings (DESIGN §11):
+ * from then on only that token's readings count, and the first figure recorded is final.
+ */
+const ConfirmClaimed = z.strictObject({
+  type: z.literal("confirm_claimed"),
+  at,
+  data: z.strictObject({ candidate_id: z.string(), holder: z.string().min(1).max(100) }),
+});
+
 const ConfirmMeasured = z.strictObject({
   type: z.literal("confirm_measured"),
   at,
@@ -294,6 +304,7 @@ export const EventDraft = z.discriminatedUnion("type", [
   VerdictIssued,
   Halted,
   ReceiptIssued,
+  ConfirmClaimed,
   ConfirmMeasured,
 ]);
 export type EventDraft = z.infer<typeof EventDraft>;
@@ -314,6 +325,7 @@ export const LoopEvent = z.discriminatedUnion("type", [
   VerdictIssued.extend(sealed),
   Halted.extend(sealed),
   ReceiptIssued.extend(sealed),
+  ConfirmClaimed.extend(sealed),
   ConfirmMeasured.extend(sealed),
 ]);
 export type LoopEvent = z.infer<typeof LoopEvent>;

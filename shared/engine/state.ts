@@ -167,6 +167,8 @@ export interface LoopState {
   final_receipt_outdated: boolean;
   /** The last confirm measurement of t0 against a best (DESIGN §6.3), with its readings. */
   confirm: (Confirmation & { samples: ConfirmReadings }) | null;
+  /** Who claimed the confirm measurement of which best (`confirm_claimed`); null before any claim, and in logs from before claims. */
+  confirm_claim: { candidate_id: string; holder: string } | null;
   /** How the agent runs and evaluations so far were confined (DESIGN §6.7), summed event by event: what a receipt attests of them. */
   confinement: ConfinementSummary;
 }
@@ -399,6 +401,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       final_receipt: null,
       final_receipt_outdated: false,
       confirm: null,
+      confirm_claim: null,
       confinement: confinementAtCreation(data.t0.observation.exec_zone),
     };
     // Its containers are new: the fold owns them from the start.
@@ -535,6 +538,9 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
         state.final_receipt = event.data.receipt_id;
         state.final_receipt_outdated = false;
       }
+      return state;
+    case "confirm_claimed":
+      state.confirm_claim = { candidate_id: event.data.candidate_id, holder: event.data.holder };
       return state;
     case "confirm_measured":
       state.confirm = event.data;

@@ -913,6 +913,25 @@ describe("engine: optimize mode (DESIGN §6.1, §6.3)", () => {
       expect(harness.events).toHaveLength(count);
     });
 
+    it("is bound like a lease: the first holder's readings claim it, another holder's are refused, and the first figure recorded is final", () => {
+      const harness = promoted();
+      const confirm = (holder: string, t0: number[], best: number[]) =>
+        confirmBest(harness.state, { candidate_id: "c1", samples: { t0, best }, holder }, harness.now());
+      // The first readings, undecided, claim the measurement for their holder: a claim, and no figure yet.
+      const first = harness.apply(confirm("tk_honest", readings(100, 3), readings(70, 3, 3)));
+      expect(first).toMatchObject({ ok: true, value: { status: "need_samples" } });
+      expect(harness.events.at(-1)).toMatchObject({ type: "confirm_claimed", data: { candidate_id: "c1", holder: "tk_honest" } });
+      // Another token's readings — however much better they claim — are refused, and nothing is appended.
+      const count = harness.events.length;
+      expect(confirm("tk_forger", readings(100, 8), readings(5, 8))).toMatchObject({ ok: false, error: { code: "confirm_not_yours" } });
+      expect(harness.apply(confirm("tk_honest", readings(100, 8), readings(70, 8, 3)))).toMatchObject({ ok: true, value: { status: "recorded" } });
+      expect(harness.events.slice(count).map((event) => event.type)).toEqual(["confirm_measured"]);
+      // Recorded, it is final: the holder's own other readings do not replace it; the same ones answer it again.
+      expect(confirm("tk_honest", readings(100, 8), readings(5, 8))).toMatchObject({ ok: false, error: { code: "confirm_recorded" } });
+      expect(confirm("tk_honest", readings(100, 8), readings(70, 8, 3))).toMatchObject({ ok: true, events: [], value: { status: "recorded" } });
+      expect(harness.state.confirm?.samples.best).toEqual(readings(70, 8, 3));
+    });
+
     it("refuses what it cannot confirm: another mode, a best that is t0, a best that moved on, readings that do not pair", () => {
       expect(confirmBest(new LoopHarness([A]).state, { candidate_id: "c1", samples: { t0: [1], best: [1] } }, "2026-03-01T10:00:00.000Z")).toMatchObject({
         ok: false,

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { sha256Hex } from "../../shared/hash.js";
 import { MAX_PUT_BYTES } from "../../worker/src/artifact-limits.js";
 import { app } from "../../worker/src/app.js";
-import { call, candidateBody, createLoopBody, logOf, ndjson, observationOf, parseJsonl, postJson } from "./fixtures.js";
+import { call, candidateBody, createLoopBody, drainOutbox, logOf, ndjson, observationOf, parseJsonl, postJson } from "./fixtures.js";
 
 // Authorization before any side effect (DESIGN §11), on every route the worker serves, taken from the
 // app itself: each is sent, as every kind of caller that may not use it, a request whose body would
@@ -150,6 +150,8 @@ describe("authorization before any side effect, on every route (DESIGN §11)", {
     const routes = apiRoutes();
     // Every route has its hostile request (attemptOn throws otherwise), and there are as many as the app serves.
     expect(routes.length).toBeGreaterThanOrEqual(24);
+    // The setup's own events reach D1 through each loop's outbox: drained first, so only the attempts could change a row.
+    for (const loopId of [loop.loopId, other.loopId]) await drainOutbox(loopId);
     const before = await snapshot([loop.loopId, other.loopId]);
     const refusals: string[] = [];
     const expectRefused = async (who: string, attempt: Attempt, token: string | null, status: number) => {
@@ -198,6 +200,7 @@ describe("a lease belongs to the token that took it (DESIGN §11)", { timeout: 6
     const granted = events.find((event) => event.type === "lease_granted");
     expect(granted?.data.holder).toMatch(/^tk_[0-9a-f]{16}$/);
 
+    await drainOutbox(loopId);
     const before = await snapshot([loopId]);
     const body = { fencing_token: lease.fencing_token };
     for (const [route, payload] of [
@@ -219,5 +222,58 @@ describe("a lease belongs to the token that took it (DESIGN §11)", { timeout: 6
       200,
     );
     expect(judged.verdict.decision).toBe("promoted");
+  });
+});
+
+describe("the confirm measurement is bound like a lease (DESIGN §11)", { timeout: 60_000 }, () => {
+  it("another token cannot replace or join it, the first figure recorded is final, and it re-signs the final receipt once", async () => {
+    const team = await createTeam("confirmers");
+    const runner = await createToken(team.admin, { scopes: ["propose", "evaluate"] });
+    const forger = await createToken(team.admin, { scopes: ["evaluate"] });
+    const readings = (center: number, count: number) => Array.from({ length: count }, (_, index) => center * (1 + 0.01 * Math.sin(index)));
+    const metric = { run: "node bench.js", name: "parse_ms", direction: "lower" as const, min_effect: "2%", samples: { min: 5, max: 40 } };
+    const body = createLoopBody("confirm-bound", [], { mode: "optimize", metric, stop: { max_iterations: 1 } });
+    const created = await postJson(
+      "/v1/loops",
+      { ...body, t0: { ...body.t0, observation: { ...body.t0.observation, samples: { best: [], candidate: readings(100, 5) } } } },
+      runner,
+    );
+    const loopId = (await json<{ loop: { loop_id: string } }>(created, 201)).loop.loop_id;
+    await json(await postJson(`/v1/loops/${loopId}/candidates`, candidateBody("confirm-bound"), runner), 201);
+    const lease = await json<{ lease_id: string; fencing_token: number }>(
+      await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "bench-box" }, runner),
+      200,
+    );
+    const observation = { ...observationOf([]), samples: { best: readings(100, 8), candidate: readings(70, 8) }, compared_to: body.t0.commit };
+    await json(await postJson(`/v1/leases/${lease.lease_id}/report`, { fencing_token: lease.fencing_token, observation }, runner), 200);
+
+    const confirm = (token: string, best: number, count: number) =>
+      postJson(`/v1/loops/${loopId}/confirm`, { candidate_id: "c1", samples: { t0: readings(100, count), best: readings(best, count) } }, token);
+    const finalReceipts = async () =>
+      (parseJsonl(await ndjson(await call(`/v1/loops/${loopId}/events`))) as { type: string; data: { kind?: string } }[]).filter(
+        (event) => event.type === "receipt_issued" && event.data.kind === "final",
+      ).length;
+    expect(await finalReceipts()).toBe(1);
+    expect(await json(await confirm(runner, 70, 3), 200)).toMatchObject({ status: "need_samples" });
+    // The forger's readings ("1900% better") neither join nor replace the runner's measurement.
+    await drainOutbox(loopId);
+    const before = await snapshot([loopId]);
+    const joined = await confirm(forger, 5, 8);
+    expect(joined.status).toBe(403);
+    expect(((await joined.json()) as { error: { code: string } }).error.code).toBe("confirm_not_yours");
+    expect(await snapshot([loopId])).toEqual(before);
+    const recorded = await json<{ status: string; confirm: { estimate: number } }>(await confirm(runner, 70, 8), 200);
+    expect(recorded.status).toBe("recorded");
+    expect(await finalReceipts()).toBe(2);
+    // Final: neither the forger nor the runner itself replaces it, and no further receipt is signed.
+    expect((await confirm(forger, 5, 8)).status).toBe(403);
+    const replaced = await confirm(runner, 5, 8);
+    expect(replaced.status).toBe(409);
+    expect(((await replaced.json()) as { error: { code: string } }).error.code).toBe("confirm_recorded");
+    expect(await finalReceipts()).toBe(2);
+    const summary = await json<{ receipt_id: string }>(await call(`/v1/loops/${loopId}`, {}, runner), 200);
+    const signed = (await (await call(`/r/${summary.receipt_id}.json`, {}, null)).json()) as { payload: string };
+    const statement = JSON.parse(atob(signed.payload)) as { predicate: { confirm: { estimate: number } } };
+    expect(statement.predicate.confirm.estimate).toBeCloseTo(recorded.confirm.estimate, 10);
   });
 });

@@ -41,6 +41,10 @@ const REFUSAL_STATUS: Record<Refusal["code"], ContentfulStatusCode> = {
   confirm_inapplicable: 422,
   // The best moved on since the runner measured: measure the new one.
   confirm_stale: 409,
+  // Another token claimed this best's confirm measurement: only its readings count.
+  confirm_not_yours: 403,
+  // The figure is recorded and final (DESIGN §11): nobody replaces it.
+  confirm_recorded: 409,
   // A limit of the loop's storage, not a fault of the request's form, and no retry can help: not a 5xx
   // the runner retries (500, 502-504), but one it reports as it is.
   storage_limit: 507,

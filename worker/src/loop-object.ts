@@ -481,7 +481,7 @@ export class LoopObject extends DurableObject<Env> {
   async confirm(input: { caller: Caller; candidate_id: string; samples: ConfirmReadings }): Promise<Answer<{ answer: ConfirmAnswer; loop: LoopSummary }>> {
     const state = this.admit(input.caller);
     if (!state) return NOT_FOUND;
-    const outcome = confirmBest(state, { candidate_id: input.candidate_id, samples: input.samples }, new Date().toISOString());
+    const outcome = confirmBest(state, { candidate_id: input.candidate_id, samples: input.samples, holder: holderOf(input.caller) }, new Date().toISOString());
     if (!outcome.ok) return { ok: false, ...outcome.error };
     const appended = this.tryAppend(outcome.events);
     if ("ok" in appended) return appended;

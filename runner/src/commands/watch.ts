@@ -54,6 +54,8 @@ export function describeEvent(event: LoopEvent, state: LoopState | null = null):
     }
     case "halted":
       return `${prefix} halted: ${event.data.halt_reason} (exit ${event.data.exit_class}): ${event.data.detail}`;
+    case "confirm_claimed":
+      return `${prefix} the confirm measurement of ${event.data.candidate_id} is claimed by ${event.data.holder}`;
     case "confirm_measured": {
       const { data } = event;
       return `${prefix} confirmed against t0: ${data.candidate_id} ${data.metric} ${formatPercent(data.estimate)} better${formatInterval(data.interval)} over ${data.pairs} interleaved pair(s)`;
