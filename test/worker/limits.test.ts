@@ -14,7 +14,7 @@ import { OWNER_TEAM } from "../../worker/src/auth.js";
 import { MAX_DECOMPRESSED_BYTES } from "../../worker/src/validate.js";
 import v1Events from "../fixtures/event-log/v1-demo.events.jsonl?raw";
 import v1Summary from "../fixtures/event-log/v1-demo.summary.json?raw";
-import { OWNER_CALLER, call, candidateBody, createLoop, createLoopBody, loopObject, observationOf, postJson, readLoopObject } from "./fixtures.js";
+import { OWNER_CALLER, call, candidateBody, createLoop, createLoopBody, logOf, loopObject, observationOf, postJson, readLoopObject } from "./fixtures.js";
 
 // DESIGN §4 invariant 9, §8: a loop keeps working at 100,000 tests and 10,000 events. t0's collected
 // set travels once (gzip-encoded) and is stored once, in the first event; every report is a difference
@@ -184,6 +184,22 @@ describe("state at scale", () => {
     expect(((await broken.json()) as { error: { code: string } }).error).toMatchObject({ code: "invalid_encoding" });
     expect(broken.status).toBe(400);
     expect((await send(JSON.stringify(createLoopBody("brotli", [])), "br")).status).toBe(415);
+  });
+
+  it("every other route's cap holds decompressed too: a small gzip body that inflates past 1 MiB is refused before it is parsed", async () => {
+    const loop = await createLoop("inflate", ["parse.empty"]);
+    const inflated = await gzip(new Uint8Array(MAX_JSON_BODY_BYTES + 1024).fill(0x20));
+    expect(inflated.length).toBeLessThan(16 * 1024);
+    const before = await logOf(loop.loop_id);
+    for (const path of [`/v1/loops/${loop.loop_id}/candidates`, `/v1/loops/${loop.loop_id}/leases`, "/v1/teams"]) {
+      const response = await call(path, { method: "POST", headers: { "Content-Type": "application/json", "Content-Encoding": "gzip" }, body: inflated });
+      expect(response.status, path).toBe(413);
+      expect(((await response.json()) as { error: { message: string } }).error.message).toContain(`at most ${MAX_JSON_BODY_BYTES} bytes once decompressed`);
+    }
+    expect(await logOf(loop.loop_id)).toEqual(before);
+    // The test-set routes still take what a 100,000-test suite needs: past 1 MiB decompressed, the body is parsed (and here, refused as JSON).
+    const creation = await call("/v1/loops", { method: "POST", headers: { "Content-Type": "application/json", "Content-Encoding": "gzip" }, body: inflated });
+    expect(creation.status).toBe(400);
   });
 
   it("a value over SQLite's row limit is answered storage_limit, and a creation refused so leaves nothing behind", async () => {

@@ -9,17 +9,9 @@ import { receiptRoutes } from "./routes/receipts.js";
 import { tenancyRoutes } from "./routes/tenancy.js";
 import { requireToken, type AuthEnv } from "./auth.js";
 import { missingMigrations, notReady, requireSchema } from "./schema-ready.js";
+import { bodyCaps, MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "./validate.js";
 
-/** JSON bodies are capped at 1 MiB (DESIGN §8), counted on the streamed bytes, so chunked bodies are capped too. */
-export const MAX_JSON_BODY_BYTES = 1024 * 1024;
-
-/**
- * The two bodies that may carry a whole test set have a cap of their own (DESIGN §8, per route): a
- * loop's creation (t0's collected set, sent once) and a report (a difference from it, which is small
- * unless most of the suite changed outcome). Gzip-encoded, a 100,000-test set of real-looking ids is
- * about 0.4 MB; 4 MiB leaves room for ids that compress worse.
- */
-export const MAX_TEST_SET_BODY_BYTES = 4 * 1024 * 1024;
+export { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES };
 
 /** The coordinator's HTTP API. */
 export const app = new Hono<AuthEnv>();
@@ -37,8 +29,7 @@ const testSetBodyLimit = limitTo(MAX_TEST_SET_BODY_BYTES);
 app.use("/v1/*", async (c, next) => {
   // Artifact uploads stream straight into R2 under their own limit; every other body is JSON.
   if (c.req.method === "PUT" && /\/artifacts\/[^/]+(\/uploads\/[^/]+\/parts\/[^/]+)?$/.test(c.req.path)) return next();
-  const carriesTestSet = c.req.method === "POST" && (c.req.path === "/v1/loops" || /^\/v1\/leases\/[^/]+\/report$/.test(c.req.path));
-  return (carriesTestSet ? testSetBodyLimit : jsonBodyLimit)(c, next);
+  return (bodyCaps(c.req.method, c.req.path).sent === MAX_TEST_SET_BODY_BYTES ? testSetBodyLimit : jsonBodyLimit)(c, next);
 });
 
 // Until every D1 migration the worker needs is applied, the routes that read D1 answer 503 not_ready

@@ -3,19 +3,43 @@ import type { z } from "zod";
 import { ApiError, issuesOf } from "./http-errors.js";
 
 /**
- * The most a gzip-encoded JSON body may hold once decompressed (DESIGN §8: test sets travel compactly):
- * t0's collected set of a 250,000-test suite with ids of 100 characters. The cap on the bytes sent
- * still applies; this one stops a small body that inflates without end.
+ * The most a gzip-encoded JSON body may hold once decompressed, on the two routes that carry a test set
+ * (DESIGN §8: test sets travel compactly): t0's collected set of a 250,000-test suite with ids of 100
+ * characters. The cap on the bytes sent still applies; this one stops a small body that inflates without end.
  */
 export const MAX_DECOMPRESSED_BYTES = 32 * 1024 * 1024;
 
-/** The request body as text, gunzipped when it says `Content-Encoding: gzip`, within MAX_DECOMPRESSED_BYTES. */
+/** JSON bodies are capped at 1 MiB (DESIGN §8), counted on the streamed bytes, so chunked bodies are capped too. */
+export const MAX_JSON_BODY_BYTES = 1024 * 1024;
+
+/**
+ * The two bodies that may carry a whole test set have a cap of their own (DESIGN §8, per route): a
+ * loop's creation (t0's collected set, sent once) and a report (a difference from it, which is small
+ * unless most of the suite changed outcome). Gzip-encoded, a 100,000-test set of real-looking ids is
+ * about 0.4 MB; 4 MiB leaves room for ids that compress worse.
+ */
+export const MAX_TEST_SET_BODY_BYTES = 4 * 1024 * 1024;
+
+/**
+ * A JSON route's body caps: on the bytes sent, and once decompressed (a gzip-encoded body). Only the
+ * routes that carry a test set inflate past 1 MiB; every other route's cap holds decompressed too, so a
+ * small gzip body costs a small route no more than its own limit's worth of work.
+ */
+export function bodyCaps(method: string, path: string): { sent: number; decompressed: number } {
+  const carriesTestSet = method === "POST" && (path === "/v1/loops" || /^\/v1\/leases\/[^/]+\/report$/.test(path));
+  return carriesTestSet
+    ? { sent: MAX_TEST_SET_BODY_BYTES, decompressed: MAX_DECOMPRESSED_BYTES }
+    : { sent: MAX_JSON_BODY_BYTES, decompressed: MAX_JSON_BODY_BYTES };
+}
+
+/** The request body as text, gunzipped when it says `Content-Encoding: gzip`, within the route's decompressed cap (`bodyCaps`). */
 async function bodyText(c: Context): Promise<string> {
   const encoding = (c.req.header("Content-Encoding") ?? "identity").trim().toLowerCase();
   if (encoding === "identity") return c.req.text();
   if (encoding !== "gzip") throw new ApiError(415, "unsupported_encoding", `request bodies may be sent as they are or gzip-encoded, not ${encoding}`);
   const stream = c.req.raw.body;
   if (!stream) return "";
+  const cap = bodyCaps(c.req.method, c.req.path).decompressed;
   const reader = stream.pipeThrough(new DecompressionStream("gzip")).getReader();
   const decoder = new TextDecoder();
   let text = "";
@@ -25,9 +49,9 @@ async function bodyText(c: Context): Promise<string> {
       const { done, value } = await reader.read();
       if (done) return text + decoder.decode();
       size += value.byteLength;
-      if (size > MAX_DECOMPRESSED_BYTES) {
+      if (size > cap) {
         await reader.cancel();
-        throw new ApiError(413, "body_too_large", `a gzip-encoded body may hold at most ${MAX_DECOMPRESSED_BYTES} bytes once decompressed`);
+        throw new ApiError(413, "body_too_large", `a gzip-encoded body to this route may hold at most ${cap} bytes once decompressed`);
       }
       text += decoder.decode(value, { stream: true });
     }
