@@ -7,7 +7,7 @@ import { decide } from "../engine/decide.js";
 import { LoopEvent, type EventDraft } from "../engine/events.js";
 import { stepwiseFold, type LoopState } from "../engine/state.js";
 import { Envelope, fromBase64, IN_TOTO_PAYLOAD_TYPE, pae } from "./dsse.js";
-import { jwkThumbprint, type KeySet, type PublicJwk } from "./keys.js";
+import { describeKeyLifetime, jwkThumbprint, keyLifetimeProblem, type KeySet, type PublicJwk } from "./keys.js";
 import { receiptStatement, ReceiptStatement } from "./statement.js";
 import { formatPercent } from "../format-percent.js";
 import { formatList } from "../format-list.js";
@@ -15,7 +15,8 @@ import { outOfScope } from "../engine/scope.js";
 import type { ChangedPaths } from "../wire/observation.js";
 
 // Verifying a receipt (DESIGN §9), offline once its three documents are fetched: the envelope's
-// signature against the published key set, the event log's hash chain up to the signed head, every
+// signature against the published key set, by a key whose lifetime covers the signing time the
+// statement states (a revoked key verifies nothing), the event log's hash chain up to the signed head, every
 // verdict and halt in the log re-derived with the same engine that decided it, and the signed predicate
 // recomputed from the log. Pure except for the signature check, which is injected (WebCrypto in Node
 // and in the browser): this file runs unchanged in both.
@@ -52,10 +53,37 @@ function describeDraft(draft: EventDraft): string {
   return draft.type;
 }
 
-/** The signature check: some signature verifies with a key of the set whose kid is its own thumbprint. */
-async function checkSignature(envelope: Envelope, keys: KeySet, verify: Ed25519Verify): Promise<{ check: ReceiptCheck; key: PublicJwk | null }> {
+/** The signing time a payload states (its predicate's `issued_at`), read for the key's window before the statement is checked; null when unreadable. */
+function signedAtOf(payload: string): string | null {
+  try {
+    const statement = JSON.parse(utf8.encode(fromBase64(payload))) as { predicate?: { issued_at?: unknown } } | null;
+    const at = statement?.predicate?.issued_at;
+    return typeof at === "string" ? at : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The signature check: some signature verifies with a key of the set whose kid is its own thumbprint
+ * (and, when `pin` is given, is that thumbprint), and the key may verify what the statement says was
+ * signed when it was (`keyLifetimeProblem`: not revoked, the signing time inside its window).
+ */
+async function checkSignature(
+  envelope: Envelope,
+  keys: KeySet,
+  verify: Ed25519Verify,
+  pin: string | undefined,
+): Promise<{ check: ReceiptCheck; key: PublicJwk | null }> {
   const message = pae(envelope.payloadType, fromBase64(envelope.payload));
+  const signedAt = signedAtOf(envelope.payload);
+  const ids = envelope.signatures.map((signature) => signature.keyid).join(", ");
+  if (pin !== undefined && !envelope.signatures.some((signature) => signature.keyid === pin)) {
+    return { check: { check: "signature", ok: false, detail: `the receipt is signed by keyid ${ids}, not the pinned key ${pin}` }, key: null };
+  }
+  let refused: string | null = null;
   for (const signature of envelope.signatures) {
+    if (pin !== undefined && signature.keyid !== pin) continue;
     const key = keys.keys.find((candidate) => candidate.kid === signature.keyid && jwkThumbprint(candidate) === candidate.kid);
     if (!key) continue;
     let bytes: Uint8Array;
@@ -64,11 +92,21 @@ async function checkSignature(envelope: Envelope, keys: KeySet, verify: Ed25519V
     } catch {
       continue;
     }
-    if (await verify(key, message, bytes)) {
-      return { check: { check: "signature", ok: true, detail: `Ed25519 signature by key ${key.kid}${key.status === "retired" ? " (retired)" : ""}` }, key };
+    if (!(await verify(key, message, bytes))) continue;
+    // A genuine signature, by a key that may not vouch for this signing time: another signature may still.
+    const problem = keyLifetimeProblem(key, signedAt);
+    if (problem) {
+      refused ??= problem;
+      continue;
     }
+    const lifetime = key.status === "active" || key.status === undefined ? "" : ` (${describeKeyLifetime(key)})`;
+    const window = key.not_before || key.not_after ? `, signed at ${signedAt} within its window` : "";
+    return { check: { check: "signature", ok: true, detail: `Ed25519 signature by key ${key.kid}${lifetime}${window}` }, key };
   }
-  const ids = envelope.signatures.map((signature) => signature.keyid).join(", ");
+  if (refused) return { check: { check: "signature", ok: false, detail: refused }, key: null };
+  if (pin !== undefined && !keys.keys.some((key) => key.kid === pin)) {
+    return { check: { check: "signature", ok: false, detail: `the pinned key ${pin} is not in the key set` }, key: null };
+  }
   return { check: { check: "signature", ok: false, detail: `no signature verifies with a published key (keyid ${ids})` }, key: null };
 }
 
@@ -182,12 +220,16 @@ function producedAfter(state: LoopState, draft: EventDraft): EventDraft[] | null
   return decide(state, state.contract, draft.data.candidate_id, draft.data.observation, draft.at).events;
 }
 
-/** Verifies a receipt: its envelope, against the key set, over the events of its log. */
+/**
+ * Verifies a receipt: its envelope, against the key set, over the events of its log. With `pin` (an RFC
+ * 7638 thumbprint), only a signature by that key of the set counts.
+ */
 export async function verifyReceipt(input: {
   envelope: unknown;
   events: readonly Record<string, unknown>[];
   keys: KeySet;
   verify: Ed25519Verify;
+  pin?: string | undefined;
 }): Promise<ReceiptVerification> {
   const checks: ReceiptCheck[] = [];
   const done = (statement: ReceiptStatement | null, key: PublicJwk | null): ReceiptVerification => {
@@ -208,7 +250,7 @@ export async function verifyReceipt(input: {
       ? { check: "envelope", ok: true, detail: `DSSE envelope of ${payloadType}` }
       : { check: "envelope", ok: false, detail: `payloadType is ${JSON.stringify(payloadType)}, not ${IN_TOTO_PAYLOAD_TYPE}` },
   );
-  const signature = await checkSignature(envelope.data, input.keys, input.verify);
+  const signature = await checkSignature(envelope.data, input.keys, input.verify, input.pin);
   checks.push(signature.check);
 
   let statement: ReceiptStatement | null = null;

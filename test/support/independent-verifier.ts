@@ -5,6 +5,11 @@
 // between two implementations instead of being agreed with by a verifier built on the same code.
 //
 // Only node:crypto is used, and only for SHA-256 and Ed25519 verification; everything else is our own code.
+//
+// Key lifetimes follow loopwarden's design text (DESIGN §9): "each published key carries not_before,
+// not_after and a status (active; retired verifies only what was signed before its retirement; revoked
+// verifies nothing). The signing time is inside the signed statement and must fall in the key's window."
+// The signing time is the predicate's issued_at, an RFC 3339 §5.6 date-time.
 
 import { createHash, createPublicKey, verify, type KeyObject } from "node:crypto";
 
@@ -22,6 +27,9 @@ const GIT_COMMIT = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
 const STANDARD_BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 /** RFC 4648 §5 base64url without padding (RFC 7515 §2 "Base64url Encoding"): no "=" and no length ≡ 1 mod 4. */
 const BASE64URL_NO_PAD = /^(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2,3})?$/;
+
+/** RFC 3339 §5.6 "date-time" (upper-case T and Z, as loopwarden writes them). */
+const RFC3339_DATE_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$/;
 
 /** Members every event must have (loopwarden event log format). */
 const EVENT_MEMBERS = ["seq", "type", "at", "data", "prev", "hash"] as const;
@@ -210,13 +218,18 @@ export function verifyIndependently(input: { envelope: unknown; eventsJsonl: str
 interface UsableKey {
   kid: string;
   publicKey: KeyObject;
+  status: "active" | "retired" | "revoked";
+  /** The key's window as published (RFC 3339 text; null: no bound on that side). */
+  notBefore: string | null;
+  notAfter: string | null;
 }
 
 /**
  * The key set's usable keys. A key is usable only if it is a well-formed Ed25519 JWK (RFC 8037 §2: kty "OKP",
  * crv "Ed25519", x the base64url 32-byte public key) whose kid is its RFC 7638 thumbprint: the kid is then
- * derived from the key, so nobody can put their own key under a trusted kid. Status "retired" keys stay usable
- * because a receipt signed before the rotation must still verify. A malformed key is reported as a failure.
+ * derived from the key, so nobody can put their own key under a trusted kid. Retired and revoked keys are read
+ * too: whether one may verify a receipt is decided by its lifetime against the receipt's signing time (see
+ * `lifetimeProblem`). A malformed key is reported as a failure.
  */
 function readKeySet(keySet: unknown, failures: string[]): UsableKey[] {
   const list = isPlainObject(keySet) ? keySet["keys"] : undefined;
@@ -249,7 +262,8 @@ function readKey(jwk: unknown, label: string, failures: string[]): UsableKey | n
     failures.push(`${label}: kid "${kid}" is not its RFC 7638 thumbprint "${thumbprint}"`);
     return null;
   }
-  return importKey(x, kid, label, failures);
+  const window = { notBefore: (jwk["not_before"] ?? null) as string | null, notAfter: (jwk["not_after"] ?? null) as string | null };
+  return importKey(x, kid, jwk["status"] as UsableKey["status"], window, label, failures);
 }
 
 /** The members the key set format fixes (RFC 8037 §2 for kty/crv/x, RFC 7517 §4 for kid/alg/use). */
@@ -261,7 +275,14 @@ function keyProblems(jwk: JsonObject): string[] {
   if (typeof jwk["kid"] !== "string") problems.push("kid is not a string");
   if (jwk["alg"] !== "EdDSA") problems.push(`alg is ${show(jwk["alg"])}, expected "EdDSA"`);
   if (jwk["use"] !== "sig") problems.push(`use is ${show(jwk["use"])}, expected "sig"`);
-  if (jwk["status"] !== "active" && jwk["status"] !== "retired") problems.push(`status is ${show(jwk["status"])}, expected "active" or "retired"`);
+  if (jwk["status"] !== "active" && jwk["status"] !== "retired" && jwk["status"] !== "revoked") {
+    problems.push(`status is ${show(jwk["status"])}, expected "active", "retired" or "revoked"`);
+  }
+  // The window's bounds: RFC 3339 date-times, or null (or absent, in key sets from before lifetimes) for none.
+  for (const bound of ["not_before", "not_after"]) {
+    const value = jwk[bound];
+    if (value !== undefined && value !== null && !isDateTime(value)) problems.push(`${bound} is ${show(value)}, expected an RFC 3339 date-time or null`);
+  }
   return problems;
 }
 
@@ -272,11 +293,23 @@ function isEd25519X(x: unknown): x is string {
   return bytes.length === 32 && bytes.toString("base64url") === x;
 }
 
-function importKey(x: string, kid: string, label: string, failures: string[]): UsableKey | null {
+/** An RFC 3339 date-time that names an instant. */
+function isDateTime(value: unknown): value is string {
+  return typeof value === "string" && RFC3339_DATE_TIME.test(value) && !Number.isNaN(Date.parse(value));
+}
+
+function importKey(
+  x: string,
+  kid: string,
+  status: UsableKey["status"],
+  window: Pick<UsableKey, "notBefore" | "notAfter">,
+  label: string,
+  failures: string[],
+): UsableKey | null {
   try {
     // Only the members that define the key go to node:crypto; kid/alg/use/status are our concern, not its.
     const publicKey = createPublicKey({ key: { kty: "OKP", crv: "Ed25519", x }, format: "jwk" });
-    return { kid, publicKey };
+    return { kid, publicKey, status, ...window };
   } catch (error) {
     failures.push(`${label}: x is not an Ed25519 public key (${errorMessage(error)})`);
     return null;
@@ -332,9 +365,10 @@ function decodeStandardBase64(text: unknown): Buffer | null {
 function verifySignatures(envelope: Envelope, keys: readonly UsableKey[], failures: string[]): string | null {
   if (!envelope.payload || envelope.signatures.length === 0) return null;
   const message = pae(envelope.payloadType, envelope.payload);
+  const signedAt = signingTime(envelope.payload);
   const reasons: string[] = [];
   for (const [index, signature] of envelope.signatures.entries()) {
-    const reason = signatureProblem(signature, message, keys);
+    const reason = signatureProblem(signature, message, keys, signedAt);
     if (reason === null) return (signature as JsonObject)["keyid"] as string;
     reasons.push(`signature ${index + 1}: ${reason}`);
   }
@@ -342,8 +376,8 @@ function verifySignatures(envelope: Envelope, keys: readonly UsableKey[], failur
   return null;
 }
 
-/** Why one signature does not verify, or null when it does. */
-function signatureProblem(signature: unknown, message: Buffer, keys: readonly UsableKey[]): string | null {
+/** Why one signature does not verify, or null when it does: by a key of the set, inside that key's lifetime. */
+function signatureProblem(signature: unknown, message: Buffer, keys: readonly UsableKey[], signedAt: string | null): string | null {
   if (!isPlainObject(signature)) return "not a JSON object";
   const { keyid, sig } = signature;
   if (typeof keyid !== "string") return "keyid is not a string";
@@ -352,7 +386,40 @@ function signatureProblem(signature: unknown, message: Buffer, keys: readonly Us
   if (!bytes || bytes.length !== 64) return "sig is not standard base64 of 64 bytes";
   const candidates = keys.filter((key) => key.kid === keyid);
   if (candidates.length === 0) return `keyid "${keyid}" names no usable key of the key set`;
-  return candidates.some((key) => ed25519Verifies(message, key.publicKey, bytes)) ? null : `does not verify with key "${keyid}"`;
+  const signer = candidates.find((key) => ed25519Verifies(message, key.publicKey, bytes));
+  if (!signer) return `does not verify with key "${keyid}"`;
+  return lifetimeProblem(signer, signedAt);
+}
+
+/**
+ * The design's key lifetime rule: a revoked key verifies nothing; a retired key verifies only what was signed
+ * before its retirement, so one that does not say when (no not_after) verifies nothing; and the signing time
+ * the statement states must fall within [not_before, not_after] (a null bound is none). A key with a bound
+ * cannot vouch for a statement that states no signing time. Null when the key may verify the statement.
+ */
+function lifetimeProblem(key: UsableKey, signedAt: string | null): string | null {
+  const named = `key "${key.kid}" (${key.status}, not_before ${key.notBefore ?? "null"}, not_after ${key.notAfter ?? "null"})`;
+  if (key.status === "revoked") return `${named} is revoked and verifies nothing`;
+  if (key.status === "retired" && key.notAfter === null) return `${named} is retired without saying when (no not_after), so it verifies nothing`;
+  if (key.notBefore === null && key.notAfter === null) return null;
+  if (signedAt === null) return `${named} has a window, and the statement states no signing time (predicate.issued_at)`;
+  const at = Date.parse(signedAt);
+  if (key.notBefore !== null && at < Date.parse(key.notBefore)) return `signed at ${signedAt}, before ${named} began`;
+  if (key.notAfter !== null && at > Date.parse(key.notAfter)) return `signed at ${signedAt}, after ${named} ended`;
+  return null;
+}
+
+/** The signing time the signed statement states: its predicate's issued_at, when that is an RFC 3339 date-time. */
+function signingTime(payload: Buffer): string | null {
+  let statement: unknown;
+  try {
+    statement = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(payload)) as unknown;
+  } catch {
+    return null;
+  }
+  const predicate = isPlainObject(statement) ? statement["predicate"] : undefined;
+  const issuedAt = isPlainObject(predicate) ? predicate["issued_at"] : undefined;
+  return isDateTime(issuedAt) ? issuedAt : null;
 }
 
 function ed25519Verifies(message: Buffer, publicKey: KeyObject, signature: Buffer): boolean {

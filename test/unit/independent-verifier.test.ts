@@ -11,16 +11,19 @@ const COMMIT = "0123456789abcdef0123456789abcdef01234567";
 
 interface TestKey {
   privateKey: KeyObject;
-  jwk: { kty: string; crv: string; x: string; kid: string; alg: string; use: string; status: string };
+  jwk: { kty: string; crv: string; x: string; kid: string; alg: string; use: string; status: string; not_before?: string | null; not_after?: string | null };
 }
 
-/** A fresh Ed25519 key and its key-set entry; the kid is computed here by hand from RFC 7638, not by the verifier. */
-function makeKey(status = "active"): TestKey {
+/**
+ * A fresh Ed25519 key and its key-set entry, with its window when given; the kid is computed here by hand
+ * from RFC 7638, not by the verifier.
+ */
+function makeKey(status = "active", lifetime: { not_before?: string | null; not_after?: string | null } = {}): TestKey {
   const { privateKey, publicKey } = generateKeyPairSync("ed25519");
   const { x } = publicKey.export({ format: "jwk" });
   if (typeof x !== "string") throw new Error("no x in the exported JWK");
   const kid = createHash("sha256").update(`{"crv":"Ed25519","kty":"OKP","x":"${x}"}`).digest("base64url");
-  return { privateKey, jwk: { kty: "OKP", crv: "Ed25519", x, kid, alg: "EdDSA", use: "sig", status } };
+  return { privateKey, jwk: { kty: "OKP", crv: "Ed25519", x, kid, alg: "EdDSA", use: "sig", status, ...lifetime } };
 }
 
 interface TestEvent {
@@ -51,12 +54,13 @@ function jsonl(events: readonly unknown[]): string {
   return events.map((event) => `${JSON.stringify(event)}\n`).join("");
 }
 
-function statementFor(head: { seq: number; hash: string }): Record<string, unknown> {
+/** A statement over the log head; with `issued_at`, it states when it was signed (the predicate's issued_at). */
+function statementFor(head: { seq: number; hash: string }, issued_at?: string): Record<string, unknown> {
   return {
     _type: "https://in-toto.io/Statement/v1",
     subject: [{ name: "example/repo", digest: { gitCommit: COMMIT } }],
     predicateType: "https://loopwarden.dev/receipt/v1",
-    predicate: { log: head },
+    predicate: issued_at === undefined ? { log: head } : { issued_at, log: head },
   };
 }
 
@@ -140,17 +144,66 @@ describe("independent verifier: receipts", () => {
     expect(verifyReceipt(receipt, jsonl(receipt.events).trimEnd()).failures).toEqual([]);
   });
 
-  it("accepts a receipt signed by a retired key, and a second signature when the first does not verify", () => {
-    const retired = makeKey("retired");
-    const active = makeKey();
-    const receipt = makeReceipt();
-    const payload = Buffer.from(receipt.envelope["payload"] as string, "base64");
-    const byRetired = firstSignature(envelopeOf(payload, retired.privateKey, retired.jwk.kid));
+  /** A receipt over a 3-event log that says it was signed at `issuedAt`, by `key`, verified against `keys`. */
+  function signedAt(key: TestKey, issuedAt: string, keys: TestKey["jwk"][] = [key.jwk]): Receipt {
+    const events = makeLog(3);
+    const last = events[2] as TestEvent;
+    const payload = Buffer.from(JSON.stringify(statementFor({ seq: last.seq, hash: last.hash }, issuedAt)), "utf8");
+    return { key, events, envelope: envelopeOf(payload, key.privateKey, key.jwk.kid), keys: { keys } };
+  }
+
+  it("accepts a receipt signed by a retired key before its retirement, and a second signature when the first does not verify", () => {
+    const retired = makeKey("retired", { not_before: "2026-01-01T00:00:00Z", not_after: "2026-06-01T00:00:00Z" });
+    const active = makeKey("active", { not_before: "2026-06-01T00:00:00Z", not_after: null });
+    const receipt = signedAt(retired, "2026-05-01T12:00:00.000Z", [active.jwk, retired.jwk]);
+    const byRetired = firstSignature(receipt.envelope);
     receipt.envelope["signatures"] = [{ keyid: active.jwk.kid, sig: byRetired.sig }, byRetired];
-    receipt.keys = { keys: [active.jwk, retired.jwk] };
     const verdict = verifyReceipt(receipt);
     expect(verdict.failures).toEqual([]);
     expect(verdict.keyid).toBe(retired.jwk.kid);
+  });
+
+  it("rejects a receipt that says it was signed after its key's not_after, or before its not_before", () => {
+    const retired = makeKey("retired", { not_before: "2026-01-01T00:00:00Z", not_after: "2026-06-01T00:00:00Z" });
+    const window = `key "${retired.jwk.kid}" (retired, not_before 2026-01-01T00:00:00Z, not_after 2026-06-01T00:00:00Z)`;
+    expect(verifyReceipt(signedAt(retired, "2027-06-01T00:00:00.000Z")).failures).toEqual([
+      `${NO_SIGNATURE} (signature 1: signed at 2027-06-01T00:00:00.000Z, after ${window} ended)`,
+    ]);
+    expect(verifyReceipt(signedAt(retired, "2025-12-31T23:59:59.000Z")).failures).toEqual([
+      `${NO_SIGNATURE} (signature 1: signed at 2025-12-31T23:59:59.000Z, before ${window} began)`,
+    ]);
+    // The bounds are inclusive, and a time with an offset is the instant it names.
+    expect(verifyReceipt(signedAt(retired, "2026-06-01T00:00:00Z")).failures).toEqual([]);
+    expect(verifyReceipt(signedAt(retired, "2026-06-01T02:00:01+02:00")).ok).toBe(false);
+    // A key with a window cannot vouch for a statement that states no signing time.
+    const undated = makeReceipt();
+    undated.keys = { keys: [{ ...undated.key.jwk, not_before: "2026-01-01T00:00:00Z" }] };
+    expect(verifyReceipt(undated).failures).toEqual([
+      `${NO_SIGNATURE} (signature 1: key "${undated.key.jwk.kid}" (active, not_before 2026-01-01T00:00:00Z, not_after null) has a window, and the statement states no signing time (predicate.issued_at))`,
+    ]);
+  });
+
+  it("rejects a receipt signed by a revoked key, whatever its window, and by a retired key that does not say when it retired", () => {
+    const revoked = makeKey("revoked", { not_before: "2026-01-01T00:00:00Z", not_after: "2027-01-01T00:00:00Z" });
+    expect(verifyReceipt(signedAt(revoked, "2026-05-01T00:00:00.000Z")).failures).toEqual([
+      `${NO_SIGNATURE} (signature 1: key "${revoked.jwk.kid}" (revoked, not_before 2026-01-01T00:00:00Z, not_after 2027-01-01T00:00:00Z) is revoked and verifies nothing)`,
+    ]);
+    const retired = makeKey("retired");
+    expect(verifyReceipt(signedAt(retired, "2026-05-01T00:00:00.000Z")).failures).toEqual([
+      `${NO_SIGNATURE} (signature 1: key "${retired.jwk.kid}" (retired, not_before null, not_after null) is retired without saying when (no not_after), so it verifies nothing)`,
+    ]);
+    // A window that is not an RFC 3339 date-time makes the key unusable.
+    const sloppy = makeKey("retired", { not_after: "June 2026" });
+    expect(verifyReceipt(signedAt(sloppy, "2026-05-01T00:00:00.000Z")).failures).toEqual([
+      'key set: key 1: not_after is "June 2026", expected an RFC 3339 date-time or null',
+      `${NO_SIGNATURE} (signature 1: keyid "${sloppy.jwk.kid}" names no usable key of the key set)`,
+    ]);
+  });
+
+  it("accepts an active key without a window (key sets from before lifetimes), signing time or not", () => {
+    expect(verifyReceipt(makeReceipt()).failures).toEqual([]);
+    const key = makeKey();
+    expect(verifyReceipt(signedAt(key, "2031-01-01T00:00:00.000Z")).failures).toEqual([]);
   });
 
   it("rejects a flipped byte in the payload", () => {

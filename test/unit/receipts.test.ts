@@ -8,31 +8,36 @@ import { confirmBest, foldEvents, sealEvent, type ChainHead, type EventDraft, ty
 import {
   IN_TOTO_PAYLOAD_TYPE,
   jwkThumbprint,
+  KeySet,
   pae,
   receiptStatement,
   signEnvelope,
   verifyReceipt,
   type Envelope,
-  type KeySet,
   type PublicJwk,
   type Signer,
 } from "../../shared/receipts/index.js";
 import { verifyEd25519 } from "../../runner/src/receipt-crypto.js";
 import { verifyCommand } from "../../runner/src/commands/verify.js";
 import type { ExecConfinement } from "../../shared/wire/confinement.js";
+import { verifyIndependently } from "../support/independent-verifier.js";
 import { AGENT_OK, commitOf, LoopHarness, observationOf } from "./engine-harness.js";
 
 // Receipts (DESIGN §9): a DSSE envelope around an in-toto statement, signed with Ed25519, over a
 // hash-chained log whose every verdict re-derives with the engine. Every tampering must fail, naming
 // what failed; the untampered receipt must pass.
 
-async function makeKey(status: "active" | "retired" = "active"): Promise<{ signer: Signer; jwk: PublicJwk }> {
+/** A fresh key and its key-set entry, with a status and, when given, a window (`not_before`, `not_after`). */
+async function makeKey(
+  status: "active" | "retired" | "revoked" = "active",
+  lifetime: Pick<PublicJwk, "not_before" | "not_after"> = {},
+): Promise<{ signer: Signer; jwk: PublicJwk }> {
   const pair = (await webcrypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"])) as webcrypto.CryptoKeyPair;
   const { x } = await webcrypto.subtle.exportKey("jwk", pair.publicKey);
   if (!x) throw new Error("no public key");
   const kid = jwkThumbprint({ x });
   return {
-    jwk: { kty: "OKP", crv: "Ed25519", x, kid, alg: "EdDSA", use: "sig", status },
+    jwk: { kty: "OKP", crv: "Ed25519", x, kid, alg: "EdDSA", use: "sig", status, ...lifetime },
     signer: { kid, sign: async (message) => new Uint8Array(await webcrypto.subtle.sign({ name: "Ed25519" }, pair.privateKey, message)) },
   };
 }
@@ -56,11 +61,14 @@ function loopLog(): LoopEvent[] {
   return sealedLog(harness.events);
 }
 
-async function receiptOf(events: LoopEvent[], signer: Signer): Promise<Envelope> {
+/** When the receipts of these tests say they were signed (their `issued_at`), unless a test says otherwise. */
+const ISSUED_AT = "2026-12-01T10:00:00.000Z";
+
+async function receiptOf(events: LoopEvent[], signer: Signer, issued_at = ISSUED_AT): Promise<Envelope> {
   const state = foldEvents(events);
   const last = events.at(-1);
   if (!state || !last) throw new Error("empty log");
-  const statement = receiptStatement(state, { seq: last.seq, hash: last.hash }, { kind: "final", issued_at: "2026-12-01T10:00:00.000Z", version: "0.1.0" });
+  const statement = receiptStatement(state, { seq: last.seq, hash: last.hash }, { kind: "final", issued_at, version: "0.1.0" });
   return signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, signer);
 }
 
@@ -152,13 +160,81 @@ describe("receipts", async () => {
     expect(result.first_failure).toMatch(/^signature: /);
   });
 
-  it("still verifies a receipt signed with a key since retired", async () => {
-    const retired = await makeKey("retired");
-    const current = await makeKey();
+  it("still verifies a receipt signed with a key since retired, when it says it was signed by the key's retirement", async () => {
+    const retired = await makeKey("retired", { not_before: "2026-01-01T00:00:00.000Z", not_after: "2026-12-31T00:00:00Z" });
+    const current = await makeKey("active", { not_before: "2026-12-31T00:00:00Z", not_after: null });
     const old = await receiptOf(events, retired.signer);
     const result = await verify({ envelope: old, keys: { keys: [current.jwk, retired.jwk] } });
-    expect(result.ok).toBe(true);
-    expect(result.checks.find((check) => check.check === "signature")?.detail).toContain("(retired)");
+    expect(result.first_failure).toBeNull();
+    expect(result.checks.find((check) => check.check === "signature")?.detail).toBe(
+      `Ed25519 signature by key ${retired.jwk.kid} (retired, valid from 2026-01-01T00:00:00.000Z to 2026-12-31T00:00:00Z), signed at ${ISSUED_AT} within its window`,
+    );
+  });
+
+  it("refuses a receipt a retired key says it signed after its retirement, naming the key, its status and window, and the signing time", async () => {
+    // Whoever holds the retired key signs a receipt dated a year ahead: the key set says the key was retired before.
+    const retired = await makeKey("retired", { not_before: "2026-01-01T00:00:00Z", not_after: "2026-06-01T00:00:00Z" });
+    const current = await makeKey("active", { not_before: "2026-06-01T00:00:00Z", not_after: null });
+    const keys = { keys: [current.jwk, retired.jwk] };
+    const later = await verify({ envelope: await receiptOf(events, retired.signer, "2027-12-01T10:00:00.000Z"), keys });
+    expect(later.ok).toBe(false);
+    expect(later.key).toBeNull();
+    expect(later.first_failure).toBe(
+      `signature: key ${retired.jwk.kid} (retired, valid from 2026-01-01T00:00:00Z to 2026-06-01T00:00:00Z) was retired at 2026-06-01T00:00:00Z; this receipt says it was signed at 2027-12-01T10:00:00.000Z, after`,
+    );
+    // The same key's receipt from before its retirement verifies; one from before the key began does not.
+    expect((await verify({ envelope: await receiptOf(events, retired.signer, "2026-05-31T23:59:59.999Z"), keys })).first_failure).toBeNull();
+    expect((await verify({ envelope: await receiptOf(events, retired.signer, "2025-12-31T00:00:00.000Z"), keys })).first_failure).toBe(
+      `signature: key ${retired.jwk.kid} (retired, valid from 2026-01-01T00:00:00Z to 2026-06-01T00:00:00Z) begins at 2026-01-01T00:00:00Z; this receipt says it was signed at 2025-12-31T00:00:00.000Z, before`,
+    );
+    // An active key with a not_before refuses what says it was signed earlier, and its window accepts an offset time.
+    expect((await verify({ envelope: await receiptOf(events, current.signer, "2026-05-01T00:00:00.000Z"), keys })).first_failure).toMatch(
+      new RegExp(`^signature: key ${current.jwk.kid} \\(active, valid from 2026-06-01T00:00:00Z to no end\\) begins at`),
+    );
+    const offset = { keys: [{ ...retired.jwk, not_after: "2026-06-01T02:00:00+02:00" }] };
+    expect((await verify({ envelope: await receiptOf(events, retired.signer, "2026-06-01T00:00:00.001Z"), keys: offset })).first_failure).toMatch(/, after$/);
+  });
+
+  it("a revoked key verifies nothing, whatever its window; a retired key without not_after is treated as revoked", async () => {
+    const revoked = await makeKey("revoked", { not_before: "2026-01-01T00:00:00Z", not_after: "2027-01-01T00:00:00Z" });
+    const result = await verify({ envelope: await receiptOf(events, revoked.signer), keys: { keys: [revoked.jwk] } });
+    expect(result.ok).toBe(false);
+    expect(result.first_failure).toBe(
+      `signature: key ${revoked.jwk.kid} (revoked, valid from 2026-01-01T00:00:00Z to 2027-01-01T00:00:00Z) is revoked: it verifies nothing (this receipt says it was signed at ${ISSUED_AT})`,
+    );
+    const unbounded = await makeKey("retired");
+    expect((await verify({ envelope: await receiptOf(events, unbounded.signer), keys: { keys: [unbounded.jwk] } })).first_failure).toBe(
+      `signature: key ${unbounded.jwk.kid} (retired, valid from any time to no end) is retired without a not_after (when it was retired), so it verifies nothing (this receipt says it was signed at ${ISSUED_AT})`,
+    );
+  });
+
+  it("the verifier written from the specs alone agrees: it refuses the revoked key's receipt and the retired key's after its not_after", async () => {
+    const revoked = await makeKey("revoked", { not_before: "2026-01-01T00:00:00Z", not_after: null });
+    const retired = await makeKey("retired", { not_before: "2026-01-01T00:00:00Z", not_after: "2026-06-01T00:00:00Z" });
+    const keys = { keys: [revoked.jwk, retired.jwk] };
+    const eventsJsonl = events.map((event) => `${JSON.stringify(event)}\n`).join("");
+    const both = async (envelope: Envelope) => ({
+      product: (await verify({ envelope, keys })).ok,
+      independent: verifyIndependently({ envelope, eventsJsonl, keys }).ok,
+    });
+    expect(await both(await receiptOf(events, revoked.signer))).toEqual({ product: false, independent: false });
+    expect(await both(await receiptOf(events, retired.signer, "2026-06-01T00:00:00.001Z"))).toEqual({ product: false, independent: false });
+    expect(await both(await receiptOf(events, retired.signer, "2026-06-01T00:00:00.000Z"))).toEqual({ product: true, independent: true });
+  });
+
+  it("a key set from before lifetimes still verifies its active key's receipts; its retired key, which says not when it retired, verifies nothing", async () => {
+    // As coordinators served keys before lifetimes: no window, and the active key with or without a status.
+    const old = await makeKey();
+    const { status: _status, ...bare } = old.jwk;
+    const retired = await makeKey("retired");
+    const legacy = KeySet.parse({ keys: [bare, retired.jwk] });
+    const result = await verify({ envelope: await receiptOf(events, old.signer), keys: legacy });
+    expect(result.first_failure).toBeNull();
+    expect(result.checks.find((check) => check.check === "signature")?.detail).toBe(`Ed25519 signature by key ${old.jwk.kid}`);
+    expect((await verify({ envelope: await receiptOf(events, old.signer), keys: { keys: [old.jwk] } })).ok).toBe(true);
+    expect((await verify({ envelope: await receiptOf(events, retired.signer), keys: legacy })).first_failure).toMatch(
+      new RegExp(`^signature: key ${retired.jwk.kid} \\(retired, valid from any time to no end\\) is retired without a not_after`),
+    );
   });
 
   it("names the first event whose recorded verdict the engine does not reproduce, in a log re-chained to look intact", async () => {
