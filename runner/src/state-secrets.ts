@@ -16,12 +16,18 @@ export function ownerTokenFile(stateDir: string): string {
   return path.join(stateDir, "owner-token");
 }
 
-/** The state directory's private signing key as JWK text, generated on first use. */
+/**
+ * The state directory's private signing key as JWK text, generated on first use. A key generated here
+ * records when in its own `not_before` member (written with it, in the one file), which the coordinator
+ * publishes as the key's `not_before` (DESIGN §9): the key verifies nothing said to be signed earlier. A
+ * key from before that has none, and is published without a lower bound.
+ */
 export async function localSigningKey(stateDir: string): Promise<string> {
   return (
     await secretFileOnce(signingKeyFile(stateDir), async () => {
       const pair = (await webcrypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"])) as webcrypto.CryptoKeyPair;
-      return `${JSON.stringify(await webcrypto.subtle.exportKey("jwk", pair.privateKey))}\n`;
+      const jwk = await webcrypto.subtle.exportKey("jwk", pair.privateKey);
+      return `${JSON.stringify({ ...jwk, not_before: new Date().toISOString() })}\n`;
     })
   ).text;
 }

@@ -6,6 +6,8 @@ declare global {
       TEST_MIGRATIONS: D1Migration[];
       /** The private half of the published retired key, to sign a receipt as before a rotation. */
       TEST_RETIRED_SIGNING_KEY: string;
+      /** The private half of the published revoked key, to sign a receipt it may no longer vouch for. */
+      TEST_REVOKED_SIGNING_KEY: string;
     }
   }
 }

@@ -1,5 +1,5 @@
 import { env } from "cloudflare:workers";
-import { runInDurableObject } from "cloudflare:test";
+import { createExecutionContext, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
 import { canonicalJson } from "../../shared/canonical-json.js";
 import { sha256Hex } from "../../shared/hash.js";
@@ -18,6 +18,7 @@ import {
 } from "../../shared/receipts/index.js";
 import { ReceiptIssued, LoopSummary } from "../../shared/wire/api.js";
 import { artifactKey } from "../../worker/src/artifact-store.js";
+import { app } from "../../worker/src/app.js";
 import { receiptKeyOf } from "../../worker/src/receipt-keys.js";
 import { call, createLoop, createLoopBody, loopObject, observationOf, postJson, proposeAndLease } from "./fixtures.js";
 
@@ -91,14 +92,24 @@ describe("receipts", () => {
     expect((await proposeAndLease(loop.loop_id, "interim-next")).job.candidate_id).toBe("c1");
   });
 
-  it("publishes the active key and the retired ones, each named by its thumbprint; a receipt signed before a rotation still verifies", async () => {
-    const keys = KeySet.parse(await (await call("/.well-known/loopwarden/keys.json")).json());
-    expect(keys.keys.map((key) => key.status)).toEqual(["active", "retired"]);
+  it("publishes every key with its lifetime, and each verifies only what its lifetime covers: the retired key what it signed up to its not_after, the revoked key nothing", async () => {
+    const served = (await (await call("/.well-known/loopwarden/keys.json")).json()) as { keys: Record<string, unknown>[] };
+    // The members are there in the served JSON, null where there is no bound.
+    for (const key of served.keys) expect(Object.keys(key)).toEqual(expect.arrayContaining(["status", "not_before", "not_after"]));
+    const keys = KeySet.parse(served);
+    expect(keys.keys.map((key) => key.status)).toEqual(["active", "retired", "revoked"]);
     for (const key of keys.keys) expect(key.kid).toBe(jwkThumbprint(key));
     const active = await receiptKeyOf(env);
-    expect(keys.keys[0]?.kid).toBe(active?.publicJwk.kid);
+    const retired = await receiptKeyOf({ RECEIPT_SIGNING_KEY: env.TEST_RETIRED_SIGNING_KEY });
+    const revoked = await receiptKeyOf({ RECEIPT_SIGNING_KEY: env.TEST_REVOKED_SIGNING_KEY });
+    if (!active || !retired || !revoked || !env.RECEIPT_KEY_NOT_BEFORE) throw new Error("a test key is missing");
+    expect(keys.keys).toMatchObject([
+      { kid: active.publicJwk.kid, status: "active", not_before: env.RECEIPT_KEY_NOT_BEFORE, not_after: null },
+      { kid: retired.publicJwk.kid, status: "retired", not_before: "2025-01-01T00:00:00.000Z", not_after: env.RECEIPT_KEY_NOT_BEFORE },
+      { kid: revoked.publicJwk.kid, status: "revoked", not_before: null, not_after: null },
+    ]);
 
-    // A receipt the retired key signed, over a real loop's log, as the coordinator did before the rotation.
+    // Receipts over a real loop's log, signed by the retired and revoked keys at a time each one states.
     const loop = await haltedLoop("rotation");
     const lines = new TextDecoder()
       .decode(await (await call(`/v1/loops/${loop.loop_id}/events`)).arrayBuffer())
@@ -106,14 +117,86 @@ describe("receipts", () => {
       .split("\n");
     const events = lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((event) => event.type !== "receipt_issued");
     const state = foldEvents(events.map((event) => LoopEvent.parse(event)));
-    const retired = await receiptKeyOf({ RECEIPT_SIGNING_KEY: env.TEST_RETIRED_SIGNING_KEY });
     const last = events.at(-1) as { seq: number; hash: string } | undefined;
-    if (!state || !retired || !last) throw new Error("no state, key or events");
-    const statement = receiptStatement(state, { seq: last.seq, hash: last.hash }, { kind: "final", issued_at: new Date().toISOString(), version: "0.0.9" });
-    const old = await signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, retired.signer);
-    const result = await verifyReceipt({ envelope: old, events, keys, verify: verifyEd25519 });
-    expect(result.ok).toBe(true);
-    expect(result.key).toMatchObject({ kid: retired.publicJwk.kid, status: "retired" });
+    if (!state || !last) throw new Error("no state or events");
+    const signedAt = async (key: typeof retired, issued_at: string) => {
+      const statement = receiptStatement(state, { seq: last.seq, hash: last.hash }, { kind: "final", issued_at, version: "0.0.9" });
+      return verifyReceipt({ envelope: await signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, key.signer), events, keys, verify: verifyEd25519 });
+    };
+    const retiredAt = Date.parse(env.RECEIPT_KEY_NOT_BEFORE);
+    // Signed before the rotation, as the coordinator did then: it still verifies.
+    const before = await signedAt(retired, new Date(retiredAt - 60_000).toISOString());
+    expect(before.first_failure).toBeNull();
+    expect(before.key).toMatchObject({ kid: retired.publicJwk.kid, status: "retired" });
+    // Signed (it says) after the rotation, as by whoever holds the old key now: refused.
+    const after = new Date(retiredAt + 60_000).toISOString();
+    expect((await signedAt(retired, after)).first_failure).toBe(
+      `signature: key ${retired.publicJwk.kid} (retired, valid from 2025-01-01T00:00:00.000Z to ${env.RECEIPT_KEY_NOT_BEFORE}) was retired at ${env.RECEIPT_KEY_NOT_BEFORE}; this receipt says it was signed at ${after}, after`,
+    );
+    expect((await signedAt(revoked, new Date(retiredAt).toISOString())).first_failure).toMatch(
+      new RegExp(`^signature: key ${revoked.publicJwk.kid} \\(revoked, valid from any time to no end\\) is revoked: it verifies nothing`),
+    );
+    // The active key's receipts, issued now, lie inside its window.
+    const issued = await postJson(`/v1/loops/${loop.loop_id}/receipts`, {});
+    const result = await verifyReceipt({ ...(await fetchReceipt(ReceiptIssued.parse(await issued.json()).receipt_id)), verify: verifyEd25519 });
+    expect(result.checks.find((check) => check.check === "signature")).toMatchObject({
+      ok: true,
+      detail: expect.stringMatching(new RegExp(`^Ed25519 signature by key ${active.publicJwk.kid}, signed at \\S+ within its window$`)),
+    });
+  });
+
+  /** The key set as a deployment configured with `overrides` serves it. */
+  async function keysWith(overrides: Record<string, unknown>): Promise<Response> {
+    const ctx = createExecutionContext();
+    const response = await app.fetch(new Request("http://lw.test/.well-known/loopwarden/keys.json"), { ...env, ...overrides }, ctx);
+    await waitOnExecutionContext(ctx);
+    return response;
+  }
+
+  it("refuses a retired key given without not_after: the key set answers 500 receipt_keys_invalid naming it, rather than publishing a key that verifies nothing", async () => {
+    const retired = await receiptKeyOf({ RECEIPT_SIGNING_KEY: env.TEST_RETIRED_SIGNING_KEY });
+    if (!retired) throw new Error("no retired key");
+    const { x } = retired.publicJwk;
+    // As the rotation of earlier versions put it: the served key set, the old key still marked active and unbounded.
+    const response = await keysWith({ RECEIPT_RETIRED_KEYS: JSON.stringify({ keys: [{ ...retired.publicJwk, status: "active", not_after: null }] }) });
+    expect(response.status).toBe(500);
+    const body = (await response.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe("receipt_keys_invalid");
+    expect(body.error.message).toMatch(new RegExp(`^RECEIPT_RETIRED_KEYS: key ${retired.publicJwk.kid} has no not_after`));
+    // Marked revoked instead, it is published so, without a window; and RECEIPT_REVOKED_KEYS revokes a retired key too.
+    const marked = KeySet.parse(
+      await (await keysWith({ RECEIPT_RETIRED_KEYS: JSON.stringify([{ kty: "OKP", crv: "Ed25519", x, status: "revoked" }]) })).json(),
+    );
+    expect(marked.keys.filter((key) => key.kid === retired.publicJwk.kid)).toMatchObject([{ status: "revoked", not_before: null, not_after: null }]);
+    const both = KeySet.parse(
+      await (
+        await keysWith({
+          RECEIPT_RETIRED_KEYS: JSON.stringify([{ kty: "OKP", crv: "Ed25519", x, not_after: "2026-01-01T00:00:00Z" }]),
+          RECEIPT_REVOKED_KEYS: JSON.stringify([{ kty: "OKP", crv: "Ed25519", x }]),
+        })
+      ).json(),
+    );
+    expect(both.keys.filter((key) => key.kid === retired.publicJwk.kid)).toMatchObject([{ status: "revoked" }]);
+    // A RECEIPT_KEY_NOT_BEFORE that is not a date-time is named too.
+    const badStart = await keysWith({ RECEIPT_KEY_NOT_BEFORE: "last tuesday" });
+    expect(badStart.status).toBe(500);
+    expect(((await badStart.json()) as { error: { message: string } }).error.message).toMatch(
+      /^RECEIPT_KEY_NOT_BEFORE is "last tuesday", not an ISO 8601 date-time/,
+    );
+  });
+
+  it("the signing key's not_before is RECEIPT_KEY_NOT_BEFORE, else its private JWK's own not_before (the local coordinator's key), else null", async () => {
+    const pair = (await crypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"])) as CryptoKeyPair;
+    const jwk = (await crypto.subtle.exportKey("jwk", pair.privateKey)) as JsonWebKey;
+    const plain = await receiptKeyOf({ RECEIPT_SIGNING_KEY: JSON.stringify(jwk) });
+    expect(plain?.publicJwk).toMatchObject({ status: "active", not_before: null, not_after: null });
+    const recorded = await receiptKeyOf({ RECEIPT_SIGNING_KEY: JSON.stringify({ ...jwk, not_before: "2026-02-01T00:00:00.000Z" }) });
+    expect(recorded?.publicJwk.not_before).toBe("2026-02-01T00:00:00.000Z");
+    const configured = await receiptKeyOf({
+      RECEIPT_SIGNING_KEY: JSON.stringify({ ...jwk, not_before: "2026-02-01T00:00:00.000Z" }),
+      RECEIPT_KEY_NOT_BEFORE: "2026-03-01T00:00:00Z\n",
+    });
+    expect(configured?.publicJwk.not_before).toBe("2026-03-01T00:00:00Z");
   });
 
   it("takes the signing key as PKCS8 PEM too (what `openssl genpkey -algorithm ed25519` prints), named by the same thumbprint", async () => {

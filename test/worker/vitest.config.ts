@@ -13,14 +13,16 @@ quietRuntimeNoise(process.stdout);
 
 export default defineConfig(async () => {
   const migrations = await readD1Migrations(path.join(root, "migrations"));
-  // Receipt keys for the tests (never committed): the active signing key, and one retired key whose
-  // public half is still published, as after a rotation (README, Receipts).
+  // Receipt keys for the tests (never committed): the active signing key, one retired key whose public
+  // half is still published, as after a rotation an hour ago (README, Receipts), and one revoked key.
   const privateJwk = async () => {
     const pair = (await webcrypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"])) as webcrypto.CryptoKeyPair;
     return webcrypto.subtle.exportKey("jwk", pair.privateKey);
   };
   const active = await privateJwk();
   const retired = await privateJwk();
+  const revoked = await privateJwk();
+  const rotated = new Date(Date.now() - 3_600_000).toISOString();
   return {
     plugins: [
       cloudflareTest({
@@ -29,8 +31,13 @@ export default defineConfig(async () => {
           bindings: {
             TEST_MIGRATIONS: migrations,
             RECEIPT_SIGNING_KEY: JSON.stringify(active),
-            RECEIPT_RETIRED_KEYS: JSON.stringify([{ kty: retired.kty, crv: retired.crv, x: retired.x }]),
+            RECEIPT_KEY_NOT_BEFORE: rotated,
+            RECEIPT_RETIRED_KEYS: JSON.stringify([
+              { kty: retired.kty, crv: retired.crv, x: retired.x, not_before: "2025-01-01T00:00:00.000Z", not_after: rotated },
+            ]),
+            RECEIPT_REVOKED_KEYS: JSON.stringify([{ kty: revoked.kty, crv: revoked.crv, x: revoked.x }]),
             TEST_RETIRED_SIGNING_KEY: JSON.stringify(retired),
+            TEST_REVOKED_SIGNING_KEY: JSON.stringify(revoked),
             OWNER_TOKEN: `lwo_test_${Buffer.from(webcrypto.getRandomValues(new Uint8Array(24))).toString("base64url")}`,
           },
           // A low limit, so a test reaches it in a few dozen requests (wrangler.toml's is 500 per 10 s).

@@ -18,6 +18,15 @@ describe("the local signing key", () => {
     expect(await localSigningKey(stateDir)).toBe(first);
   });
 
+  it("records when it was generated in its own not_before member, which the coordinator publishes as the key's not_before", async () => {
+    const dir = mkdtempSync(path.join(stateDir, "dated-"));
+    const before = Date.now();
+    const { not_before } = JSON.parse(await localSigningKey(dir)) as { not_before: string };
+    expect(not_before).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+    expect(Date.parse(not_before)).toBeGreaterThanOrEqual(before);
+    expect(Date.parse(not_before)).toBeLessThanOrEqual(Date.now());
+  });
+
   it("two coordinators starting at once on one state directory both sign with the one key stored", async () => {
     const dir = mkdtempSync(path.join(stateDir, "concurrent-"));
     const keys = await Promise.all([localSigningKey(dir), localSigningKey(dir), localSigningKey(dir)]);
