@@ -243,7 +243,8 @@ program
   .argument("<receipt>", "a receipt URL (…/r/<id>) or a saved envelope file")
   .option("--events <file>", "the log the receipt file signs (JSONL), for a receipt file")
   .option("--key <file>", "verify against this public key (a JWK) or key set instead of the coordinator's published keys")
-  .action(async (receipt: string, options: { events?: string; key?: string }) => {
+  .option("--key-fingerprint <kid>", "accept only a signature by the key with this RFC 7638 thumbprint (the kid verify prints), wherever the key set came from")
+  .action(async (receipt: string, options: { events?: string; key?: string; keyFingerprint?: string }) => {
     const { verifyCommand } = await import("./commands/verify.js");
     exitCode = await verifyCommand(receipt, { ...globals(), ...options });
   });
@@ -256,8 +257,12 @@ contractOptions(
     )
     .argument("<receipt>", "a receipt URL (…/r/<id>) or a saved envelope file")
     .option("--events <file>", "the log the receipt file signs (JSONL), for a receipt file")
-    .option("--key <file>", "verify against this public key (a JWK) or key set instead of the coordinator's published keys"),
-).action(async (receipt: string, options: ContractFlags & { events?: string; key?: string }) => {
+    .option("--key <file>", "verify against this public key (a JWK) or key set instead of the coordinator's published keys")
+    .option(
+      "--key-fingerprint <kid>",
+      "accept only a signature by the key with this RFC 7638 thumbprint (the kid verify prints), wherever the key set came from",
+    ),
+).action(async (receipt: string, options: ContractFlags & { events?: string; key?: string; keyFingerprint?: string }) => {
   const { replayCommand } = await import("./commands/replay.js");
   exitCode = await replayCommand(receipt, { ...globals(), ...options, cwd: process.cwd() });
 });

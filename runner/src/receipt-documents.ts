@@ -1,5 +1,5 @@
 import { readFile } from "node:fs/promises";
-import { jwkThumbprint, KeySet, PublicJwkInput } from "../../shared/receipts/index.js";
+import { describeKeyLifetime, jwkThumbprint, KeySet, PublicJwkInput, type PublicJwk } from "../../shared/receipts/index.js";
 import { UserError } from "./errors.js";
 
 // The three documents a receipt is verified from (DESIGN §9): its envelope, the event log up to the
@@ -14,6 +14,16 @@ export interface ReceiptDocuments {
   envelope: unknown;
   events: Record<string, unknown>[];
   keys: KeySet;
+  /** Where the key set came from: served by the receipt's own coordinator, or a file the user gave (pinned). */
+  keySource: KeySource;
+}
+
+/** Where a receipt's key set came from. */
+export interface KeySource {
+  /** `server`: the key set the receipt URL's coordinator serves (trusting that server); `file`: one given with --key. */
+  from: "server" | "file";
+  /** The URL or file it was read from. */
+  location: string;
 }
 
 /** The receipt page URL (`…/r/<id>`) of a URL naming the receipt, its envelope (`.json`) or its log. */
@@ -73,6 +83,10 @@ export function keySetOf(text: string, where: string): KeySet {
   const value = jsonOf(text, where);
   const set = KeySet.safeParse(value);
   if (set.success) return set.data;
+  if (value && typeof value === "object" && "keys" in value) {
+    const issue = set.error.issues[0];
+    throw new UserError(`${where} is not a key set: ${issue ? `${issue.path.join(".")}: ${issue.message}` : "invalid"}`);
+  }
   const one = PublicJwkInput.safeParse(value);
   if (!one.success) throw new UserError(`${where} is neither a key set ({ "keys": [...] }) nor a public Ed25519 JWK`);
   return { keys: [{ ...one.data, kid: one.data.kid ?? jwkThumbprint(one.data) }] };
@@ -81,10 +95,12 @@ export function keySetOf(text: string, where: string): KeySet {
 /** Fetches a receipt's envelope, log and (unless a pinned key set is given) the coordinator's published keys. */
 export async function fetchReceipt(url: string, pinnedKeys?: string): Promise<ReceiptDocuments> {
   const base = receiptBase(url);
+  const keySource: KeySource =
+    pinnedKeys === undefined ? { from: "server", location: `${base.origin}/.well-known/loopwarden/keys.json` } : { from: "file", location: pinnedKeys };
   const [envelopeText, eventsText, keysText] = await Promise.all([
     fetchText(`${base.href}.json`),
     fetchText(`${base.href}/events.jsonl`),
-    pinnedKeys === undefined ? fetchText(`${base.origin}/.well-known/loopwarden/keys.json`) : readFile(pinnedKeys, "utf8"),
+    keySource.from === "server" ? fetchText(keySource.location) : readFile(keySource.location, "utf8"),
   ]);
   return {
     envelopeText,
@@ -92,7 +108,8 @@ export async function fetchReceipt(url: string, pinnedKeys?: string): Promise<Re
     keysText,
     envelope: jsonOf(envelopeText, `${base.href}.json`),
     events: eventsOf(eventsText, `${base.href}/events.jsonl`),
-    keys: keySetOf(keysText, pinnedKeys ?? `${base.origin}/.well-known/loopwarden/keys.json`),
+    keys: keySetOf(keysText, keySource.location),
+    keySource,
   };
 }
 
@@ -110,6 +127,7 @@ export async function readReceiptFiles(envelopeFile: string, eventsFile: string,
     envelope: jsonOf(envelopeText, envelopeFile),
     events: eventsOf(eventsText, eventsFile),
     keys: keySetOf(keysText, keyFile),
+    keySource: { from: "file", location: keyFile },
   };
 }
 
@@ -135,4 +153,28 @@ export async function receiptDocumentsFor(
 /** Whether a command's receipt argument is a URL rather than a file. */
 export function isReceiptUrl(receipt: string): boolean {
   return /^https?:\/\//i.test(receipt);
+}
+
+/**
+ * Which key verified a receipt, and why it is trusted, in one line: a key served by the receipt's own
+ * coordinator is trusted only as far as that server is, which the line says, with the fingerprint (its
+ * RFC 7638 thumbprint, the kid) to pin it by.
+ */
+export function keyLine(source: KeySource, key: PublicJwk | null, pin: string | undefined): string {
+  const lifetime = key && key.status !== undefined && key.status !== "active" ? ` (${describeKeyLifetime(key)})` : "";
+  const which = key ? `key: ${key.kid}${lifetime}` : "key: none verified the signature; keys";
+  if (source.from === "file") return `${which} from ${source.location} (pinned with --key${pin === undefined ? "" : " and --key-fingerprint"})`;
+  if (pin !== undefined) return `${which} as served by ${source.location}, pinned by its fingerprint (--key-fingerprint ${pin})`;
+  const hint = key ? `--key-fingerprint ${key.kid}` : "--key-fingerprint <kid>";
+  return `${which} as served by ${source.location} (not pinned: pin it with ${hint} or --key FILE)`;
+}
+
+/** A `--key-fingerprint` value: an Ed25519 key's RFC 7638 thumbprint (43 base64url characters), as a key set names it (its kid). */
+export function keyFingerprint(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  const fingerprint = value.trim();
+  if (!/^[A-Za-z0-9_-]{43}$/.test(fingerprint)) {
+    throw new UserError(`--key-fingerprint ${value} is not a key's RFC 7638 thumbprint (43 base64url characters, the kid a key set names it by)`, 2);
+  }
+  return fingerprint;
 }

@@ -1,8 +1,10 @@
 import { webcrypto } from "node:crypto";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { canonicalJson } from "../../shared/canonical-json.js";
 import { confirmBest, foldEvents, sealEvent, type ChainHead, type EventDraft, type LoopEvent } from "../../shared/engine/index.js";
 import {
@@ -619,5 +621,105 @@ describe("receipts carry the scope (DESIGN §6.4, §9)", async () => {
     const older = await verifyOf(log, await signEnvelope(canonicalJson({ ...issued, predicate }), IN_TOTO_PAYLOAD_TYPE, key.signer));
     expect(older.ok).toBe(true);
     expect(older.checks.find((check) => check.check === "predicate")?.detail).toMatch(/from before scopes were recorded: it attests no scope\)$/);
+  });
+});
+
+// Whom a signature is trusted on (DESIGN §9): a receipt URL's own server serves the keys that verify it,
+// so without --key the verifier says so and prints the key's fingerprint; --key-fingerprint pins it.
+describe("loopwarden verify names the key it trusted, and --key-fingerprint pins it", async () => {
+  const key = await makeKey("active", { not_before: "2026-01-01T00:00:00Z", not_after: null });
+  const other = await makeKey();
+  const log = loopLog();
+  const envelope = await receiptOf(log, key.signer);
+  const eventsJsonl = log.map((event) => `${JSON.stringify(event)}\n`).join("");
+  const id = `rc_${"ab".repeat(16)}`;
+  let server: Server;
+  let origin: string;
+  let dir: string;
+
+  beforeAll(async () => {
+    // The receipt's coordinator: its envelope, its log and the key set it serves.
+    server = createServer((request, response) => {
+      const body =
+        request.url === `/r/${id}.json`
+          ? JSON.stringify(envelope)
+          : request.url === `/r/${id}/events.jsonl`
+            ? eventsJsonl
+            : request.url === "/.well-known/loopwarden/keys.json"
+              ? JSON.stringify({ keys: [other.jwk, key.jwk] })
+              : null;
+      response.writeHead(body === null ? 404 : 200).end(body ?? "");
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    dir = await mkdtemp(path.join(tmpdir(), "loopwarden-verify-key-"));
+  });
+  afterAll(async () => {
+    await new Promise<void>((resolve, reject) => server.close((error) => (error ? reject(error) : resolve())));
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  /** Runs `loopwarden verify` with these options; answers its exit code and what it printed. */
+  async function run(
+    receipt: string,
+    options: { json?: boolean; key?: string; events?: string; keyFingerprint?: string },
+  ): Promise<{ code: number; out: string }> {
+    const written: string[] = [];
+    const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk: string | Uint8Array) => {
+      written.push(String(chunk));
+      return true;
+    });
+    try {
+      const code = await verifyCommand(receipt, { json: options.json ?? false, quiet: false, ...options });
+      return { code, out: written.join("") };
+    } finally {
+      spy.mockRestore();
+    }
+  }
+
+  it("without --key, says the key came from the server the URL names and prints its fingerprint; --json gives its source and fingerprint", async () => {
+    const url = `${origin}/r/${id}`;
+    const human = await run(url, {});
+    expect(human.code).toBe(0);
+    expect(human.out).toContain(
+      `key: ${key.jwk.kid} as served by ${origin}/.well-known/loopwarden/keys.json (not pinned: pin it with --key-fingerprint ${key.jwk.kid} or --key FILE)\n`,
+    );
+    const json = JSON.parse((await run(url, { json: true })).out) as Record<string, unknown>;
+    expect(json).toMatchObject({
+      valid: true,
+      key: key.jwk.kid,
+      key_fingerprint: key.jwk.kid,
+      key_source: { from: "server", location: `${origin}/.well-known/loopwarden/keys.json`, pinned: null },
+      key_lifetime: { status: "active", not_before: "2026-01-01T00:00:00Z", not_after: null },
+    });
+  });
+
+  it("--key-fingerprint with the signing key's kid passes; with another key's kid it fails (exit 13), naming both", async () => {
+    const url = `${origin}/r/${id}`;
+    const pinned = await run(url, { keyFingerprint: key.jwk.kid });
+    expect(pinned.code).toBe(0);
+    expect(pinned.out).toContain(
+      `key: ${key.jwk.kid} as served by ${origin}/.well-known/loopwarden/keys.json, pinned by its fingerprint (--key-fingerprint ${key.jwk.kid})\n`,
+    );
+    // The server serves the other key too: pinned to it, this receipt is not one it signed.
+    const another = await run(url, { keyFingerprint: other.jwk.kid });
+    expect(another.code).toBe(13);
+    expect(another.out).toContain(`INVALID: signature: the receipt is signed by keyid ${key.jwk.kid}, not the pinned key ${other.jwk.kid}\n`);
+    const json = JSON.parse((await run(url, { json: true, keyFingerprint: other.jwk.kid })).out) as Record<string, unknown>;
+    expect(json).toMatchObject({ valid: false, key_fingerprint: null, key_source: { from: "server", pinned: "fingerprint" } });
+    // Pinned to a key the key set given does not have.
+    const files = { envelope: path.join(dir, "receipt.json"), events: path.join(dir, "events.jsonl"), key: path.join(dir, "keys.json") };
+    await writeFile(files.envelope, JSON.stringify(envelope));
+    await writeFile(files.events, eventsJsonl);
+    await writeFile(files.key, JSON.stringify({ keys: [other.jwk] }));
+    const absent = await run(files.envelope, { events: files.events, key: files.key, keyFingerprint: key.jwk.kid });
+    expect(absent.code).toBe(13);
+    expect(absent.out).toContain(`INVALID: signature: the pinned key ${key.jwk.kid} is not in the key set\n`);
+    // A key file pins too, and says so.
+    await writeFile(files.key, JSON.stringify(key.jwk));
+    const byFile = await run(files.envelope, { events: files.events, key: files.key });
+    expect(byFile.code).toBe(0);
+    expect(byFile.out).toContain(`key: ${key.jwk.kid} from ${files.key} (pinned with --key)\n`);
+    await expect(run(url, { keyFingerprint: "not-a-thumbprint" })).rejects.toThrow(/is not a key's RFC 7638 thumbprint/);
   });
 });

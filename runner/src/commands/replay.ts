@@ -9,7 +9,7 @@ import { evaluateIn, hardGatesPassed } from "../evaluate.js";
 import { git, repoRoot, shortCommit } from "../git.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { verifyEd25519 } from "../receipt-crypto.js";
-import { receiptDocumentsFor } from "../receipt-documents.js";
+import { keyFingerprint, keyLine, receiptDocumentsFor } from "../receipt-documents.js";
 import { sampleAlone } from "../sampling.js";
 import { formatList } from "../../../shared/format-list.js";
 
@@ -45,17 +45,19 @@ function recordedObservation(events: readonly LoopEvent[], state: LoopState): Ob
  */
 export async function replayCommand(
   receipt: string,
-  options: OutputMode & ContractOptions & { cwd: string; events?: string | undefined; key?: string | undefined },
+  options: OutputMode & ContractOptions & { cwd: string; events?: string | undefined; key?: string | undefined; keyFingerprint?: string | undefined },
 ): Promise<number> {
+  const pin = keyFingerprint(options.keyFingerprint);
   const documents = await receiptDocumentsFor(receipt, options, "replay");
   const repo = await repoRoot(options.cwd);
-  const verified = await verifyReceipt({ envelope: documents.envelope, events: documents.events, keys: documents.keys, verify: verifyEd25519 });
+  const verified = await verifyReceipt({ envelope: documents.envelope, events: documents.events, keys: documents.keys, verify: verifyEd25519, pin });
   if (!verified.ok || !verified.statement) {
     emitResult(options, { status: "error", match: false, errors: [`the receipt does not verify: ${verified.first_failure}`] }, [
       `INVALID receipt, nothing replayed: ${verified.first_failure}`,
     ]);
     return MISMATCH;
   }
+  progress(options, keyLine(documents.keySource, verified.key, pin));
   const { predicate } = verified.statement;
   const events = documents.events.map((event) => LoopEvent.parse(event));
   const state = foldEvents(events);

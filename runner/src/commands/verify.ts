@@ -2,7 +2,7 @@ import { verifyReceipt } from "../../../shared/receipts/index.js";
 import { UserError } from "../errors.js";
 import { emitResult, paint, type OutputMode } from "../output.js";
 import { verifyEd25519 } from "../receipt-crypto.js";
-import { isReceiptUrl, receiptDocumentsFor } from "../receipt-documents.js";
+import { isReceiptUrl, keyFingerprint, keyLine, receiptDocumentsFor } from "../receipt-documents.js";
 
 /** Exit code of an invalid receipt: the `objective_unverified` class (DESIGN §7, §13). */
 const INVALID = 13;
@@ -15,18 +15,30 @@ function scopeClaim(scope: string[] | null | undefined, attested: boolean): stri
   return `${label} ${scope.join(", ")} (no promoted candidate changed any other path)`;
 }
 
+/** How the key was pinned, if it was: by the file given (`--key`), by its fingerprint, or both; null when the receipt's server chose it. */
+function pinnedBy(from: "server" | "file", pin: string | undefined): "key_file" | "fingerprint" | "key_file_and_fingerprint" | null {
+  if (from === "file") return pin === undefined ? "key_file" : "key_file_and_fingerprint";
+  return pin === undefined ? null : "fingerprint";
+}
+
 /**
- * `loopwarden verify <url | file> [--events FILE] [--key FILE]` (DESIGN §9): checks a receipt offline
- * once its documents are fetched — the DSSE signature against the published (or pinned) key, the hash
- * chain up to the signed head, every verdict and the halt re-derived with the engine, the attested
- * figures against the log — and says how the receipt says each zone was confined. Exit 0 when valid, 13
- * naming the first failed check otherwise.
+ * `loopwarden verify <url | file> [--events FILE] [--key FILE] [--key-fingerprint KID]` (DESIGN §9):
+ * checks a receipt offline once its documents are fetched — the DSSE signature against the published (or
+ * pinned) key, within that key's lifetime, the hash chain up to the signed head, every verdict and the
+ * halt re-derived with the engine, the attested figures against the log — and says which key verified it
+ * and where that key came from (the receipt's own server, unless pinned), and how the receipt says each
+ * zone was confined. Exit 0 when valid, 13 naming the first failed check otherwise (a signature by
+ * another key than the one `--key-fingerprint` pins included).
  */
-export async function verifyCommand(receipt: string, options: OutputMode & { events?: string | undefined; key?: string | undefined }): Promise<number> {
+export async function verifyCommand(
+  receipt: string,
+  options: OutputMode & { events?: string | undefined; key?: string | undefined; keyFingerprint?: string | undefined },
+): Promise<number> {
   const isUrl = isReceiptUrl(receipt);
   if (isUrl && options.events !== undefined) throw new UserError("--events is for a receipt file; a receipt URL serves its own log", 2);
+  const pin = keyFingerprint(options.keyFingerprint);
   const documents = await receiptDocumentsFor(receipt, options, "verify");
-  const result = await verifyReceipt({ envelope: documents.envelope, events: documents.events, keys: documents.keys, verify: verifyEd25519 });
+  const result = await verifyReceipt({ envelope: documents.envelope, events: documents.events, keys: documents.keys, verify: verifyEd25519, pin });
   const predicate = result.statement?.predicate;
   const attested = result.checks.some((check) => check.check === "predicate" && check.ok === true);
   const mark = (ok: boolean | null) => (ok === true ? paint("ok", "green") : ok === false ? paint("FAILED", "red") : paint("not checked", "dim"));
@@ -40,11 +52,21 @@ export async function verifyCommand(receipt: string, options: OutputMode & { eve
       ...(predicate ? { confinement: predicate.confinement, scope: predicate.scope } : {}),
       receipt: isUrl ? receipt : { envelope: receipt, events: options.events, key: options.key },
       key: result.key?.kid ?? null,
+      // Which key verified it (its fingerprint, the RFC 7638 thumbprint), and whence that key came.
+      key_fingerprint: result.key?.kid ?? null,
+      key_source: { from: documents.keySource.from, location: documents.keySource.location, pinned: pinnedBy(documents.keySource.from, pin) },
+      key_lifetime: result.key
+        ? { status: result.key.status ?? "active", not_before: result.key.not_before ?? null, not_after: result.key.not_after ?? null }
+        : null,
       checks: result.checks,
       errors: result.first_failure ? [result.first_failure] : [],
     },
     [
       ...result.checks.map((check) => `  ${check.check.padEnd(9)} ${mark(check.ok)}  ${check.detail}`),
+      // Whom the signature is trusted on: a key the receipt's own server served is said to be so, in yellow.
+      documents.keySource.from === "server" && pin === undefined
+        ? paint(keyLine(documents.keySource, result.key, pin), "yellow")
+        : keyLine(documents.keySource, result.key, pin),
       // What the receipt says of the zones, beside its verdict (DESIGN §6.7): an unconfined run says so, and
       // a claim the log did not bear out is named as one.
       ...(predicate
