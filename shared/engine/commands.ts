@@ -173,6 +173,7 @@ export function grantLease(
     ...(input.holder === undefined ? {} : { holder: input.holder }),
     fencing_token: state.fencing_counter + 1,
     expires_at: addMs(input.at, input.ttl_ms),
+    recorded_at: input.at,
     compare_to: refOf(state.best),
   };
   const event: EventDraft = {
@@ -222,11 +223,21 @@ function notYours(candidate: CandidateState, input: { lease_id: string; holder?:
   );
 }
 
+/** The longest a lease's renewals go unrecorded: the log records a lease's expiry at most once a minute. */
+export const RENEWAL_RECORD_MS = 60_000;
+
 /**
  * Extends a lease (heartbeat). A lease is valid until the coordinator reclaims it (the alarm does at
  * its deadline), its runner releases it, or another lease supersedes it; then it answers `stale_lease`:
  * stop work. Once the loop has halted no report can be judged, so a heartbeat answers `loop_halted`:
  * stop work too, rather than measure for nothing.
+ *
+ * Renewals are recorded coarsely, so a long job does not grow the log a heartbeat at a time: a
+ * `lease_renewed` is appended only once min(RENEWAL_RECORD_MS, ttl/2) has passed since the expiry was
+ * last recorded; a heartbeat before that appends nothing and leaves the deadline as recorded. Runners
+ * heartbeat every ttl/4, so the recorded deadline stays at least ttl/2 ahead of the last heartbeat: a
+ * live runner's lease never lapses, and a dead runner's is reclaimed between ttl/2 and ttl after its
+ * last heartbeat.
  */
 export function renewLease(
   state: LoopState,
@@ -241,6 +252,9 @@ export function renewLease(
     return refuse("stale_lease", "the lease was reclaimed or superseded; stop this job");
   }
   if (state.halt) return refuse("loop_halted", `the loop has halted (${state.halt.halt_reason}); stop this job`);
+  if (Date.parse(input.at) - Date.parse(lease.recorded_at) < Math.min(RENEWAL_RECORD_MS, input.ttl_ms / 2)) {
+    return { ok: true, events: [], value: { ...lease, candidate } };
+  }
   const expires_at = addMs(input.at, input.ttl_ms);
   const event: EventDraft = {
     type: "lease_renewed",

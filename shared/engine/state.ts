@@ -17,6 +17,8 @@ export interface LeaseState {
   holder?: string;
   fencing_token: number;
   expires_at: string;
+  /** When `expires_at` was last recorded (the grant's or the last recorded renewal's time): renewals are recorded coarsely. */
+  recorded_at: string;
   /** The best-so-far when it was granted, which the candidate is compared against; null for a lease granted before leases named it. */
   compare_to: BestRef | null;
 }
@@ -462,6 +464,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
         ...(data.holder === undefined ? {} : { holder: data.holder }),
         fencing_token: data.fencing_token,
         expires_at: data.expires_at,
+        recorded_at: event.at,
         compare_to: data.compare_to ?? null,
       };
       updateCandidate(state, data.candidate_id, { status: "leased", lease });
@@ -473,7 +476,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       const candidate = state.candidates[event.data.candidate_id];
       if (!candidate?.lease) throw new Error(`lease_renewed for a candidate without a lease`);
       return updateCandidate(state, candidate.candidate_id, {
-        lease: { ...candidate.lease, expires_at: event.data.expires_at },
+        lease: { ...candidate.lease, expires_at: event.data.expires_at, recorded_at: event.at },
       });
     }
     case "lease_expired":

@@ -369,6 +369,8 @@ describe("engine: leases", () => {
     harness.propose("one");
     const leased = harness.lease("runner-1", 10_000);
     if (!leased.ok || !leased.value) throw new Error("no lease");
+    // Half the TTL after the grant, a heartbeat is recorded (renewals are recorded coarsely; see below).
+    harness.now(5_000);
     const renewed = harness.renew(leased.value, 10_000);
     expect(renewed).toMatchObject({ ok: true, events: [{ type: "lease_renewed" }] });
     if (!renewed.ok) throw new Error("refused");
@@ -380,6 +382,28 @@ describe("engine: leases", () => {
     const count = harness.events.length;
     expect(harness.renew(leased.value)).toMatchObject({ ok: false, error: { code: "stale_lease" } });
     expect(harness.events).toHaveLength(count);
+  });
+
+  it("records renewals coarsely: a heartbeat every ttl/4 appends an event at most every ttl/2 (once a minute from a 2-minute TTL up), and the lease never lapses while they come", () => {
+    for (const ttl of [8_000, 120_000, 600_000]) {
+      const harness = new LoopHarness([A]);
+      harness.propose("one");
+      const leased = harness.lease("runner-1", ttl);
+      if (!leased.ok || !leased.value) throw new Error("no lease");
+      const from = harness.events.length;
+      // An hour of heartbeats, every quarter of the TTL, as runners send them (the harness adds 1 s a call).
+      const beats = Math.floor(3_600_000 / (ttl / 4));
+      for (let beat = 0; beat < beats; beat++) {
+        harness.now(ttl / 4 - 2_000);
+        expect(harness.renew(leased.value, ttl).ok).toBe(true);
+        expect(harness.expire(0)).toEqual([]);
+      }
+      const recorded = harness.events.slice(from).filter((event) => event.type === "lease_renewed").length;
+      // One event per ttl/2 at most, and for the default TTL (2 minutes) and longer, one a minute: 60 in the hour, not 120 or more.
+      expect(recorded).toBeLessThanOrEqual(Math.ceil(3_600_000 / Math.min(60_000, ttl / 2)));
+      if (ttl >= 120_000) expect(recorded).toBeLessThanOrEqual(60);
+      expect(harness.state.candidates.c1?.status).toBe("leased");
+    }
   });
 
   it("a released lease puts its candidate back in the queue at once; the next lease has a higher token; the old one is stale everywhere", () => {
