@@ -20,7 +20,8 @@ import { ReceiptIssued, LoopSummary } from "../../shared/wire/api.js";
 import { artifactKey } from "../../worker/src/artifact-store.js";
 import { app } from "../../worker/src/app.js";
 import { receiptKeyOf } from "../../worker/src/receipt-keys.js";
-import { call, createLoop, createLoopBody, loopObject, observationOf, postJson, proposeAndLease } from "./fixtures.js";
+import type { LoopObject } from "../../worker/src/loop-object.js";
+import { OWNER_CALLER, call, createLoop, createLoopBody, loopObject, observationOf, postJson, proposeAndLease } from "./fixtures.js";
 
 // Receipts from the coordinator (DESIGN §8, §9): issued at the halt and on demand, served by an
 // unguessable id with the log they sign and the keys that verify them, and valid under the verifier
@@ -351,5 +352,24 @@ describe("receipts", () => {
       (_instance, storage) => storage.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM events WHERE type = 'receipt_issued'").one().n,
     );
     expect(state).toBe(1);
+  });
+});
+
+describe("a revoked signing key signs nothing (DESIGN §9)", () => {
+  it("a loop's receipt is refused 501 signing_unconfigured, naming the key, while the key set calls its signing key revoked; nothing is appended", async () => {
+    const loop = await createLoop("revoked-signer", ["parse.empty"]);
+    const active = await receiptKeyOf(env);
+    if (!active) throw new Error("no signing key");
+    const revoked = { ...env, RECEIPT_REVOKED_KEYS: JSON.stringify([{ kty: "OKP", crv: "Ed25519", x: active.publicJwk.x }]) };
+    const answer = await runInDurableObject(loopObject(loop.loop_id), async (instance: LoopObject) => {
+      // The object as a deployment that revoked its own signing key would run it.
+      (instance as unknown as { env: Env }).env = revoked;
+      const before = (await instance.events({ caller: OWNER_CALLER, after: 0, limit: 1_000 })) as { ok: true; events: string[] };
+      const issued = await instance.issueReceipt({ caller: OWNER_CALLER, kind: "interim" });
+      const after = (await instance.events({ caller: OWNER_CALLER, after: 0, limit: 1_000 })) as { ok: true; events: string[] };
+      return { issued, appended: after.events.length - before.events.length };
+    });
+    expect(answer.issued).toMatchObject({ ok: false, code: "signing_unconfigured", message: expect.stringContaining(`${active.publicJwk.kid} is revoked`) });
+    expect(answer.appended).toBe(0);
   });
 });

@@ -34,7 +34,7 @@ import type { Labels } from "../../shared/wire/contract.js";
 import type { Observation } from "../../shared/wire/observation.js";
 import { outboxItemsFor, writeProjection, type OutboxItem } from "./db/projection.js";
 import { LOOP_OBJECT_MIGRATIONS } from "./loop-object-schema.js";
-import { receiptKeyOf } from "./receipt-keys.js";
+import { keySetOf, receiptKeyOf } from "./receipt-keys.js";
 import { summarizeLoop, viewCandidate } from "./loop-view.js";
 import { OWNER_TEAM, type Caller } from "./auth.js";
 
@@ -552,6 +552,19 @@ export class LoopObject extends DurableObject<Env> {
       };
     }
     const { signer } = await key;
+    // A key the published set no longer calls active (revoked, or retired with a not_after) would sign
+    // receipts nobody can verify: none is signed until RECEIPT_SIGNING_KEY is replaced.
+    const published = await keySetOf(this.env).then(
+      (set) => set.keys.find((entry) => entry.kid === signer.kid),
+      () => undefined,
+    );
+    if (published?.status !== "active") {
+      return {
+        ok: false,
+        code: "signing_unconfigured",
+        message: `the receipt signing key ${signer.kid} is ${published ? published.status : "not published (the key variables cannot be read)"}: set a new RECEIPT_SIGNING_KEY (see the README, Receipts)`,
+      };
+    }
     const issuedAt = new Date().toISOString();
     const statement = receiptStatement(state, head, { kind, issued_at: issuedAt, version: VERSION });
     const envelope = await signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, signer);
