@@ -1,5 +1,6 @@
 import { BASELINE_ID } from "../../shared/engine/index.js";
 import type { LoopSummary } from "../../shared/wire/api.js";
+import type { Labels } from "../../shared/wire/contract.js";
 import { withClone } from "./clone.js";
 import { foldLoop } from "./event-log.js";
 import { shortCommit } from "./git.js";
@@ -22,7 +23,7 @@ import { formatInterval, formatPercent } from "../../shared/format-percent.js";
  * confirm or a reading failed (said on stderr; the loop's halt stands either way).
  */
 export async function confirmAgainstT0(
-  session: LoopReader & { loop: LoopSummary; loaded: LoadedContract; repo: string; mode: OutputMode; client: Client },
+  session: LoopReader & { loop: LoopSummary; loaded: LoadedContract; repo: string; mode: OutputMode; client: Client; labels: Labels },
 ): Promise<LoopSummary | null> {
   const { loop, mode } = session;
   const contract = session.loaded.contract;
@@ -50,7 +51,11 @@ export async function confirmAgainstT0(
         }
         let answer: Awaited<ReturnType<Client["confirm"]>>;
         try {
-          answer = await session.client.confirm(loop.loop_id, { candidate_id: best, samples: { t0: samples.best, best: samples.candidate } });
+          answer = await session.client.confirm(loop.loop_id, {
+            candidate_id: best,
+            samples: { t0: samples.best, best: samples.candidate },
+            labels: session.labels,
+          });
         } catch (error) {
           // Another runner claimed this best's confirm measurement first (DESIGN §11): its figure, not
           // this one, is the receipt's; nothing is lost by stopping here.

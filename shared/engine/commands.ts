@@ -27,7 +27,8 @@ export interface EngineError {
     | "confirm_inapplicable"
     | "confirm_stale"
     | "confirm_not_yours"
-    | "confirm_recorded";
+    | "confirm_recorded"
+    | "labels_unsatisfied";
   message: string;
 }
 
@@ -500,7 +501,7 @@ export type ConfirmAnswer = { status: "need_samples"; more: number; pairs: numbe
  */
 export function confirmBest(
   state: LoopState,
-  input: { candidate_id: string; samples: ConfirmReadings; holder?: string | undefined },
+  input: { candidate_id: string; samples: ConfirmReadings; holder?: string | undefined; labels?: Readonly<Labels> | undefined },
   at: string,
 ): Outcome<ConfirmAnswer> {
   const metric = state.contract.metric;
@@ -515,6 +516,10 @@ export function confirmBest(
       "invalid_observation",
       `a confirm measurement is 1 to samples.max (${metric.samples.max}) pairs of readings, t0's and the best's; got ${t0.length} and ${best.length}`,
     );
+  }
+  // Measured only where the loop's candidates are: on a runner the contract's evaluate.labels admit (DESIGN §11).
+  if (input.labels !== undefined && !labelsSatisfy(state.contract.evaluate?.labels ?? {}, input.labels)) {
+    return refuse("labels_unsatisfied", "the confirm measurement runs on a runner with the contract's evaluate.labels, which this one lacks");
   }
   const claim = state.confirm_claim?.candidate_id === input.candidate_id ? state.confirm_claim : null;
   if (claim && input.holder !== undefined && claim.holder !== input.holder) {

@@ -308,7 +308,12 @@ export const ReceiptIssued = z.object({
 export type ReceiptIssued = z.infer<typeof ReceiptIssued>;
 
 /** `POST /v1/loops/:id/confirm`: t0 and the best measured interleaved by a runner (cumulative readings). */
-export const ConfirmRequest = z.strictObject({ candidate_id: z.string(), samples: ConfirmReadings });
+export const ConfirmRequest = z.strictObject({
+  candidate_id: z.string(),
+  samples: ConfirmReadings,
+  /** The measuring runner's labels: it must be one the contract's `evaluate.labels` admit, as for a lease. */
+  labels: Labels.default({}),
+});
 export type ConfirmRequest = z.infer<typeof ConfirmRequest>;
 
 /** `POST /v1/loops/:id/confirm` answer: more pairs wanted, or the measurement recorded (with the loop after it). */

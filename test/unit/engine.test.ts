@@ -16,7 +16,7 @@ import {
 } from "../../shared/engine/index.js";
 import { canonicalJson } from "../../shared/canonical-json.js";
 import { sha256Hex } from "../../shared/hash.js";
-import type { ContractInput } from "../../shared/wire/contract.js";
+import type { ContractInput, Labels } from "../../shared/wire/contract.js";
 import type { FullObservation, GuardReadings, Observation } from "../../shared/wire/observation.js";
 import {
   AGENT_FAILED,
@@ -894,9 +894,9 @@ describe("engine: optimize mode (DESIGN §6.1, §6.3)", () => {
     samples: { best, candidate },
     compared_to: commitOf("t0"),
   });
-  const leaseFor = (harness: LoopHarness, label: string) => {
+  const leaseFor = (harness: LoopHarness, label: string, labels: Labels = {}) => {
     harness.propose(label);
-    const leased = harness.lease();
+    const leased = harness.lease("runner-1", 60_000, labels);
     if (!leased.ok || !leased.value) throw new Error("no lease");
     return leased.value;
   };
@@ -954,6 +954,16 @@ describe("engine: optimize mode (DESIGN §6.1, §6.3)", () => {
       expect(confirm("tk_honest", readings(100, 8), readings(5, 8))).toMatchObject({ ok: false, error: { code: "confirm_recorded" } });
       expect(confirm("tk_honest", readings(100, 8), readings(70, 8, 3))).toMatchObject({ ok: true, events: [], value: { status: "recorded" } });
       expect(harness.state.confirm?.samples.best).toEqual(readings(70, 8, 3));
+    });
+
+    it("is measured only on a runner the contract's evaluate.labels admit, as a lease is granted", () => {
+      const harness = optimizeLoop({ evaluate: { labels: { gpu: "h100" } } });
+      harness.report(leaseFor(harness, "faster", { gpu: "h100" }), measured(readings(100, 8), readings(70, 8, 3)));
+      const confirm = (labels: Record<string, string>) =>
+        confirmBest(harness.state, { candidate_id: "c1", samples: { t0: readings(100, 8), best: readings(70, 8, 3) }, holder: "tk_a", labels }, harness.now());
+      expect(confirm({ gpu: "a10" })).toMatchObject({ ok: false, error: { code: "labels_unsatisfied" } });
+      expect(confirm({})).toMatchObject({ ok: false, error: { code: "labels_unsatisfied" } });
+      expect(confirm({ gpu: "h100", os: "linux" })).toMatchObject({ ok: true, value: { status: "recorded" } });
     });
 
     it("refuses what it cannot confirm: another mode, a best that is t0, a best that moved on, readings that do not pair", () => {

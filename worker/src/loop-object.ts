@@ -478,10 +478,19 @@ export class LoopObject extends DurableObject<Env> {
   }
 
   /** Records a runner's confirm measurement of t0 against the best (DESIGN §6.3), or asks for more pairs. */
-  async confirm(input: { caller: Caller; candidate_id: string; samples: ConfirmReadings }): Promise<Answer<{ answer: ConfirmAnswer; loop: LoopSummary }>> {
+  async confirm(input: {
+    caller: Caller;
+    candidate_id: string;
+    samples: ConfirmReadings;
+    labels: Labels;
+  }): Promise<Answer<{ answer: ConfirmAnswer; loop: LoopSummary }>> {
     const state = this.admit(input.caller);
     if (!state) return NOT_FOUND;
-    const outcome = confirmBest(state, { candidate_id: input.candidate_id, samples: input.samples, holder: holderOf(input.caller) }, new Date().toISOString());
+    const outcome = confirmBest(
+      state,
+      { candidate_id: input.candidate_id, samples: input.samples, holder: holderOf(input.caller), labels: input.labels },
+      new Date().toISOString(),
+    );
     if (!outcome.ok) return { ok: false, ...outcome.error };
     const appended = this.tryAppend(outcome.events);
     if ("ok" in appended) return appended;

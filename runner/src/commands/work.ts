@@ -241,7 +241,7 @@ export async function workCommand(options: WorkOptions): Promise<number> {
           directory.stale();
           // The runner whose report halted an optimize loop measures t0 against the final best (DESIGN
           // §6.3): it has the contract's labels, and exactly one runner reports a halt.
-          await confirmHalted(context, result.loop, note);
+          await confirmHalted({ ...context, labels }, result.loop, note);
         }
         return "done";
       } catch (error) {
@@ -368,7 +368,7 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
 }
 
 /** The confirm measurement of a loop this runner's report halted, with the commits it needs fetched first. */
-async function confirmHalted(context: JobContext, loop: LoopSummary, note: (text: string) => void): Promise<void> {
+async function confirmHalted(context: JobContext & { labels: Labels }, loop: LoopSummary, note: (text: string) => void): Promise<void> {
   if (context.loaded.contract.mode !== "optimize" || loop.best.candidate_id === BASELINE_ID) return;
   const state = await foldLoop(context);
   const best = state.candidates[loop.best.candidate_id];
