@@ -170,6 +170,12 @@ describe("the scope against cheats the default protected set does not name", () 
     const repo = repoOf(files, agent({}, [[source, BUG, "a + b"]]), contract(gate, ["src/**"]));
     const { loopId } = await runToHalt(repo, 10, "success_condition_met");
     expect(onBranch(repo, loopId, source)).toContain("a + b");
+    // replay checks the scope against git itself: what the best commit changed since t0, in this checkout.
+    const issued = await runCli(["--server", coordinator.url, "receipt", loopId], { cwd: repo });
+    const url = /https?:\/\/\S+\/r\/\S+/.exec(issued.stdout)?.[0] ?? "";
+    const replayed = await runCli(["--server", coordinator.url, "replay", url], { cwd: repo, env: NO_NPM_ENV });
+    expect(replayed.code, replayed.stdout + replayed.stderr).toBe(0);
+    expect(replayed.stdout).toContain(`scope  match  the 1 path(s) changed since t0 are all inside src/**`);
   });
 
   it("a protected file inside the scope is refused as before: the test beside the source (src/sum.test.js)", async () => {

@@ -1,4 +1,4 @@
-import { changedOutcomes, foldEvents, LoopEvent, median, standingOf, testFingerprint, type LoopState } from "../../../shared/engine/index.js";
+import { changedOutcomes, foldEvents, LoopEvent, median, outOfScope, standingOf, testFingerprint, type LoopState } from "../../../shared/engine/index.js";
 import type { Observation } from "../../../shared/wire/observation.js";
 import { verifyReceipt } from "../../../shared/receipts/index.js";
 import { percentValue } from "../../../shared/wire/contract.js";
@@ -6,7 +6,7 @@ import { withClone } from "../clone.js";
 import { resolveContract, type ContractOptions } from "../contract-resolution.js";
 import { UserError } from "../errors.js";
 import { evaluateIn, hardGatesPassed } from "../evaluate.js";
-import { git, repoRoot, shortCommit } from "../git.js";
+import { changedPaths, git, repoRoot, shortCommit } from "../git.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { verifyEd25519 } from "../receipt-crypto.js";
 import { keyFingerprint, keyLine, receiptDocumentsFor } from "../receipt-documents.js";
@@ -18,7 +18,7 @@ const MISMATCH = 13;
 
 /** One compared part of the fingerprint. */
 interface Comparison {
-  part: "gates" | "tests" | "metric";
+  part: "gates" | "tests" | "scope" | "metric";
   match: boolean;
   detail: string;
 }
@@ -119,6 +119,24 @@ export async function replayCommand(
       ? `${is.collected_count} collected, ${is.failing_count} failing: the same sets (digests ${is.collected.slice(0, 12)}, ${is.failing.slice(0, 12)})`
       : `collected ${was.collected_count} → ${is.collected_count}, failing ${was.failing_count} → ${is.failing_count}; outcome changed for ${formatList(changed)}`,
   });
+
+  // The scope, checked against git itself: what the best commit changed since t0, as this checkout has
+  // them, not as a runner reported it (DESIGN §6.4).
+  const scope = state.contract.scope;
+  if (scope) {
+    const paths = await changedPaths(repo, state.t0.commit, commit).catch(() => null);
+    const outside = paths === null ? null : outOfScope(scope, paths);
+    comparisons.push({
+      part: "scope",
+      match: outside !== null && outside.length === 0,
+      detail:
+        outside === null
+          ? `t0's commit ${shortCommit(state.t0.commit)} is not in this repository: fetch it to check the scope`
+          : outside.length === 0
+            ? `the ${paths?.length ?? 0} path(s) changed since t0 are all inside ${formatList(scope)}`
+            : `${outside.length} path(s) changed since t0 lie outside ${formatList(scope)}: ${formatList(outside)}`,
+    });
+  }
 
   const metric = state.contract.metric;
   if (metric) {
