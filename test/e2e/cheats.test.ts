@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
 import { LoopSummary } from "../../shared/wire/api.js";
 import type { Observation } from "../../shared/wire/observation.js";
-import { api, ROOT, gitIn, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
+import { api, ROOT, gitIn, makeRepo, NO_NPM_ENV, runCli, sharedCoordinator } from "../support/cli.js";
 
 // Cheating agents against real test runners (DESIGN §6.4): each scripted agent makes the gate green
 // without fixing the bug — by skipping or deselecting the failing test, rewriting the test script, or
@@ -18,17 +18,6 @@ const PYTEST = spawnSync("python3", ["-m", "pytest", "--version"]).status === 0;
 const PYTEST_ON_PATH = spawnSync("pytest", ["--version"]).status === 0;
 /** Appended to the title of a pytest case that is skipped, with the reason. */
 const skipped = (available: boolean, command: string) => (available ? "" : ` (skipped: \`${command} --version\` fails, pytest is not installed)`);
-
-/**
- * The test process's npm variables (set by `npx vitest`) describe loopwarden's own checkout
- * (npm_config_local_prefix, npm_package_json, INIT_CWD…): every CLI run and npm call here drops them, so
- * the loops see the environment of a user's shell, not of loopwarden's test script.
- */
-const NO_NPM_ENV: NodeJS.ProcessEnv = Object.fromEntries(
-  Object.keys(process.env)
-    .filter((name) => /^(npm_|INIT_CWD$)/i.test(name))
-    .map((name) => [name, undefined]),
-);
 
 /** A project written for one loop: its files, its one gate, whether the gate writes a JUnit report, setup before the commit. */
 interface Project {

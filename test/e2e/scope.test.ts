@@ -3,23 +3,13 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { LoopSummary } from "../../shared/wire/api.js";
-import { api, gitIn, makeRepo, recordedLoopId, runCli, sharedCoordinator } from "../support/cli.js";
+import { api, gitIn, makeRepo, NO_NPM_ENV, recordedLoopId, runCli, sharedCoordinator } from "../support/cli.js";
 
 // Edits by permission (DESIGN §6.4): with a scope, a cheat that touches no file of the default protected
 // set — npm's configuration in a root dotfile, a module that shadows the interpreter's own, a package in
 // a new top-level directory — still makes the gate green on these real projects, and must still get
 // blocked_path_modified (13), never exit 10. An honest fix inside the scope converges, and a protected
 // file inside the scope is refused as before.
-
-/**
- * The test process's npm variables (set by `npx vitest`) describe loopwarden's own checkout: the loops
- * must see the environment of a user's shell instead, or npm would read loopwarden's configuration.
- */
-const NO_NPM_ENV: NodeJS.ProcessEnv = Object.fromEntries(
-  Object.keys(process.env)
-    .filter((name) => /^(npm_|INIT_CWD$)/i.test(name))
-    .map((name) => [name, undefined]),
-);
 
 /** A scripted agent (tools/agent.mjs): writes `files`, then makes each replacement. */
 function agent(files: Record<string, string>, replacements: [string, string, string][] = []): string {

@@ -20,6 +20,17 @@ export function tempDir(prefix: string): { dir: string; cleanup(): void } {
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
+/**
+ * The test process's npm variables (set by `npx vitest`) describe loopwarden's own checkout
+ * (npm_config_local_prefix, npm_package_json, INIT_CWD…): CLI runs and npm calls that drop them see the
+ * environment of a user's shell, not of loopwarden's test script.
+ */
+export const NO_NPM_ENV: NodeJS.ProcessEnv = Object.fromEntries(
+  Object.keys(process.env)
+    .filter((name) => /^(npm_|INIT_CWD$)/i.test(name))
+    .map((name) => [name, undefined]),
+);
+
 /** Creates a git repository with `files` committed on `main`. */
 export function makeRepo(dir: string, files: Record<string, string>): string {
   for (const [name, content] of Object.entries(files)) {
