@@ -35,7 +35,7 @@ import {
   TeamList,
   TokenCreated,
   TokenList,
-  TokenView,
+  TokenRevoked,
   type CreateTeamRequest,
   type CreateTokenRequest,
 } from "../../shared/wire/auth.js";
@@ -615,9 +615,12 @@ export class Client {
     return this.json("GET", `/v1/tokens${teamId ? `?team_id=${encodeURIComponent(teamId)}` : ""}`, TokenList);
   }
 
-  /** `DELETE /v1/tokens/:id` (admin scope). */
+  /**
+   * `DELETE /v1/tokens/:id` (admin scope): the token and every token it minted, down the line. A
+   * coordinator from before revocations cascaded answers the token alone (no counts).
+   */
   revokeToken(tokenId: string) {
-    return this.json("DELETE", `/v1/tokens/${encodeURIComponent(tokenId)}`, TokenView);
+    return this.json("DELETE", `/v1/tokens/${encodeURIComponent(tokenId)}`, TokenRevoked.partial({ revoked_count: true, revoked_token_ids: true }));
   }
 
   /** `GET /v1/whoami`: the team, scopes and restriction of the token this client sends. */

@@ -88,6 +88,17 @@ export const TokenView = z.object({
 });
 export type TokenView = z.infer<typeof TokenView>;
 
+/**
+ * `DELETE /v1/tokens/:id` answer: the token as it now is, and what this revocation revoked — the token
+ * and every token it minted, and they minted, down the line (DESIGN §11), that was not revoked already.
+ * Revoking again revokes nothing new: `revoked_count` 0.
+ */
+export const TokenRevoked = TokenView.extend({
+  revoked_count: z.number().int().min(0),
+  revoked_token_ids: z.array(TokenId),
+});
+export type TokenRevoked = z.infer<typeof TokenRevoked>;
+
 /** `POST /v1/tokens` answer: the token with its secret, shown this once. */
 export const TokenCreated = TokenView.extend({ token: z.string() });
 export type TokenCreated = z.infer<typeof TokenCreated>;

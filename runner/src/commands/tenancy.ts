@@ -122,7 +122,11 @@ export async function tokenRevokeCommand(tokenId: string, options: Options): Pro
   const connection = await connect(options, options);
   try {
     const revoked = await connection.client.revokeToken(tokenId);
-    emitResult(options, { status: "ok", token: revoked }, [`revoked ${describeToken(revoked)}`]);
+    // Revoking a token revokes every token it minted, down the line (DESIGN §11): say how many went with it.
+    const others = (revoked.revoked_token_ids ?? []).filter((id) => id !== revoked.token_id);
+    const lines = [`revoked ${describeToken(revoked)}`];
+    if (others.length > 0) lines.push(`  and ${others.length} token${others.length === 1 ? "" : "s"} it minted: ${others.join(", ")}`);
+    emitResult(options, { status: "ok", token: revoked }, lines);
     return 0;
   } finally {
     await connection.close();

@@ -1,5 +1,5 @@
 import { bytesToHex } from "@noble/hashes/utils.js";
-import { and, desc, eq, isNull } from "drizzle-orm";
+import { and, desc, eq, sql } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import { Hono, type Context } from "hono";
 import { parseDuration } from "../../../shared/duration.js";
@@ -15,6 +15,7 @@ import {
   type TeamList,
   type TokenCreated,
   type TokenList,
+  type TokenRevoked,
   type TokenView,
 } from "../../../shared/wire/auth.js";
 import { grantedScopes, mintToken, requireScope, type AuthEnv, type Principal } from "../auth.js";
@@ -203,8 +204,12 @@ tenancyRoutes.get("/tokens", async (c) => {
 });
 
 /**
- * Revokes a token the caller may see (as `GET /v1/tokens` lists them: for the owner, any). Revoking
- * twice answers the first revocation. Any other token is answered as one that does not exist (404).
+ * Revokes a token the caller may see (as `GET /v1/tokens` lists them: for the owner, any), and with it
+ * every token it minted, and they minted, down the line (`created_by` holds the minting token's id, or
+ * `owner`): a revoked admin leaves no working tokens behind. One statement, so all of them or none. The
+ * answer says how many this request revoked. Revoking twice answers the first revocation (and revokes
+ * what the token minted, should anything be left working: tokens revoked before revocations cascaded
+ * left what they minted working). Any other token is answered as one that does not exist (404).
  */
 tenancyRoutes.delete("/tokens/:id", async (c) => {
   const principal = requireScope(c, "admin");
@@ -217,15 +222,22 @@ tenancyRoutes.delete("/tokens/:id", async (c) => {
     : and(eq(tokens.id, id), eq(tokens.teamId, principal.team_id), principal.loop_id === null ? undefined : eq(tokens.loopId, principal.loop_id));
   const row = await db.select().from(tokens).where(reachable).get();
   if (!row) throw new ApiError(404, "not_found", `no token ${id} in this team`);
-  if (row.revokedAt === null) {
-    const revokedAt = new Date().toISOString();
-    await db
-      .update(tokens)
-      .set({ revokedAt })
-      .where(and(eq(tokens.id, id), isNull(tokens.revokedAt)));
-  }
+  const revokedAt = new Date().toISOString();
+  // The token and its descendants through created_by (a token's creator is older than it, so the walk
+  // ends; UNION keeps each once), walked through revoked ones too; those not revoked yet are revoked.
+  const revoked = await db.all<{ id: string }>(sql`
+    WITH RECURSIVE minted(id) AS (
+      SELECT ${id}
+      UNION
+      SELECT ${tokens.id} FROM ${tokens} JOIN minted ON ${tokens.createdBy} = minted.id
+    )
+    UPDATE ${tokens} SET revoked_at = ${revokedAt}
+    WHERE id IN (SELECT id FROM minted) AND revoked_at IS NULL
+    RETURNING id`);
   const updated = await db.select().from(tokens).where(eq(tokens.id, id)).get();
-  return c.json(tokenView(updated ?? row));
+  const ids = revoked.map((token) => token.id).sort((a, b) => (a === id ? -1 : b === id ? 1 : a.localeCompare(b)));
+  const response: TokenRevoked = { ...tokenView(updated ?? row), revoked_count: ids.length, revoked_token_ids: ids };
+  return c.json(response);
 });
 
 tenancyRoutes.get("/whoami", (c) => {
