@@ -40,8 +40,16 @@ export default defineConfig(async () => {
             TEST_REVOKED_SIGNING_KEY: JSON.stringify(revoked),
             OWNER_TOKEN: `lwo_test_${Buffer.from(webcrypto.getRandomValues(new Uint8Array(24))).toString("base64url")}`,
           },
-          // A low limit, so a test reaches it in a few dozen requests (wrangler.toml's is 500 per 10 s).
-          ratelimits: { TOKEN_RATE_LIMIT: { simple: { limit: 40, period: 10 } } },
+          // wrangler.toml's limits, but for these; a test that reaches a limit passes TEST_LOW_RATE_LIMIT
+          // to the app in its place.
+          ratelimits: {
+            // The tests' own requests carry no CF-Connecting-IP, so they all count as one address
+            // ("local"), and the 401 sweeps of auth.test.ts send over a hundred in a few seconds.
+            AUTH_FAILURE_RATE_LIMIT: { simple: { limit: 10_000, period: 10 } },
+            // 3 requests per 10 s, passed as any of the limits (an env override to app.fetch), so a test
+            // reaches it in four requests (auth.test.ts, limits-per-team.test.ts).
+            TEST_LOW_RATE_LIMIT: { simple: { limit: 3, period: 10 } },
+          },
         },
       }),
     ],

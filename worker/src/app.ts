@@ -1,4 +1,4 @@
-import { Hono } from "hono";
+import { Hono, type Context, type Next } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { VERSION } from "../../shared/version.js";
 import { ApiError, handleError } from "./http-errors.js";
@@ -9,6 +9,7 @@ import { receiptRoutes } from "./routes/receipts.js";
 import { tenancyRoutes } from "./routes/tenancy.js";
 import { requireToken, type AuthEnv } from "./auth.js";
 import { missingMigrations, notReady, requireSchema } from "./schema-ready.js";
+import { clientAddress, holdToLimit } from "./rate-limits.js";
 import { bodyCaps, MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "./validate.js";
 
 export { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES };
@@ -31,6 +32,16 @@ app.use("/v1/*", async (c, next) => {
   if (c.req.method === "PUT" && /\/artifacts\/[^/]+(\/uploads\/[^/]+\/parts\/[^/]+)?$/.test(c.req.path)) return next();
   return (bodyCaps(c.req.method, c.req.path).sent === MAX_TEST_SET_BODY_BYTES ? testSetBodyLimit : jsonBodyLimit)(c, next);
 });
+
+// The public receipt routes and the key set are limited per client address (DESIGN §11), first: a cached
+// answer costs little, but past the limit an address is answered 429 before anything else is done.
+const receiptLimit = async (c: Context<AuthEnv>, next: Next) => {
+  const address = clientAddress(c.req.raw);
+  await holdToLimit(c.env.RECEIPT_RATE_LIMIT, address, () => "too many requests for receipts from this address");
+  await next();
+};
+app.use("/r/*", receiptLimit);
+app.use("/.well-known/loopwarden/*", receiptLimit);
 
 // Until every D1 migration the worker needs is applied, the routes that read D1 answer 503 not_ready
 // (never a 500): the API before its token is checked (the check reads the tokens table), and the

@@ -6,6 +6,7 @@ import type { Context, MiddlewareHandler } from "hono";
 import { OWNER_TEAM, type Scope } from "../../shared/wire/auth.js";
 import { tokens, type TokenRow } from "./db/schema.js";
 import { ApiError } from "./http-errors.js";
+import { authBlocked, authFailuresLimited, clientAddress, countAuthFailure, holdToLimit, RATE_LIMIT_PERIOD_S } from "./rate-limits.js";
 
 // Tenancy and auth (DESIGN §11). A request names its caller with `Authorization: Bearer <token>`:
 // - the instance owner's token, the OWNER_TOKEN secret (locally: the state directory's, or
@@ -123,28 +124,37 @@ export async function authenticate(env: Env, authorization: string | undefined, 
 }
 
 /**
- * Authenticates every request under it, then holds each team token to its rate limit (invariant 7):
- * past it, 429 with `Retry-After`, and nothing is done. The owner's token is the operator's and is not
- * limited; it is not one to hand out.
+ * Authenticates every request under it, then holds it to its rate limit (DESIGN §11, invariant 7): a
+ * team token to its team's window, which all of the team's tokens share (minting more tokens buys no
+ * more requests); the owner's token to its client address's (OWNER_RATE_LIMIT, far above what the local
+ * runner, which uses it for everything, sends). A failed authentication is counted against its client
+ * address (AUTH_FAILURE_RATE_LIMIT) before it is answered: past that limit the answer is 429, not 401,
+ * and until the window ends every request from that address is refused before its token is looked up.
+ * Past any limit: 429 `rate_limited` with Retry-After, before any body is read, and nothing is done.
  */
 export function requireToken(): MiddlewareHandler<AuthEnv> {
   return async (c, next) => {
-    const principal = await authenticate(c.env, c.req.header("Authorization"), new Date());
-    if (principal.token_id !== null) {
-      const { success } = await c.env.TOKEN_RATE_LIMIT.limit({ key: principal.token_id });
-      if (!success) {
-        throw new ApiError(429, "rate_limited", `token ${principal.token_id} sent too many requests; retry after ${RATE_LIMIT_PERIOD_S} s`, undefined, {
-          "Retry-After": String(RATE_LIMIT_PERIOD_S),
-        });
-      }
+    const address = clientAddress(c.req.raw);
+    if (authBlocked(address)) throw authFailuresLimited(address);
+    let principal: Principal;
+    try {
+      principal = await authenticate(c.env, c.req.header("Authorization"), new Date());
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 401) await countAuthFailure(c.env.AUTH_FAILURE_RATE_LIMIT, address);
+      throw error;
+    }
+    if (principal.owner) {
+      await holdToLimit(c.env.OWNER_RATE_LIMIT, address, () => "the owner's token sent too many requests from this address");
+    } else {
+      const team = principal.team_id;
+      await holdToLimit(c.env.TEAM_RATE_LIMIT, team, () => `team ${team} sent too many requests (the limit holds for all of the team's tokens together)`);
     }
     c.set("principal", principal);
     await next();
   };
 }
 
-/** The rate limit's period (wrangler.toml, `[[ratelimits]]`): the longest a refused caller waits. */
-export const RATE_LIMIT_PERIOD_S = 10;
+export { RATE_LIMIT_PERIOD_S };
 
 /** The caller, once it holds `scope`; 403 otherwise. */
 export function requireScope(c: Context<AuthEnv>, scope: Scope): Principal {

@@ -10,7 +10,7 @@ import { ROOT } from "../../support/cli.js";
 // second copy to drift. What it cannot map is refused by name.
 
 describe("workerConfigOf", () => {
-  it("maps this project's wrangler.toml: name, compatibility date, the SQLite Durable Object, D1, R2 and the rate limit", () => {
+  it("maps this project's wrangler.toml: name, compatibility date, the SQLite Durable Object, D1, R2 and the rate limits", () => {
     expect(workerConfigOf(readFileSync(path.join(ROOT, "wrangler.toml"), "utf8"))).toEqual({
       name: "loopwarden",
       compatibilityDate: "2026-04-20",
@@ -18,7 +18,12 @@ describe("workerConfigOf", () => {
       durableObjects: { LOOPS: { className: "LoopObject", useSQLite: true } },
       d1Databases: { DB: "00000000-0000-0000-0000-000000000000" },
       r2Buckets: { ARTIFACTS: "loopwarden-artifacts" },
-      ratelimits: { TOKEN_RATE_LIMIT: { simple: { limit: 500, period: 10 } } },
+      ratelimits: {
+        TEAM_RATE_LIMIT: { simple: { limit: 500, period: 10 } },
+        OWNER_RATE_LIMIT: { simple: { limit: 10_000, period: 10 } },
+        AUTH_FAILURE_RATE_LIMIT: { simple: { limit: 300, period: 10 } },
+        RECEIPT_RATE_LIMIT: { simple: { limit: 1_000, period: 10 } },
+      },
       bindings: { LEASE_TTL: "2m", ARTIFACT_MAX_BYTES: "5GiB", LOOP_ARTIFACT_QUOTA_BYTES: "20GiB" },
       d1MigrationsDir: { DB: "migrations" },
     });
