@@ -7,8 +7,9 @@ import { sanitizeName, recordedContentType } from "./artifact-names.js";
 import { artifactStorage } from "./artifact-storage-mode.js";
 import type { ArtifactStorage, ObjectBody, StoredObject, ThroughWorker } from "./artifact-storage.js";
 import { inStorage, storageError } from "./artifact-upload.js";
-import { artifacts, loopArtifactUsage, type ArtifactRow } from "./db/schema.js";
+import { artifacts, loopArtifactUsage, loops, type ArtifactRow } from "./db/schema.js";
 import { ApiError } from "./http-errors.js";
+import { teamQuotaOf, type TeamQuota } from "./team-limits.js";
 
 // Artifacts (DESIGN §10): bytes in storage (the R2 binding, or S3) under a content address, and a D1 row
 // per artifact written only once the object is confirmed with its size and SHA-256. A row therefore means
@@ -17,6 +18,9 @@ import { ApiError } from "./http-errors.js";
 // upload in S3 mode, or an object from before rows existed) is verified before it is recorded; one whose
 // bytes do not hash to its key is deleted. Each loop's recorded bytes are a running total
 // (`loop_artifact_usage`), grown in the same D1 batch as the row it counts, so the quota costs one row read.
+// A team's loops together are held to the team's quota too (TEAM_ARTIFACT_QUOTA_BYTES, DESIGN §11): the
+// sum of the running totals of the loop and of the team's loops in D1 `loops` (a loop reaches `loops`
+// when its outbox drains, milliseconds after its creation; the loop being written to is always counted).
 
 /** Storage key of a loop's artifact: content-addressed, scoped to the loop. */
 export function artifactKey(loopId: string, sha256: string): string {
@@ -30,6 +34,8 @@ export interface ArtifactScope {
   loopId: string;
   /** LOOP_ARTIFACT_QUOTA_BYTES: what the loop's recorded artifacts may take. */
   quotaBytes: number;
+  /** TEAM_ARTIFACT_QUOTA_BYTES and the loop's team: what all of the team's loops may take (null: the owner's loops, held to no team's). */
+  team: TeamQuota | null;
 }
 
 /** The wire view of a recorded artifact. */
@@ -78,6 +84,28 @@ export function quotaExceeded(quotaBytes: number, used: number, size: number): A
   return new ApiError(507, "quota_exceeded", `this loop's artifacts may take ${quotaBytes} bytes; it has ${used}, and this one is ${size}`);
 }
 
+/** The bytes the loop's team's recorded artifacts take: the running totals of the loop and of the team's loops in D1. */
+function teamUsage(loopId: string, teamId: string) {
+  return sql`(SELECT COALESCE(SUM(${loopArtifactUsage.bytes}), 0) FROM ${loopArtifactUsage}
+              WHERE ${loopArtifactUsage.loopId} = ${loopId}
+                 OR ${loopArtifactUsage.loopId} IN (SELECT ${loops.id} FROM ${loops} WHERE ${loops.teamId} = ${teamId}))`;
+}
+
+/** What a team's loops' recorded artifacts take together, the loop's own included (see `teamUsage`). */
+export async function teamUsedBytes(db: DrizzleD1Database, loopId: string, teamId: string): Promise<number> {
+  const row = await db.get<{ bytes: number } | undefined>(sql`SELECT ${teamUsage(loopId, teamId)} AS bytes`);
+  return Number(row?.bytes ?? 0);
+}
+
+/** The 507 for a new artifact of `size` bytes that would take the team's loops' recorded artifacts past the team's quota. */
+export function teamQuotaExceeded(team: TeamQuota, used: number, size: number): ApiError {
+  return new ApiError(
+    507,
+    "quota_exceeded",
+    `team ${team.teamId}'s artifacts may take ${team.quotaBytes} bytes (TEAM_ARTIFACT_QUOTA_BYTES); its loops have ${used}, and this one is ${size}`,
+  );
+}
+
 /** A verified object, as it is recorded: its ETag is the one whose bytes were checked. */
 export type VerifiedArtifact = Omit<ArtifactRow, "createdAt" | "etag"> & { etag: string };
 
@@ -86,7 +114,8 @@ export type VerifiedArtifact = Omit<ArtifactRow, "createdAt" | "etag"> & { etag:
  * database's writes one at a time, so no other upload's batch falls between these statements):
  *   1. the loop's usage row exists (0 bytes when new);
  *   2. the artifact row is inserted only if the loop's running total plus its size stays within the
- *      quota, and not if the artifact is recorded already (ON CONFLICT DO NOTHING);
+ *      quota (and, for a team's loop, the team's loops' totals plus its size within the team's), and not
+ *      if the artifact is recorded already (ON CONFLICT DO NOTHING);
  *   3. the running total grows by its size only if statement 2 inserted the row (`changes() = 1`: the
  *      rows the statement just before changed), so a duplicate or a refusal adds nothing;
  *   4. the row's ETag becomes the verified object's (a row recorded already, whose object was changed
@@ -99,16 +128,19 @@ export async function recordArtifact(
   db: DrizzleD1Database,
   artifact: VerifiedArtifact,
   quotaBytes: number,
+  team: TeamQuota | null = null,
 ): Promise<{ row: ArtifactRow; created: boolean } | null> {
   const { loopId, sha256, size, name, contentType, etag } = artifact;
   const createdAt = new Date().toISOString();
+  const withinTeam = team ? sql`AND ${teamUsage(loopId, team.teamId)} + ${size} <= ${team.quotaBytes}` : sql``;
   const [, inserted, counted, pinned] = await db.batch([
     db.insert(loopArtifactUsage).values({ loopId, bytes: 0 }).onConflictDoNothing(),
     db
       .insert(artifacts)
       .select(
         sql`SELECT ${loopId}, ${sha256}, ${size}, ${name}, ${contentType}, ${createdAt}, ${etag}
-            WHERE (SELECT ${loopArtifactUsage.bytes} FROM ${loopArtifactUsage} WHERE ${loopArtifactUsage.loopId} = ${loopId}) + ${size} <= ${quotaBytes}`,
+            WHERE (SELECT ${loopArtifactUsage.bytes} FROM ${loopArtifactUsage} WHERE ${loopArtifactUsage.loopId} = ${loopId}) + ${size} <= ${quotaBytes}
+            ${withinTeam}`,
       )
       .onConflictDoNothing()
       .returning({ sha256: artifacts.sha256 }),
@@ -153,22 +185,25 @@ export async function deleteIfUnchanged(storage: ArtifactStorage, key: string, e
  * the object (which nothing records) is deleted and the 507 thrown.
  */
 export async function recordVerified(scope: ArtifactScope, artifact: VerifiedArtifact): Promise<{ row: ArtifactRow; created: boolean }> {
-  const recorded = await recordArtifact(scope.db, artifact, scope.quotaBytes);
+  const recorded = await recordArtifact(scope.db, artifact, scope.quotaBytes, scope.team);
   if (recorded) return recorded;
-  const used = await usedBytes(scope.db, scope.loopId);
+  const refusal = (await quotaRefusal(scope, artifact.size)) ?? quotaExceeded(scope.quotaBytes, await usedBytes(scope.db, scope.loopId), artifact.size);
   await inStorage(() => deleteIfUnchanged(scope.storage, artifactKey(scope.loopId, artifact.sha256), artifact.etag));
-  throw quotaExceeded(scope.quotaBytes, used, artifact.size);
+  throw refusal;
 }
 
 /**
  * The 507 for a new artifact (one not recorded: a recorded one is counted already) of `size` bytes that
- * would take the loop past its quota: checked on the running total, one row, before a byte is stored.
- * Recording checks it again in the same D1 batch that counts the artifact (`recordArtifact`), which is
- * what holds when uploads race.
+ * would take the loop past its quota, or its team's loops past the team's: checked on the running
+ * totals before a byte is stored. Recording checks both again in the same D1 batch that counts the
+ * artifact (`recordArtifact`), which is what holds when uploads race.
  */
 export async function quotaRefusal(scope: ArtifactScope, size: number): Promise<ApiError | null> {
   const used = await usedBytes(scope.db, scope.loopId);
-  return used + size <= scope.quotaBytes ? null : quotaExceeded(scope.quotaBytes, used, size);
+  if (used + size > scope.quotaBytes) return quotaExceeded(scope.quotaBytes, used, size);
+  if (!scope.team) return null;
+  const teamUsed = await teamUsedBytes(scope.db, scope.loopId, scope.team.teamId);
+  return teamUsed + size <= scope.team.quotaBytes ? null : teamQuotaExceeded(scope.team, teamUsed, size);
 }
 
 export async function requireQuota(scope: ArtifactScope, size: number): Promise<void> {
@@ -357,12 +392,12 @@ export async function unverified<T extends { sha256: string; size: number; name?
   storage: () => Promise<ArtifactStorage>,
   db: DrizzleD1Database,
   loopId: string,
-  quotaBytes: number,
+  quotas: { quotaBytes: number; team: TeamQuota | null },
   cited: readonly T[],
 ): Promise<T[]> {
   const missing = await unrecorded(db, loopId, cited);
   if (missing.length === 0) return [];
-  const scope: ArtifactScope = { storage: await inStorage(storage), db, loopId, quotaBytes };
+  const scope: ArtifactScope = { storage: await inStorage(storage), db, loopId, ...quotas };
   const still: T[] = [];
   const adopted = new Set<string>();
   for (const ref of missing) {
@@ -374,13 +409,14 @@ export async function unverified<T extends { sha256: string; size: number; name?
   return still;
 }
 
-/** `unverified` for a request's deployment: its configured storage, D1 and quota. */
+/** `unverified` for a request's deployment: its configured storage, D1 and quotas (the loop's, and its team's). */
 export function unverifiedIn<T extends { sha256: string; size: number; name?: string; content_type?: string }>(
   env: Env,
-  loopId: string,
+  loop: { loopId: string; teamId: string },
   cited: readonly T[],
 ): Promise<T[]> {
-  return unverified(() => artifactStorage(env), drizzle(env.DB), loopId, artifactLimits(env).quotaBytes, cited);
+  const quotas = { quotaBytes: artifactLimits(env).quotaBytes, team: teamQuotaOf(env, loop.teamId) };
+  return unverified(() => artifactStorage(env), drizzle(env.DB), loop.loopId, quotas, cited);
 }
 
 /** A page of a loop's recorded artifacts, newest first, after a `created_at|sha256` cursor. */

@@ -50,6 +50,9 @@ const REFUSAL_STATUS: Record<Refusal["code"], ContentfulStatusCode> = {
   // A limit of the loop's storage, not a fault of the request's form, and no retry can help: not a 5xx
   // the runner retries (500, 502-504), but one it reports as it is.
   storage_limit: 507,
+  // A team's or a loop's limit (DESIGN §11: TEAM_MAX_LOOPS, LOOP_MAX_CANDIDATES, LOOP_MAX_INTERIM_RECEIPTS):
+  // like the storage limit, one no retry helps with, so a 507 the runner reports as it is, not a 429 it waits out.
+  limit_reached: 507,
   // The coordinator is not configured to sign receipts: not the request's fault, and no retry helps.
   signing_unconfigured: 501,
 };

@@ -5,9 +5,20 @@ import type { ArtifactRef } from "../../shared/wire/observation.js";
 import { artifactLimits } from "./artifact-limits.js";
 import { recordedContentType, sanitizeName } from "./artifact-names.js";
 import { artifactStorage, s3Settings } from "./artifact-storage-mode.js";
-import { confirmStored, findArtifact, quotaExceeded, requireRecordedSize, storeThroughWorker, usedBytes, type ArtifactScope } from "./artifact-store.js";
+import {
+  confirmStored,
+  findArtifact,
+  quotaExceeded,
+  requireRecordedSize,
+  storeThroughWorker,
+  teamQuotaExceeded,
+  teamUsedBytes,
+  usedBytes,
+  type ArtifactScope,
+} from "./artifact-store.js";
 import type { ArtifactRow } from "./db/schema.js";
 import { ApiError } from "./http-errors.js";
+import { teamQuotaOf } from "./team-limits.js";
 
 // Inline evidence (DESIGN §10): the small files a report's observation cites — a gate's log is
 // typically a few KiB — or a proposal's bundle, sent with the request, so it costs one request where an
@@ -30,11 +41,17 @@ function decodeBase64(text: string, sha256: string): Uint8Array {
  * Checks every file of a request's `evidence`, then stores each (binding mode; in S3 mode runners upload
  * to storage first, and a request with evidence is refused with 409 `upload_to_storage`). Every refusal
  * that depends only on the request — a file it does not cite, sent twice, bytes that are not its digest's
- * or its size's, over the limits, recorded with another size, past the loop's quota — comes before
+ * or its size's, over the limits, recorded with another size, past the loop's or its team's quota — comes before
  * anything is stored, so such a request stores nothing. A file recorded already whose bytes storage
  * still holds is not stored again (a retried or duplicated request writes nothing).
  */
-export async function storeInlineEvidence(env: Env, loopId: string, evidence: readonly InlineEvidence[], cited: readonly CitedFile[]): Promise<void> {
+export async function storeInlineEvidence(
+  env: Env,
+  loop: { loopId: string; teamId: string },
+  evidence: readonly InlineEvidence[],
+  cited: readonly CitedFile[],
+): Promise<void> {
+  const { loopId } = loop;
   // S3 mode is refused before its storage is set up: the worker holds no bytes there.
   const storage = s3Settings(env) ? null : await artifactStorage(env);
   const through = storage?.through;
@@ -68,9 +85,13 @@ export async function storeInlineEvidence(env: Env, loopId: string, evidence: re
     if (digest !== item.sha256) throw new ApiError(400, "digest_mismatch", `the evidence sent for ${ref.what} hashes to ${digest}, not ${item.sha256}`);
     files.push({ ref, bytes });
   }
-  const scope: ArtifactScope = { storage, db: drizzle(env.DB), loopId, quotaBytes };
-  const [rows, used] = await Promise.all([Promise.all(files.map(({ ref }) => findArtifact(scope.db, loopId, ref.sha256))), usedBytes(scope.db, loopId)]);
-  refuseUnrecordable(files, rows, used, quotaBytes);
+  const scope: ArtifactScope = { storage, db: drizzle(env.DB), loopId, quotaBytes, team: teamQuotaOf(env, loop.teamId) };
+  const [rows, used, teamUsed] = await Promise.all([
+    Promise.all(files.map(({ ref }) => findArtifact(scope.db, loopId, ref.sha256))),
+    usedBytes(scope.db, loopId),
+    scope.team ? teamUsedBytes(scope.db, loopId, scope.team.teamId) : 0,
+  ]);
+  refuseUnrecordable(files, rows, scope, { used, teamUsed });
   for (const [index, { ref, bytes }] of files.entries()) {
     // Recorded, and storage still holds the bytes verified (a retried or duplicated request): nothing to
     // store, as an upload's intent would answer `exists`. A damaged object is checked, deleted and, below,
@@ -89,14 +110,20 @@ export async function storeInlineEvidence(env: Env, loopId: string, evidence: re
 
 /**
  * Refuses the files when one is recorded with another size (`requireRecordedSize`, as an upload is
- * refused), or when the new ones together would take the loop past its quota.
+ * refused), or when the new ones together would take the loop past its quota, or its team's loops past theirs.
  */
-function refuseUnrecordable(files: readonly { ref: CitedFile }[], rows: readonly (ArtifactRow | null)[], used: number, quotaBytes: number): void {
+function refuseUnrecordable(
+  files: readonly { ref: CitedFile }[],
+  rows: readonly (ArtifactRow | null)[],
+  scope: Pick<ArtifactScope, "quotaBytes" | "team">,
+  usage: { used: number; teamUsed: number },
+): void {
   let added = 0;
   for (const [index, { ref }] of files.entries()) {
     const row = rows[index] ?? null;
     requireRecordedSize(row, ref.size);
     if (!row) added += ref.size;
   }
-  if (used + added > quotaBytes) throw quotaExceeded(quotaBytes, used, added);
+  if (usage.used + added > scope.quotaBytes) throw quotaExceeded(scope.quotaBytes, usage.used, added);
+  if (scope.team && usage.teamUsed + added > scope.team.quotaBytes) throw teamQuotaExceeded(scope.team, usage.teamUsed, added);
 }

@@ -37,6 +37,7 @@ import { LOOP_OBJECT_MIGRATIONS } from "./loop-object-schema.js";
 import { keySetOf, receiptKeyOf } from "./receipt-keys.js";
 import { summarizeLoop, viewCandidate } from "./loop-view.js";
 import { OWNER_TEAM, type Caller } from "./auth.js";
+import { candidateLimitMessage, interimReceiptLimitMessage, teamLimits } from "./team-limits.js";
 
 /** How long a lease lives without a heartbeat, unless LEASE_TTL says otherwise. Runners heartbeat at a quarter of it. */
 export const LEASE_TTL_MS = 120_000;
@@ -67,7 +68,11 @@ const DRAIN_BATCH = 50;
 const DRAIN_RETRY_MS = 5_000;
 
 /** An expected failure, returned across RPC as a value (custom error classes do not survive RPC). */
-export type Refusal = { ok: false; code: EngineError["code"] | "not_found" | "storage_limit" | "signing_unconfigured"; message: string };
+export type Refusal = {
+  ok: false;
+  code: EngineError["code"] | "not_found" | "storage_limit" | "signing_unconfigured" | "limit_reached";
+  message: string;
+};
 type Answer<T> = ({ ok: true } & T) | Refusal;
 
 const NOT_FOUND: Refusal = { ok: false, code: "not_found", message: "no such loop" };
@@ -273,7 +278,11 @@ export class LoopObject extends DurableObject<Env> {
     return summarizeLoop(this.state, this.head);
   }
 
-  /** Creates the loop, or returns it unchanged when the same creation request is retried. */
+  /**
+   * Creates the loop, or returns it unchanged when the same creation request is retried. With
+   * `refuse_new` (the team has all the loops TEAM_MAX_LOOPS allows), a loop that does not exist yet is
+   * refused with that message and nothing is stored; a retried creation of one that does is answered as ever.
+   */
   async create(input: {
     team_id: string;
     loop_id: string;
@@ -282,6 +291,7 @@ export class LoopObject extends DurableObject<Env> {
     contract_hash: string;
     t0: Baseline;
     repository?: string | undefined;
+    refuse_new?: string | undefined;
   }): Promise<Answer<{ created: boolean; loop: LoopSummary }>> {
     if (this.state) {
       // Loop ids derive from the team and the key, so another team's request cannot reach this loop.
@@ -292,7 +302,8 @@ export class LoopObject extends DurableObject<Env> {
       }
       return { ok: true, created: false, loop: this.summary() };
     }
-    const { team_id: teamId, ...creation } = input;
+    if (input.refuse_new !== undefined) return { ok: false, code: "limit_reached", message: input.refuse_new };
+    const { team_id: teamId, refuse_new: _refused, ...creation } = input;
     const outcome = createLoop({ ...creation, at: new Date().toISOString() });
     if (!outcome.ok) return { ok: false, ...outcome.error };
     // The schema is created in the same transaction as the loop: a creation that fails leaves nothing.
@@ -324,8 +335,34 @@ export class LoopObject extends DurableObject<Env> {
   }
 
   /**
+   * The most candidates this loop may hold: `max` as the route read it from its deployment's
+   * LOOP_MAX_CANDIDATES (so a request's configuration is the one that holds), else this object's own.
+   */
+  private maxCandidates(max: number | undefined): number {
+    return max ?? teamLimits(this.env).maxCandidates;
+  }
+
+  /** The refusal of a new candidate once the loop holds `max` (a replay of one it holds is no new candidate). */
+  private candidateLimitRefusal(state: LoopState, idempotencyKey: string, max: number): Refusal | null {
+    if (state.idempotency[idempotencyKey] !== undefined || state.candidate_order.length < max) return null;
+    return { ok: false, code: "limit_reached", message: candidateLimitMessage(max) };
+  }
+
+  /**
+   * Whether a proposal would be taken as far as the loop's candidate limit goes: asked before a
+   * proposal's inline evidence is stored, so a proposal refused for the limit stores nothing. (`propose`
+   * checks it again: a proposal that raced in between still stops there.)
+   */
+  async mayPropose(input: { caller: Caller; idempotency_key: string; max_candidates?: number }): Promise<Answer<object>> {
+    const state = this.admit(input.caller);
+    if (!state) return NOT_FOUND;
+    return this.candidateLimitRefusal(state, input.idempotency_key, this.maxCandidates(input.max_candidates)) ?? { ok: true };
+  }
+
+  /**
    * Registers a candidate (idempotent by key); with `lease`, then leases that runner the next job, as
-   * `lease()` without a wait would (a proposal's answer is never held open).
+   * `lease()` without a wait would (a proposal's answer is never held open). A new candidate past the
+   * loop's limit (`max_candidates`, LOOP_MAX_CANDIDATES) is refused before anything is appended.
    */
   async propose(input: {
     caller: Caller;
@@ -333,11 +370,14 @@ export class LoopObject extends DurableObject<Env> {
     request_hash: string;
     lease?: { runner_id: string; labels: Labels };
     events_after?: number;
+    max_candidates?: number;
   }): Promise<Answer<{ candidate: CandidateView; replayed: boolean; loop: LoopSummary; lease?: Lease | null; events?: string[] }>> {
     const state = this.admit(input.caller);
     if (!state) return NOT_FOUND;
     const outcome = proposeCandidate(state, input.proposal, { request_hash: input.request_hash, at: new Date().toISOString() });
     if (!outcome.ok) return { ok: false, ...outcome.error };
+    const overLimit = this.candidateLimitRefusal(state, input.proposal.idempotency_key, this.maxCandidates(input.max_candidates));
+    if (overLimit) return overLimit;
     const appended = this.tryAppend(outcome.events);
     if ("ok" in appended) return appended;
     await this.issueFinalReceipt();
@@ -543,9 +583,23 @@ export class LoopObject extends DurableObject<Env> {
    * (drained at once, so its URL answers when this returns) and `receipt_issued` to the log. Signing is
    * slow I/O and happens before the transaction, never inside one.
    */
-  async issueReceipt(input: { caller: Caller; kind: "interim" }): Promise<Answer<{ receipt_id: string; envelope: Envelope; head: ChainHead }>> {
+  async issueReceipt(input: {
+    caller: Caller;
+    kind: "interim";
+    max_interim?: number;
+  }): Promise<Answer<{ receipt_id: string; envelope: Envelope; head: ChainHead }>> {
     if (!this.admit(input.caller)) return NOT_FOUND;
+    // At most LOOP_MAX_INTERIM_RECEIPTS (as the route read it) interim receipts, refused before anything is signed.
+    const max = input.max_interim ?? teamLimits(this.env).maxInterimReceipts;
+    if (this.interimReceipts() >= max) return { ok: false, code: "limit_reached", message: interimReceiptLimitMessage(max) };
     return this.signReceipt(input.kind);
+  }
+
+  /** How many interim receipts the loop has issued: its `receipt_issued` events of that kind (never stored in parts). */
+  private interimReceipts(): number {
+    return this.sql
+      .exec<{ n: number }>("SELECT COUNT(*) AS n FROM events WHERE type = 'receipt_issued' AND json_extract(body, '$.data.kind') = 'interim'")
+      .one().n;
   }
 
   private async signReceipt(kind: "final" | "interim"): Promise<Answer<{ receipt_id: string; envelope: Envelope; head: ChainHead }>> {

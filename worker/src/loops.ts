@@ -40,12 +40,13 @@ const LOOP_TEAMS_CACHED = 10_000;
  * (DESIGN §11: authorization before any side effect): the scope first (403), then the token's loop
  * restriction, then the loop's team (404 for a loop of another team, or of none: no existence oracle).
  * Every route that reaches a loop opens it here; the LoopObject checks the team again on every call.
+ * Answers the loop's team too: the team whose limits (its artifact quota) the loop counts toward.
  */
 export async function openLoop(
   c: Context<AuthEnv>,
   loopId: string | undefined,
   scope: Scope,
-): Promise<{ stub: DurableObjectStub<LoopObject>; caller: Caller; loopId: string }> {
+): Promise<{ stub: DurableObjectStub<LoopObject>; caller: Caller; loopId: string; teamId: string }> {
   const principal = requireScope(c, scope);
   const stub = loopStub(c.env, loopId);
   const id = loopId ?? "";
@@ -59,7 +60,7 @@ export async function openLoop(
     loopTeams.set(id, team);
   }
   if (!caller.owner && caller.team_id !== team) throw new ApiError(404, "not_found", "no such loop");
-  return { stub, caller, loopId: id };
+  return { stub, caller, loopId: id, teamId: team };
 }
 
 /** The loop id inside a lease id (`<loop id>-L<fencing token>`). */

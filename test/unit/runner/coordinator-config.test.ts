@@ -24,7 +24,15 @@ describe("workerConfigOf", () => {
         AUTH_FAILURE_RATE_LIMIT: { simple: { limit: 300, period: 10 } },
         RECEIPT_RATE_LIMIT: { simple: { limit: 1_000, period: 10 } },
       },
-      bindings: { LEASE_TTL: "2m", ARTIFACT_MAX_BYTES: "5GiB", LOOP_ARTIFACT_QUOTA_BYTES: "20GiB" },
+      bindings: {
+        LEASE_TTL: "2m",
+        ARTIFACT_MAX_BYTES: "5GiB",
+        LOOP_ARTIFACT_QUOTA_BYTES: "20GiB",
+        TEAM_MAX_LOOPS: "10000",
+        LOOP_MAX_CANDIDATES: "10000",
+        LOOP_MAX_INTERIM_RECEIPTS: "1000",
+        TEAM_ARTIFACT_QUOTA_BYTES: "1TiB",
+      },
       d1MigrationsDir: { DB: "migrations" },
     });
   });
@@ -72,6 +80,10 @@ describe("envSettings", () => {
         LOOPWARDEN_ARTIFACT_PART_BYTES: "5MiB",
         LOOPWARDEN_ARTIFACT_MAX_BYTES: "32KiB",
         LOOPWARDEN_LOOP_ARTIFACT_QUOTA_BYTES: "1GiB",
+        LOOPWARDEN_TEAM_MAX_LOOPS: "20",
+        LOOPWARDEN_LOOP_MAX_CANDIDATES: "500",
+        LOOPWARDEN_LOOP_MAX_INTERIM_RECEIPTS: "5",
+        LOOPWARDEN_TEAM_ARTIFACT_QUOTA_BYTES: "10GiB",
         LOOPWARDEN_OWNER_TOKEN: "not a worker setting",
         S3_BUCKET: "not prefixed",
       }),
@@ -84,6 +96,10 @@ describe("envSettings", () => {
       ARTIFACT_PART_BYTES: "5MiB",
       ARTIFACT_MAX_BYTES: "32KiB",
       LOOP_ARTIFACT_QUOTA_BYTES: "1GiB",
+      TEAM_MAX_LOOPS: "20",
+      LOOP_MAX_CANDIDATES: "500",
+      LOOP_MAX_INTERIM_RECEIPTS: "5",
+      TEAM_ARTIFACT_QUOTA_BYTES: "10GiB",
     });
   });
 });

@@ -37,6 +37,7 @@ import { requireScope, type AuthEnv } from "../auth.js";
 import type { ArtifactRow } from "../db/schema.js";
 import { ApiError } from "../http-errors.js";
 import { openLoop } from "../loops.js";
+import { teamQuotaOf } from "../team-limits.js";
 import { readJson, readParam } from "../validate.js";
 
 /**
@@ -55,15 +56,22 @@ import { readJson, readParam } from "../validate.js";
  */
 export const artifactRoutes = new Hono<AuthEnv>();
 
+/** A loop the caller reaches, and its team (whose artifact quota its artifacts count toward). */
+interface ReachedLoop {
+  loopId: string;
+  teamId: string;
+}
+
 /**
  * The loop whose artifacts the caller reaches: reading needs `read`; storing needs a scope that writes
  * evidence (`propose` uploads candidates' bundles, `evaluate` gate logs).
  */
-async function requireLoop(c: Context<AuthEnv>, access: "read" | "write"): Promise<string> {
+async function requireLoop(c: Context<AuthEnv>, access: "read" | "write"): Promise<ReachedLoop> {
   if (access === "write" && !c.get("principal").scopes.some((scope) => scope === "propose" || scope === "evaluate")) {
     requireScope(c, "evaluate");
   }
-  return (await openLoop(c, c.req.param("id"), "read")).loopId;
+  const { loopId, teamId } = await openLoop(c, c.req.param("id"), "read");
+  return { loopId, teamId };
 }
 
 /** Upload ids are storage's, opaque; they travel URL-encoded in a path segment. */
@@ -100,8 +108,8 @@ function throughWorker(storage: ArtifactStorage): ThroughWorker {
   );
 }
 
-function scopeOf(c: Context<AuthEnv>, storage: ArtifactStorage, loopId: string): ArtifactScope {
-  return { storage, db: drizzle(c.env.DB), loopId, quotaBytes: limitsOf(c).quotaBytes };
+function scopeOf(c: Context<AuthEnv>, storage: ArtifactStorage, loop: ReachedLoop): ArtifactScope {
+  return { storage, db: drizzle(c.env.DB), loopId: loop.loopId, quotaBytes: limitsOf(c).quotaBytes, team: teamQuotaOf(c.env, loop.teamId) };
 }
 
 function stored(c: Context<AuthEnv>, row: ArtifactRow, created: boolean) {
@@ -118,7 +126,7 @@ const ListQuery = z.object({
 });
 
 artifactRoutes.get("/:id/artifacts", async (c) => {
-  const loopId = await requireLoop(c, "read");
+  const { loopId } = await requireLoop(c, "read");
   const query = readParam(c.req.query(), ListQuery, "query");
   const [createdAt = "", sha256 = ""] = query.cursor?.split("|") ?? [];
   const page = await listArtifacts(drizzle(c.env.DB), loopId, query.limit, query.cursor ? { createdAt, sha256 } : null);
@@ -127,7 +135,8 @@ artifactRoutes.get("/:id/artifacts", async (c) => {
 });
 
 artifactRoutes.post("/:id/artifacts", async (c) => {
-  const loopId = await requireLoop(c, "write");
+  const loop = await requireLoop(c, "write");
+  const { loopId } = loop;
   const intent = await readJson(c, ArtifactIntent);
   const storage = await storageOf(c);
   const { maxBytes } = limitsOf(c);
@@ -136,7 +145,7 @@ artifactRoutes.post("/:id/artifacts", async (c) => {
   if (intent.size > ceiling) throw new ApiError(413, "artifact_too_large", `artifacts are limited to ${ceiling} bytes; this one is ${intent.size}`);
 
   const key = artifactKey(loopId, intent.sha256);
-  const scope = scopeOf(c, storage, loopId);
+  const scope = scopeOf(c, storage, loop);
   const [row, head] = await Promise.all([findArtifact(scope.db, loopId, intent.sha256), inStorage(() => storage.head(key))]);
   requireRecordedSize(row, intent.size);
   // Recorded, and storage still holds the object verified (its ETag; else it is checked again whole);
@@ -177,22 +186,22 @@ artifactRoutes.post("/:id/artifacts", async (c) => {
 });
 
 artifactRoutes.put("/:id/artifacts/:sha256", async (c) => {
-  const loopId = await requireLoop(c, "write");
+  const loop = await requireLoop(c, "write");
   const sha256 = shaOf(c);
   const storage = await storageOf(c);
   const through = throughWorker(storage);
   const name = sanitizeName(c.req.query("name"), sha256);
   const contentType = recordedContentType(c.req.header("content-type"));
   const length = declaredLength(c, Math.min(uploadSizes(c.env).putMaxBytes, limitsOf(c).maxBytes), "artifact");
-  const { row, created } = await putThroughWorker(scopeOf(c, storage, loopId), through, { sha256, name, contentType, length, body: c.req.raw.body });
+  const { row, created } = await putThroughWorker(scopeOf(c, storage, loop), through, { sha256, name, contentType, length, body: c.req.raw.body });
   return stored(c, row, created);
 });
 
 artifactRoutes.get("/:id/artifacts/:sha256", async (c) => {
-  const loopId = await requireLoop(c, "read");
+  const loop = await requireLoop(c, "read");
   const sha256 = shaOf(c);
   // Only what is recorded (verified) is served, and only while storage holds the bytes verified.
-  const served = await storedToServe(scopeOf(c, await storageOf(c), loopId), sha256);
+  const served = await storedToServe(scopeOf(c, await storageOf(c), loop), sha256);
   if (served === "not_recorded") throw new ApiError(404, "not_found", "no such artifact");
   if (served === "damaged") throw damagedArtifact(sha256);
   const { row, object } = served;
@@ -200,7 +209,7 @@ artifactRoutes.get("/:id/artifacts/:sha256", async (c) => {
 });
 
 artifactRoutes.put("/:id/artifacts/:sha256/uploads/:uploadId/parts/:part", async (c) => {
-  const loopId = await requireLoop(c, "write");
+  const { loopId } = await requireLoop(c, "write");
   const key = artifactKey(loopId, shaOf(c));
   const through = throughWorker(await storageOf(c));
   const uploadId = uploadIdOf(c);
@@ -214,7 +223,8 @@ artifactRoutes.put("/:id/artifacts/:sha256/uploads/:uploadId/parts/:part", async
 });
 
 artifactRoutes.post("/:id/artifacts/:sha256/uploads/:uploadId/complete", async (c) => {
-  const loopId = await requireLoop(c, "write");
+  const loop = await requireLoop(c, "write");
+  const { loopId } = loop;
   const sha256 = shaOf(c);
   const uploadId = uploadIdOf(c);
   const storage = await storageOf(c);
@@ -222,7 +232,7 @@ artifactRoutes.post("/:id/artifacts/:sha256/uploads/:uploadId/complete", async (
   if (body.parts.some((part, index) => index > 0 && part.part_number <= (body.parts[index - 1]?.part_number ?? 0))) {
     throw new ApiError(400, "invalid_request", "list the parts in ascending order of part number, each once");
   }
-  const scope = scopeOf(c, storage, loopId);
+  const scope = scopeOf(c, storage, loop);
   const key = artifactKey(loopId, sha256);
 
   // Recorded already, and storage still holds its verified bytes (another upload of the same bytes won):
@@ -286,7 +296,7 @@ artifactRoutes.post("/:id/artifacts/:sha256/uploads/:uploadId/complete", async (
 const AbortUploadRequest = z.strictObject({});
 
 artifactRoutes.delete("/:id/artifacts/:sha256/uploads/:uploadId", async (c) => {
-  const loopId = await requireLoop(c, "write");
+  const { loopId } = await requireLoop(c, "write");
   const key = artifactKey(loopId, shaOf(c));
   const uploadId = uploadIdOf(c);
   const storage = await storageOf(c);

@@ -35,7 +35,7 @@ leaseRoutes.post("/:leaseId/release", async (c) => {
 
 leaseRoutes.post("/:leaseId/report", async (c) => {
   const leaseId = c.req.param("leaseId");
-  const { stub, caller, loopId } = await openLoop(c, loopIdOfLease(leaseId), "evaluate");
+  const { stub, caller, loopId, teamId } = await openLoop(c, loopIdOfLease(leaseId), "evaluate");
   const eventsAfter = eventsAfterOf(c);
   const body = await readJson(c, ReportRequest);
   // Evidence first: every log and file an observation cites must be recorded — stored and verified,
@@ -53,12 +53,12 @@ leaseRoutes.post("/:leaseId/report", async (c) => {
     // Only the lease's holder stores anything under it (DESIGN §11): asked before the bytes are written.
     const allowed = await stub.mayUseLease({ caller, lease_id: leaseId });
     if (!allowed.ok) throw refusalError(allowed);
-    await storeInlineEvidence(c.env, loopId, body.evidence, cited);
+    await storeInlineEvidence(c.env, { loopId, teamId }, body.evidence, cited);
   }
   const inline = new Set(body.evidence?.map((file) => file.sha256));
   const [missing] = await unverifiedIn(
     c.env,
-    loopId,
+    { loopId, teamId },
     cited.filter((ref) => !inline.has(ref.sha256)),
   );
   if (missing) throw new ApiError(422, "artifact_missing", `${missing.what} (${missing.sha256}) is not stored; upload it first`);

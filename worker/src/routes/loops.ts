@@ -25,6 +25,7 @@ import { ApiError, refusalError } from "../http-errors.js";
 import { requireScope, type AuthEnv } from "../auth.js";
 import { eventsAfterOf, loopIdFor, loopStub, openLoop } from "../loops.js";
 import { readJson, readParam } from "../validate.js";
+import { newLoopRefusal, teamLimits } from "../team-limits.js";
 import { Sha256 } from "../../../shared/wire/observation.js";
 
 /** Loop routes of DESIGN §8, mounted at `/v1/loops`. */
@@ -36,6 +37,8 @@ loopRoutes.post("/", async (c) => {
   const body = await readJson(c, CreateLoopRequest);
   const loopId = loopIdFor(body.idempotency_key, principal.team_id);
   const stub = loopStub(c.env, loopId);
+  // A team with all the loops TEAM_MAX_LOOPS allows creates no more; a retried creation is answered as ever.
+  const refuseNew = await newLoopRefusal(c.env, principal.team_id);
   const answer = await stub.create({
     team_id: principal.team_id,
     loop_id: loopId,
@@ -44,6 +47,7 @@ loopRoutes.post("/", async (c) => {
     contract_hash: sha256Hex(canonicalJson(body.contract)),
     t0: body.t0,
     repository: body.repository,
+    ...(refuseNew === null ? {} : { refuse_new: refuseNew }),
   });
   if (!answer.ok) throw refusalError(answer);
   const response: CreateLoopResponse = { loop: answer.loop, created: answer.created };
@@ -110,17 +114,21 @@ loopRoutes.get("/:id", async (c) => {
 });
 
 loopRoutes.post("/:id/candidates", async (c) => {
-  const { stub, caller, loopId } = await openLoop(c, c.req.param("id"), "propose");
+  const { stub, caller, loopId, teamId } = await openLoop(c, c.req.param("id"), "propose");
   const eventsAfter = eventsAfterOf(c);
   const { lease, evidence, ...body } = await readJson(c, ProposeCandidateRequest);
+  const maxCandidates = teamLimits(c.env).maxCandidates;
   if (lease) requireScope(c, "evaluate");
   // A bundle the proposal names must be recorded already, with its size (checked outside the LoopObject,
   // as a report's logs are, so storage latency never sits inside a decision), or be in storage and
   // verified now — or come with the proposal (`evidence`, when small), checked and stored first.
   if (evidence) {
     if (!body.bundle) throw new ApiError(422, "invalid_evidence", "a proposal carries inline only the bytes of the bundle it names");
-    await storeInlineEvidence(c.env, loopId, evidence, [{ what: "the candidate's bundle", ...body.bundle, ...bundleArtifact(body.commit) }]);
-  } else if (body.bundle && (await unverifiedIn(c.env, loopId, [body.bundle])).length > 0) {
+    // A proposal the loop's candidate limit refuses stores nothing: asked before the bytes are written.
+    const allowed = await stub.mayPropose({ caller, idempotency_key: body.idempotency_key, max_candidates: maxCandidates });
+    if (!allowed.ok) throw refusalError(allowed);
+    await storeInlineEvidence(c.env, { loopId, teamId }, evidence, [{ what: "the candidate's bundle", ...body.bundle, ...bundleArtifact(body.commit) }]);
+  } else if (body.bundle && (await unverifiedIn(c.env, { loopId, teamId }, [body.bundle])).length > 0) {
     throw new ApiError(422, "artifact_missing", `the candidate's bundle (${body.bundle.sha256}) is not stored; upload it first`);
   }
   const answer = await stub.propose({
@@ -129,6 +137,7 @@ loopRoutes.post("/:id/candidates", async (c) => {
     request_hash: sha256Hex(canonicalJson(body)),
     ...(lease ? { lease } : {}),
     ...(eventsAfter === undefined ? {} : { events_after: eventsAfter }),
+    max_candidates: maxCandidates,
   });
   if (!answer.ok) throw refusalError(answer);
   const response: ProposeCandidateResponse = {
@@ -170,7 +179,7 @@ loopRoutes.get("/:id/events", async (c) => {
 loopRoutes.post("/:id/receipts", async (c) => {
   const { stub, caller } = await openLoop(c, c.req.param("id"), "propose");
   await readJson(c, IssueReceiptRequest, { empty: {} });
-  const answer = await stub.issueReceipt({ caller, kind: "interim" });
+  const answer = await stub.issueReceipt({ caller, kind: "interim", max_interim: teamLimits(c.env).maxInterimReceipts });
   if (!answer.ok) throw refusalError(answer);
   const response: ReceiptIssued = { receipt_id: answer.receipt_id, url: `${new URL(c.req.url).origin}/r/${answer.receipt_id}`, head: answer.head };
   return c.json(response, 201);

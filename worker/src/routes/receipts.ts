@@ -7,9 +7,9 @@ import { Envelope, fromBase64, ReceiptStatement } from "../../../shared/receipts
 import { ReceiptId } from "../../../shared/wire/api.js";
 import { VERIFY_SCRIPT } from "../../../dist/page/verify-script.js";
 import { VERSION } from "../../../shared/version.js";
-import { receipts, type ReceiptRow } from "../db/schema.js";
+import { loops, receipts, type ReceiptRow } from "../db/schema.js";
 import { ApiError, refusalError } from "../http-errors.js";
-import { RECEIPT_READER } from "../auth.js";
+import { OWNER_TEAM, RECEIPT_READER } from "../auth.js";
 import { loopStub } from "../loops.js";
 import { receiptPage } from "../page/receipt-page.js";
 import { keySetOf } from "../receipt-keys.js";
@@ -18,6 +18,7 @@ import { artifactLimits } from "../artifact-limits.js";
 import { damagedArtifact, storedToServe } from "../artifact-store.js";
 import { downloadHeaders } from "../artifact-names.js";
 import { inStorage } from "../artifact-upload.js";
+import { teamQuotaOf } from "../team-limits.js";
 
 // The public face of a loop (DESIGN §8, §9): a receipt's envelope, the log it signs and the files that
 // log names as evidence (DESIGN §10: gate logs, metric output, the contract's artifacts), by the
@@ -192,15 +193,18 @@ function evidenceDigests(lines: readonly string[]): Set<string> {
   return digests;
 }
 
-/** What the files route needs of a receipt: its loop, and the digests its log names. */
+/** What the files route needs of a receipt: its loop, the loop's team, and the digests its log names. */
 interface ReceiptEvidence {
   loop_id: string;
+  team_id: string;
   digests: string[];
 }
 
 /**
  * A receipt's evidence (`evidenceDigests`), read and parsed from its signed log once and then kept in
- * the cache under a key of the receipt's no route serves; 404 for a receipt id with none.
+ * the cache under a key of the receipt's no route serves; 404 for a receipt id with none. The loop's team
+ * is D1's (its row drained before the receipt's, through the same outbox): what an object adopted on the
+ * way to a download counts toward.
  */
 async function evidenceOf(c: ReceiptContext, id: string): Promise<ReceiptEvidence> {
   const cache = responseCache();
@@ -208,7 +212,9 @@ async function evidenceOf(c: ReceiptContext, id: string): Promise<ReceiptEvidenc
   const hit = await cache?.match(key);
   if (hit) return (await hit.json()) as ReceiptEvidence;
   const row = await receiptOf(c.env, id);
-  const evidence: ReceiptEvidence = { loop_id: row.loopId, digests: [...evidenceDigests(await signedLog(c.env, row))] };
+  const db = drizzle(c.env.DB);
+  const [lines, loop] = await Promise.all([signedLog(c.env, row), db.select({ teamId: loops.teamId }).from(loops).where(eq(loops.id, row.loopId)).get()]);
+  const evidence: ReceiptEvidence = { loop_id: row.loopId, team_id: loop?.teamId ?? OWNER_TEAM, digests: [...evidenceDigests(lines)] };
   if (cache) {
     const kept = new Response(JSON.stringify(evidence), { headers: { "Content-Type": "application/json", "Cache-Control": IMMUTABLE } });
     await afterResponse(c, cache.put(key, kept));
@@ -232,7 +238,14 @@ receiptRoutes.get("/r/:id{rc_[0-9a-f]{32}}/files/:sha256{[0-9a-f]{64}}", cached(
   // Recorded (verified) only, and only while storage holds the bytes verified (its ETag): an object
   // stored but not yet recorded (S3 mode's presigned PUT) is verified first; one written since is not served.
   const storage = await inStorage(() => artifactStorage(c.env));
-  const served = await storedToServe({ storage, db: drizzle(c.env.DB), loopId: evidence.loop_id, quotaBytes: artifactLimits(c.env).quotaBytes }, sha256);
+  const scope = {
+    storage,
+    db: drizzle(c.env.DB),
+    loopId: evidence.loop_id,
+    quotaBytes: artifactLimits(c.env).quotaBytes,
+    team: teamQuotaOf(c.env, evidence.team_id),
+  };
+  const served = await storedToServe(scope, sha256);
   if (served === "not_recorded") throw new ApiError(404, "not_found", "the file the receipt's log names is not stored");
   if (served === "damaged") throw damagedArtifact(sha256);
   const { row: artifact, object } = served;
