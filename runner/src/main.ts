@@ -328,7 +328,7 @@ team
 const token = program
   .command("token")
   .description(
-    "tokens of the caller's team (admin scope): create prints the secret once, with its id. A token never creates one that can do more than itself: a token restricted to a loop creates tokens of that loop only, and one that expires, tokens that expire no later",
+    "tokens of the caller's team (admin scope): create prints the secret once, with its id. A token never creates one that can do more than itself: a token restricted to a loop creates tokens of that loop only, one limited to some runner labels, tokens limited to those or fewer, and one that expires, tokens that expire no later",
   );
 token
   .command("create")
@@ -342,7 +342,11 @@ token
   .addOption(new Option("--ttl <duration>", "same as --expires").hideHelp())
   .option("--name <label>", "a label shown by token list, e.g. the machine it is for")
   .option("--team <id>", "with the owner token (required): the team to create it in")
-  .action(async (options: { scopes: string; loop?: string; expires?: string; ttl?: string; name?: string; team?: string }) => {
+  .option(
+    "--labels <k=v,...>",
+    "the runner labels a runner using the token may claim, e.g. gpu=h100 (those or fewer; a lease or confirm claiming others is refused); default: any",
+  )
+  .action(async (options: { scopes: string; loop?: string; expires?: string; ttl?: string; name?: string; team?: string; labels?: string }) => {
     const { tokenCreateCommand } = await import("./commands/tenancy.js");
     exitCode = await tokenCreateCommand({ ...globals(), ...options, expires: options.expires ?? options.ttl });
   });

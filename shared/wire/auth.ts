@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { parseDuration } from "../duration.js";
 import { LoopId } from "./api.js";
+import { Labels } from "./contract.js";
 
 // Messages of the tenancy routes (DESIGN §11): teams, and the tokens of a team.
 
@@ -69,6 +70,8 @@ export const CreateTokenRequest = z.strictObject({
     .optional(),
   /** The team the token is for: required of the instance owner, whose own token belongs to no team; a team's token may name only its own. */
   team_id: TeamId.optional(),
+  /** The runner labels the token may claim (`{ gpu: h100 }`): a runner using it offers those or fewer. Without: any. */
+  labels: Labels.optional(),
 });
 export type CreateTokenRequest = z.infer<typeof CreateTokenRequest>;
 
@@ -85,6 +88,8 @@ export const TokenView = z.object({
   created_at: z.string(),
   expires_at: z.string().nullable(),
   revoked_at: z.string().nullable(),
+  /** The runner labels it may claim; null: any. Absent from coordinators before token labels. */
+  labels: Labels.nullable().optional(),
 });
 export type TokenView = z.infer<typeof TokenView>;
 
@@ -123,5 +128,7 @@ export const Identity = z.object({
   scopes: z.array(Scope),
   loop_id: LoopId.nullable(),
   expires_at: z.string().nullable(),
+  /** The runner labels the token may claim; null: any. Absent from coordinators before token labels. */
+  labels: Labels.nullable().optional(),
 });
 export type Identity = z.infer<typeof Identity>;

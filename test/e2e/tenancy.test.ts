@@ -73,6 +73,15 @@ describe("team and token commands", () => {
     expect(human.code, human.stderr).toBe(0);
     expect(human.stdout).toContain(`${reader.token_id}  read  team ${team.team.team_id}`);
 
+    // A token for one machine: it may claim only that machine's labels, and says so.
+    const gpu = await local(["token", "create", "--team", team.team.team_id, "--scopes", "evaluate", "--labels", "gpu=h100"]);
+    expect(gpu.code, gpu.stderr).toBe(0);
+    expect(gpu.stdout).toMatch(/evaluate {2}team tm_[0-9a-f]{16}, every loop of the team, no expiry, claims only gpu=h100/);
+    const gpuSecret = /secret, shown this once: (\S+)/.exec(gpu.stdout)?.[1] ?? "";
+    const gpuWhoami = await local(["--token", gpuSecret, "whoami"]);
+    expect(gpuWhoami.stdout).toContain("a runner using it may claim only the labels gpu=h100");
+    expect((await local(["token", "create", "--team", team.team.team_id, "--scopes", "read", "--labels", "gpu"])).code).toBe(2);
+
     const revoked = await local(["--json", "token", "revoke", reader.token_id]);
     expect(revoked.code, revoked.stderr).toBe(0);
     expect(jsonOf<{ token: { revoked_at: string | null } }>(revoked).token.revoked_at).not.toBeNull();

@@ -277,3 +277,60 @@ describe("the confirm measurement is bound like a lease (DESIGN §11)", { timeou
     expect(statement.predicate.confirm.estimate).toBeCloseTo(recorded.confirm.estimate, 10);
   });
 });
+
+describe("a token minted with runner labels claims only those (DESIGN §11)", { timeout: 60_000 }, () => {
+  it("refuses a lease, a proposal's lease and a confirm claiming other labels, changing nothing; those labels or fewer are served", async () => {
+    const team = await createTeam("gpu-owners");
+    const gpu = await json<{ token: string; labels: Record<string, string> | null }>(
+      await postJson("/v1/tokens", { scopes: ["propose", "evaluate"], labels: { gpu: "h100" } }, team.admin),
+      201,
+    );
+    expect(gpu.labels).toEqual({ gpu: "h100" });
+    const loopId = (
+      await json<{ loop: { loop_id: string } }>(
+        await postJson("/v1/loops", createLoopBody("gpu-only", ["parse.empty"], { evaluate: { labels: { gpu: "h100" } } }), team.admin),
+        201,
+      )
+    ).loop.loop_id;
+    await json(await postJson(`/v1/loops/${loopId}/candidates`, candidateBody("gpu-only"), team.admin), 201);
+    await drainOutbox(loopId);
+    const before = await snapshot([loopId]);
+    for (const [path, body] of [
+      [`/v1/loops/${loopId}/leases`, { runner_id: "laptop", labels: { gpu: "a10" } }],
+      [`/v1/loops/${loopId}/leases`, { runner_id: "laptop", labels: { gpu: "h100", os: "macos" } }],
+      [`/v1/loops/${loopId}/candidates`, { ...candidateBody("gpu-second"), lease: { runner_id: "laptop", labels: { gpu: "a10" } } }],
+      [`/v1/loops/${loopId}/confirm`, { candidate_id: "c1", samples: { t0: [1], best: [1] }, labels: { gpu: "a10" } }],
+    ] as const) {
+      const response = await postJson(path, body, gpu.token);
+      expect(response.status, path).toBe(403);
+      expect(((await response.json()) as { error: { code: string; message: string } }).error).toMatchObject({
+        code: "labels_not_allowed",
+        message: expect.stringContaining("may claim only the labels gpu=h100"),
+      });
+    }
+    expect(await snapshot([loopId])).toEqual(before);
+    const lease = await json<{ lease_id: string }>(
+      await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "gpu-box", labels: { gpu: "h100" } }, gpu.token),
+      200,
+    );
+    expect(lease.lease_id).toMatch(/-L1$/);
+  });
+
+  it("a labelled token mints only tokens limited to its labels or fewer, and whoami says what it may claim", async () => {
+    const team = await createTeam("gpu-admins");
+    const labelled = await json<{ token: string }>(await postJson("/v1/tokens", { scopes: ["admin"], labels: { gpu: "h100", os: "linux" } }, team.admin), 201);
+    for (const labels of [undefined, { gpu: "a10" }, { gpu: "h100", arch: "arm" }]) {
+      const refused = await postJson("/v1/tokens", { scopes: ["evaluate"], ...(labels ? { labels } : {}) }, labelled.token);
+      expect(refused.status, JSON.stringify(labels)).toBe(403);
+    }
+    const narrower = await json<{ labels: Record<string, string> }>(
+      await postJson("/v1/tokens", { scopes: ["evaluate"], labels: { gpu: "h100" } }, labelled.token),
+      201,
+    );
+    expect(narrower.labels).toEqual({ gpu: "h100" });
+    expect(await json<{ labels: Record<string, string> | null }>(await call("/v1/whoami", {}, labelled.token), 200)).toMatchObject({
+      labels: { gpu: "h100", os: "linux" },
+    });
+    expect(await json<{ labels: Record<string, string> | null }>(await call("/v1/whoami", {}, team.admin), 200)).toMatchObject({ labels: null });
+  });
+});

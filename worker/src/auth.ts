@@ -4,6 +4,7 @@ import { eq } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import type { Context, MiddlewareHandler } from "hono";
 import { OWNER_TEAM, type Scope } from "../../shared/wire/auth.js";
+import { Labels } from "../../shared/wire/contract.js";
 import { tokens, type TokenRow } from "./db/schema.js";
 import { ApiError } from "./http-errors.js";
 import { authBlocked, authFailuresLimited, clientAddress, countAuthFailure, holdToLimit, RATE_LIMIT_PERIOD_S } from "./rate-limits.js";
@@ -29,6 +30,8 @@ export interface Principal {
   /** The one loop a restricted token may reach. */
   loop_id: string | null;
   expires_at: string | null;
+  /** The runner labels the token may claim (DESIGN §11); null: any. */
+  labels: Labels | null;
 }
 
 /** What the LoopObject checks a caller against: the owner reaches every loop, a team only its own; a lease, only the token that took it. */
@@ -88,7 +91,29 @@ function principalOfRow(row: TokenRow): Principal {
     scopes: grantedScopes(row.scopes.split(",") as Scope[]),
     loop_id: row.loopId,
     expires_at: row.expiresAt,
+    labels: row.labels === null ? null : Labels.parse(JSON.parse(row.labels)),
   };
+}
+
+/**
+ * Refuses (403 `labels_not_allowed`) runner labels a token may not claim (DESIGN §11): a token minted
+ * with labels offers only those (or fewer), so a runner cannot claim a machine it is not to be handed
+ * that machine's jobs. A token without labels claims any.
+ */
+export function requireClaimable(principal: Principal, claimed: Readonly<Labels>): void {
+  if (principal.labels === null) return;
+  const allowed = principal.labels;
+  const beyond = Object.entries(claimed).filter(([key, value]) => allowed[key] !== value);
+  if (beyond.length === 0) return;
+  const shown = (labels: Readonly<Labels>) =>
+    Object.entries(labels)
+      .map(([key, value]) => `${key}=${value}`)
+      .join(",") || "none";
+  throw new ApiError(
+    403,
+    "labels_not_allowed",
+    `this token may claim only the labels ${shown(allowed)}; the runner claimed ${shown(Object.fromEntries(beyond))} beyond them`,
+  );
 }
 
 /** The caller a bearer token names; throws 401 for a missing, unknown, expired or revoked one. */
@@ -100,7 +125,7 @@ export async function authenticate(env: Env, authorization: string | undefined, 
   if (!team) {
     const owner = env.OWNER_TOKEN;
     if (owner && owner.length >= MIN_OWNER_TOKEN_LENGTH && (await equalInConstantTime(presented, owner))) {
-      return { owner: true, team_id: OWNER_TEAM, token_id: null, scopes: ALL_SCOPES, loop_id: null, expires_at: null };
+      return { owner: true, team_id: OWNER_TEAM, token_id: null, scopes: ALL_SCOPES, loop_id: null, expires_at: null, labels: null };
     }
     if (owner && owner.length < MIN_OWNER_TOKEN_LENGTH) {
       console.error(`loopwarden: OWNER_TOKEN is shorter than ${MIN_OWNER_TOKEN_LENGTH} characters and is refused`);

@@ -3,6 +3,7 @@ import { MAX_TOKEN_LIFETIME_MS, OWNER_TEAM, Scope, type TokenView } from "../../
 import { connect, type ServerOptions } from "../connect.js";
 import { CoordinatorError, UserError } from "../errors.js";
 import { emitResult, type OutputMode } from "../output.js";
+import { parseLabels } from "../labels.js";
 
 // `loopwarden team …` and `loopwarden token …` (DESIGN §11, §13): thin wrappers over the tenancy routes.
 // Without --server they act on the local coordinator as its owner, like every other local command.
@@ -55,20 +56,38 @@ export function parseScopes(text: string): Scope[] {
   return [...new Set(scopes)] as Scope[];
 }
 
+/** Labels as `--labels` takes them: `gpu=h100,os=linux` (`none` for an empty set). */
+function labelList(labels: Readonly<Record<string, string>>): string {
+  return (
+    Object.entries(labels)
+      .map(([key, value]) => `${key}=${value}`)
+      .join(",") || "none"
+  );
+}
+
 function describeToken(token: TokenView): string {
   const limits = [
     token.team_id === OWNER_TEAM ? "the owner's own loops (no team)" : `team ${token.team_id}`,
     token.loop_id ? `loop ${token.loop_id}` : "every loop of the team",
     token.revoked_at ? `revoked ${token.revoked_at}` : token.expires_at ? `expires ${token.expires_at}` : "no expiry",
+    ...(token.labels ? [`claims only ${labelList(token.labels)}`] : []),
   ];
   return `${token.token_id}  ${token.scopes.join(",")}  ${limits.join(", ")}${token.name ? `  "${token.name}"` : ""}`;
 }
 
-/** `token create --scopes S [--loop ID] [--expires D] [--name N] [--team ID]`: prints the secret once. */
+/** `token create --scopes S [--loop ID] [--expires D] [--name N] [--team ID] [--labels k=v,…]`: prints the secret once. */
 export async function tokenCreateCommand(
-  options: Options & { scopes: string; loop?: string | undefined; expires?: string | undefined; name?: string | undefined; team?: string | undefined },
+  options: Options & {
+    scopes: string;
+    loop?: string | undefined;
+    expires?: string | undefined;
+    name?: string | undefined;
+    team?: string | undefined;
+    labels?: string | undefined;
+  },
 ): Promise<number> {
   const scopes = parseScopes(options.scopes);
+  const labels = options.labels === undefined ? undefined : parseLabels(options.labels);
   if (options.expires !== undefined) {
     const ms = parseDuration(options.expires);
     if (ms === null || ms > MAX_TOKEN_LIFETIME_MS)
@@ -83,6 +102,7 @@ export async function tokenCreateCommand(
         ...(options.expires === undefined ? {} : { expires_in: options.expires }),
         ...(options.name === undefined ? {} : { name: options.name }),
         ...(options.team === undefined ? {} : { team_id: options.team }),
+        ...(labels === undefined ? {} : { labels }),
       })
       .catch((error: unknown) => {
         // The owner's token belongs to no team, so the owner names one: a flag missing, a usage error (exit 2).
@@ -143,6 +163,7 @@ export async function whoamiCommand(options: Options): Promise<number> {
       `  scopes: ${identity.scopes.join(", ")}`,
       ...(identity.loop_id ? [`  restricted to loop ${identity.loop_id}`] : []),
       ...(identity.expires_at ? [`  expires ${identity.expires_at}`] : []),
+      ...(identity.labels ? [`  a runner using it may claim only the labels ${labelList(identity.labels)}`] : []),
     ]);
     return 0;
   } finally {

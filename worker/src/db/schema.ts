@@ -108,6 +108,8 @@ export const tokens = sqliteTable(
     createdBy: text("created_by").notNull(),
     expiresAt: text("expires_at"),
     revokedAt: text("revoked_at"),
+    /** The runner labels a token may claim, as JSON (`{"gpu":"h100"}`); null: any (DESIGN §11). */
+    labels: text("labels"),
   },
   (table) => [index("tokens_by_team").on(table.teamId, table.createdAt)],
 );

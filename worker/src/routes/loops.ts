@@ -22,7 +22,7 @@ import { loops } from "../db/schema.js";
 import { unverifiedIn } from "../artifact-store.js";
 import { storeInlineEvidence } from "../inline-evidence.js";
 import { ApiError, refusalError } from "../http-errors.js";
-import { requireScope, type AuthEnv } from "../auth.js";
+import { requireClaimable, requireScope, type AuthEnv } from "../auth.js";
 import { eventsAfterOf, loopIdFor, loopStub, openLoop } from "../loops.js";
 import { readJson, readParam } from "../validate.js";
 import { newLoopRefusal, teamLimits } from "../team-limits.js";
@@ -118,7 +118,7 @@ loopRoutes.post("/:id/candidates", async (c) => {
   const eventsAfter = eventsAfterOf(c);
   const { lease, evidence, ...body } = await readJson(c, ProposeCandidateRequest);
   const maxCandidates = teamLimits(c.env).maxCandidates;
-  if (lease) requireScope(c, "evaluate");
+  if (lease) requireClaimable(requireScope(c, "evaluate"), lease.labels);
   // A bundle the proposal names must be recorded already, with its size (checked outside the LoopObject,
   // as a report's logs are, so storage latency never sits inside a decision), or be in storage and
   // verified now — or come with the proposal (`evidence`, when small), checked and stored first.
@@ -153,6 +153,7 @@ loopRoutes.post("/:id/candidates", async (c) => {
 loopRoutes.post("/:id/leases", async (c) => {
   const { stub, caller } = await openLoop(c, c.req.param("id"), "evaluate");
   const body = await readJson(c, LeaseRequest);
+  requireClaimable(c.get("principal"), body.labels);
   const answer = await stub.lease({ caller, ...body });
   if (!answer.ok) throw refusalError(answer);
   if (!answer.lease) return c.body(null, 204, { "Retry-After": "1" });
@@ -188,6 +189,7 @@ loopRoutes.post("/:id/receipts", async (c) => {
 loopRoutes.post("/:id/confirm", async (c) => {
   const { stub, caller } = await openLoop(c, c.req.param("id"), "evaluate");
   const body = await readJson(c, ConfirmRequest);
+  requireClaimable(c.get("principal"), body.labels);
   const answer = await stub.confirm({ caller, ...body });
   if (!answer.ok) throw refusalError(answer);
   const response: ConfirmResponse = answer.answer.status === "recorded" ? { ...answer.answer, loop: answer.loop } : answer.answer;

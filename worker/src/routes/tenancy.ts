@@ -3,6 +3,7 @@ import { and, desc, eq, sql } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import { Hono, type Context } from "hono";
 import { parseDuration } from "../../../shared/duration.js";
+import { Labels } from "../../../shared/wire/contract.js";
 import {
   CreateTeamRequest,
   CreateTokenRequest,
@@ -41,6 +42,7 @@ function tokenView(row: TokenRow): TokenView {
     created_at: row.createdAt,
     expires_at: row.expiresAt,
     revoked_at: row.revokedAt,
+    labels: row.labels === null ? null : Labels.parse(JSON.parse(row.labels)),
   };
 }
 
@@ -73,6 +75,8 @@ interface Grant {
   loopId: string | null;
   expiresAt: string | null;
   name: string | null;
+  /** The runner labels it may claim; null: any. */
+  labels: Labels | null;
 }
 
 /** A token request's expiry as a time, from `expires_in` (a duration from now); null: until revoked. */
@@ -83,10 +87,11 @@ function expiryOf(expiresIn: string | undefined, now: Date): string | null {
 
 /**
  * Refuses (403) a token its creator may not make. A token creates only tokens that can do no more than
- * itself: scopes it holds; when it is restricted to a loop, restricted to that same loop; when it
- * expires, expiring no later. (Only admin tokens create tokens, and admin holds every scope, so the
- * first rule is one no request can break today; the other two are what keep a restriction or an expiry
- * from being escaped by minting a token without it.) The owner's token may make any.
+ * itself: scopes it holds; when it is restricted to a loop, restricted to that same loop; when it may
+ * claim only some runner labels, limited to those or fewer; when it expires, expiring no later. (Only
+ * admin tokens create tokens, and admin holds every scope, so the first rule is one no request can break
+ * today; the others are what keep a restriction, a label limit or an expiry from being escaped by
+ * minting a token without it.) The owner's token may make any.
  */
 function requireDelegable(principal: Principal, grant: Grant): void {
   if (principal.owner) return;
@@ -98,6 +103,20 @@ function requireDelegable(principal: Principal, grant: Grant): void {
       "forbidden",
       `this token is restricted to loop ${principal.loop_id}: a token it creates must be restricted to that loop too (loop_id; --loop ${principal.loop_id})`,
     );
+  }
+  if (principal.labels !== null) {
+    const allowed = principal.labels;
+    const within = grant.labels !== null && Object.entries(grant.labels).every(([key, value]) => allowed[key] === value);
+    if (!within) {
+      const shown = Object.entries(allowed)
+        .map(([key, value]) => `${key}=${value}`)
+        .join(",");
+      throw new ApiError(
+        403,
+        "forbidden",
+        `this token may claim only the labels ${shown}: a token it creates must be limited to those or fewer (labels; --labels ${shown})`,
+      );
+    }
   }
   if (principal.expires_at !== null && (grant.expiresAt === null || Date.parse(grant.expiresAt) > Date.parse(principal.expires_at))) {
     // The longest lifetime still allowed, in whole minutes, as `expires_in` takes it.
@@ -126,6 +145,7 @@ async function newToken(teamId: string, grant: Grant, createdBy: string, now: Da
     createdBy,
     expiresAt: grant.expiresAt,
     revokedAt: null,
+    labels: grant.labels === null ? null : JSON.stringify(grant.labels),
   };
   return { row, secret: minted.secret };
 }
@@ -138,7 +158,7 @@ tenancyRoutes.post("/teams", async (c) => {
   if (existing) throw new ApiError(409, "team_exists", `a team named ${body.name} exists (${existing.id})`);
   const now = new Date();
   const team = { id: `tm_${bytesToHex(crypto.getRandomValues(new Uint8Array(8)))}`, name: body.name, createdAt: now.toISOString() };
-  const { row, secret } = await newToken(team.id, { scopes: ["admin"], loopId: null, expiresAt: null, name: "first admin token" }, "owner", now);
+  const { row, secret } = await newToken(team.id, { scopes: ["admin"], loopId: null, expiresAt: null, name: "first admin token", labels: null }, "owner", now);
   // The team and its first admin token are written together: a team nobody can administer never exists.
   // (Two requests for one name racing: the unique index refuses the second batch whole.)
   try {
@@ -171,7 +191,13 @@ tenancyRoutes.post("/tokens", async (c) => {
     );
   }
   const now = new Date();
-  const grant: Grant = { scopes: body.scopes, loopId: body.loop_id ?? null, expiresAt: expiryOf(body.expires_in, now), name: body.name ?? null };
+  const grant: Grant = {
+    scopes: body.scopes,
+    loopId: body.loop_id ?? null,
+    expiresAt: expiryOf(body.expires_in, now),
+    name: body.name ?? null,
+    labels: body.labels ?? null,
+  };
   // Checked before the loop is looked up: a restricted token naming another loop learns nothing of it.
   requireDelegable(principal, grant);
   if (grant.loopId !== null) {
