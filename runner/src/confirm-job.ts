@@ -41,39 +41,54 @@ export async function confirmAgainstT0(
       // samplePairs measures its "best" first: here that is t0.
       const samples: PairedSamples = { best: [], candidate: [] };
       let wanted = metric.samples.min;
-      for (;;) {
-        await samplePairs(samples, wanted, { best: t0, candidate: bestClone }, contract, (done, of) =>
-          liveStatus(mode, `confirm: ${metric.name} pair ${done}/${of} (t0, then ${best})`),
-        );
-        if (samples.error !== undefined) {
-          progress(mode, `confirm: no figure recorded, a reading failed (${samples.error.replace(/^best-so-far/, "t0").replace(/^candidate/, best)})`);
-          return null;
-        }
-        let answer: Awaited<ReturnType<Client["confirm"]>>;
-        try {
-          answer = await session.client.confirm(loop.loop_id, {
-            candidate_id: best,
-            samples: { t0: samples.best, best: samples.candidate },
-            labels: session.labels,
-          });
-        } catch (error) {
-          // Another runner claimed this best's confirm measurement first (DESIGN §11): its figure, not
-          // this one, is the receipt's; nothing is lost by stopping here.
-          if (error instanceof CoordinatorError && (error.code === "confirm_not_yours" || error.code === "confirm_recorded")) {
-            progress(mode, `confirm: ${error.code === "confirm_recorded" ? "already recorded" : "another runner is measuring it"} (${error.message})`);
+      // The claim on the measurement lapses without a request for its TTL (DESIGN §11): while more pairs
+      // are measured, the readings already sent are sent again every quarter of it, which renews it.
+      let keepAlive: NodeJS.Timeout | undefined;
+      try {
+        for (;;) {
+          await samplePairs(samples, wanted, { best: t0, candidate: bestClone }, contract, (done, of) =>
+            liveStatus(mode, `confirm: ${metric.name} pair ${done}/${of} (t0, then ${best})`),
+          );
+          if (samples.error !== undefined) {
+            progress(mode, `confirm: no figure recorded, a reading failed (${samples.error.replace(/^best-so-far/, "t0").replace(/^candidate/, best)})`);
             return null;
           }
-          throw error;
+          clearInterval(keepAlive);
+          const request = { candidate_id: best, samples: { t0: [...samples.best], best: [...samples.candidate] }, labels: session.labels };
+          let answer: Awaited<ReturnType<Client["confirm"]>>;
+          try {
+            answer = await session.client.confirm(loop.loop_id, request);
+          } catch (error) {
+            // Another runner claimed this best's confirm measurement first (DESIGN §11): its figure, not
+            // this one, is the receipt's; nothing is lost by stopping here.
+            if (error instanceof CoordinatorError && (error.code === "confirm_not_yours" || error.code === "confirm_recorded")) {
+              progress(mode, `confirm: ${error.code === "confirm_recorded" ? "already recorded" : "another runner is measuring it"} (${error.message})`);
+              return null;
+            }
+            throw error;
+          }
+          if (answer.status === "recorded") {
+            const { confirm } = answer;
+            progress(
+              mode,
+              `confirmed against t0: ${best} ${confirm.metric} ${formatPercent(confirm.estimate)} better${formatInterval(confirm.interval)} over ${confirm.pairs} interleaved pair(s)`,
+            );
+            return answer.loop;
+          }
+          if (answer.ttl_ms !== undefined) {
+            keepAlive = setInterval(
+              () => {
+                session.client.confirm(loop.loop_id, request).catch((error: unknown) => {
+                  progress(mode, `confirm: renewing the claim failed (${(error as Error).message}); the next readings will say whether it still holds`);
+                });
+              },
+              Math.max(1_000, Math.floor(answer.ttl_ms / 4)),
+            );
+          }
+          wanted = samples.best.length + answer.more;
         }
-        if (answer.status === "recorded") {
-          const { confirm } = answer;
-          progress(
-            mode,
-            `confirmed against t0: ${best} ${confirm.metric} ${formatPercent(confirm.estimate)} better${formatInterval(confirm.interval)} over ${confirm.pairs} interleaved pair(s)`,
-          );
-          return answer.loop;
-        }
-        wanted = samples.best.length + answer.more;
+      } finally {
+        clearInterval(keepAlive);
       }
     }),
   );

@@ -495,13 +495,22 @@ export type ConfirmAnswer = { status: "need_samples"; more: number; pairs: numbe
  * only measures; the estimate is computed here. A retry of the recorded readings answers the record.
  *
  * Bound like a lease (DESIGN §11): the first `holder` to send readings for a best claims its measurement
- * (`confirm_claimed`), and another holder's readings are `confirm_not_yours` (403); once a figure is
- * recorded for a claimed best it is final, and other readings are `confirm_recorded` (409). A verifier
- * re-running the log names no holder; a log from before claims is judged as it was.
+ * (`confirm_claimed`), for `ttl_ms`; while the claim is live another holder's readings are
+ * `confirm_not_yours` (403), and each request of its holder renews it (recorded coarsely, as lease
+ * renewals are); a claim its holder let lapse (a runner that died) is taken over by the next holder
+ * that sends readings. Once a figure is recorded for a claimed best it is final, and other readings are
+ * `confirm_recorded` (409). A verifier re-running the log names no holder; a log from before claims is
+ * judged as it was.
  */
 export function confirmBest(
   state: LoopState,
-  input: { candidate_id: string; samples: ConfirmReadings; holder?: string | undefined; labels?: Readonly<Labels> | undefined },
+  input: {
+    candidate_id: string;
+    samples: ConfirmReadings;
+    holder?: string | undefined;
+    labels?: Readonly<Labels> | undefined;
+    ttl_ms?: number | undefined;
+  },
   at: string,
 ): Outcome<ConfirmAnswer> {
   const metric = state.contract.metric;
@@ -522,7 +531,9 @@ export function confirmBest(
     return refuse("labels_unsatisfied", "the confirm measurement runs on a runner with the contract's evaluate.labels, which this one lacks");
   }
   const claim = state.confirm_claim?.candidate_id === input.candidate_id ? state.confirm_claim : null;
-  if (claim && input.holder !== undefined && claim.holder !== input.holder) {
+  const now = Date.parse(at);
+  const live = claim !== null && (claim.expires_at === undefined || now < Date.parse(claim.expires_at));
+  if (live && input.holder !== undefined && claim.holder !== input.holder) {
     return refuse("confirm_not_yours", `the confirm measurement of ${input.candidate_id} is another runner's (${claim.holder}); only its readings count`);
   }
   const recorded = state.confirm;
@@ -533,9 +544,20 @@ export function confirmBest(
   if (claim && recorded?.candidate_id === input.candidate_id) {
     return refuse("confirm_recorded", `the confirm measurement of ${input.candidate_id} is recorded and final; it is not measured again`);
   }
-  // The first readings for this best claim its measurement for their holder.
+  // The first readings for this best claim its measurement for their holder (or take over a lapsed
+  // claim); the holder's later ones renew it, recorded at most every min(RENEWAL_RECORD_MS, ttl/2).
+  const mine = live && claim.holder === input.holder;
+  const renewal = mine && input.ttl_ms !== undefined && now - Date.parse(claim.recorded_at) >= Math.min(RENEWAL_RECORD_MS, input.ttl_ms / 2);
   const claimed: EventDraft[] =
-    claim || input.holder === undefined ? [] : [{ type: "confirm_claimed", at, data: { candidate_id: input.candidate_id, holder: input.holder } }];
+    input.holder === undefined || (mine && !renewal)
+      ? []
+      : [
+          {
+            type: "confirm_claimed",
+            at,
+            data: { candidate_id: input.candidate_id, holder: input.holder, ...(input.ttl_ms === undefined ? {} : { expires_at: addMs(at, input.ttl_ms) }) },
+          },
+        ];
   const result = compareSamples({
     best: t0,
     candidate: best,

@@ -267,7 +267,12 @@ export type Confirmation = z.infer<typeof Confirmation>;
 const ConfirmClaimed = z.strictObject({
   type: z.literal("confirm_claimed"),
   at,
-  data: z.strictObject({ candidate_id: z.string(), holder: z.string().min(1).max(100) }),
+  data: z.strictObject({
+    candidate_id: z.string(),
+    holder: z.string().min(1).max(100),
+    /** When the claim lapses unless its holder sends readings (or renews it) again: then another runner may take it over. */
+    expires_at: at.optional(),
+  }),
 });
 
 const ConfirmMeasured = z.strictObject({

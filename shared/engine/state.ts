@@ -170,7 +170,7 @@ export interface LoopState {
   /** The last confirm measurement of t0 against a best (DESIGN §6.3), with its readings. */
   confirm: (Confirmation & { samples: ConfirmReadings }) | null;
   /** Who claimed the confirm measurement of which best (`confirm_claimed`); null before any claim, and in logs from before claims. */
-  confirm_claim: { candidate_id: string; holder: string } | null;
+  confirm_claim: { candidate_id: string; holder: string; expires_at?: string; recorded_at: string } | null;
   /** How the agent runs and evaluations so far were confined (DESIGN §6.7), summed event by event: what a receipt attests of them. */
   confinement: ConfinementSummary;
 }
@@ -543,7 +543,12 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       }
       return state;
     case "confirm_claimed":
-      state.confirm_claim = { candidate_id: event.data.candidate_id, holder: event.data.holder };
+      state.confirm_claim = {
+        candidate_id: event.data.candidate_id,
+        holder: event.data.holder,
+        ...(event.data.expires_at === undefined ? {} : { expires_at: event.data.expires_at }),
+        recorded_at: event.at,
+      };
       return state;
     case "confirm_measured":
       state.confirm = event.data;

@@ -318,7 +318,13 @@ export type ConfirmRequest = z.infer<typeof ConfirmRequest>;
 
 /** `POST /v1/loops/:id/confirm` answer: more pairs wanted, or the measurement recorded (with the loop after it). */
 export const ConfirmResponse = z.discriminatedUnion("status", [
-  z.object({ status: z.literal("need_samples"), more: z.number().int().min(1), pairs: z.number().int() }),
+  z.object({
+    status: z.literal("need_samples"),
+    more: z.number().int().min(1),
+    pairs: z.number().int(),
+    /** How long the caller's claim on the measurement lives without another request (absent from coordinators before claims lapsed). */
+    ttl_ms: z.number().int().positive().optional(),
+  }),
   z.object({ status: z.literal("recorded"), confirm: Confirmation, loop: LoopSummary }),
 ]);
 export type ConfirmResponse = z.infer<typeof ConfirmResponse>;

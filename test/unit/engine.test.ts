@@ -956,6 +956,33 @@ describe("engine: optimize mode (DESIGN §6.1, §6.3)", () => {
       expect(harness.state.confirm?.samples.best).toEqual(readings(70, 8, 3));
     });
 
+    it("a claim lives its TTL: its holder's requests renew it (recorded coarsely); one it let lapse is taken over by another runner", () => {
+      const harness = promoted();
+      const ttl = 120_000;
+      const confirm = (holder: string, count: number) =>
+        confirmBest(
+          harness.state,
+          { candidate_id: "c1", samples: { t0: readings(100, count), best: readings(70, count, 3) }, holder, ttl_ms: ttl },
+          harness.now(),
+        );
+      harness.apply(confirm("tk_first", 3));
+      expect(harness.state.confirm_claim).toMatchObject({ holder: "tk_first", expires_at: expect.any(String) });
+      const claims = () => harness.events.filter((event) => event.type === "confirm_claimed").length;
+      // Renewals within a minute record nothing; one a minute later is recorded.
+      harness.now(20_000);
+      expect(harness.apply(confirm("tk_first", 3))).toMatchObject({ ok: true, events: [] });
+      harness.now(60_000);
+      harness.apply(confirm("tk_first", 3));
+      expect(claims()).toBe(2);
+      expect(confirm("tk_second", 3)).toMatchObject({ ok: false, error: { code: "confirm_not_yours" } });
+      // The first runner died: past the claim's TTL, the next runner takes it over and its figure is the one recorded.
+      harness.now(ttl);
+      expect(harness.apply(confirm("tk_second", 3))).toMatchObject({ ok: true, value: { status: "need_samples" } });
+      expect(harness.state.confirm_claim?.holder).toBe("tk_second");
+      expect(confirm("tk_first", 8)).toMatchObject({ ok: false, error: { code: "confirm_not_yours" } });
+      expect(harness.apply(confirm("tk_second", 8))).toMatchObject({ ok: true, value: { status: "recorded" } });
+    });
+
     it("is measured only on a runner the contract's evaluate.labels admit, as a lease is granted", () => {
       const harness = optimizeLoop({ evaluate: { labels: { gpu: "h100" } } });
       harness.report(leaseFor(harness, "faster", { gpu: "h100" }), measured(readings(100, 8), readings(70, 8, 3)));

@@ -234,7 +234,7 @@ describe("receipts", () => {
 
     const confirm = (candidate: string, count: number) =>
       postJson(`/v1/loops/${loop.loop_id}/confirm`, { candidate_id: candidate, samples: { t0: readings(100, count), best: readings(70, count) } });
-    expect(await (await confirm("c1", 3)).json()).toEqual({ status: "need_samples", more: 2, pairs: 3 });
+    expect(await (await confirm("c1", 3)).json()).toEqual({ status: "need_samples", more: 2, pairs: 3, ttl_ms: expect.any(Number) });
     expect((await confirm("t0", 8)).status).toBe(409);
     const recorded = (await (await confirm("c1", 8)).json()) as { status: string; confirm: { estimate: number; pairs: number }; loop: LoopSummary };
     expect(recorded).toMatchObject({ status: "recorded", confirm: { pairs: 8 } });

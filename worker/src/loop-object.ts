@@ -528,7 +528,7 @@ export class LoopObject extends DurableObject<Env> {
     if (!state) return NOT_FOUND;
     const outcome = confirmBest(
       state,
-      { candidate_id: input.candidate_id, samples: input.samples, holder: holderOf(input.caller), labels: input.labels },
+      { candidate_id: input.candidate_id, samples: input.samples, holder: holderOf(input.caller), labels: input.labels, ttl_ms: leaseTtlMs(this.env) },
       new Date().toISOString(),
     );
     if (!outcome.ok) return { ok: false, ...outcome.error };

@@ -23,6 +23,7 @@ import { unverifiedIn } from "../artifact-store.js";
 import { storeInlineEvidence } from "../inline-evidence.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import { requireClaimable, requireScope, type AuthEnv } from "../auth.js";
+import { leaseTtlMs } from "../loop-object.js";
 import { eventsAfterOf, loopIdFor, loopStub, openLoop } from "../loops.js";
 import { readJson, readParam } from "../validate.js";
 import { newLoopRefusal, teamLimits } from "../team-limits.js";
@@ -192,6 +193,8 @@ loopRoutes.post("/:id/confirm", async (c) => {
   requireClaimable(c.get("principal"), body.labels);
   const answer = await stub.confirm({ caller, ...body });
   if (!answer.ok) throw refusalError(answer);
-  const response: ConfirmResponse = answer.answer.status === "recorded" ? { ...answer.answer, loop: answer.loop } : answer.answer;
+  // Measuring more pairs takes time: the answer says how long the caller's claim lives without a request.
+  const response: ConfirmResponse =
+    answer.answer.status === "recorded" ? { ...answer.answer, loop: answer.loop } : { ...answer.answer, ttl_ms: leaseTtlMs(c.env) };
   return c.json(response);
 });
