@@ -3,6 +3,7 @@ import { VERSION } from "../../shared/version.js";
 // Only what every command needs: the commands, the client and their schemas load lazily.
 import { CoordinatorError, UserError } from "./errors.js";
 import { emitResult, type OutputMode } from "./output.js";
+import { exitOnBrokenPipe } from "./shutdown.js";
 
 // Commands are loaded lazily, so `--version` and `--help` never load the worker tooling.
 
@@ -387,6 +388,9 @@ function fail(mode: OutputMode, message: string, code: number): void {
   else process.stderr.write(`loopwarden: ${message}\n`);
   process.exitCode = code;
 }
+
+// `loopwarden status | head -1`: a reader that stops early ends the command quietly, not with a stack trace.
+exitOnBrokenPipe();
 
 try {
   await program.parseAsync(process.argv);

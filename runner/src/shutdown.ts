@@ -14,14 +14,17 @@ let drain: (() => void) | null = null;
  */
 let stopNow: Cleanup | null = null;
 
+/** The exit code of a shutdown by `signal`: 128 + the signal's number, as a shell reports it. */
+const SIGNAL_EXIT: Partial<Record<NodeJS.Signals, number>> = { SIGINT: 130, SIGPIPE: 141, SIGTERM: 143 };
+
 async function shutdown(signal: NodeJS.Signals): Promise<void> {
   if (shuttingDown) return;
   shuttingDown = true;
   const first = stopNow;
   stopNow = null;
   // Said only when there is something to stop: a process that merely loaded the runner's modules (a test
-  // worker torn down with SIGTERM) exits as quietly as it would have.
-  if (cleanups.size > 0 || first) process.stderr.write(`\nloopwarden: ${signal}, stopping what this run started…\n`);
+  // worker torn down with SIGTERM) exits as quietly as it would have. A broken pipe has no reader to tell.
+  if ((cleanups.size > 0 || first) && signal !== "SIGPIPE") process.stderr.write(`\nloopwarden: ${signal}, stopping what this run started…\n`);
   if (first) {
     try {
       await first();
@@ -37,7 +40,7 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
       // Best effort: keep stopping the rest.
     }
   }
-  process.exit(signal === "SIGINT" ? 130 : 143);
+  process.exit(SIGNAL_EXIT[signal] ?? 143);
 }
 
 function onSignal(signal: NodeJS.Signals): void {
@@ -56,6 +59,23 @@ function install(): void {
   installed = true;
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
+}
+
+/**
+ * A reader that stops early (`loopwarden status | head -1`) closes the pipe: what the command still
+ * writes has nowhere to go, which is no fault of the command's. Node reports it as an `error` event on
+ * stdout or stderr, which unhandled crashed the process with a stack trace. Handled, the command stops
+ * as on SIGPIPE: what it started is stopped, and it exits 141, quietly.
+ */
+export function exitOnBrokenPipe(): void {
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.on("error", (error: NodeJS.ErrnoException) => {
+      if (error.code !== "EPIPE") throw error;
+      // Nothing more is written to a pipe nobody reads (the shutdown's own notes included).
+      stream.write = () => true;
+      void shutdown("SIGPIPE");
+    });
+  }
 }
 
 /** Registers a cleanup to run if the runner is interrupted; returns its unregistration. */
