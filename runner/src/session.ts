@@ -247,7 +247,6 @@ export async function openSession(
       }
       progress(mode, `loop ${previous.loop_id} is unknown to the coordinator at ${connection.url}: starting a new loop`);
     }
-    if (previous && options.new) progress(mode, `--new: loop ${previous.loop_id} is left as it is on its coordinator; this repository now follows a new loop`);
     const loaded = fresh ?? (await resolveContract(repo, options));
     const { pending, startedFrom } = await timed("baseline", () => preparing ?? prepareCreation(repo, source, loaded, options, mode));
     faultPoint("create-saved");
@@ -269,6 +268,10 @@ export async function openSession(
     };
     await saveWorkspaceState(repo, source, workspace);
     await clearPendingCreate(repo, source);
+    // Said once it is so: a --new refused before the loop exists (HEAD a candidate commit) changed nothing.
+    if (previous && options.new) {
+      progress(mode, `--new: loop ${previous.loop_id} is left as it is on its coordinator; this repository now follows loop ${loop.loop_id}`);
+    }
     progress(mode, `loop ${loop.loop_id} (contract ${loaded.source}): the baseline has ${loop.t0.failing} failing test(s)`);
     return { repo, loaded, connection, client: connection.client, mode, workspace, loop, resumed: false, labels };
   } catch (error) {

@@ -153,10 +153,17 @@ describe("interrupt, then run again with other flags", () => {
     const fresh = await cli("run", "--new");
     expect(fresh.code).toBe(1);
     expect(fresh.stdout).toContain(`the branch of loop ${loopId}`);
+    // Refused on the loop's branch, --new changed nothing, and says nothing that it did.
+    const refused = await human("run", "--new");
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).not.toContain("now follows");
+    expect(recordedLoopId(repo, "loop.yaml")).toBe(loopId);
     gitIn(repo, "switch", "-q", "main");
-    const other = await cli("run", "--new", "--max-iterations", "1");
-    expect(JSON.parse(other.stdout)).toMatchObject({ halt_reason: "blocked_path_modified" });
-    expect(recordedLoopId(repo, "loop.yaml")).not.toBe(loopId);
+    const other = await human("run", "--new", "--max-iterations", "1");
+    const newLoop = recordedLoopId(repo, "loop.yaml");
+    expect(newLoop).not.toBe(loopId);
+    expect(other.stderr).toContain(`--new: loop ${loopId} is left as it is on its coordinator; this repository now follows loop ${newLoop}`);
+    expect(other.stdout + other.stderr).toContain("halted: blocked_path_modified");
   });
 });
 
