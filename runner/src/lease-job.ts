@@ -246,6 +246,12 @@ export async function evaluateUntilDecided(
   offered?: Lease | null,
 ): Promise<{ verdict: Verdict; loop: LoopSummary }> {
   let first = offered;
+  // What it waits for, said as a line when it changes and once a minute meanwhile: without a terminal (a
+  // CI log, a pipe) the live line is not shown, and a run waiting for a runner must not look hung.
+  const required = Object.entries(session.loaded.contract.evaluate?.labels ?? {}).map(([key, value]) => `${key}=${value}`);
+  const wanted = required.length > 0 ? `a runner with ${required.join(",")}` : "a runner";
+  let waitingSince: number | null = null;
+  let said = { line: "", at: 0 };
   for (;;) {
     const lease =
       first !== undefined ? first : await session.client.leaseJob(session.loop.loop_id, { runner_id: session.workspace.runner_id, labels: session.labels });
@@ -259,7 +265,15 @@ export async function evaluateUntilDecided(
     if (candidate?.verdict) return { verdict: candidate.verdict, loop: await session.client.getLoop(session.loop.loop_id) };
     const state = session.folded?.state;
     if (state?.halt) throw new UserError(`the loop halted (${state.halt.halt_reason}) before ${candidateId} was decided`);
-    liveStatus(session.mode, `[${iteration}] ${candidateId} is being evaluated by another runner (${candidate?.lease?.runner_id ?? "none yet"}); waiting`);
+    const holder = candidate?.lease?.runner_id;
+    const line = holder ? `${candidateId} is being evaluated by runner ${holder}` : `waiting for ${wanted} to evaluate ${candidateId}`;
+    const now = Date.now();
+    waitingSince ??= now;
+    if (line !== said.line || now - said.at >= 60_000) {
+      progress(session.mode, `[${iteration}] ${line} (${Math.round((now - waitingSince) / 1000)} s so far)`);
+      said = { line, at: now };
+    }
+    liveStatus(session.mode, `[${iteration}] ${line}; waiting`);
     await foldLoop(session, LONG_POLL_MS);
   }
 }
