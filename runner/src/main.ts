@@ -3,7 +3,7 @@ import { VERSION } from "../../shared/version.js";
 // Only what every command needs: the commands, the client and their schemas load lazily.
 import { CoordinatorError, UserError } from "./errors.js";
 import { emitResult, type OutputMode } from "./output.js";
-import { exitOnBrokenPipe } from "./shutdown.js";
+import { surviveClosedPipes } from "./shutdown.js";
 
 // Commands are loaded lazily, so `--version` and `--help` never load the worker tooling.
 
@@ -389,8 +389,8 @@ function fail(mode: OutputMode, message: string, code: number): void {
   process.exitCode = code;
 }
 
-// `loopwarden status | head -1`: a reader that stops early ends the command quietly, not with a stack trace.
-exitOnBrokenPipe();
+// `loopwarden status | head -1`: a reader that stops early is no error of the command's, never a stack trace.
+surviveClosedPipes();
 
 try {
   await program.parseAsync(process.argv);

@@ -14,17 +14,14 @@ let drain: (() => void) | null = null;
  */
 let stopNow: Cleanup | null = null;
 
-/** The exit code of a shutdown by `signal`: 128 + the signal's number, as a shell reports it. */
-const SIGNAL_EXIT: Partial<Record<NodeJS.Signals, number>> = { SIGINT: 130, SIGPIPE: 141, SIGTERM: 143 };
-
 async function shutdown(signal: NodeJS.Signals): Promise<void> {
   if (shuttingDown) return;
   shuttingDown = true;
   const first = stopNow;
   stopNow = null;
   // Said only when there is something to stop: a process that merely loaded the runner's modules (a test
-  // worker torn down with SIGTERM) exits as quietly as it would have. A broken pipe has no reader to tell.
-  if ((cleanups.size > 0 || first) && signal !== "SIGPIPE") process.stderr.write(`\nloopwarden: ${signal}, stopping what this run started…\n`);
+  // worker torn down with SIGTERM) exits as quietly as it would have.
+  if (cleanups.size > 0 || first) process.stderr.write(`\nloopwarden: ${signal}, stopping what this run started…\n`);
   if (first) {
     try {
       await first();
@@ -40,7 +37,7 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
       // Best effort: keep stopping the rest.
     }
   }
-  process.exit(SIGNAL_EXIT[signal] ?? 143);
+  process.exit(signal === "SIGINT" ? 130 : 143);
 }
 
 function onSignal(signal: NodeJS.Signals): void {
@@ -61,21 +58,28 @@ function install(): void {
   process.on("SIGTERM", onSignal);
 }
 
+let stdoutGone = false;
+
 /**
  * A reader that stops early (`loopwarden status | head -1`) closes the pipe: what the command still
  * writes has nowhere to go, which is no fault of the command's. Node reports it as an `error` event on
- * stdout or stderr, which unhandled crashed the process with a stack trace. Handled, the command stops
- * as on SIGPIPE: what it started is stopped, and it exits 141, quietly.
+ * stdout or stderr, which unhandled crashed the process with a stack trace. Handled, the stream takes
+ * no more output and the command goes on to its end and its usual exit code (a loop's halt class for
+ * `run`); a command that would only go on printing (`watch`) asks `stdoutClosed()` and ends.
  */
-export function exitOnBrokenPipe(): void {
+export function surviveClosedPipes(): void {
   for (const stream of [process.stdout, process.stderr]) {
     stream.on("error", (error: NodeJS.ErrnoException) => {
       if (error.code !== "EPIPE") throw error;
-      // Nothing more is written to a pipe nobody reads (the shutdown's own notes included).
       stream.write = () => true;
-      void shutdown("SIGPIPE");
+      if (stream === process.stdout) stdoutGone = true;
     });
   }
+}
+
+/** Whether stdout's reader went away (`surviveClosedPipes`): nothing written there is read any more. */
+export function stdoutClosed(): boolean {
+  return stdoutGone;
 }
 
 /** Registers a cleanup to run if the runner is interrupted; returns its unregistration. */

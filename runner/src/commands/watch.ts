@@ -2,6 +2,7 @@ import { formatDuration } from "../../../shared/duration.js";
 import { foldEvents, LoopEvent, reportedCounts, type LoopState } from "../../../shared/engine/index.js";
 import { connect, type ServerOptions } from "../connect.js";
 import { emitResult, paint, type OutputMode } from "../output.js";
+import { stdoutClosed } from "../shutdown.js";
 import { resolveTarget } from "../target.js";
 import { formatInterval, formatPercent } from "../../../shared/format-percent.js";
 
@@ -80,6 +81,8 @@ export async function watchCommand(loopArg: string | undefined, options: ServerO
         state = foldEvents([event], state);
         if (!options.json && !options.quiet) process.stdout.write(`${describeEvent(event, state)}\n`);
       }
+      // Its reader went away (`watch | head -1`): there is no one left to print for.
+      if (stdoutClosed()) return 0;
       const loop = await connection.client.getLoop(loopId);
       if (loop.halt && after >= loop.head.seq) {
         emitResult(
