@@ -236,6 +236,9 @@ export async function startLocalCoordinator(options: {
     if (!(await new Client(url).isHealthy())) throw new Error(`the local coordinator at ${url} does not answer /healthz (log: ${log.file})`);
     const runtimePid = await runtimeChildPid();
     const record: CoordinatorRecord = { url, pid: process.pid, runtime_pid: runtimePid, version: VERSION, bundle: await bundleStamp(), ...options.record };
+    // One line a start, so the log a command names (`serve` prints its path) is there to open, even
+    // while the worker has logged nothing (it logs warnings and errors only).
+    log.write(`${new Date().toISOString()} loopwarden ${VERSION}: coordinator listening on ${url} (pid ${process.pid})\n`);
     await writeFile(path.join(stateDir, "coordinator.json"), JSON.stringify(record));
     return { url, pid: process.pid, runtimePid, owner, stop };
   } catch (error) {

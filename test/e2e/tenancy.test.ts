@@ -115,6 +115,8 @@ describe("team and token commands", () => {
         expect(started.owner_token).toBeUndefined();
         expect(serve.output()).not.toContain(token);
         expect((await fetch(`${started.url}/v1/teams`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
+        // The log serve names is there to open, though the worker has logged nothing yet.
+        expect(readFileSync(path.join(state.dir, "logs", "coordinator.log"), "utf8")).toMatch(/coordinator listening on http:\/\/127\.0\.0\.1:\d+/);
       } finally {
         const exited = exitOf(serve);
         serve.kill("SIGTERM");
