@@ -55,6 +55,7 @@ import type { Contract, Labels } from "../../shared/wire/contract.js";
 import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
 import { settleStaleWorkspaces } from "./zones/agent-zone.js";
 import { hideFromZones } from "./zones/sandbox.js";
+import type { FullObservation } from "../../shared/wire/observation.js";
 
 // What `run` and `step` share: finding the contract, creating or resuming the loop, committing a
 // candidate, having it evaluated and applying the coordinator's verdict to the working tree.
@@ -238,7 +239,7 @@ export async function openSession(
       if (loop) {
         if (loop.status === "running") {
           const loaded = await resumedContract(repo, source, options, loop.loop_id, await connection.client.pinnedContract(loop.loop_id));
-          progress(mode, `resuming loop ${loop.loop_id} (iteration ${loop.iteration} of ${loop.max_iterations})`);
+          progress(mode, `resuming loop ${loop.loop_id} (${loop.iteration} of ${loop.max_iterations} iterations done)`);
           return { repo, loaded, connection, client: connection.client, mode, workspace: previous, loop, resumed: true, labels };
         }
         // A halted loop stays halted: reported with its reason and class, never silently replaced.
@@ -272,7 +273,7 @@ export async function openSession(
     if (previous && options.new) {
       progress(mode, `--new: loop ${previous.loop_id} is left as it is on its coordinator; this repository now follows loop ${loop.loop_id}`);
     }
-    progress(mode, `loop ${loop.loop_id} (contract ${loaded.source}): the baseline has ${loop.t0.failing} failing test(s)`);
+    progress(mode, `loop ${loop.loop_id} (contract ${loaded.source}): the baseline has ${baselineFailures(pending.request.t0.observation)}`);
     return { repo, loaded, connection, client: connection.client, mode, workspace, loop, resumed: false, labels };
   } catch (error) {
     await connection.close();
@@ -299,6 +300,18 @@ export function pendingProposalFile(session: Session, key: string): string {
 
 function agentFailed(agent: AgentRun | null): boolean {
   return agent !== null && (agent.timed_out || agent.exit_code !== 0);
+}
+
+/**
+ * What fails at t0, as the gates' own lines count it: the failing tests their reports name, and the
+ * gates that failed (each also one test to the ratchet, DESIGN §5), e.g. `3 failing test(s), 1 failing
+ * gate(s)` for a 3-test suite whose gate exits 1 — not "4 failing tests".
+ */
+function baselineFailures(observation: FullObservation): string {
+  const tests = observation.tests.failing.length;
+  const gates = observation.gates.filter((gate) => gate.exit_code !== 0 || gate.timed_out || gate.report_error !== undefined).length;
+  const parts = [...(tests > 0 || gates === 0 ? [`${tests} failing test(s)`] : []), ...(gates > 0 ? [`${gates} failing gate(s)`] : [])];
+  return parts.join(", ");
 }
 
 /**

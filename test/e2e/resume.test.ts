@@ -140,7 +140,7 @@ describe("interrupt, then run again with other flags", () => {
     const human = (...args: string[]) => runCli(["--server", coordinator.url, ...args], { cwd: repo });
     const resumed = await human("run");
     expect(resumed.code, resumed.stderr).toBe(13);
-    expect(resumed.stderr).toContain(`resuming loop ${loopId} (iteration 0 of 3)`);
+    expect(resumed.stderr).toContain(`resuming loop ${loopId} (0 of 3 iterations done)`);
     expect(resumed.stderr).not.toContain("capturing the baseline");
     expect(resumed.stdout + resumed.stderr).toContain(`loop ${loopId} halted: blocked_path_modified (exit 13) after 1 iteration(s)`);
     expect(existsSync(path.join(repo, "test", "sum.test.js"))).toBe(true);

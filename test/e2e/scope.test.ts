@@ -185,6 +185,8 @@ describe("the scope against cheats the default protected set does not name", () 
     const honest = repoOf(NODE_PROJECT, agent({}, [["src/sum.js", BUG, "a + b"]]));
     const unscoped = await runToHalt(honest, 10, "success_condition_met", flags);
     expect(unscoped.result.stderr).toMatch(/^no scope: only the default protected set guards the check/m);
+    // The check is exit-code only: t0's failure is its gate's, counted as a gate, not as a test.
+    expect(unscoped.result.stderr).toContain(`loop ${unscoped.loopId} (contract flags): the baseline has 1 failing gate(s)`);
     const issued = await runCli(["--server", coordinator.url, "receipt", unscoped.loopId], { cwd: honest });
     expect(issued.code, issued.stderr).toBe(0);
     const url = /https?:\/\/\S+\/r\/\S+/.exec(issued.stdout)?.[0] ?? "";
