@@ -246,7 +246,7 @@ export async function evaluateUntilDecided(
   offered?: Lease | null,
 ): Promise<{ verdict: Verdict; loop: LoopSummary }> {
   let first = offered;
-  // What it waits for, said as a line when it changes and once a minute meanwhile: without a terminal (a
+  // What it waits for, said as a line when it changes and every 30 s meanwhile: without a terminal (a
   // CI log, a pipe) the live line is not shown, and a run waiting for a runner must not look hung.
   const required = Object.entries(session.loaded.contract.evaluate?.labels ?? {}).map(([key, value]) => `${key}=${value}`);
   const wanted = required.length > 0 ? `a runner with ${required.join(",")}` : "a runner";
@@ -269,7 +269,7 @@ export async function evaluateUntilDecided(
     const line = holder ? `${candidateId} is being evaluated by runner ${holder}` : `waiting for ${wanted} to evaluate ${candidateId}`;
     const now = Date.now();
     waitingSince ??= now;
-    if (line !== said.line || now - said.at >= 60_000) {
+    if (line !== said.line || now - said.at >= 30_000) {
       progress(session.mode, `[${iteration}] ${line} (${Math.round((now - waitingSince) / 1000)} s so far)`);
       said = { line, at: now };
     }
