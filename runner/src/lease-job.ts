@@ -269,7 +269,9 @@ export async function evaluateUntilDecided(
     const line = holder ? `${candidateId} is being evaluated by runner ${holder}` : `waiting for ${wanted} to evaluate ${candidateId}`;
     const now = Date.now();
     waitingSince ??= now;
-    if (line !== said.line || now - said.at >= 30_000) {
+    // Long-polls end every LONG_POLL_MS (25 s) at most, so a line due 20 s after the last comes at the
+    // next poll: one every 25 s or sooner, never more than 30 s apart.
+    if (line !== said.line || now - said.at >= 20_000) {
       progress(session.mode, `[${iteration}] ${line} (${Math.round((now - waitingSince) / 1000)} s so far)`);
       said = { line, at: now };
     }
