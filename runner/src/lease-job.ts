@@ -269,16 +269,18 @@ export async function evaluateUntilDecided(
     const line = holder ? `${candidateId} is being evaluated by runner ${holder}` : `waiting for ${wanted} to evaluate ${candidateId}`;
     const now = Date.now();
     waitingSince ??= now;
-    // Long-polls end every LONG_POLL_MS (25 s) at most, so a line due 20 s after the last comes at the
-    // next poll: one every 25 s or sooner, never more than 30 s apart.
-    if (line !== said.line || now - said.at >= 20_000) {
+    if (line !== said.line || now - said.at >= WAITING_LINE_MS) {
       progress(session.mode, `[${iteration}] ${line} (${Math.round((now - waitingSince) / 1000)} s so far)`);
       said = { line, at: now };
     }
     liveStatus(session.mode, `[${iteration}] ${line}; waiting`);
-    await foldLoop(session, LONG_POLL_MS);
+    // The long-poll ends by the time the next line is due, so lines are never more than 30 s apart.
+    await foldLoop(session, Math.max(1_000, Math.min(LONG_POLL_MS, said.at + WAITING_LINE_MS - Date.now())));
   }
 }
+
+/** How often a runner waiting for another's verdict says so again. */
+const WAITING_LINE_MS = 30_000;
 
 /** How long one long-poll waits (the coordinator holds it at most 25 s). */
 export const LONG_POLL_MS = 25_000;
