@@ -1,6 +1,6 @@
 import path from "node:path";
 import { formatDuration } from "../../shared/duration.js";
-import type { Verdict } from "../../shared/engine/index.js";
+import { formatLabels, type Verdict } from "../../shared/engine/index.js";
 import type { Lease, LoopSummary, ReportResponse } from "../../shared/wire/api.js";
 import { compactTests } from "../../shared/engine/test-sets.js";
 import type { FullObservation } from "../../shared/wire/observation.js";
@@ -248,8 +248,8 @@ export async function evaluateUntilDecided(
   let first = offered;
   // What it waits for, said as a line when it changes and every 30 s meanwhile: without a terminal (a
   // CI log, a pipe) the live line is not shown, and a run waiting for a runner must not look hung.
-  const required = Object.entries(session.loaded.contract.evaluate?.labels ?? {}).map(([key, value]) => `${key}=${value}`);
-  const wanted = required.length > 0 ? `a runner with ${required.join(",")}` : "a runner";
+  const required = session.loaded.contract.evaluate?.labels ?? {};
+  const wanted = Object.keys(required).length > 0 ? `a runner with ${formatLabels(required)}` : "a runner";
   let waitingSince: number | null = null;
   let said = { line: "", at: 0 };
   for (;;) {

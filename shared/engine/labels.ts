@@ -8,3 +8,12 @@ import type { Labels } from "../wire/contract.js";
 export function labelsSatisfy(required: Readonly<Labels>, offered: Readonly<Labels>): boolean {
   return Object.entries(required).every(([key, value]) => Object.hasOwn(offered, key) && offered[key] === value);
 }
+
+/** Labels as `--labels` takes them, `gpu=h100,os=linux`; `none` for an empty set. */
+export function formatLabels(labels: Readonly<Labels>): string {
+  return (
+    Object.entries(labels)
+      .map(([key, value]) => `${key}=${value}`)
+      .join(",") || "none"
+  );
+}

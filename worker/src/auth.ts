@@ -4,6 +4,7 @@ import { eq } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import type { Context, MiddlewareHandler } from "hono";
 import { OWNER_TEAM, type Scope } from "../../shared/wire/auth.js";
+import { formatLabels, labelsSatisfy } from "../../shared/engine/labels.js";
 import { Labels } from "../../shared/wire/contract.js";
 import { tokens, type TokenRow } from "./db/schema.js";
 import { ApiError } from "./http-errors.js";
@@ -103,16 +104,12 @@ function principalOfRow(row: TokenRow): Principal {
 export function requireClaimable(principal: Principal, claimed: Readonly<Labels>): void {
   if (principal.labels === null) return;
   const allowed = principal.labels;
-  const beyond = Object.entries(claimed).filter(([key, value]) => allowed[key] !== value);
-  if (beyond.length === 0) return;
-  const shown = (labels: Readonly<Labels>) =>
-    Object.entries(labels)
-      .map(([key, value]) => `${key}=${value}`)
-      .join(",") || "none";
+  if (labelsSatisfy(claimed, allowed)) return;
+  const beyond = Object.fromEntries(Object.entries(claimed).filter(([key, value]) => !labelsSatisfy({ [key]: value }, allowed)));
   throw new ApiError(
     403,
     "labels_not_allowed",
-    `this token may claim only the labels ${shown(allowed)}; the runner claimed ${shown(Object.fromEntries(beyond))} beyond them`,
+    `this token may claim only the labels ${formatLabels(allowed)}; the runner claimed ${formatLabels(beyond)} beyond them`,
   );
 }
 

@@ -4,6 +4,7 @@ import { connect, type ServerOptions } from "../connect.js";
 import { CoordinatorError, UserError } from "../errors.js";
 import { emitResult, type OutputMode } from "../output.js";
 import { parseLabels } from "../labels.js";
+import { formatLabels } from "../../../shared/engine/labels.js";
 
 // `loopwarden team …` and `loopwarden token …` (DESIGN §11, §13): thin wrappers over the tenancy routes.
 // Without --server they act on the local coordinator as its owner, like every other local command.
@@ -56,21 +57,12 @@ export function parseScopes(text: string): Scope[] {
   return [...new Set(scopes)] as Scope[];
 }
 
-/** Labels as `--labels` takes them: `gpu=h100,os=linux` (`none` for an empty set). */
-function labelList(labels: Readonly<Record<string, string>>): string {
-  return (
-    Object.entries(labels)
-      .map(([key, value]) => `${key}=${value}`)
-      .join(",") || "none"
-  );
-}
-
 function describeToken(token: TokenView): string {
   const limits = [
     token.team_id === OWNER_TEAM ? "the owner's own loops (no team)" : `team ${token.team_id}`,
     token.loop_id ? `loop ${token.loop_id}` : "every loop of the team",
     token.revoked_at ? `revoked ${token.revoked_at}` : token.expires_at ? `expires ${token.expires_at}` : "no expiry",
-    ...(token.labels ? [`claims only ${labelList(token.labels)}`] : []),
+    ...(token.labels ? [`claims only ${formatLabels(token.labels)}`] : []),
   ];
   return `${token.token_id}  ${token.scopes.join(",")}  ${limits.join(", ")}${token.name ? `  "${token.name}"` : ""}`;
 }
@@ -163,7 +155,7 @@ export async function whoamiCommand(options: Options): Promise<number> {
       `  scopes: ${identity.scopes.join(", ")}`,
       ...(identity.loop_id ? [`  restricted to loop ${identity.loop_id}`] : []),
       ...(identity.expires_at ? [`  expires ${identity.expires_at}`] : []),
-      ...(identity.labels ? [`  a runner using it may claim only the labels ${labelList(identity.labels)}`] : []),
+      ...(identity.labels ? [`  a runner using it may claim only the labels ${formatLabels(identity.labels)}`] : []),
     ]);
     return 0;
   } finally {

@@ -3,6 +3,7 @@ import { and, desc, eq, sql } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import { Hono, type Context } from "hono";
 import { parseDuration } from "../../../shared/duration.js";
+import { formatLabels, labelsSatisfy } from "../../../shared/engine/labels.js";
 import { Labels } from "../../../shared/wire/contract.js";
 import {
   CreateTeamRequest,
@@ -106,11 +107,8 @@ function requireDelegable(principal: Principal, grant: Grant): void {
   }
   if (principal.labels !== null) {
     const allowed = principal.labels;
-    const within = grant.labels !== null && Object.entries(grant.labels).every(([key, value]) => allowed[key] === value);
-    if (!within) {
-      const shown = Object.entries(allowed)
-        .map(([key, value]) => `${key}=${value}`)
-        .join(",");
+    if (grant.labels === null || !labelsSatisfy(grant.labels, allowed)) {
+      const shown = formatLabels(allowed);
       throw new ApiError(
         403,
         "forbidden",
