@@ -4,7 +4,7 @@ import picomatch from "picomatch";
 import { INLINE_EVIDENCE_MAX_BYTES, INLINE_EVIDENCE_MAX_FILES, INLINE_EVIDENCE_TOTAL_BYTES, type InlineEvidence } from "../../shared/wire/api.js";
 import { MAX_ARTIFACT_ERRORS, type ArtifactError, type ArtifactRef } from "../../shared/wire/observation.js";
 import { CoordinatorError, type Client } from "./client.js";
-import type { Evaluation } from "./evaluate.js";
+import type { Evaluation } from "./evaluation.js";
 import { BodySourceError } from "./transfer-watch.js";
 
 // The contract's `artifacts` globs (DESIGN §5, §10): after each evaluation, the files they match in the

@@ -58,13 +58,15 @@ function candidateMessage(session: Session, iteration: number, key: string, agen
 
 /**
  * Commits the tree an agent left in its workspace (DESIGN §6.7) as a candidate on the loop branch, read
- * as data with the runner's own git (`snapshotWorkTree`), with the same trailers as `commitCandidate`.
+ * as data with the runner's own git (`snapshotWorkTree`), with the same trailers as `commitCandidate`;
+ * `onCommitted` hears of the commit before the branch moves to it.
  */
 export async function commitWorkspace(
   session: Session,
   workspace: Workspace,
   iteration: number,
   agent: AgentRun | null,
+  onCommitted?: (commit: string, diff: Diff) => void,
 ): Promise<{ commit: string; key: string; diff: Diff }> {
   const key = `cand-${randomBytes(12).toString("hex")}`;
   const { commit, diff } = await snapshotWorkTree(
@@ -73,6 +75,7 @@ export async function commitWorkspace(
     workspace.index,
     candidateMessage(session, iteration, key, agent),
     session.loop.best.commit,
+    onCommitted,
   );
   return { commit, key, diff };
 }

@@ -5,6 +5,8 @@ import path from "node:path";
 import { cloneEnv, isWithin } from "./environment.js";
 import { UserError } from "./errors.js";
 import { blankClone, checkoutDetached, objectsDirOf } from "./git.js";
+import type { Evaluation, EvaluationAhead, GateHooks } from "./evaluation.js";
+import { heldHooks } from "./evaluation.js";
 import type { GuardReadingsBeforeGates } from "./guard-readings.js";
 import { isProcessAlive } from "./processes.js";
 import { timed } from "./timings.js";
@@ -25,6 +27,8 @@ export interface Clone {
   guardsBefore?: Promise<GuardReadingsBeforeGates> | undefined;
   /** The repository's object store, which the clone borrows: readable in the exec zone (DESIGN §6.7). */
   objects?: string | undefined;
+  /** The evaluation `cloneAhead` began in this clone before its job was leased, for the job to adopt. */
+  evaluationAhead?: EvaluationAhead | undefined;
 }
 
 /** The directory all runner processes keep their clones under: the system's temporary directory. */
@@ -164,37 +168,91 @@ function removeClone(dir: string): Promise<void> {
 
 // Clones made ahead of their use, by repository and commit: the runner starts a candidate's clone while
 // its proposal and lease are in flight, so the evaluation's clone is not on the iteration's critical path.
-const ahead = new Map<string, { dir: Promise<string>; guardsBefore?: Promise<GuardReadingsBeforeGates> | undefined }>();
+interface Ahead {
+  dir: Promise<string>;
+  guardsBefore?: Promise<GuardReadingsBeforeGates> | undefined;
+  evaluation?: EvaluationAhead | undefined;
+}
+const ahead = new Map<string, Ahead>();
 const aheadKey = (repo: string, commit: string) => `${repoKey(repo)}\0${commit}`;
+
+/** What `cloneAhead` begins in the clone as soon as it is checked out. */
+export interface WorkAhead {
+  /** Takes the guard readings (DESIGN §6.4) before anything can run in the clone; the clone carries them. */
+  readGuards?: (dir: string) => Promise<GuardReadingsBeforeGates>;
+  /** Evaluates the commit at once, before its job is leased: the `withClone` that takes the clone adopts it. */
+  evaluate?: (clone: Clone, hooks: GateHooks) => Promise<Evaluation>;
+}
 
 /**
  * Starts a clean clone of `commit` now, for the next `withClone` of the same repository and commit to
- * take; `readGuards`, when given, takes the guard readings (DESIGN §6.4) as soon as the checkout is made,
- * before anything can run in it, and the clone carries them. One never taken must be given back with
- * `dropCloneAhead`.
+ * take, and begins `work` in it. One never taken must be given back with `dropCloneAhead`.
  */
-export function cloneAhead(repo: string, commit: string, readGuards?: (dir: string) => Promise<GuardReadingsBeforeGates>): void {
+export function cloneAhead(repo: string, commit: string, work: WorkAhead = {}): void {
   const key = aheadKey(repo, commit);
   if (ahead.has(key)) return;
   // The blank clone is taken now, so none made for this candidate is left for another to take.
   const prepared = takePrepared(repo);
-  const dir = checkedTreePaths(repo).then(() => makeClone(repo, commit, `ahead-${commit.slice(0, 10)}`, prepared));
-  const guardsBefore = readGuards ? dir.then(readGuards) : undefined;
+  const trees = checkedTreePaths(repo);
+  const dir = trees.then(() => makeClone(repo, commit, `ahead-${commit.slice(0, 10)}`, prepared));
+  const readGuards = work.readGuards;
+  const guardsBefore = readGuards ? dir.then((made) => timed("guards", () => readGuards(made))) : undefined;
   // A failure is met again by the withClone that takes it (or is moot when nothing does).
   dir.catch(() => undefined);
   guardsBefore?.catch(() => undefined);
-  ahead.set(key, { dir, guardsBefore });
+  ahead.set(key, { dir, guardsBefore, evaluation: work.evaluate ? evaluateAhead(repo, trees, dir, guardsBefore, work.evaluate) : undefined });
 }
 
-/** Removes the clone `cloneAhead` started for `commit`, unless a `withClone` took it. */
+/** Begins `evaluate` in the clone being made, with its own signal and its progress held for the job that adopts it. */
+function evaluateAhead(
+  repo: string,
+  trees: Promise<string[]>,
+  dir: Promise<string>,
+  guardsBefore: Promise<GuardReadingsBeforeGates> | undefined,
+  evaluate: NonNullable<WorkAhead["evaluate"]>,
+): EvaluationAhead {
+  const stopped = new AbortController();
+  const held = heldHooks();
+  let gateStarted = () => {};
+  const started = new Promise<void>((resolve) => (gateStarted = resolve));
+  const hooks: GateHooks = {
+    ...held.hooks,
+    onGateStart: (gate) => {
+      gateStarted();
+      held.hooks.onGateStart(gate);
+    },
+  };
+  const result = (async () => {
+    const clone = await cloneOf(repo, await dir, await trees);
+    stopped.signal.throwIfAborted();
+    return evaluate({ ...clone, guardsBefore, signal: stopped.signal }, hooks);
+  })();
+  result.catch(() => undefined).finally(gateStarted);
+  return { result, started, adopt: (bind) => held.bind(bind), stop: (reason) => stopped.abort(reason) };
+}
+
+/** Settles once the evaluation `cloneAhead` began for `commit` has started its first gate (at once when it began none). */
+export async function evaluationStarted(repo: string, commit: string): Promise<void> {
+  await ahead.get(aheadKey(repo, commit))?.evaluation?.started;
+}
+
+/** Removes the clone `cloneAhead` started for `commit`, unless a `withClone` took it, stopping what it began there. */
 export async function dropCloneAhead(repo: string, commit: string): Promise<void> {
   const key = aheadKey(repo, commit);
   const made = ahead.get(key);
   if (!made) return;
   ahead.delete(key);
-  await made.guardsBefore?.catch(() => undefined);
+  made.evaluation?.stop();
+  await Promise.all([made.guardsBefore?.catch(() => undefined), made.evaluation?.result.catch(() => undefined)]);
   const dir = await made.dir.catch(() => null);
   if (dir) await removeClone(dir);
+}
+
+/** The clone at `dir` as its commands see it: the environment naming no path of `trees`, the borrowed object store hidden from zones but readable. */
+async function cloneOf(repo: string, dir: string, trees: string[]): Promise<Clone> {
+  const objects = await objectsDirOf(repo);
+  hideRepositoryOf(objects);
+  return { dir, env: cloneEnv(trees), objects };
 }
 
 /**
@@ -209,10 +267,11 @@ export async function withClone<T>(repo: string, commit: string, label: string, 
   ahead.delete(key);
   const dir = await (made?.dir ?? makeClone(repo, commit, label));
   try {
-    const objects = await objectsDirOf(repo);
-    hideRepositoryOf(objects);
-    return await use({ dir, env: cloneEnv(trees), guardsBefore: made?.guardsBefore, objects });
+    return await use({ ...(await cloneOf(repo, dir, trees)), guardsBefore: made?.guardsBefore, evaluationAhead: made?.evaluation });
   } finally {
+    // An evaluation begun ahead never outlives its clone, adopted or not.
+    made?.evaluation?.stop();
+    await made?.evaluation?.result.catch(() => undefined);
     // Removed while the runner goes on (the verdict is applied, the next agent starts): not on the
     // iteration's critical path. A process that ends waits for it; one killed first leaves the clone to
     // the next runner's removeStaleClones.

@@ -3,7 +3,7 @@ import path from "node:path";
 import { parseDuration } from "../../shared/duration.js";
 import { sha256Hex } from "../../shared/hash.js";
 import type { Contract, Gate } from "../../shared/wire/contract.js";
-import type { ArtifactRef, FullObservation, GateResult } from "../../shared/wire/observation.js";
+import type { ArtifactRef, GateResult } from "../../shared/wire/observation.js";
 import type { Client } from "./client.js";
 import { withClone, type Clone } from "./clone.js";
 import { requireNetworkIsolation, runCommand, type CommandResult } from "./exec.js";
@@ -11,12 +11,7 @@ import { execConfinement, execZone } from "./zones/isolation.js";
 import { requireSandbox } from "./zones/sandbox.js";
 import { readCoverage, readGuardsBeforeGates, type GuardSources } from "./guard-readings.js";
 import { parseJUnit, parseMetrics, parseTap, type TestReport } from "./parsers/index.js";
-
-/** An observation and the gate logs it cites, still to be uploaded. */
-export interface Evaluation {
-  observation: FullObservation;
-  logs: { ref: ArtifactRef; bytes: Buffer }[];
-}
+import type { Evaluation, GateHooks, GateProgress } from "./evaluation.js";
 
 function logOf(gate: Gate, result: CommandResult, notes: string[]): Buffer {
   const ending = result.timed_out
@@ -49,22 +44,6 @@ async function readTestReport(gate: Gate, clone: string): Promise<{ report: Test
   } catch (error) {
     return { error: (error as Error).message };
   }
-}
-
-/** What a gate's progress line shows. */
-export interface GateProgress {
-  gate: Gate;
-  result: GateResult;
-  tests: { passing: number; failing: number } | null;
-  metricErrors: string[];
-}
-
-/** What a caller hears while gates run (progress lines, live status). */
-export interface GateHooks {
-  onGateStart?: (gate: Gate) => void;
-  onGate?: (progress: GateProgress) => void;
-  /** Anything else worth a progress line (e.g. an unreadable coverage report). */
-  onNote?: (text: string) => void;
 }
 
 /**

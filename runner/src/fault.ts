@@ -4,11 +4,12 @@
 // with their own environments and cannot set it for the runner.
 
 /**
- * The points a test can crash the runner at, in the order a loop's creation passes them: its request
+ * The points a test can crash the runner at. In the order a loop's creation passes them: its request
  * saved but not sent; the coordinator's answer received, the baseline's logs not uploaded; the logs
- * uploaded, the loop not yet recorded in the workspace.
+ * uploaded, the loop not yet recorded in the workspace. Then, in `run`'s iterations: a rejection's
+ * return of the working tree to the best commit begun and left running (`restore-begun`).
  */
-export type FaultPoint = "create-saved" | "create-answered" | "loop-created";
+export type FaultPoint = "create-saved" | "create-answered" | "loop-created" | "restore-begun";
 
 /** Crashes the process here when LOOPWARDEN_FAULT names this point; does nothing otherwise. */
 export function faultPoint(point: FaultPoint): void {

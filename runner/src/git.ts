@@ -253,7 +253,8 @@ export async function snapshotCandidate(repo: string, message: string, diffFrom?
  * copy of the workspace's index taken before the agent ran, so only what the agent touched is hashed
  * again), never with the workspace's `.git`, which the agent could have written (a `core.fsmonitor`
  * command, a filter, an include). Answers the commit and its change from `parent`, taken from the same
- * index, as `diffOf(repo, parent, commit)` would.
+ * index, as `diffOf(repo, parent, commit)` would. `onCommitted` hears of the commit as soon as it exists,
+ * before the branch moves to it.
  */
 export async function snapshotWorkTree(
   repo: string,
@@ -261,6 +262,7 @@ export async function snapshotWorkTree(
   index: string,
   message: string,
   parent: string,
+  onCommitted?: (commit: string, diff: Diff) => void,
 ): Promise<{ commit: string; diff: Diff }> {
   const env = { GIT_INDEX_FILE: index };
   await git(repo, ["--work-tree", workTree, "add", "-A"], { env });
@@ -270,8 +272,11 @@ export async function snapshotWorkTree(
   ]);
   const identity = await identityArgs(repo);
   const commit = (await git(repo, [...identity, "commit-tree", tree.trim(), "-p", parent, "-m", message])).trim();
+  const diff = diffOfPatch(patch);
+  // What needs only the commit object (a clone of it) begins while the branch and the working tree move.
+  onCommitted?.(commit, diff);
   await git(repo, ["reset", "-q", "--hard", commit]);
-  return { commit, diff: diffOfPatch(patch) };
+  return { commit, diff };
 }
 
 /**

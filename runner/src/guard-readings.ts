@@ -60,11 +60,13 @@ export interface GuardSources {
 
 /** Readings taken right after checkout, before any gate runs; what changed since t0 only when the contract has a scope. */
 export async function readGuardsBeforeGates(clone: string, contract: Contract, sources: GuardSources): Promise<GuardReadingsBeforeGates> {
-  return {
-    protected_files: await hashProtectedFiles(clone, contract, sources.contractFile),
-    contract: await readContractFile(clone, sources.contractFile),
-    ...(contract.scope ? { changed_paths: await readChangedPaths(clone, sources.baseline) } : {}),
-  };
+  // Apart from one another, so taken at once: the checkout they read stays untouched until they are done.
+  const [protectedFiles, contractFile, changedPaths] = await Promise.all([
+    hashProtectedFiles(clone, contract, sources.contractFile),
+    readContractFile(clone, sources.contractFile),
+    contract.scope ? readChangedPaths(clone, sources.baseline) : null,
+  ]);
+  return { protected_files: protectedFiles, contract: contractFile, ...(changedPaths ? { changed_paths: changedPaths } : {}) };
 }
 
 /** Line coverage from the contract's lcov file after the gates ran; null when there is none to read. */

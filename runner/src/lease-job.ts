@@ -88,7 +88,16 @@ export async function evaluateLease(
     const compareTo = lease.job.compare_to?.commit ?? (await foldLoop(ctx)).best.commit;
     return await withClone(ctx.repo, lease.job.commit, lease.job.candidate_id, async (candidateClone) => {
       const clone = jobClone(candidateClone);
-      const evaluation = await timed("gates", () => evaluateIn(clone, { ...evaluationOptions(mode, ctx.loaded, folded.t0.commit, label), contract }));
+      const options = evaluationOptions(mode, ctx.loaded, folded.t0.commit, label);
+      // Begun before the lease came (the proposer's own candidate, with this contract: checked above), it
+      // is this job's evaluation now: its lines are this job's, and it dies with the job.
+      const begun = clone.evaluationAhead;
+      if (begun) {
+        begun.adopt(options);
+        lost.signal.addEventListener("abort", () => begun.stop(lost.signal.reason), { once: true });
+        if (lost.signal.aborted) begun.stop(lost.signal.reason);
+      }
+      const evaluation = await timed("gates", () => begun?.result ?? evaluateIn(clone, { ...options, contract }));
       lost.signal.throwIfAborted();
       // What could not be stored as it was (a refusal, a log kept as its tail) is evidence in the
       // report and a warning line, once each, never the end of the job.

@@ -8,7 +8,7 @@ import { ArtifactRef } from "../../shared/wire/observation.js";
 import { UserError } from "./errors.js";
 import { MAX_NAME_LENGTH, TooManyArtifactFiles, contentTypeOf, matchArtifacts, uploadArtifactFiles } from "./artifact-files.js";
 import type { Client } from "./client.js";
-import type { Evaluation } from "./evaluate.js";
+import type { Evaluation } from "./evaluation.js";
 
 // A loop's creation, kept on disk from before its request is sent until the loop is recorded in the
 // workspace (DESIGN §6.6). A runner killed in between sends the very same request again — the same

@@ -8,12 +8,13 @@ import type { AgentReport } from "../../shared/wire/agent-report.js";
 import type { InlineEvidence, LoopSummary, ProposeCandidateRequest } from "../../shared/wire/api.js";
 import { refuseCandidateBaseline } from "./candidate-commits.js";
 import { CoordinatorError, type Client } from "./client.js";
-import { cloneAhead, dropCloneAhead, removeStaleClones, withClone } from "./clone.js";
+import { cloneAhead, dropCloneAhead, evaluationStarted, removeStaleClones, withClone, type Clone } from "./clone.js";
 import { connect, type Connection, type ServerOptions } from "./connect.js";
 import { contractFileOf, contractHash, validateContract, type LoadedContract } from "./contract-file.js";
 import { resolveContract, resumedContract, type ContractOptions } from "./contract-resolution.js";
 import { UserError } from "./errors.js";
-import { evaluateIn, hardGatesPassed, uploadLogs, type Evaluation } from "./evaluate.js";
+import { evaluateIn, hardGatesPassed, uploadLogs } from "./evaluate.js";
+import type { Evaluation, GateHooks } from "./evaluation.js";
 import { readGuardsBeforeGates } from "./guard-readings.js";
 import { faultPoint } from "./fault.js";
 import {
@@ -75,6 +76,8 @@ export interface Session {
   labels: Labels;
   /** The loop's state as last folded, and the last event folded into it: later reads fetch only what follows. */
   folded?: { seq: number; state: LoopState } | undefined;
+  /** The working tree's return to the best commit after a rejection, when `decideCandidate` left it running. */
+  restoring?: Promise<void> | undefined;
 }
 
 function newRunnerId(): string {
@@ -322,6 +325,24 @@ export function evaluatesOwnCandidate(session: Session, agent: AgentRun | null):
   return !agentFailed(agent) && labelsSatisfy(session.loaded.contract.evaluate?.labels ?? {}, session.labels);
 }
 
+/**
+ * Begins evaluating a candidate this runner evaluates itself (`evaluatesOwnCandidate`), before it is
+ * proposed: its clone is made, its guards read as soon as it is checked out, and, when it is known to
+ * change something (`diff`), its gates run while it is proposed. The proposal asks for the lease too,
+ * which is this runner's, for this candidate, unless the loop halted or another job was queued first;
+ * then the evaluation is stopped unused (decideCandidate gives the clone back, as it does when an empty
+ * candidate is rejected unevaluated). The verdict is still the coordinator's, on what the leased job
+ * reports (DESIGN §4, invariant 1).
+ */
+export function beginOwnEvaluation(session: Session, commit: string, diff?: Diff): void {
+  const { contract } = session.loaded;
+  const guards = { contractFile: contractFileOf(session.loaded), baseline: session.loop.t0.commit };
+  cloneAhead(session.repo, commit, {
+    readGuards: (dir) => readGuardsBeforeGates(dir, contract, guards),
+    ...(diff && !diff.empty ? { evaluate: (clone: Clone, hooks: GateHooks) => evaluateIn(clone, { contract, guards, ...hooks }) } : {}),
+  });
+}
+
 /** The proposal for a committed candidate: its diff from the best commit and how the agent run went. */
 export async function buildProposal(
   session: Session,
@@ -336,17 +357,8 @@ export async function buildProposal(
   },
 ): Promise<ProposeCandidateRequest> {
   const failed = agentFailed(candidate.agent);
-  // A runner the contract's labels admit evaluates its own candidate: the clone for it is made while the
-  // proposal is prepared and sent (decideCandidate gives it back if it goes unused: an empty candidate
-  // is rejected unevaluated), its guards read as soon as it is checked out, and the proposal asks for
-  // the lease too.
   const evaluatesOwn = evaluatesOwnCandidate(session, candidate.agent);
-  if (evaluatesOwn) {
-    const { contract } = session.loaded;
-    cloneAhead(session.repo, candidate.commit, (dir) =>
-      readGuardsBeforeGates(dir, contract, { contractFile: contractFileOf(session.loaded), baseline: session.loop.t0.commit }),
-    );
-  }
+  if (evaluatesOwn) beginOwnEvaluation(session, candidate.commit, candidate.diff);
   // Its one-line summary for the agent's history is ready by the next iteration.
   void diffSummary(session.repo, session.loop.best.commit, candidate.commit);
   try {
@@ -357,6 +369,9 @@ export async function buildProposal(
     // agent failed, or it turns out empty — needs none; the bundle is made (and, unless it is small enough
     // to travel inside the proposal, sent) while the diff is taken, as only an empty candidate (the rarer
     // case) turns out not to need it.
+    // An evaluation begun ahead has its clone checked out and its guards read first: the bundle and the
+    // proposal, which only need to arrive before the report, do not compete with them for the machine.
+    await evaluationStarted(session.repo, candidate.commit);
     const shared = !session.connection.local || session.loaded.contract.evaluate !== undefined;
     const bundling = failed || !shared ? null : proposalBundle(session.client, session.loop.loop_id, session.repo, candidate.commit, session.loop.t0.commit);
     bundling?.catch(() => undefined);
@@ -384,10 +399,30 @@ export async function buildProposal(
 }
 
 /**
+ * Waits for the working tree's return to the best commit that `decideCandidate` left running, and
+ * answers its failure, if any: due before anything else moves the loop's branch, and before the
+ * process ends.
+ */
+export async function workingTreeRestored(session: Session): Promise<void> {
+  const restoring = session.restoring;
+  session.restoring = undefined;
+  await restoring;
+}
+
+/**
  * Proposes a committed candidate (idempotently, by its key), has it decided, and applies the verdict:
  * a promotion stays on the branch; a rejection is kept under its ref and the tree goes back to the best.
+ * With `restoreLater`, the tree's return is left running (`session.restoring`) for the caller to await
+ * with `workingTreeRestored`: `run` overlaps it with the next agent run, which works in a workspace of
+ * its own and never reads the working tree. A runner killed meanwhile finds the rejected candidate at
+ * HEAD and applies its verdict again (`settleInterruptedIteration`).
  */
-export async function decideCandidate(session: Session, proposal: ProposeCandidateRequest, iteration: number): Promise<Verdict> {
+export async function decideCandidate(
+  session: Session,
+  proposal: ProposeCandidateRequest,
+  iteration: number,
+  options: { restoreLater?: boolean } = {},
+): Promise<Verdict> {
   const pending = pendingProposalFile(session, proposal.idempotency_key);
   await mkdir(path.dirname(pending), { recursive: true });
   await writeFile(pending, JSON.stringify(proposal));
@@ -408,6 +443,9 @@ export async function decideCandidate(session: Session, proposal: ProposeCandida
     );
     foldAnswered(session, after, proposed.events);
     session.loop = proposed.loop;
+    // An evaluation begun ahead that the answer did not lease (the loop halted, another job came first,
+    // the candidate was judged unevaluated) is stopped now, not left running until the verdict.
+    if (proposed.lease?.job.commit !== proposal.commit) await dropCloneAhead(session.repo, proposal.commit);
     let verdict = proposed.candidate.verdict;
     if (!verdict) {
       const decided = await timed("evaluate", () => evaluateUntilDecided(session, proposed.candidate.candidate_id, iteration, proposed.lease));
@@ -419,13 +457,21 @@ export async function decideCandidate(session: Session, proposal: ProposeCandida
       // Why, in the gates' own terms, and where the output is (a candidate rejected unevaluated has no
       // report): read from the log while the working tree is restored.
       const ref = rejectedRef(session.loop.loop_id, verdict.candidate_id);
-      const [state] = await Promise.all([
-        stateAtHead(session),
-        timed("revert", () => revertTo(session.repo, session.loop.best.commit, { ref, commit: proposal.commit })),
-      ]);
+      const best = session.loop.best.commit;
+      const restoring = timed("revert", () => revertTo(session.repo, best, { ref, commit: proposal.commit }));
+      // Awaited by whoever waits for it, but never an unhandled rejection meanwhile.
+      restoring.catch(() => undefined);
+      if (options.restoreLater) {
+        session.restoring = restoring;
+        faultPoint("restore-begun");
+      }
+      const [state] = await Promise.all([stateAtHead(session), options.restoreLater ? null : restoring]);
       const why = failureLine(state.candidates[verdict.candidate_id]);
       if (why) progress(session.mode, `[${iteration}]   ${why}`);
-      progress(session.mode, `[${iteration}] restored the working tree to ${shortCommit(session.loop.best.commit)}; the candidate is kept at ${ref}`);
+      progress(
+        session.mode,
+        `[${iteration}] ${options.restoreLater ? "the working tree goes back" : "restored the working tree"} to ${shortCommit(best)}; the candidate is kept at ${ref}`,
+      );
     }
     await rm(pending, { force: true });
     return verdict;

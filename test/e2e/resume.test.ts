@@ -52,9 +52,14 @@ describe("a runner crash mid-evaluation", () => {
     expect(survivors).toEqual([]);
     const loopId = recordedLoopId(repo);
     // The crash left the candidate committed on the loop branch, undecided, and its clone behind (in the
-    // temporary directory, outside the repository).
+    // temporary directory, outside the repository), beside at most the blank clone made ahead for the
+    // next candidate (nothing checked out in it).
     expect(gitIn(repo, "log", "-1", "--format=%s")).toContain("candidate of iteration 1");
-    expect(readdirSync(clonesOf(firstPid))).toHaveLength(1);
+    const candidateClones = dirsHolding(clonesOf(firstPid), LEVEL_HOLD.started);
+    expect(candidateClones).toHaveLength(1);
+    const others = readdirSync(clonesOf(firstPid)).filter((entry) => path.join(clonesOf(firstPid), entry) !== candidateClones[0]);
+    expect(others.length).toBeLessThanOrEqual(1);
+    for (const other of others) expect(readdirSync(path.join(clonesOf(firstPid), other))).toEqual([".git"]);
     expect(existsSync(path.join(repo, ".loopwarden", "clones"))).toBe(false);
 
     const second = await runCli(["--json", ...args], { cwd: repo });
@@ -164,6 +169,40 @@ describe("interrupt, then run again with other flags", () => {
     expect(newLoop).not.toBe(loopId);
     expect(other.stderr).toContain(`--new: loop ${loopId} is left as it is on its coordinator; this repository now follows loop ${newLoop}`);
     expect(other.stdout + other.stderr).toContain("halted: blocked_path_modified");
+  });
+});
+
+// `run` lets a rejection's return of the working tree to the best commit run on while the next agent
+// works (it never reads the working tree): a runner killed while it is in flight leaves the rejected
+// candidate at HEAD, or the tree half restored, and the next run settles either without losing the
+// candidate or proposing it twice.
+describe("a runner crash while the working tree goes back to the best commit", () => {
+  const { tmp, coordinator } = sharedCoordinator("restore-crash");
+
+  it("the next run finds the rejected candidate kept, the tree at the best commit, and converges", async () => {
+    const { repo, check } = makeLevelProject(tmp.dir);
+    const git = (...args: string[]) => gitIn(repo, ...args).trim();
+    const t0 = git("rev-parse", "HEAD");
+    const args = ["--server", coordinator.url, "run", "--check", check, "--exec", "node agent.mjs", "--max-iterations", "5"];
+    const crashed = await runCli(args, { cwd: repo, env: { LOOPWARDEN_FAULT: "restore-begun" } });
+    expect(crashed.code, crashed.stderr).toBeNull();
+    const loopId = recordedLoopId(repo);
+
+    const again = await runCli(["--json", ...args], { cwd: repo });
+    expect(again.code, again.stderr).toBe(10);
+    expect(JSON.parse(again.stdout)).toMatchObject({ loop_id: loopId, halt_reason: "success_condition_met", iteration: 2 });
+    const events = (await (await api(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
+      .trim()
+      .split("\n")
+      .map((line) => LoopEvent.parse(JSON.parse(line)));
+    expect(events.filter((event) => event.type === "candidate_proposed").map((event) => event.data.candidate_id)).toEqual(["c1", "c2"]);
+    // c1, rejected before the crash, is kept under its ref on t0; the tree is the promoted c2's, clean.
+    const rejected = git("rev-parse", `refs/loopwarden/rejected/${loopId}/c1`);
+    expect(git("rev-parse", `${rejected}^`)).toBe(t0);
+    expect(git("show", `${rejected}:level.txt`)).toBe("1");
+    expect(git("rev-parse", "HEAD^")).toBe(t0);
+    expect(git("show", "HEAD:level.txt")).toBe("2");
+    expect(git("status", "--porcelain", "--untracked-files=all")).toBe("");
   });
 });
 

@@ -7,7 +7,7 @@ import type { LoopSummary, ProposeCandidateRequest } from "../../../shared/wire/
 import type { Connection, ServerOptions } from "../connect.js";
 import type { CommandResult } from "../exec.js";
 import { UserError } from "../errors.js";
-import { currentBranch, loopBranch } from "../git.js";
+import { currentBranch, loopBranch, type Diff } from "../git.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { agentEnv, readAgentReport, writeAgentContext } from "../agent-context.js";
 import { commitWorkspace, maintainAfterCandidates } from "../candidate-commits.js";
@@ -16,8 +16,17 @@ import { confirmAgainstT0 } from "../confirm-job.js";
 import { stateAtHead } from "../event-log.js";
 import { takeTimings, timed } from "../timings.js";
 import { settleInterruptedIteration } from "../interrupted-iteration.js";
-import { buildProposal, decideCandidate, enterLoopBranch, evaluatesOwnCandidate, openSession, type Session } from "../session.js";
-import { dropPreparedClone, prepareClone } from "../clone.js";
+import {
+  beginOwnEvaluation,
+  buildProposal,
+  decideCandidate,
+  enterLoopBranch,
+  evaluatesOwnCandidate,
+  openSession,
+  workingTreeRestored,
+  type Session,
+} from "../session.js";
+import { dropCloneAhead, dropPreparedClone, prepareClone } from "../clone.js";
 import type { AgentRun } from "../../../shared/engine/index.js";
 import type { AgentConfinement } from "../../../shared/wire/confinement.js";
 import { closeAgentZone, makeWorkspace, prepareWorkspace, removeWorkspace, runAgentInZone, type Workspace } from "../zones/agent-zone.js";
@@ -100,6 +109,8 @@ async function proposeFromWorkspace(
   confinement: AgentConfinement,
   reportFile: string,
 ): Promise<ProposeCandidateRequest> {
+  // The last rejection's return to the best commit, overlapped with this agent run, is done first.
+  await workingTreeRestored(session);
   // Keeping and reverting move only the loop's branch. A confined agent cannot reach the repository; an
   // unconfined one could have switched it to one of the user's branches, which must then not move.
   const branch = await currentBranch(session.repo);
@@ -110,14 +121,25 @@ async function proposeFromWorkspace(
   }
   const agentRun: AgentRun = { exit_code: agent.exit_code, timed_out: agent.timed_out, duration_ms: agent.duration_ms, confinement };
   // The candidate's clone is begun while it is committed (the agent's zone is gone with every process
-  // it started, so nothing of it can touch the clone): only its checkout waits for the commit.
-  if (evaluatesOwnCandidate(session, agentRun)) prepareClone(session.repo);
+  // it started, so nothing of it can touch the clone): only its checkout waits for the commit, and its
+  // evaluation begins as soon as the commit exists.
+  const evaluatesOwn = evaluatesOwnCandidate(session, agentRun);
+  if (evaluatesOwn) prepareClone(session.repo);
+  let begun: string | null = null;
   try {
     const report = await readAgentReport(workspace.dir, reportFile);
     if (report.error) progress(session.mode, `[${iteration}] ${report.error}; not recorded`);
-    const { commit, key, diff } = await timed("commit", () => commitWorkspace(session, workspace, iteration, agentRun));
+    const begin = (commit: string, diff: Diff) => {
+      begun = commit;
+      beginOwnEvaluation(session, commit, diff);
+    };
+    const { commit, key, diff } = await timed("commit", () => commitWorkspace(session, workspace, iteration, agentRun, evaluatesOwn ? begin : undefined));
     const proposer = { kind: "command" as const, command: session.loaded.contract.agent.run };
     return await timed("bundle", () => buildProposal(session, { commit, key, diff, proposer, agent: agentRun, report }));
+  } catch (error) {
+    // A candidate whose evaluation began but that is never proposed (its branch could not move) is not evaluated on.
+    if (begun !== null) await dropCloneAhead(session.repo, begun);
+    throw error;
   } finally {
     // Taken by the candidate's clone by now, unless the commit failed.
     await dropPreparedClone(session.repo);
@@ -167,6 +189,9 @@ export async function runLoop(options: RunOptions): Promise<number> {
       // A workspace of its own, a clone of the best so far (DESIGN §6.7): the agent never touches the
       // user's repository, and the runner reads back only the tree it leaves.
       const workspace = await timed("workspace", () => makeWorkspace(session.repo, session.loop.best.commit, session.loop.loop_id));
+      // A confined agent cannot see the evaluation clones (DESIGN §6.7), so the candidate's clone is begun
+      // while it works; an unconfined one could plant something in it, so its clone waits for it to end.
+      if (!unconfined && evaluatesOwnCandidate(session, null)) prepareClone(session.repo);
       let proposal: ProposeCandidateRequest;
       try {
         const files = await timed("context", async () => writeAgentContext(session.repo, await stateAtHead(session), workspace.dir));
@@ -189,14 +214,21 @@ export async function runLoop(options: RunOptions): Promise<number> {
         proposal = await proposeFromWorkspace(session, workspace, iteration, agent, zoned.confinement, files.report);
       } finally {
         removeWorkspace(workspace).catch(() => undefined);
+        // Unless the candidate's clone took it (an agent run that threw leaves it unused).
+        await dropPreparedClone(session.repo);
       }
-      // The next agent's workspace is begun while this candidate is decided.
-      if (!options.once) prepareWorkspace(session.repo);
-      await decideCandidate(session, proposal, iteration);
+      // The next agent's workspace is begun while this candidate is decided, and so is the next candidate's
+      // clone when the agent is confined (it cannot see it).
+      if (!options.once) {
+        prepareWorkspace(session.repo, session.loop.best.commit);
+        if (!unconfined && evaluatesOwnCandidate(session, null)) prepareClone(session.repo);
+      }
+      await decideCandidate(session, proposal, iteration, { restoreLater: true });
       ran++;
       const timings = takeTimings();
       if (timings) process.stderr.write(`[${iteration}] ${timings}\n`);
     }
+    await workingTreeRestored(session);
     if (ran > 0) await maintainAfterCandidates(session);
     if (ran === 0 && session.resumed && session.loop.halt) progress(mode, HALTED_BEFORE);
     // A halted optimize loop's gain over t0 is measured once, here (DESIGN §6.3); a run that resumes a
@@ -212,7 +244,9 @@ export async function runLoop(options: RunOptions): Promise<number> {
     }
     return reportOutcome(mode, session.loop, session.connection);
   } finally {
-    await closeAgentZone(session.repo);
+    // A run that stops on an error still leaves the working tree at the best commit (the error it stops on is the one reported).
+    await workingTreeRestored(session).catch((error: unknown) => progress(mode, `restoring the working tree failed: ${(error as Error).message}`));
+    await Promise.all([closeAgentZone(session.repo), dropPreparedClone(session.repo)]);
     await timed("close", () => session.connection.close());
     const closing = takeTimings();
     if (closing) process.stderr.write(`[end] ${closing}\n`);

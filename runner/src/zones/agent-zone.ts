@@ -50,15 +50,23 @@ async function blankWorkspace(repo: string): Promise<string> {
   return dir;
 }
 
-// Blank workspaces made ahead, by repository: `prepareWorkspace` starts the next iteration's while the
-// current candidate is evaluated, so only its checkout is left on the next iteration's path.
-const prepared = new Map<string, Promise<string>>();
+// Workspaces made ahead, by repository: `prepareWorkspace` starts the next iteration's while the
+// current candidate is evaluated, checked out at the best commit as it stands, which a rejection (the
+// usual verdict) leaves as it is; after a promotion only the checkout of the new best is left to do.
+const prepared = new Map<string, Promise<{ dir: string; commit: string | null }>>();
 
-/** Starts the next workspace of `repo` now (a blank clone), for the next `makeWorkspace` to take. */
-export function prepareWorkspace(repo: string): void {
+/** Starts the next workspace of `repo` now (a clone checked out at `commit`), for the next `makeWorkspace` to take. */
+export function prepareWorkspace(repo: string, commit: string): void {
   const key = path.resolve(repo);
   if (prepared.has(key)) return;
-  const made = blankWorkspace(repo);
+  const made = blankWorkspace(repo).then(async (dir) => {
+    // Checked out by the next `makeWorkspace` when this fails.
+    const checkedOut = await checkoutDetached(dir, commit).then(
+      () => commit,
+      () => null,
+    );
+    return { dir, commit: checkedOut };
+  });
   // A failure is met again by the workspace that takes it, which then makes its own.
   made.catch(() => undefined);
   prepared.set(key, made);
@@ -68,8 +76,8 @@ export function prepareWorkspace(repo: string): void {
 export async function dropPreparedWorkspace(repo: string): Promise<void> {
   const made = prepared.get(path.resolve(repo));
   prepared.delete(path.resolve(repo));
-  const dir = await made?.catch(() => null);
-  if (dir) await rm(dir, { recursive: true, force: true });
+  const ahead = await made?.catch(() => null);
+  if (ahead) await rm(ahead.dir, { recursive: true, force: true });
 }
 
 /**
@@ -78,11 +86,12 @@ export async function dropPreparedWorkspace(repo: string): Promise<void> {
  * its index beside it, where the agent cannot see it.
  */
 export async function makeWorkspace(repo: string, commit: string, loopId?: string): Promise<Workspace> {
-  const ahead = prepared.get(path.resolve(repo));
+  const made = prepared.get(path.resolve(repo));
   prepared.delete(path.resolve(repo));
-  const dir = (await ahead?.catch(() => null)) ?? (await blankWorkspace(repo));
+  const ahead = await made?.catch(() => null);
+  const dir = ahead?.dir ?? (await blankWorkspace(repo));
   try {
-    await checkoutDetached(dir, commit);
+    if (ahead?.commit !== commit) await checkoutDetached(dir, commit);
     const index = path.join(path.dirname(dir), `index-${path.basename(dir).slice("ws-".length)}`);
     await copyFile(path.join(dir, ".git", "index"), index);
     // Whose it is, so that a runner killed while the agent works leaves its edits to be set aside.

@@ -3,7 +3,10 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSy
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { cloneAhead, clonesRemoved, clonesRoot, dropCloneAhead, withClone } from "../../../runner/src/clone.js";
+import { cloneAhead, clonesRemoved, clonesRoot, dropCloneAhead, evaluationStarted, withClone } from "../../../runner/src/clone.js";
+import { runCommand } from "../../../runner/src/exec.js";
+import type { Evaluation, GateHooks } from "../../../runner/src/evaluation.js";
+import { isProcessAlive } from "../../../runner/src/processes.js";
 
 // A candidate's clone is made while its proposal is in flight (the iteration's critical path holds one
 // clone less): the evaluation then takes that very clone, at the candidate's commit; one never taken is
@@ -55,6 +58,52 @@ describe("cloneAhead", () => {
     });
     expect(path.basename(other)).toMatch(/^candidate-/);
     await dropCloneAhead(repo, second);
+    await clonesRemoved();
+    expect(existsSync(path.join(clonesRoot(), String(process.pid))) ? ownClones() : []).toEqual([]);
+  });
+
+  // The proposer's own candidate is evaluated while its proposal is in flight: the leased job adopts that
+  // evaluation (hearing what it said before the job's label was known), and one never leased is stopped.
+  const GATE = { name: "check", run: "true", timeout: "1m" };
+
+  /** An evaluation that runs one gate, `command`, in the clone, its shell's pid written to `pidFile` first. */
+  function evaluating(command: string, pidFile: string) {
+    return async (clone: { dir: string; signal?: AbortSignal | undefined }, hooks: GateHooks): Promise<Evaluation> => {
+      hooks.onNote?.("note before the gate");
+      hooks.onGateStart?.(GATE);
+      const result = await runCommand(`echo $$ > ${pidFile}; ${command}`, { cwd: clone.dir, timeoutMs: 60_000, signal: clone.signal });
+      hooks.onNote?.(`gate ended ${result.exit_code ?? result.signal}`);
+      return { observation: { gates: [], tests: { passing: [], failing: [] } }, logs: [] };
+    };
+  }
+
+  it("begins an evaluation that the withClone of that commit adopts, with what it said so far replayed", async () => {
+    cloneAhead(repo, first, { evaluate: evaluating("cat file.txt > seen", path.join(tmp, "pid-first")) });
+    await evaluationStarted(repo, first);
+    const heard: string[] = [];
+    const evaluation = await withClone(repo, first, "candidate", async (clone) => {
+      const begun = clone.evaluationAhead;
+      expect(begun).toBeDefined();
+      begun?.adopt({ onNote: (text) => heard.push(text), onGateStart: (gate) => heard.push(`start ${gate.name}`) });
+      await begun?.result;
+      expect(readFileSync(path.join(clone.dir, "seen"), "utf8")).toBe("one");
+      return begun?.result;
+    });
+    expect(evaluation?.observation.gates).toEqual([]);
+    expect(heard).toEqual(["note before the gate", "start check", "gate ended 0"]);
+  });
+
+  it("stops an evaluation never adopted: dropCloneAhead kills its commands and removes the clone", async () => {
+    const pidFile = path.join(tmp, "pid-second");
+    cloneAhead(repo, second, { evaluate: evaluating("sleep 30", pidFile) });
+    await evaluationStarted(repo, second);
+    // The gate's shell is running once it has written its pid.
+    while (!existsSync(pidFile) || readFileSync(pidFile, "utf8").trim() === "") await new Promise((resolve) => setTimeout(resolve, 20));
+    const started = Date.now();
+    await dropCloneAhead(repo, second);
+    // Killed, not waited for: well inside the 30 s it would have slept.
+    expect(Date.now() - started).toBeLessThan(20_000);
+    expect(isProcessAlive(Number(readFileSync(pidFile, "utf8")))).toBe(false);
     await clonesRemoved();
     expect(existsSync(path.join(clonesRoot(), String(process.pid))) ? ownClones() : []).toEqual([]);
   });
