@@ -11,6 +11,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { runCommand } from "../runner/src/exec.js";
+import { findExecutable } from "../runner/src/processes.js";
 import { startLocalCoordinator } from "../runner/src/local-coordinator.js";
 import { closeAgentZone, makeWorkspace, removeWorkspace, runAgentInZone } from "../runner/src/zones/agent-zone.js";
 import { execZone } from "../runner/src/zones/isolation.js";
@@ -229,7 +230,11 @@ async function zoneCosts(): Promise<void> {
   variants.push(
     { name: "agent, unconfined (`isolation: none`)", run: agentRun(contract({}, "none")) },
     { name: "agent, agent zone, network none", run: agentRun(contract({ network: "none" })) },
-    { name: "agent, agent zone, allowlist (proxy and forwarder)", run: agentRun(contract({ network: { allow: ["127.0.0.1:9"] } })) },
+    {
+      // The in-zone forwarder is socat where the machine has it, else a Node script (forwarderLines).
+      name: `agent, agent zone, allowlist (proxy and ${(await findExecutable("socat")) ? "socat" : "Node"} forwarder)`,
+      run: agentRun(contract({ network: { allow: ["127.0.0.1:9"] } })),
+    },
   );
   const samples = new Map<string, number[]>(variants.map(({ name }) => [name, []]));
   for (let round = 0; round < RUNS; round++) {

@@ -1,6 +1,7 @@
 import { chmod, lstat, unlink } from "node:fs/promises";
 import http from "node:http";
 import net from "node:net";
+import { quote } from "shell-quote";
 import { MAX_HOST_CONTACTS, type HostContact } from "../../../shared/wire/confinement.js";
 
 // The agent zone's only way out (DESIGN §6.7, network `allow`). The agent runs in a network namespace
@@ -67,6 +68,39 @@ server.on("error", (error) => {
 });
 server.listen(port, "127.0.0.1", () => process.stdout.write("ready\n"));
 `;
+
+/** The characters socat reads as address syntax: a socket path holding one is not given to socat. */
+const SOCAT_SPECIAL = /[,:!\\"'()[\]{}\s]/;
+
+/**
+ * The shell lines that start the in-zone forwarder (127.0.0.1:`port` to the proxy's Unix socket) and
+ * return once it listens, so the agent's first request finds it. socat, where the machine has it (a
+ * tool made for this, a few milliseconds to start; sandbox-runtime forwards the same way), else the Node
+ * script FORWARDER_SOURCE at `script` (about 40 ms: Node's own start). Either relays byte for byte and
+ * closes a connection once both sides have ended. `fifo` is a path in a directory the zone writes (its
+ * private /tmp), where the forwarder says it listens.
+ */
+export function forwarderLines(options: { port: number; socketPath: string; socat: string | null; script: string; fifo: string }): string[] {
+  const { port, socketPath, socat, fifo } = options;
+  if (socat && !SOCAT_SPECIAL.test(socketPath)) {
+    // `-d -d` makes socat say "listening on" once it does; what it says after (a line per connection) is
+    // drained by `cat`, so it never blocks on a full pipe. `-t`: a side that has ended waits for the other
+    // as long as the agent may run, as the Node forwarder's half-open sockets do.
+    return [
+      `mkfifo ${quote([fifo])}`,
+      `${quote([socat, "-d", "-d", "-t", "86400", `TCP-LISTEN:${port},bind=127.0.0.1,reuseaddr,fork`, `UNIX-CONNECT:${socketPath}`])} 2>${quote([fifo])} &`,
+      `exec 3<${quote([fifo])}`,
+      `while IFS= read -r line <&3; do case "$line" in *" listening on "*) break;; esac; done`,
+      "cat <&3 >/dev/null &",
+      "exec 3<&-",
+    ];
+  }
+  return [
+    `mkfifo ${quote([fifo])}`,
+    `${quote([process.execPath, options.script, String(port), socketPath])} > ${quote([fifo])} &`,
+    `read -r ready < ${quote([fifo])}`,
+  ];
+}
 
 /** Starts the proxy on `socketPath` (a stale socket there is replaced), allowing only the `host:port` entries of `allow`. */
 export async function startAgentProxy(options: { allow: readonly string[]; socketPath: string }): Promise<AgentProxy> {

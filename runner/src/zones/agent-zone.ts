@@ -12,9 +12,9 @@ import { childEnv } from "../environment.js";
 import { UserError } from "../errors.js";
 import { runCommand, type CommandResult } from "../exec.js";
 import { blankClone, checkoutDetached, gitDirOf, objectsDirOf, setAsideWorkTree } from "../git.js";
-import { isProcessAlive } from "../processes.js";
+import { findExecutable, isProcessAlive } from "../processes.js";
 import { onShutdown } from "../shutdown.js";
-import { FORWARDER_SOURCE, startAgentProxy, type AgentProxy } from "./agent-proxy.js";
+import { FORWARDER_SOURCE, forwarderLines, startAgentProxy, type AgentProxy } from "./agent-proxy.js";
 import { isConfined, workspacesRoot } from "./isolation.js";
 import { expandHome, hideFromZones, hideRepositoryOf, toolchainMounts, type ZoneSpec } from "./sandbox.js";
 
@@ -165,6 +165,14 @@ const FORWARDER_PORT = 3128;
 
 let proxy: { allow: string; started: Promise<AgentProxy> } | null = null;
 
+let socat: Promise<string | null> | undefined;
+
+/** socat's path when the machine has it, looked up once per process: the in-zone forwarder's faster way (`forwarderLines`). */
+function socatPath(): Promise<string | null> {
+  socat ??= findExecutable("socat");
+  return socat;
+}
+
 /** The proxy for `allow`, started once per process (and stopped when it exits). */
 function proxyFor(allow: readonly string[]): Promise<AgentProxy> {
   const key = [...allow].sort().join(",");
@@ -299,17 +307,16 @@ async function runConfined(options: Parameters<typeof runAgentInZone>[0], extra:
   if (typeof network === "object") {
     running = await proxyFor(network.allow);
     running.takeAudit();
-    const forwarder = path.join(path.dirname(running.socketPath), "forwarder.cjs");
-    await writeFile(forwarder, FORWARDER_SOURCE);
+    const socat = await socatPath();
+    const script = path.join(path.dirname(running.socketPath), "forwarder.cjs");
+    if (!socat) await writeFile(script, FORWARDER_SOURCE);
     spec.sockets = [running.socketPath];
-    spec.readable = [...(spec.readable ?? []), forwarder];
+    if (!socat) spec.readable = [...(spec.readable ?? []), script];
     const url = `http://127.0.0.1:${FORWARDER_PORT}`;
     Object.assign(env, { HTTP_PROXY: url, HTTPS_PROXY: url, http_proxy: url, https_proxy: url, ALL_PROXY: url, all_proxy: url, NO_PROXY: "", no_proxy: "" });
     // The forwarder starts first and says when it listens; then the agent's shell replaces this one.
     command = [
-      "mkfifo /tmp/.loopwarden-forwarder",
-      `${quote([process.execPath, forwarder, String(FORWARDER_PORT), running.socketPath])} > /tmp/.loopwarden-forwarder &`,
-      "read -r ready < /tmp/.loopwarden-forwarder",
+      ...forwarderLines({ port: FORWARDER_PORT, socketPath: running.socketPath, socat, script, fifo: "/tmp/.loopwarden-forwarder" }),
       `exec /bin/sh -c ${quote([agent.run])}`,
     ].join("\n");
   }
