@@ -118,7 +118,7 @@ export function workerConfigOf(text: string, file = "wrangler.toml"): WorkerConf
 /**
  * Settings the local coordinator takes from its environment: `LOOPWARDEN_<NAME>` becomes its worker's
  * `<NAME>`, over wrangler.toml's. LEASE_TTL (a shorter lease for tests that kill runners); S3 mode
- * (README, "Artifacts in S3 mode": the S3 vars, and the two secrets, which never belong in a file); and
+ * (docs/deploy.md, "Artifacts in S3 mode": the S3 vars, and the two secrets, which never belong in a file); and
  * where uploads split into parts (ARTIFACT_PUT_MAX_BYTES, ARTIFACT_PART_BYTES), so a test can make a
  * small file go up in parts; the artifact limits (ARTIFACT_MAX_BYTES, LOOP_ARTIFACT_QUOTA_BYTES); and the
  * limits that hold per team and per loop (TEAM_MAX_LOOPS, LOOP_MAX_CANDIDATES, LOOP_MAX_INTERIM_RECEIPTS,

@@ -17,7 +17,7 @@ import {
 } from "../support/cli.js";
 import { twoRunnerProject } from "../support/two-runner-project.js";
 
-// README "Share a loop with your team", step by step, on a local coordinator and with team tokens only:
+// docs/teams.md, "Share a loop with your team", step by step, on a local coordinator and with team tokens only:
 // the owner token makes the team, the team's admin token makes the others, the laptop's token runs the
 // agent (`run`), the runner machine's token evaluates (`work --labels`), and a read token follows along.
 
@@ -26,7 +26,7 @@ function jsonOf<T>(result: CliResult): T {
   return JSON.parse(result.stdout) as T;
 }
 
-describe("README: share a loop with your team", () => {
+describe("docs/teams.md: share a loop with your team", () => {
   const tmp = tempDir("share");
   const stateDir = path.join(tmp.dir, "state");
   let coordinator: TestCoordinator | undefined;

@@ -14,7 +14,7 @@ quietRuntimeNoise(process.stdout);
 export default defineConfig(async () => {
   const migrations = await readD1Migrations(path.join(root, "migrations"));
   // Receipt keys for the tests (never committed): the active signing key, one retired key whose public
-  // half is still published, as after a rotation an hour ago (README, Receipts), and one revoked key.
+  // half is still published, as after a rotation an hour ago (docs/receipts.md), and one revoked key.
   const privateJwk = async () => {
     const pair = (await webcrypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"])) as webcrypto.CryptoKeyPair;
     return webcrypto.subtle.exportKey("jwk", pair.privateKey);

@@ -485,7 +485,7 @@ function presetLine(preset: AgentPreset): string {
 export async function initCommand(options: OutputMode & { cwd: string; mode: string; agent?: string; contract?: string }): Promise<number> {
   if (options.mode !== "check_fixpoint") {
     throw new UserError(
-      `init writes check_fixpoint starters only; for ${options.mode}, run init, then set mode and add ${options.mode === "optimize" ? "metric" : "tasks"} in loop.yaml (README: The loop contract)`,
+      `init writes check_fixpoint starters only; for ${options.mode}, run init, then set mode and add ${options.mode === "optimize" ? "metric" : "tasks"} in loop.yaml (docs/contract.md)`,
       2,
     );
   }

@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { agentEnv, writeAgentContext } from "../../../runner/src/agent-context.js";
 import { LoopHarness, TEST_IDS, commitOf } from "../engine-harness.js";
 
-// What the agent reads before a run (README, "What the agent is told"): the tree it starts from, the
+// What the agent reads before a run (docs/agent.md): the tree it starts from, the
 // last verdict and the history, each a file its environment names.
 
 const [A, B, C] = [TEST_IDS[0], TEST_IDS[1], TEST_IDS[2]];

@@ -357,12 +357,12 @@ describe("isAllowed", () => {
 });
 
 // The forwarder as the agent's zone starts it (`forwarderLines`, then the agent's command): socat where
-// the machine has it (README: Development installs it), else the Node script. Run here on the host's
+// the machine has it (.ci/run installs it; README, "Needs"), else the Node script. Run here on the host's
 // loopback, on a free port, with the same lines.
 describe.each(["socat", "node"] as const)("the in-zone forwarder (%s)", (way) => {
   it("is listening when the agent starts, forwards HTTP and CONNECT to the proxy, and relays a half-closed tunnel's answer", async () => {
     const socat = way === "socat" ? await findExecutable("socat") : null;
-    if (way === "socat") expect(socat, "socat is not installed: apt-get install socat (README, Development)").not.toBeNull();
+    if (way === "socat") expect(socat, "socat is not installed: apt-get install socat (README, Quick start)").not.toBeNull();
     const script = path.join(dir, "forwarder.cjs");
     writeFileSync(script, FORWARDER_SOURCE);
     const port = await freePort();
