@@ -89,3 +89,17 @@ async function currentBundle(): Promise<string> {
   await ensureWorkerBundle();
   return bundleStamp();
 }
+
+/**
+ * Runs `use` with a connection to the coordinator (`connect`), closed afterwards whatever happens (a
+ * local coordinator this process started is stopped): what every command that only talks to the
+ * coordinator does.
+ */
+export async function withConnection<T>(options: ServerOptions, mode: OutputMode, use: (connection: Connection) => Promise<T>): Promise<T> {
+  const connection = await connect(options, mode);
+  try {
+    return await use(connection);
+  } finally {
+    await connection.close();
+  }
+}

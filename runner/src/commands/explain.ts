@@ -1,5 +1,5 @@
 import { foldEvents, HALT_MEANINGS, LoopEvent, type HaltReason, type LoopState } from "../../../shared/engine/index.js";
-import { connect, type ServerOptions } from "../connect.js";
+import { withConnection, type ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
 import { emitResult, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
@@ -91,8 +91,7 @@ export function explainState(state: LoopState): { lines: string[]; retry: string
 /** `loopwarden explain [LOOP]`: why the loop halted, the evidence, and whether to raise a limit or not retry. */
 export async function explainCommand(loopArg: string | undefined, options: ServerOptions & OutputMode & { cwd: string }): Promise<number> {
   const { loopId, server } = await resolveTarget(loopArg, options);
-  const connection = await connect(server, options);
-  try {
+  return withConnection(server, options, async (connection) => {
     const events = (await connection.client.eventLines(loopId)).map((line) => LoopEvent.parse(JSON.parse(line)));
     const state = foldEvents(events);
     if (!state) throw new UserError(`loop ${loopId} has no events`);
@@ -112,7 +111,5 @@ export async function explainCommand(loopArg: string | undefined, options: Serve
       lines,
     );
     return 0;
-  } finally {
-    await connection.close();
-  }
+  });
 }

@@ -1,7 +1,7 @@
 import { writeFile } from "node:fs/promises";
 import path from "node:path";
 import { LoopEvent } from "../../../shared/engine/index.js";
-import { connect, type ServerOptions } from "../connect.js";
+import { withConnection, type ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
 import { EXPORT_FORMATS, exportLoop, isExportFormat } from "../exports.js";
 import { emitResult, type OutputMode } from "../output.js";
@@ -22,13 +22,9 @@ export async function exportCommand(
     throw new UserError("with --json, stdout holds the result object: give --output FILE for the data", 2);
   }
   const { loopId, server } = await resolveTarget(loopArg, options);
-  const connection = await connect(server, options);
-  let events: LoopEvent[];
-  try {
-    events = (await connection.client.eventLines(loopId)).map((line) => LoopEvent.parse(JSON.parse(line)));
-  } finally {
-    await connection.close();
-  }
+  const events = await withConnection(server, options, async ({ client }) =>
+    (await client.eventLines(loopId)).map((line) => LoopEvent.parse(JSON.parse(line))),
+  );
   if (events.length === 0) throw new UserError(`loop ${loopId} has no events`);
   const { text, rows } = exportLoop(format, events);
 

@@ -10,7 +10,7 @@ import type { ArtifactRef } from "../../../shared/wire/observation.js";
 import type { Client } from "../client.js";
 import { describeArtifactError } from "../artifact-files.js";
 import { evaluatedFor, failingGateOf, gateFailed, gateOutcome, storedFilesOf } from "../candidate-evidence.js";
-import { connect, type ServerOptions } from "../connect.js";
+import { withConnection, type ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
 import { emitResult, progress, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
@@ -38,8 +38,7 @@ export async function logsCommand(
 ): Promise<number> {
   if (options.gate !== undefined && options.metric) throw new UserError("give --gate NAME or --metric, not both", 2);
   const { loopId, server } = await resolveTarget(loopArg, options);
-  const connection = await connect(server, options);
-  try {
+  return withConnection(server, options, async (connection) => {
     const evaluated = evaluatedFor(await loopState(connection.client, loopId), candidateArg);
     const { gates } = evaluated;
     let ref: ArtifactRef | null;
@@ -79,9 +78,7 @@ export async function logsCommand(
       if (hash.digest("hex") !== ref.sha256) throw mismatch();
     }
     return 0;
-  } finally {
-    await connection.close();
-  }
+  });
 }
 
 /** A pass-through stream that feeds every chunk to `hash`. */
@@ -112,8 +109,7 @@ export async function artifactsCommand(
   options: Options & { download?: string | undefined },
 ): Promise<number> {
   const { loopId, server } = await resolveTarget(loopArg, options);
-  const connection = await connect(server, options);
-  try {
+  return withConnection(server, options, async (connection) => {
     const evaluated = evaluatedFor(await loopState(connection.client, loopId), candidateArg);
     const files = storedFilesOf(evaluated);
     const written: string[] = [];
@@ -159,7 +155,5 @@ export async function artifactsCommand(
       ],
     );
     return 0;
-  } finally {
-    await connection.close();
-  }
+  });
 }

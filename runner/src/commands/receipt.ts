@@ -1,6 +1,6 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { connect, type ServerOptions } from "../connect.js";
+import { withConnection, type ServerOptions } from "../connect.js";
 import { fetchReceipt } from "../receipt-documents.js";
 import { emitResult, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
@@ -15,8 +15,7 @@ export async function receiptCommand(
   options: ServerOptions & OutputMode & { cwd: string; save?: string | undefined },
 ): Promise<number> {
   const { loopId, server } = await resolveTarget(loopArg, options);
-  const connection = await connect(server, options);
-  try {
+  return withConnection(server, options, async (connection) => {
     const issued = await connection.client.issueReceipt(loopId);
     const saved: string[] = [];
     if (options.save !== undefined) {
@@ -48,7 +47,5 @@ export async function receiptCommand(
         : []),
     ]);
     return 0;
-  } finally {
-    await connection.close();
-  }
+  });
 }

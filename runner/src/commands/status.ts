@@ -1,4 +1,4 @@
-import { connect, type ServerOptions } from "../connect.js";
+import { withConnection, type ServerOptions } from "../connect.js";
 import { emitResult, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
 import { formatList } from "../../../shared/format-list.js";
@@ -6,8 +6,7 @@ import { formatList } from "../../../shared/format-list.js";
 /** `loopwarden status [LOOP]`: the loop's state summary. Without LOOP, the repository's current loop. */
 export async function statusCommand(loopArg: string | undefined, options: ServerOptions & OutputMode & { cwd: string }): Promise<number> {
   const { loopId, server } = await resolveTarget(loopArg, options);
-  const connection = await connect(server, options);
-  try {
+  return withConnection(server, options, async (connection) => {
     const [loop, stored] = await Promise.all([connection.client.getLoop(loopId), connection.client.listArtifacts(loopId)]);
     const count = `${stored.artifacts.length}${stored.next_cursor ? "+" : ""}`;
     const halt = loop.halt;
@@ -45,7 +44,5 @@ export async function statusCommand(loopArg: string | undefined, options: Server
       ],
     );
     return 0;
-  } finally {
-    await connection.close();
-  }
+  });
 }

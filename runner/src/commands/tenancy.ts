@@ -1,6 +1,6 @@
 import { parseDuration } from "../../../shared/duration.js";
 import { MAX_TOKEN_LIFETIME_MS, OWNER_TEAM, Scope, type TokenView } from "../../../shared/wire/auth.js";
-import { connect, type ServerOptions } from "../connect.js";
+import { withConnection, type ServerOptions } from "../connect.js";
 import { CoordinatorError, UserError } from "../errors.js";
 import { emitResult, type OutputMode } from "../output.js";
 import { parseLabels } from "../labels.js";
@@ -13,8 +13,7 @@ type Options = ServerOptions & OutputMode;
 
 /** `team create NAME`: the team and its first admin token, printed once. Needs the owner token. */
 export async function teamCreateCommand(name: string, options: Options): Promise<number> {
-  const connection = await connect(options, options);
-  try {
+  return withConnection(options, options, async (connection) => {
     const created = await connection.client.createTeam({ name });
     emitResult(options, { status: "ok", team: created.team, token: created.token }, [
       `team ${created.team.name} (${created.team.team_id}) created`,
@@ -23,15 +22,12 @@ export async function teamCreateCommand(name: string, options: Options): Promise
       `  hand out narrower tokens with: loopwarden token create --scopes propose,evaluate --token <this token>`,
     ]);
     return 0;
-  } finally {
-    await connection.close();
-  }
+  });
 }
 
 /** `team list`: the coordinator's teams. Needs the owner token. */
 export async function teamListCommand(options: Options): Promise<number> {
-  const connection = await connect(options, options);
-  try {
+  return withConnection(options, options, async (connection) => {
     const { teams } = await connection.client.listTeams();
     emitResult(
       options,
@@ -39,9 +35,7 @@ export async function teamListCommand(options: Options): Promise<number> {
       teams.length === 0 ? ["no teams yet: loopwarden team create NAME"] : teams.map((team) => `${team.team_id}  ${team.name}  (created ${team.created_at})`),
     );
     return 0;
-  } finally {
-    await connection.close();
-  }
+  });
 }
 
 /** The scopes of `--scopes a,b`, refused by name when one is not a scope. */
@@ -85,8 +79,7 @@ export async function tokenCreateCommand(
     if (ms === null || ms > MAX_TOKEN_LIFETIME_MS)
       throw new UserError(`--expires takes a duration like 30d or 12h, of at most 366d; got ${options.expires}`, 2);
   }
-  const connection = await connect(options, options);
-  try {
+  return withConnection(options, options, async (connection) => {
     const created = await connection.client
       .createToken({
         scopes,
@@ -112,27 +105,21 @@ export async function tokenCreateCommand(
       `  use it with --token <secret> or LOOPWARDEN_TOKEN=<secret>`,
     ]);
     return 0;
-  } finally {
-    await connection.close();
-  }
+  });
 }
 
 /** `token list [--team ID]`: the team's tokens, never their secrets (for the owner without --team, every team's). */
 export async function tokenListCommand(options: Options & { team?: string | undefined }): Promise<number> {
-  const connection = await connect(options, options);
-  try {
+  return withConnection(options, options, async (connection) => {
     const { tokens } = await connection.client.listTokens(options.team);
     emitResult(options, { status: "ok", tokens }, tokens.length === 0 ? ["no tokens"] : tokens.map(describeToken));
     return 0;
-  } finally {
-    await connection.close();
-  }
+  });
 }
 
 /** `token revoke ID`: the token stops working at once (401 `token_revoked`). */
 export async function tokenRevokeCommand(tokenId: string, options: Options): Promise<number> {
-  const connection = await connect(options, options);
-  try {
+  return withConnection(options, options, async (connection) => {
     const revoked = await connection.client.revokeToken(tokenId);
     // Revoking a token revokes every token it minted, down the line (DESIGN §11): say how many went with it.
     const others = (revoked.revoked_token_ids ?? []).filter((id) => id !== revoked.token_id);
@@ -140,15 +127,12 @@ export async function tokenRevokeCommand(tokenId: string, options: Options): Pro
     if (others.length > 0) lines.push(`  and ${others.length} token${others.length === 1 ? "" : "s"} it minted: ${others.join(", ")}`);
     emitResult(options, { status: "ok", token: revoked }, lines);
     return 0;
-  } finally {
-    await connection.close();
-  }
+  });
 }
 
 /** `whoami`: the team, scopes and limits of the token in use. */
 export async function whoamiCommand(options: Options): Promise<number> {
-  const connection = await connect(options, options);
-  try {
+  return withConnection(options, options, async (connection) => {
     const identity = await connection.client.whoami();
     emitResult(options, { status: "ok", identity }, [
       identity.owner ? `the instance owner (${connection.url})` : `team ${identity.team_id}, token ${identity.token_id} (${connection.url})`,
@@ -158,7 +142,5 @@ export async function whoamiCommand(options: Options): Promise<number> {
       ...(identity.labels ? [`  a runner using it may claim only the labels ${formatLabels(identity.labels)}`] : []),
     ]);
     return 0;
-  } finally {
-    await connection.close();
-  }
+  });
 }

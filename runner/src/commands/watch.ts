@@ -1,6 +1,6 @@
 import { formatDuration } from "../../../shared/duration.js";
 import { foldEvents, LoopEvent, reportedCounts, type LoopState } from "../../../shared/engine/index.js";
-import { connect, type ServerOptions } from "../connect.js";
+import { withConnection, type ServerOptions } from "../connect.js";
 import { emitResult, paint, type OutputMode } from "../output.js";
 import { stdoutClosed } from "../shutdown.js";
 import { resolveTarget } from "../target.js";
@@ -69,8 +69,7 @@ export function describeEvent(event: LoopEvent, state: LoopState | null = null):
 /** `loopwarden watch [LOOP]`: prints the event log as it grows, until the loop halts (or Ctrl-C). */
 export async function watchCommand(loopArg: string | undefined, options: ServerOptions & OutputMode & { cwd: string }): Promise<number> {
   const { loopId, server } = await resolveTarget(loopArg, options);
-  const connection = await connect(server, options);
-  try {
+  return withConnection(server, options, async (connection) => {
     let after = 0;
     let state: LoopState | null = null;
     for (;;) {
@@ -101,7 +100,5 @@ export async function watchCommand(loopArg: string | undefined, options: ServerO
       }
       await new Promise((resolve) => setTimeout(resolve, POLL_MS));
     }
-  } finally {
-    await connection.close();
-  }
+  });
 }
