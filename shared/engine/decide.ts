@@ -14,6 +14,30 @@ function halt(reason: HaltReason, detail: string, extra: { still_improving?: boo
   return { halt_reason: reason, exit_class: exitCodeFor(reason), detail, ...extra };
 }
 
+/** A failing set by kind: reported tests, and gates and tasks (each also one test, DESIGN §5) by name. */
+function failingByKind(ids: readonly string[]): { tests: string[]; gates: string[]; tasks: string[] } {
+  const kinds = { tests: [] as string[], gates: [] as string[], tasks: [] as string[] };
+  for (const id of ids) {
+    if (id.startsWith("gate:")) kinds.gates.push(id.slice("gate:".length));
+    else if (id.startsWith("task:")) kinds.tasks.push(id.slice("task:".length));
+    else kinds.tests.push(id);
+  }
+  return kinds;
+}
+
+/**
+ * What fails, by kind, named as the gates' own lines name it, e.g. `3 failing tests (a, b, c), 1 failing
+ * gate (unit)`, at most `limit` names a kind; `nothing failing` for an empty set.
+ */
+export function describeFailing(ids: readonly string[], limit = 5): string {
+  const kinds = failingByKind(ids);
+  const parts = (["test", "gate", "task"] as const).flatMap((kind) => {
+    const names = kinds[`${kind}s`];
+    return names.length === 0 ? [] : [`${names.length} failing ${kind}${names.length === 1 ? "" : "s"} (${formatList(names, limit)})`];
+  });
+  return parts.length > 0 ? parts.join(", ") : "nothing failing";
+}
+
 /**
  * How the failing set changed, by kind, so the figures match the gates' own "N passing / M failing
  * tests" lines: reported tests, then gates and tasks (each also counted as one test, DESIGN §5), named as
@@ -21,13 +45,8 @@ function halt(reason: HaltReason, detail: string, extra: { still_improving?: boo
  */
 export function describeFailingChange(before: readonly string[], after: readonly string[]): string {
   const count = (ids: readonly string[]) => {
-    const kinds = { tests: 0, gates: 0, tasks: 0 };
-    for (const id of ids) {
-      if (id.startsWith("gate:")) kinds.gates++;
-      else if (id.startsWith("task:")) kinds.tasks++;
-      else kinds.tests++;
-    }
-    return kinds;
+    const kinds = failingByKind(ids);
+    return { tests: kinds.tests.length, gates: kinds.gates.length, tasks: kinds.tasks.length };
   };
   const was = count(before);
   const now = count(after);

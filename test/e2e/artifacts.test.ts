@@ -82,6 +82,13 @@ describe("artifacts and logs", () => {
     expect((JSON.parse(status.stdout) as { artifacts: { name: string; sha256: string }[] }).artifacts).toContainEqual(
       expect.objectContaining({ name: "unit.cpuprofile", sha256: profile.sha256 }),
     );
+    // In words, status counts the stored files and leaves naming them to `artifacts`, which names them as
+    // the candidate's evidence does, by path: one file never goes by two names.
+    const said = await runCli(["--server", coordinator.url, "status"], { cwd: repo });
+    expect(said.stdout).toMatch(/artifacts: +\d+\+? stored \(each candidate's, by path: loopwarden artifacts \[CANDIDATE\]\)/);
+    expect(said.stdout).not.toContain("unit.cpuprofile");
+    const inWords = await runCli(["--server", coordinator.url, "artifacts", "c2"], { cwd: repo });
+    expect(inWords.stdout).toContain("profile/unit.cpuprofile");
     const exported = await runCli(["--server", coordinator.url, "export", "--format", "candidates.jsonl"], { cwd: repo });
     const c2 = exported.stdout
       .trim()

@@ -1,9 +1,8 @@
-import { foldEvents, HALT_MEANINGS, LoopEvent, type HaltReason, type LoopState } from "../../../shared/engine/index.js";
+import { describeFailing, foldEvents, HALT_MEANINGS, LoopEvent, type HaltReason, type LoopState } from "../../../shared/engine/index.js";
 import { withConnection, type ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
 import { emitResult, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
-import { formatList } from "../../../shared/format-list.js";
 import { failureLine, failureOf } from "../candidate-evidence.js";
 
 /** What to do about a halt: raise a limit, fix the setup, or do not retry as is (what it means: HALT_MEANINGS). */
@@ -32,20 +31,14 @@ const ADVICE: Record<HaltReason, { next: string; retry: "raise_limit" | "fix_the
   internal_error: { next: "report it with the event log", retry: "fix_then_retry" },
 };
 
-function listed(items: string[], limit = 10): string {
-  return items.length === 0 ? "none" : formatList(items, limit);
-}
-
 /** The plain-words explanation of a loop's state (DESIGN §13 `explain`), built from its folded event log. */
 export function explainState(state: LoopState): { lines: string[]; retry: string | null } {
   const lines: string[] = [];
   const decided = state.candidate_order.map((id) => state.candidates[id]).filter((c) => c?.verdict);
   const promoted = decided.filter((c) => c?.verdict?.decision === "promoted").length;
   lines.push(`loop ${state.loop_id} (${state.contract.name}): ${state.iterations} iteration(s), ${promoted} promoted`);
-  lines.push(`  baseline ${state.t0.commit.slice(0, 10)}: ${state.t0.failing.length} failing`);
-  lines.push(
-    `  best     ${state.best.candidate_id} at ${state.best.commit.slice(0, 10)}: ${state.best.failing.length} failing (${listed(state.best.failing, 5)})`,
-  );
+  lines.push(`  baseline ${state.t0.commit.slice(0, 10)}: ${describeFailing(state.t0.failing)}`);
+  lines.push(`  best     ${state.best.candidate_id} at ${state.best.commit.slice(0, 10)}: ${describeFailing(state.best.failing)}`);
   if (!state.halt) {
     lines.push("  still running: nothing to explain yet (loopwarden watch follows it)");
     return { lines, retry: null };

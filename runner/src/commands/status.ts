@@ -1,7 +1,6 @@
 import { withConnection, type ServerOptions } from "../connect.js";
 import { emitResult, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
-import { formatList } from "../../../shared/format-list.js";
 
 /** `loopwarden status [LOOP]`: the loop's state summary. Without LOOP, the repository's current loop. */
 export async function statusCommand(loopArg: string | undefined, options: ServerOptions & OutputMode & { cwd: string }): Promise<number> {
@@ -33,14 +32,9 @@ export async function statusCommand(loopArg: string | undefined, options: Server
         `  best:       ${loop.best.candidate_id} at ${loop.best.commit.slice(0, 10)} with ${loop.best.failing} failing`,
         ...(halt ? [`  why:        ${halt.detail}`] : []),
         `  event log:  ${loop.head.seq} events, head ${loop.head.hash.slice(0, 16)}…`,
-        ...(stored.artifacts.length > 0
-          ? [
-              `  artifacts:  ${count} stored, newest ${formatList(
-                stored.artifacts.map((artifact) => artifact.name),
-                3,
-              )} (loopwarden artifacts)`,
-            ]
-          : []),
+        // Counted, not named: storage keeps a file under its download name (`stamp.txt`), while a candidate's
+        // evidence, which `loopwarden artifacts` lists, names it by its path in the clone (`out/stamp.txt`).
+        ...(stored.artifacts.length > 0 ? [`  artifacts:  ${count} stored (each candidate's, by path: loopwarden artifacts [CANDIDATE])`] : []),
       ],
     );
     return 0;

@@ -40,4 +40,13 @@ describe("explain", () => {
     const harness = new LoopHarness([A]);
     expect(explainState(harness.state)).toMatchObject({ retry: null, lines: expect.arrayContaining([expect.stringContaining("still running")]) });
   });
+
+  it("says what fails by kind and by name, and `nothing failing` rather than `0 failing (none)`", () => {
+    const harness = new LoopHarness([A, B, C], { stop: { max_iterations: 1, no_progress: 5 } });
+    harness.evaluate("one", []);
+    const lines = explainState(harness.state).lines.join("\n");
+    expect(lines).toMatch(/baseline \w+: 3 failing tests \(/);
+    expect(lines).toMatch(/best {5}c1 at \w+: nothing failing/);
+    expect(lines).not.toContain("(none)");
+  });
 });
