@@ -315,14 +315,16 @@ export function rejectedRef(loopId: string, candidateId: string): string {
 }
 
 /**
- * Applies a rejection: keeps the candidate under its rejected ref, then restores the loop branch and
- * working tree to the best commit. Only the loop branch moves; the user's branches are untouched.
+ * Applies a rejection: keeps the candidate under its rejected ref (unless `keep` is null), then restores
+ * the loop branch and working tree to the best commit. Only the loop branch moves; the user's branches
+ * are untouched.
  */
-export async function revertTo(repo: string, best: string, keep: { ref: string; commit: string }): Promise<void> {
+export async function revertTo(repo: string, best: string, keep: { ref: string; commit: string } | null): Promise<void> {
   // The ref is written before the branch moves, so a crash never leaves the candidate without it. What
   // is untracked beside the candidate is removed meanwhile (the ref and the files are apart): the reset
-  // then leaves exactly the best commit's tree, as a reset followed by a clean would.
-  await Promise.all([git(repo, ["update-ref", keep.ref, keep.commit]), git(repo, ["clean", "-q", "-fd"])]);
+  // then leaves exactly the best commit's tree, as a reset followed by a clean would. A candidate that
+  // changed nothing (`keep` null) has nothing to keep.
+  await Promise.all([keep ? git(repo, ["update-ref", keep.ref, keep.commit]) : null, git(repo, ["clean", "-q", "-fd"])]);
   await git(repo, ["reset", "-q", "--hard", best]);
 }
 

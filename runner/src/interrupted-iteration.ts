@@ -44,9 +44,12 @@ export async function settleInterruptedIteration(session: Session): Promise<void
   const known = Object.values(state.candidates).find((candidate) => candidate.idempotency_key === trailers.key);
   if (known?.verdict) {
     progress(session.mode, verdictLine(trailers.iteration, known.verdict));
-    const ref = rejectedRef(session.loop.loop_id, known.candidate_id);
-    await revertTo(session.repo, best, { ref, commit: head });
-    progress(session.mode, `[${trailers.iteration}] restored the working tree to ${shortCommit(best)}; the candidate is kept at ${ref}`);
+    const ref = known.verdict.reason === "no_change" ? null : rejectedRef(session.loop.loop_id, known.candidate_id);
+    await revertTo(session.repo, best, ref ? { ref, commit: head } : null);
+    progress(
+      session.mode,
+      `[${trailers.iteration}] restored the working tree to ${shortCommit(best)}; ${ref ? `the candidate is kept at ${ref}` : "the candidate changed nothing, so nothing of it is kept"}`,
+    );
     return;
   }
   if (session.loop.status !== "running") {

@@ -456,9 +456,10 @@ export async function decideCandidate(
     if (verdict.decision === "rejected") {
       // Why, in the gates' own terms, and where the output is (a candidate rejected unevaluated has no
       // report): read from the log while the working tree is restored.
-      const ref = rejectedRef(session.loop.loop_id, verdict.candidate_id);
+      // A candidate that changed nothing is the best commit's tree again: there is nothing to keep of it.
+      const ref = verdict.reason === "no_change" ? null : rejectedRef(session.loop.loop_id, verdict.candidate_id);
       const best = session.loop.best.commit;
-      const restoring = timed("revert", () => revertTo(session.repo, best, { ref, commit: proposal.commit }));
+      const restoring = timed("revert", () => revertTo(session.repo, best, ref ? { ref, commit: proposal.commit } : null));
       // Awaited by whoever waits for it, but never an unhandled rejection meanwhile.
       restoring.catch(() => undefined);
       if (options.restoreLater) {
@@ -470,7 +471,7 @@ export async function decideCandidate(
       if (why) progress(session.mode, `[${iteration}]   ${why}`);
       progress(
         session.mode,
-        `[${iteration}] ${options.restoreLater ? "the working tree goes back" : "restored the working tree"} to ${shortCommit(best)}; the candidate is kept at ${ref}`,
+        `[${iteration}] ${options.restoreLater ? "the working tree goes back" : "restored the working tree"} to ${shortCommit(best)}; ${ref ? `the candidate is kept at ${ref}` : "the candidate changed nothing, so nothing of it is kept"}`,
       );
     }
     await rm(pending, { force: true });

@@ -1,7 +1,7 @@
 import { cpSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { ROOT, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
+import { ROOT, gitIn, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
 
 // The agent never defines its own success (DESIGN §4.2, §6.4): through the real CLI, an agent that
 // weakens the measuring stick halts with the guard's reason, never success.
@@ -116,5 +116,7 @@ describe("guards through the CLI", () => {
     expect(JSON.parse(explained.stdout)).toMatchObject({ status: "halted", halt_reason: "no_progress_detected", retry: "do_not_retry" });
     const human = await runCli(["--server", coordinator.url, "explain"], { cwd: repo });
     expect(human.stdout).toContain("c3 rejected (no_change): the agent changed nothing");
+    // Three candidates that changed nothing: nothing of them is kept under the rejected refs.
+    expect(gitIn(repo, "for-each-ref", `refs/loopwarden/rejected/${output.loop_id as string}`).trim()).toBe("");
   });
 });
