@@ -11,6 +11,7 @@ import type { Client } from "../client.js";
 import { describeArtifactError } from "../artifact-files.js";
 import { evaluatedFor, failingGateOf, gateFailed, gateOutcome, storedFilesOf } from "../candidate-evidence.js";
 import { withConnection, type ServerOptions } from "../connect.js";
+import { stdoutClosed } from "../shutdown.js";
 import { UserError } from "../errors.js";
 import { emitResult, progress, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
@@ -74,7 +75,14 @@ export async function logsCommand(
       emitResult(options, { status: "ok", loop_id: loopId, candidate_id: evaluated.id, artifact: ref, log: new TextDecoder().decode(bytes) }, []);
     } else if (response.body) {
       const hash = createHash("sha256");
-      await pipeline(Readable.fromWeb(response.body as WebReadableStream<Uint8Array>), hashing(hash), process.stdout, { end: false });
+      try {
+        await pipeline(Readable.fromWeb(response.body as WebReadableStream<Uint8Array>), hashing(hash), process.stdout, { end: false });
+      } catch (error) {
+        // A reader that left early (`loopwarden logs | head`) ends the output, not the command: what it
+        // did not read needs no digest check (surviveClosedPipes, for every other command's writes).
+        if ((error as NodeJS.ErrnoException).code === "EPIPE" || stdoutClosed()) return 0;
+        throw error;
+      }
       if (hash.digest("hex") !== ref.sha256) throw mismatch();
     }
     return 0;
