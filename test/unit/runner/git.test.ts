@@ -3,7 +3,7 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, wr
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { cloneAt, currentBranch, diffOf, maintainRepository, repositoryName, revertTo, snapshotCandidate } from "../../../runner/src/git.js";
+import { blankClone, checkoutDetached, cloneAt, currentBranch, diffOf, maintainRepository, repositoryName, revertTo, snapshotCandidate } from "../../../runner/src/git.js";
 import { childEnv } from "../../../runner/src/environment.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "lw-git-"));
@@ -38,6 +38,47 @@ describe("git calls on clones", () => {
     expect(git(path.join(dir, "clone"), "remote").trim()).toBe("");
     // The clone runs no hook of the repository's: its own config points hooks nowhere.
     expect(git(path.join(dir, "clone"), "config", "--local", "core.hooksPath").trim()).toBe("/dev/null");
+  });
+});
+
+// Clones are made from the repository's own object store with one git process (`git init`, the store
+// borrowed through alternates, the tags copied): they must be what `git clone --shared` made, since a
+// gate may run `git describe` and a clone made ahead must see a commit made after it.
+describe("a blank clone", () => {
+  const repo = path.join(dir, "tagged");
+  execFileSync("git", ["init", "-q", "-b", "main", repo]);
+  const commit = (message: string) => {
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "--allow-empty", "-m", message);
+    return git(repo, "rev-parse", "HEAD").trim();
+  };
+  const first = commit("first");
+  git(repo, "tag", "v1.0.0");
+  git(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "tag", "-a", "v1.1.0", "-m", "annotated");
+  git(repo, "pack-refs", "--all");
+  git(repo, "tag", "v1.2.0-loose");
+
+  it("borrows the objects (a later commit checks out), has the tags, no remote, and hooks off", async () => {
+    const clone = path.join(dir, "blank");
+    await blankClone(repo, clone);
+    expect(git(clone, "rev-parse", "HEAD").trim()).toBe(first);
+    const later = commit("after the clone");
+    await checkoutDetached(clone, later);
+    expect(git(clone, "rev-parse", "HEAD").trim()).toBe(later);
+    expect(git(clone, "describe", "--tags", first)).toBe(git(repo, "describe", "--tags", first));
+    expect(git(clone, "tag", "--list").trim().split("\n")).toEqual(["v1.0.0", "v1.1.0", "v1.2.0-loose"]);
+    expect(git(clone, "remote").trim()).toBe("");
+    expect(git(clone, "config", "--local", "core.hooksPath").trim()).toBe("/dev/null");
+    expect(existsSync(path.join(clone, ".git", "hooks"))).toBe(false);
+  });
+
+  it("is a real clone of a shallow repository, which cannot be borrowed from as it is", async () => {
+    const shallow = path.join(dir, "shallow");
+    execFileSync("git", ["clone", "-q", "--depth", "1", `file://${repo}`, shallow]);
+    const clone = path.join(dir, "from-shallow");
+    await blankClone(shallow, clone);
+    expect(existsSync(path.join(clone, ".git", "shallow"))).toBe(true);
+    await checkoutDetached(clone, git(shallow, "rev-parse", "HEAD").trim());
+    expect(git(clone, "remote").trim()).toBe("");
   });
 });
 
