@@ -3,7 +3,17 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, wr
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { blankClone, checkoutDetached, cloneAt, currentBranch, diffOf, maintainRepository, repositoryName, revertTo, snapshotCandidate } from "../../../runner/src/git.js";
+import {
+  blankClone,
+  checkoutDetached,
+  cloneAt,
+  currentBranch,
+  diffOf,
+  maintainRepository,
+  repositoryName,
+  revertTo,
+  snapshotCandidate,
+} from "../../../runner/src/git.js";
 import { childEnv } from "../../../runner/src/environment.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "lw-git-"));
