@@ -2,7 +2,7 @@ import { parseDuration } from "../duration.js";
 import { percentValue, type Contract } from "../wire/contract.js";
 import type { Observation } from "../wire/observation.js";
 import type { EventDraft, Halt, Verdict } from "./events.js";
-import { exitCodeFor, type HaltReason } from "./halt-reasons.js";
+import { exitCodeFor, type HaltReason } from "../wire/halt-reasons.js";
 import { checkGuards } from "./guards.js";
 import { compareSamples } from "./statistics.js";
 import { loopAfterVerdict, median, sameTreeKey, type LoopState } from "./state.js";

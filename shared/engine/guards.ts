@@ -1,6 +1,6 @@
 import type { Contract } from "../wire/contract.js";
 import type { FullObservation, GuardReadings, Observation } from "../wire/observation.js";
-import type { HaltReason } from "./halt-reasons.js";
+import type { HaltReason } from "../wire/halt-reasons.js";
 import { formatList } from "../format-list.js";
 import { outOfScope } from "./scope.js";
 import { isDerivedTestId, shrinkageOf, type TestBase } from "./test-sets.js";

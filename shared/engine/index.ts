@@ -3,7 +3,7 @@ export * from "./commands.js";
 export * from "./decide.js";
 export * from "./events.js";
 export * from "./guards.js";
-export * from "./halt-reasons.js";
+export * from "../wire/halt-reasons.js";
 export * from "./labels.js";
 export * from "./scope.js";
 export * from "./state.js";

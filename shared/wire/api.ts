@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { Baseline, BestRef, BundleRef, ConfirmReadings, Confirmation, Halt, ProposalFields, ReportAnswer, Repository, Verdict } from "../engine/events.js";
+import { Baseline, BestRef, BundleRef, ConfirmReadings, Confirmation, Halt, ProposalFields, ReportAnswer, Repository, Verdict } from "./event-parts.js";
 import { Contract, Labels } from "./contract.js";
 import { GitCommit, Observation, Sha256 } from "./observation.js";
 
