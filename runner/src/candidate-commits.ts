@@ -4,7 +4,7 @@ import { UserError } from "./errors.js";
 import { progress } from "./output.js";
 import { diffOf, loopBranch, maintainRepository, readTrailers, shortCommit, snapshotCandidate, snapshotWorkTree, type Diff } from "./git.js";
 import type { Workspace } from "./zones/agent-zone.js";
-import type { Session } from "./session.js";
+import type { Session } from "./session-type.js";
 
 // Candidate commits (DESIGN §13): each carries trailers naming its loop, iteration and proposal key, so
 // a restarted runner can propose it again exactly — and so a candidate is never mistaken for a commit

@@ -15,7 +15,7 @@ import { liveStatus, paint, progress, type OutputMode } from "./output.js";
 import { MetricLog, samplePairs, type PairedSamples } from "./sampling.js";
 import { boundedErrors, evidenceOf, evidenceRefusal, inlineLogs, storeLogs, storeReportFiles, type StoredFiles } from "./artifact-files.js";
 import { timed } from "./timings.js";
-import type { Session } from "./session.js";
+import type { Session } from "./session-type.js";
 
 // A leased evaluation job (DESIGN §2): the candidate evaluated in a clean clone under heartbeats, its
 // observation reported — in optimize mode with paired readings until the coordinator decides.

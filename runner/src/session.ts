@@ -2,12 +2,12 @@ import { randomBytes } from "node:crypto";
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { labelsSatisfy, type AgentRun, type BundleRef, type LoopState, type Proposer, type Verdict } from "../../shared/engine/index.js";
+import { labelsSatisfy, type AgentRun, type BundleRef, type Proposer, type Verdict } from "../../shared/engine/index.js";
 import { formatList } from "../../shared/format-list.js";
 import type { AgentReport } from "../../shared/wire/agent-report.js";
-import type { InlineEvidence, LoopSummary, ProposeCandidateRequest } from "../../shared/wire/api.js";
+import type { InlineEvidence, ProposeCandidateRequest } from "../../shared/wire/api.js";
 import { refuseCandidateBaseline } from "./candidate-commits.js";
-import { CoordinatorError, type Client } from "./client.js";
+import { CoordinatorError } from "./client.js";
 import { cloneAhead, dropCloneAhead, evaluationStarted, removeStaleClones, withClone, type Clone } from "./clone.js";
 import { connect, type Connection, type ServerOptions } from "./connect.js";
 import { contractFileOf, contractHash, validateContract, type LoadedContract } from "./contract-file.js";
@@ -52,33 +52,19 @@ import { timed } from "./timings.js";
 import { foldAnswered, stateAtHead } from "./event-log.js";
 import { proposalBundle, withBundleUploaded } from "./candidate-bundles.js";
 import { evidenceRefusal } from "./artifact-files.js";
-import type { Contract, Labels } from "../../shared/wire/contract.js";
+import type { Contract } from "../../shared/wire/contract.js";
 import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
 import { settleStaleWorkspaces } from "./zones/agent-zone.js";
 import { hideFromZones } from "./zones/sandbox.js";
 import type { FullObservation } from "../../shared/wire/observation.js";
+import type { Session } from "./session-type.js";
+
+// `Session` lives in session-type.ts, so that the modules this one calls (lease-job.ts,
+// candidate-commits.ts) can name it without importing this file back; re-exported for its callers.
+export type { Session };
 
 // What `run` and `step` share: finding the contract, creating or resuming the loop, committing a
 // candidate, having it evaluated and applying the coordinator's verdict to the working tree.
-
-/** An open loop in a repository, connected to its coordinator. */
-export interface Session {
-  repo: string;
-  loaded: LoadedContract;
-  connection: Connection;
-  client: Client;
-  mode: OutputMode;
-  workspace: WorkspaceState;
-  loop: LoopSummary;
-  /** True when an existing loop was picked up rather than created. */
-  resumed: boolean;
-  /** What this runner offers a contract's `evaluate.labels` (`--labels`): it evaluates its own candidates only when they match. */
-  labels: Labels;
-  /** The loop's state as last folded, and the last event folded into it: later reads fetch only what follows. */
-  folded?: { seq: number; state: LoopState } | undefined;
-  /** The working tree's return to the best commit after a rejection, when `decideCandidate` left it running. */
-  restoring?: Promise<void> | undefined;
-}
 
 function newRunnerId(): string {
   return `${os

@@ -2,21 +2,11 @@ import { parseDuration } from "../../shared/duration.js";
 import { bindingStorage } from "./artifact-storage-binding.js";
 import type { ArtifactStorage } from "./artifact-storage.js";
 import { ApiError } from "./http-errors.js";
+import type { S3Settings } from "./artifact-storage-s3-settings.js";
 
 // Which artifact storage a deployment uses (DESIGN §10): S3 mode when its S3 settings are configured
 // (vars S3_ENDPOINT, S3_BUCKET, S3_REGION, S3_PRESIGN_TTL; secrets S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY),
 // else the R2 binding. Some S3 settings without the others is an error, never a silent fallback.
-
-/** The S3 settings of a deployment in S3 mode. */
-export interface S3Settings {
-  endpoint: string;
-  bucket: string;
-  region: string;
-  accessKeyId: string;
-  secretAccessKey: string;
-  /** How long a presigned URL stays valid, in seconds. */
-  presignTtlSeconds: number;
-}
 
 /** S3_PRESIGN_TTL unless configured: 15 minutes. */
 export const DEFAULT_PRESIGN_TTL_SECONDS = 15 * 60;

@@ -15,7 +15,7 @@ import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
 import { hexToBytes } from "@noble/hashes/utils.js";
 import { base64 } from "@scure/base";
 import { PartsRefused, UploadGone, type ArtifactStorage, type NewUpload, type ObjectBody, type StoredObject, type UploadTarget } from "./artifact-storage.js";
-import type { S3Settings } from "./artifact-storage-mode.js";
+import type { S3Settings } from "./artifact-storage-s3-settings.js";
 
 // S3 mode (DESIGN §10): artifacts in an S3-compatible bucket (R2's S3 API when deployed), reached with
 // @aws-sdk/client-s3. Runners upload straight to storage with presigned URLs (a single PUT, or one per

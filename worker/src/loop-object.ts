@@ -16,7 +16,6 @@ import {
   type ChainHead,
   type ConfirmAnswer,
   type ConfirmReadings,
-  type EngineError,
   type EventDraft,
   type LoopEvent,
   type LoopState,
@@ -38,6 +37,7 @@ import { keySetOf, receiptKeyOf } from "./receipt-keys.js";
 import { summarizeLoop, viewCandidate } from "./loop-view.js";
 import { OWNER_TEAM, type Caller } from "./auth.js";
 import { candidateLimitMessage, interimReceiptLimitMessage, teamLimits } from "./team-limits.js";
+import type { Refusal } from "./refusal.js";
 
 /** How long a lease lives without a heartbeat, unless LEASE_TTL says otherwise. Runners heartbeat at a quarter of it. */
 export const LEASE_TTL_MS = 120_000;
@@ -67,12 +67,6 @@ const DRAIN_BATCH = 50;
 /** Delay before the alarm retries a failed drain by re-arming itself (the runtime also retries thrown alarms). */
 const DRAIN_RETRY_MS = 5_000;
 
-/** An expected failure, returned across RPC as a value (custom error classes do not survive RPC). */
-export type Refusal = {
-  ok: false;
-  code: EngineError["code"] | "not_found" | "storage_limit" | "signing_unconfigured" | "limit_reached";
-  message: string;
-};
 type Answer<T> = ({ ok: true } & T) | Refusal;
 
 const NOT_FOUND: Refusal = { ok: false, code: "not_found", message: "no such loop" };

@@ -1,0 +1,11 @@
+import type { EngineError } from "../../shared/engine/index.js";
+
+// Apart from loop-object.ts, which returns it: http-errors.ts maps it to a status, and importing it from
+// loop-object.ts made a cycle (loop-object.ts imports auth.ts, receipt-keys.ts, which import http-errors.ts).
+
+/** An expected failure, returned across RPC as a value (custom error classes do not survive RPC). */
+export type Refusal = {
+  ok: false;
+  code: EngineError["code"] | "not_found" | "storage_limit" | "signing_unconfigured" | "limit_reached";
+  message: string;
+};
