@@ -22,9 +22,10 @@ function interruptedRefPrefix(session: Session): string {
  * has its verdict applied (a crash may have come between the verdict and the revert); one not yet
  * judged is proposed again — idempotently, by the key in its trailers, so never registered twice — and
  * decided, or, when the loop has halted meanwhile, discarded: kept under its interrupted ref, and the
- * tree restored to the best-so-far.
+ * tree restored to the best-so-far. `shownOnResume`: the verdicts decided while the run was away were
+ * printed already (`showVerdictsWhileAway`), so a judged candidate's is not printed again.
  */
-export async function settleInterruptedIteration(session: Session): Promise<void> {
+export async function settleInterruptedIteration(session: Session, shownOnResume = false): Promise<void> {
   const dirty = await dirtyPaths(session.repo);
   if (dirty.length > 0) {
     const ref = `${interruptedRefPrefix(session)}/${Date.now()}`;
@@ -43,7 +44,7 @@ export async function settleInterruptedIteration(session: Session): Promise<void
   const state = await foldLoop(session);
   const known = Object.values(state.candidates).find((candidate) => candidate.idempotency_key === trailers.key);
   if (known?.verdict) {
-    progress(session.mode, verdictLine(trailers.iteration, known.verdict));
+    if (!shownOnResume) progress(session.mode, verdictLine(trailers.iteration, known.verdict));
     const ref = known.verdict.reason === "no_change" ? null : rejectedRef(session.loop.loop_id, known.candidate_id);
     await revertTo(session.repo, best, ref ? { ref, commit: head } : null);
     progress(

@@ -14,6 +14,8 @@ import type { WorkspaceState } from "./workspace.js";
 /** An open loop in a repository, connected to its coordinator. */
 export interface Session {
   repo: string;
+  /** The contract's source as `.loopwarden/state.json` records the loop under it (`contractSourceOf`). */
+  source: string;
   loaded: LoadedContract;
   connection: Connection;
   client: Client;

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { labelsSatisfy, type AgentRun, type BundleRef, type Proposer, type Verdict } from "../../shared/engine/index.js";
+import { labelsSatisfy, LoopEvent, type AgentRun, type BundleRef, type Proposer, type Verdict } from "../../shared/engine/index.js";
 import { formatList } from "../../shared/format-list.js";
 import type { AgentReport } from "../../shared/wire/agent-report.js";
 import type { InlineEvidence, ProposeCandidateRequest } from "../../shared/wire/api.js";
@@ -229,11 +229,11 @@ export async function openSession(
         if (loop.status === "running") {
           const loaded = await resumedContract(repo, source, options, loop.loop_id, await connection.client.pinnedContract(loop.loop_id));
           progress(mode, `resuming loop ${loop.loop_id} (${loop.iteration} of ${loop.max_iterations} iterations done)`);
-          return { repo, loaded, connection, client: connection.client, mode, workspace: previous, loop, resumed: true, labels };
+          return { repo, source, loaded, connection, client: connection.client, mode, workspace: previous, loop, resumed: true, labels };
         }
         // A halted loop stays halted: reported with its reason and class, never silently replaced.
         const loaded = validateContract(await connection.client.pinnedContract(loop.loop_id), source);
-        return { repo, loaded, connection, client: connection.client, mode, workspace: previous, loop, resumed: true, labels };
+        return { repo, source, loaded, connection, client: connection.client, mode, workspace: previous, loop, resumed: true, labels };
       }
       progress(mode, `loop ${previous.loop_id} is unknown to the coordinator at ${connection.url}: starting a new loop`);
     }
@@ -255,6 +255,8 @@ export async function openSession(
       state_dir: connection.local ? (server.state ?? null) : null,
       started_from: startedFrom,
       runner_id: newRunnerId(),
+      // Nothing decided yet to show: a run that resumes this loop shows every verdict after its creation.
+      seen_seq: loop.head.seq,
     };
     await saveWorkspaceState(repo, source, workspace);
     await clearPendingCreate(repo, source);
@@ -263,7 +265,7 @@ export async function openSession(
       progress(mode, `--new: loop ${previous.loop_id} is left as it is on its coordinator; this repository now follows loop ${loop.loop_id}`);
     }
     progress(mode, `loop ${loop.loop_id} (contract ${loaded.source}): the baseline has ${baselineFailures(pending.request.t0.observation)}`);
-    return { repo, loaded, connection, client: connection.client, mode, workspace, loop, resumed: false, labels };
+    return { repo, source, loaded, connection, client: connection.client, mode, workspace, loop, resumed: false, labels };
   } catch (error) {
     await connection.close();
     throw error;
@@ -385,6 +387,51 @@ export async function buildProposal(
 }
 
 /**
+ * Records that this checkout has shown every verdict up to the log as last folded, so that a resumed
+ * `run` prints only those decided after it (`showVerdictsWhileAway`).
+ */
+async function noteVerdictsShown(session: Session): Promise<void> {
+  const seq = session.folded?.seq;
+  if (seq === undefined || seq <= (session.workspace.seen_seq ?? -1)) return;
+  session.workspace = { ...session.workspace, seen_seq: seq };
+  await saveWorkspaceState(session.repo, session.source, session.workspace);
+}
+
+/** How many of the verdicts decided while a run was away it prints on resume; the rest are counted. */
+const AWAY_VERDICTS_SHOWN = 20;
+
+/**
+ * Prints first, when a run resumes, the verdicts the loop reached while it was away — another runner's
+ * evaluation of its candidate, a loop that halted meanwhile — from the log after the last one this
+ * checkout showed, and records them as shown. Answers whether it could: a state written before runs
+ * recorded what they showed shows none, and starts recording.
+ */
+export async function showVerdictsWhileAway(session: Session): Promise<boolean> {
+  const seen = session.workspace.seen_seq;
+  if (seen === undefined) {
+    // Recorded from now on: the next resume knows what this one found.
+    session.workspace = { ...session.workspace, seen_seq: session.loop.head.seq };
+    await saveWorkspaceState(session.repo, session.source, session.workspace);
+    return false;
+  }
+  if (seen >= session.loop.head.seq) return true;
+  const events = (await session.client.eventLines(session.loop.loop_id, seen)).map((line) => LoopEvent.parse(JSON.parse(line)));
+  const verdicts = events.flatMap((event) => (event.type === "verdict" && event.data.decision !== "need_samples" ? [event.data] : []));
+  if (verdicts.length > 0) {
+    progress(session.mode, `while this run was away, the loop decided ${verdicts.length} candidate(s):`);
+    const shown = verdicts.slice(-AWAY_VERDICTS_SHOWN);
+    if (shown.length < verdicts.length) progress(session.mode, `  (${verdicts.length - shown.length} earlier ones: loopwarden watch lists them)`);
+    for (const verdict of shown) progress(session.mode, verdictLine("away", verdict));
+  }
+  const last = events.at(-1)?.seq;
+  if (last !== undefined) {
+    session.workspace = { ...session.workspace, seen_seq: last };
+    await saveWorkspaceState(session.repo, session.source, session.workspace);
+  }
+  return true;
+}
+
+/**
  * Waits for the working tree's return to the best commit that `decideCandidate` left running, and
  * answers its failure, if any: due before anything else moves the loop's branch, and before the
  * process ends.
@@ -439,6 +486,7 @@ export async function decideCandidate(
       session.loop = decided.loop;
     }
     progress(session.mode, verdictLine(iteration, verdict));
+    await noteVerdictsShown(session);
     if (verdict.decision === "rejected") {
       // Why, in the gates' own terms, and where the output is (a candidate rejected unevaluated has no
       // report): read from the log while the working tree is restored.

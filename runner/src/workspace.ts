@@ -20,6 +20,11 @@ export const WorkspaceState = z.object({
   started_from: z.string().nullable(),
   /** This checkout's runner identity, kept so a restarted runner gets its own live lease back. */
   runner_id: z.string(),
+  /**
+   * The last event of the loop's log whose verdicts this checkout's `run` has shown: a resumed run prints
+   * the verdicts after it first (those decided while it was away). Absent in a state written before.
+   */
+  seen_seq: z.number().int().min(0).optional(),
 });
 export type WorkspaceState = z.infer<typeof WorkspaceState>;
 

@@ -1,9 +1,11 @@
+import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { LoopEvent } from "../../shared/engine/index.js";
 import { LEVEL_HOLD, makeLevelProject } from "../support/level-project.js";
 import { dirsHolding, killListed, processesWith, survivorsAfter } from "../support/zone-markers.js";
+import { twoRunnerProject } from "../support/two-runner-project.js";
 import {
   api,
   clonesOf,
@@ -203,6 +205,39 @@ describe("a runner crash while the working tree goes back to the best commit", (
     expect(git("rev-parse", "HEAD^")).toBe(t0);
     expect(git("show", "HEAD:level.txt")).toBe("2");
     expect(git("status", "--porcelain", "--untracked-files=all")).toBe("");
+  });
+});
+
+// Issue 26: a run stopped while another runner judges its candidate said nothing of that verdict when
+// it resumed (a promoted candidate is simply the best by then). It prints the verdicts decided while it
+// was away first, from what this checkout recorded having shown.
+describe("a run resumed after its candidate was judged elsewhere", () => {
+  const { tmp, coordinator } = sharedCoordinator("away");
+
+  it("prints the verdicts decided while it was away, first, and never twice", async () => {
+    const repo = makeRepo(path.join(tmp.dir, "laptop"), twoRunnerProject());
+    const checkout = path.join(tmp.dir, "box");
+    execFileSync("git", ["clone", "-q", repo, checkout]);
+    const args = ["--server", coordinator.url, "run"];
+    // The contract wants a runner with pool=shared, which the laptop is not: the run proposes c1 and waits.
+    const first = startCli(args, { cwd: repo });
+    await waitFor(() => /waiting for a runner with pool=shared to evaluate c1/.test(first.output()) || first.exitCode !== null, "the run waiting for a runner");
+    first.kill("SIGINT");
+    await exitOf(first);
+    const loopId = recordedLoopId(repo, "loop.yaml");
+    // While the run is away, a runner with the label judges c1 (fixes add: promoted), and goes on serving.
+    const work = startCli(["--server", coordinator.url, "work", "--labels", "pool=shared", "--loop", loopId], { cwd: checkout });
+    try {
+      await waitFor(() => /c1 promoted/.test(work.output()) || work.exitCode !== null, "the runner's verdict on c1");
+      const again = await runCli(args, { cwd: repo });
+      expect(again.code, `${again.stderr}\nwork:\n${work.output()}`).toBe(10);
+      expect(again.stderr).toMatch(/^while this run was away, the loop decided 1 candidate\(s\):\n\[away\] c1 promoted \(fewer_failures\)/m);
+      // Shown once: the candidate at HEAD, settled on resume, is not printed again; later verdicts are this run's own.
+      expect(again.stderr.match(/c1 promoted/g)).toHaveLength(1);
+      expect(await exitOf(work)).toBe(0);
+    } finally {
+      if (work.exitCode === null) work.kill("SIGKILL");
+    }
   });
 });
 

@@ -23,6 +23,7 @@ import {
   enterLoopBranch,
   evaluatesOwnCandidate,
   openSession,
+  showVerdictsWhileAway,
   workingTreeRestored,
   type Session,
 } from "../session.js";
@@ -160,12 +161,13 @@ export async function runLoop(options: RunOptions): Promise<number> {
   const session = await openSession({ ...options, purpose: "run", preflight });
   const { mode } = session;
   try {
+    const shownOnResume = session.resumed && (await showVerdictsWhileAway(session));
     if (session.loop.status === "running") {
       await enterLoopBranch(session);
-      if (session.resumed) await settleInterruptedIteration(session);
+      if (session.resumed) await settleInterruptedIteration(session, shownOnResume);
     } else if ((await currentBranch(session.repo)) === loopBranch(session.loop.loop_id)) {
       // Halted while an iteration was in flight: its candidate is settled all the same.
-      await settleInterruptedIteration(session);
+      await settleInterruptedIteration(session, shownOnResume);
     }
     const opened = takeTimings();
     if (opened) process.stderr.write(`[start] ${opened}\n`);
