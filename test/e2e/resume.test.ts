@@ -219,9 +219,14 @@ describe("a run resumed after its candidate was judged elsewhere", () => {
     const checkout = path.join(tmp.dir, "box");
     execFileSync("git", ["clone", "-q", repo, checkout]);
     const args = ["--server", coordinator.url, "run"];
-    // The contract wants a runner with pool=shared, which the laptop is not: the run proposes c1 and waits.
+    // The contract wants a runner with pool=shared, which the laptop is not: the run proposes c1 and waits,
+    // saying so (stderr is a pipe here, not a terminal) within 35 s, as issue 26 asks.
     const first = startCli(args, { cwd: repo });
-    await waitFor(() => /waiting for a runner with pool=shared to evaluate c1/.test(first.output()) || first.exitCode !== null, "the run waiting for a runner");
+    await waitFor(
+      () => /waiting for a runner with pool=shared to evaluate c1/.test(first.output()) || first.exitCode !== null,
+      "the run saying it waits for a runner",
+      35_000,
+    );
     first.kill("SIGINT");
     await exitOf(first);
     const loopId = recordedLoopId(repo, "loop.yaml");
