@@ -17,7 +17,7 @@ import { fileURLToPath } from "node:url";
 import { compactTests, LoopEvent, testBaseOf, verifyChain } from "../shared/engine/index.js";
 import { sha256Hex } from "../shared/hash.js";
 import type { FullObservation, FullTests } from "../shared/wire/observation.js";
-import { BUNDLE_FILE } from "../runner/src/worker-bundle.js";
+import { BUNDLE_FILE } from "../scripts/lib/worker-bundle.js";
 import { startCoordinator, TEST_OWNER_TOKEN } from "../test/support/cli.js";
 import { applyWranglerMigrations, startWranglerDev } from "../test/support/wrangler-dev.js";
 import { mulberry32 } from "../test/support/prng.js";

@@ -3,7 +3,7 @@ import { Client } from "./client.js";
 import { VERSION } from "../../shared/version.js";
 import { assertWorkersRuntime, findRunningCoordinator, startLocalCoordinator } from "./local-coordinator.js";
 import { describeIdle, idleMs, keepActive, startWarmCoordinator, stopCoordinator, touchActivity } from "./warm-coordinator.js";
-import { bundleStamp, ensureWorkerBundle } from "./worker-bundle.js";
+import { bundleStamp, ensureWorkerBundle } from "../../scripts/lib/worker-bundle.js";
 import { progress, type OutputMode } from "./output.js";
 import { defaultStateDir } from "./paths.js";
 import { hideFromZones } from "./zones/sandbox.js";

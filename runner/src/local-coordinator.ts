@@ -11,7 +11,7 @@ import { freePort, isPortFree } from "./free-port.js";
 import { PACKAGE_ROOT } from "./paths.js";
 import { isProcessAlive } from "./processes.js";
 import { VERSION } from "../../shared/version.js";
-import { BUNDLE_DIR, BUNDLE_FILE, bundleStamp, ensureWorkerBundle } from "./worker-bundle.js";
+import { BUNDLE_DIR, BUNDLE_FILE, bundleStamp, ensureWorkerBundle } from "../../scripts/lib/worker-bundle.js";
 
 // The local coordinator is the very worker that `wrangler deploy` ships (its bundle, dist/worker), run in
 // workerd through Miniflare's API in this process, with wrangler.toml's bindings and its D1, R2 and

@@ -1,9 +1,9 @@
 import { homedir, platform } from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 
-/** The loopwarden package root (where wrangler.toml and the worker live). */
-export const PACKAGE_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+// The loopwarden package root is defined beside the worker bundle's build code, which needs it too
+// (scripts/lib/package-root.ts); re-exported for the runner.
+export { PACKAGE_ROOT } from "../../scripts/lib/package-root.js";
 
 /**
  * The local coordinator's state directory: `--state`, else `LOOPWARDEN_STATE`, else the per-user data

@@ -1,7 +1,7 @@
 import { spawn, spawnSync } from "node:child_process";
 import path from "node:path";
 import { freePort } from "../../runner/src/free-port.js";
-import { wranglerBin } from "../../runner/src/worker-bundle.js";
+import { wranglerBin } from "../../scripts/lib/worker-bundle.js";
 import { ROOT, TEST_OWNER_TOKEN, exitOf } from "./cli.js";
 
 // `wrangler dev` of this worker, for what still compares the local coordinator with it: the test that
