@@ -2,7 +2,8 @@ import { randomBytes } from "node:crypto";
 import type { AgentRun } from "../../shared/engine/index.js";
 import { UserError } from "./errors.js";
 import { progress } from "./output.js";
-import { diffOf, loopBranch, maintainRepository, readTrailers, shortCommit, snapshotCandidate, snapshotWorkTree, type Diff } from "./git.js";
+import { readTrailers, shortCommit } from "./git.js";
+import { diffOf, loopBranch, maintainRepository, snapshotCandidate, snapshotWorkTree, type Diff } from "./git-commits.js";
 import type { Workspace } from "./zones/agent-zone.js";
 import type { Session } from "./session-type.js";
 

@@ -5,7 +5,7 @@ import { sha256Hex } from "../../shared/hash.js";
 import { Contract } from "../../shared/wire/contract.js";
 import { MAX_CHANGED_PATHS, type ChangedPaths, type GuardReadings } from "../../shared/wire/observation.js";
 import { JobRefused } from "./errors.js";
-import { changedPaths } from "./git.js";
+import { changedPaths } from "./git-commits.js";
 import { contractHash } from "./contract-file.js";
 import { parseLcov } from "./parsers/index.js";
 import { protectedFiles } from "./protected-files.js";

@@ -17,21 +17,8 @@ import { evaluateIn, hardGatesPassed, uploadLogs } from "./evaluate.js";
 import type { Evaluation, GateHooks } from "./evaluation.js";
 import { readGuardsBeforeGates } from "./guard-readings.js";
 import { faultPoint } from "./fault.js";
-import {
-  currentBranch,
-  diffOf,
-  dirtyPaths,
-  excludeStateDir,
-  headCommit,
-  loopBranch,
-  rejectedRef,
-  repoRoot,
-  repositoryName,
-  revertTo,
-  shortCommit,
-  switchToLoopBranch,
-  type Diff,
-} from "./git.js";
+import { currentBranch, dirtyPaths, excludeStateDir, headCommit, repoRoot, repositoryName, shortCommit } from "./git.js";
+import { diffOf, loopBranch, rejectedRef, revertTo, switchToLoopBranch, type Diff } from "./git-commits.js";
 import { evaluateUntilDecided, verdictLine } from "./lease-job.js";
 import { liveStatus, progress, type OutputMode } from "./output.js";
 import {

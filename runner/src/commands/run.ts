@@ -7,7 +7,8 @@ import type { LoopSummary, ProposeCandidateRequest } from "../../../shared/wire/
 import type { Connection, ServerOptions } from "../connect.js";
 import type { CommandResult } from "../exec.js";
 import { UserError } from "../errors.js";
-import { currentBranch, loopBranch, type Diff } from "../git.js";
+import { currentBranch } from "../git.js";
+import { loopBranch, type Diff } from "../git-commits.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { agentEnv, readAgentReport, writeAgentContext } from "../agent-context.js";
 import { commitWorkspace, maintainAfterCandidates } from "../candidate-commits.js";

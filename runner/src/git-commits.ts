@@ -1,0 +1,181 @@
+import { sha256Hex } from "../../shared/hash.js";
+import { committedHead, git } from "./git.js";
+
+// The runner's commits on the loop's branch (DESIGN §13): candidates committed from the working tree or
+// read out of an agent's workspace, the change each makes, and how a rejection puts the branch back —
+// the rejected candidate kept under its ref, nothing ever lost.
+
+// Read once per repository and process: a git process per commit only to learn the identity is not.
+const identities = new Map<string, Promise<string[]>>();
+
+/** `-c` options giving commits an identity when the repository's git config has none. */
+function identityArgs(repo: string): Promise<string[]> {
+  let identity = identities.get(repo);
+  if (!identity) {
+    identity = git(repo, ["config", "user.email"]).then(
+      (email) => (email.trim() ? [] : ["-c", "user.name=loopwarden", "-c", "user.email=loopwarden@localhost"]),
+      () => ["-c", "user.name=loopwarden", "-c", "user.email=loopwarden@localhost"],
+    );
+    identities.set(repo, identity);
+  }
+  return identity;
+}
+
+/** The loop's branch name (DESIGN §13). */
+export function loopBranch(loopId: string): string {
+  return `loopwarden/${loopId}`;
+}
+
+/** Creates the loop's branch at HEAD and switches the working tree to it. */
+export async function switchToLoopBranch(repo: string, loopId: string, commit: string): Promise<void> {
+  const branch = loopBranch(loopId);
+  const exists = await git(repo, ["rev-parse", "--verify", "-q", `refs/heads/${branch}`]).then(
+    () => true,
+    () => false,
+  );
+  if (exists) await git(repo, ["switch", "-q", branch]);
+  else await git(repo, ["switch", "-q", "-c", branch, commit]);
+}
+
+/** A change between two trees: the digest of its binary patch, and whether it changes nothing. */
+export interface Diff {
+  sha256: string;
+  empty: boolean;
+}
+
+function diffOfPatch(patch: string): Diff {
+  return { sha256: sha256Hex(Buffer.from(patch, "latin1")), empty: patch.length === 0 };
+}
+
+// Options of every diff a candidate's digest is taken of: the same bytes whichever way it is taken.
+const DIFF_OPTIONS = ["--binary", "--no-color", "--no-ext-diff"];
+
+/**
+ * Commits the whole working tree (tracked, untracked, deletions; ignored files excluded) as a candidate
+ * on the current branch and answers the commit id. An unchanged tree still yields a commit, so every
+ * agent run has a candidate to record. With `diffFrom`, also answers the change from that commit, as
+ * `diffOf(repo, diffFrom, commit)` would: taken from the index the commit is made of, while git writes
+ * the commit. Git's automatic maintenance is not run after each commit (a git process an iteration);
+ * `maintainRepository` runs it when a run ends.
+ */
+export async function snapshotCandidate(repo: string, message: string, diffFrom?: string): Promise<{ commit: string; diff: Diff | null }> {
+  await git(repo, ["add", "-A"]);
+  const committing = identityArgs(repo).then((identity) =>
+    git(repo, [...identity, "-c", "maintenance.auto=false", "commit", "-q", "--allow-empty", "--no-verify", "-m", message]),
+  );
+  // `diff --cached` reads the index without refreshing it, so it never contends for the lock `commit` takes.
+  const diffing = diffFrom === undefined ? null : git(repo, ["diff", "--cached", ...DIFF_OPTIONS, diffFrom], { encoding: "buffer" });
+  diffing?.catch(() => undefined);
+  await committing;
+  const diff = diffing ? diffOfPatch(await diffing) : null;
+  return { commit: await committedHead(repo), diff };
+}
+
+/**
+ * Commits the tree an agent left in `workTree` (its workspace, DESIGN §6.7) onto the current branch of
+ * `repo` as a child of `parent`, and moves the branch and the working tree there. The workspace is read
+ * as data: git runs in `repo`, with `repo`'s configuration and an index of the runner's own (`index`, a
+ * copy of the workspace's index taken before the agent ran, so only what the agent touched is hashed
+ * again), never with the workspace's `.git`, which the agent could have written (a `core.fsmonitor`
+ * command, a filter, an include). Answers the commit and its change from `parent`, taken from the same
+ * index, as `diffOf(repo, parent, commit)` would. `onCommitted` hears of the commit as soon as it exists,
+ * before the branch moves to it.
+ */
+export async function snapshotWorkTree(
+  repo: string,
+  workTree: string,
+  index: string,
+  message: string,
+  parent: string,
+  onCommitted?: (commit: string, diff: Diff) => void,
+): Promise<{ commit: string; diff: Diff }> {
+  const env = { GIT_INDEX_FILE: index };
+  await git(repo, ["--work-tree", workTree, "add", "-A"], { env });
+  const [tree, patch] = await Promise.all([
+    git(repo, ["write-tree"], { env }),
+    git(repo, ["--work-tree", workTree, "diff", "--cached", ...DIFF_OPTIONS, parent], { env, encoding: "buffer" }),
+  ]);
+  const identity = await identityArgs(repo);
+  const commit = (await git(repo, [...identity, "commit-tree", tree.trim(), "-p", parent, "-m", message])).trim();
+  const diff = diffOfPatch(patch);
+  // What needs only the commit object (a clone of it) begins while the branch and the working tree move.
+  onCommitted?.(commit, diff);
+  await git(repo, ["reset", "-q", "--hard", commit]);
+  return { commit, diff };
+}
+
+/**
+ * Keeps the tree left in `workTree` (an interrupted agent's workspace) as a commit on `base` under
+ * `ref`, read as `snapshotWorkTree` reads it, without moving any branch or touching the working tree.
+ * Answers false, and keeps nothing, when the tree is `base`'s or cannot be read.
+ */
+export async function setAsideWorkTree(repo: string, workTree: string, index: string, base: string, ref: string, message: string): Promise<boolean> {
+  try {
+    const env = { GIT_INDEX_FILE: index };
+    await git(repo, ["--work-tree", workTree, "add", "-A"], { env });
+    const tree = (await git(repo, ["write-tree"], { env })).trim();
+    if (tree === (await git(repo, ["rev-parse", `${base}^{tree}`])).trim()) return false;
+    const identity = await identityArgs(repo);
+    const commit = (await git(repo, [...identity, "commit-tree", tree, "-p", base, "-m", message])).trim();
+    await git(repo, ["update-ref", ref, commit]);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Runs git's automatic maintenance, as a commit would have (`git maintenance run --auto`). */
+export async function maintainRepository(repo: string): Promise<void> {
+  await git(repo, ["maintenance", "run", "--auto", "--quiet"]);
+}
+
+/** Digest of the change from `base` to `commit`, and whether it changes nothing. */
+export async function diffOf(repo: string, base: string, commit: string): Promise<Diff> {
+  return diffOfPatch(await git(repo, ["diff", ...DIFF_OPTIONS, base, commit], { encoding: "buffer" }));
+}
+
+/** The ref a rejected candidate is kept under (nothing is ever lost, DESIGN §13). */
+export function rejectedRef(loopId: string, candidateId: string): string {
+  return `refs/loopwarden/rejected/${loopId}/${candidateId}`;
+}
+
+/**
+ * Applies a rejection: keeps the candidate under its rejected ref (unless `keep` is null), then restores
+ * the loop branch and working tree to the best commit. Only the loop branch moves; the user's branches
+ * are untouched.
+ */
+export async function revertTo(repo: string, best: string, keep: { ref: string; commit: string } | null): Promise<void> {
+  // The ref is written before the branch moves, so a crash never leaves the candidate without it. What
+  // is untracked beside the candidate is removed meanwhile (the ref and the files are apart): the reset
+  // then leaves exactly the best commit's tree, as a reset followed by a clean would. A candidate that
+  // changed nothing (`keep` null) has nothing to keep.
+  await Promise.all([keep ? git(repo, ["update-ref", keep.ref, keep.commit]) : null, git(repo, ["clean", "-q", "-fd"])]);
+  await git(repo, ["reset", "-q", "--hard", best]);
+}
+
+/**
+ * Saves uncommitted changes (tracked and untracked) as a commit under `ref`, then cleans the working
+ * tree back to HEAD: an interrupted agent run's edits are set aside, never thrown away.
+ */
+export async function setAsideChanges(repo: string, ref: string, message: string): Promise<void> {
+  await git(repo, ["add", "-A"]);
+  const tree = (await git(repo, ["write-tree"])).trim();
+  const identity = await identityArgs(repo);
+  const commit = (await git(repo, [...identity, "commit-tree", tree, "-p", "HEAD", "-m", message])).trim();
+  await git(repo, ["update-ref", ref, commit]);
+  await git(repo, ["reset", "-q", "--hard", "HEAD"]);
+  await git(repo, ["clean", "-q", "-fd"]);
+}
+
+/**
+ * The paths where `commit` differs from `base` (added, changed, deleted, or a mode changed; a rename as
+ * both of its paths), sorted, as `git diff-tree` names them: plumbing, so no diff configuration of the
+ * repository can alter it.
+ */
+export async function changedPaths(repo: string, base: string, commit: string): Promise<string[]> {
+  const out = await git(repo, ["diff-tree", "-r", "-z", "--no-commit-id", "--name-only", "--no-renames", base, commit]);
+  return out
+    .split("\0")
+    .filter((name) => name !== "")
+    .sort();
+}
