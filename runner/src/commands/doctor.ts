@@ -2,7 +2,7 @@ import { execFile } from "node:child_process";
 import path from "node:path";
 import { promisify } from "node:util";
 import { changedTests, outcomeReader, type FlippingTest, type TestOutcome } from "../../../shared/determinism/flips.js";
-import { exitCodeFor, type HaltReason } from "../../../shared/engine/halt-reasons.js";
+import { exitCodeFor, type HaltReason } from "../../../shared/wire/halt-reasons.js";
 import { gateTestId, testSetsOf, type TestSets } from "../../../shared/engine/test-sets.js";
 import type { Contract } from "../../../shared/wire/contract.js";
 import { Client } from "../client.js";

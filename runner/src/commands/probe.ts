@@ -3,7 +3,7 @@ import path from "node:path";
 import { clopperPearsonUpper, FLAKE_CONFIDENCE, runsForFlakeRate } from "../../../shared/determinism/flake-rate.js";
 import { compareRuns, type FlippingTest, type RunComparison } from "../../../shared/determinism/flips.js";
 import { formatDuration } from "../../../shared/duration.js";
-import { exitCodeFor } from "../../../shared/engine/halt-reasons.js";
+import { exitCodeFor } from "../../../shared/wire/halt-reasons.js";
 import { gateTestId, testSetsOf, type TestSets } from "../../../shared/engine/test-sets.js";
 import type { Contract } from "../../../shared/wire/contract.js";
 import { UserError } from "../errors.js";
