@@ -21,13 +21,12 @@ import {
   beginOwnEvaluation,
   buildProposal,
   decideCandidate,
-  enterLoopBranch,
   evaluatesOwnCandidate,
-  openSession,
   showVerdictsWhileAway,
   workingTreeRestored,
   type Session,
 } from "../session.js";
+import { enterLoopBranch, openSession } from "../loop-opening.js";
 import { dropCloneAhead, dropPreparedClone, prepareClone } from "../clone.js";
 import type { AgentRun } from "../../../shared/engine/index.js";
 import type { AgentConfinement } from "../../../shared/wire/confinement.js";

@@ -5,7 +5,8 @@ import { dirtyPaths } from "../git.js";
 import { progress, type OutputMode } from "../output.js";
 import { commitCandidate, maintainAfterCandidates } from "../candidate-commits.js";
 import type { ContractOptions } from "../contract-resolution.js";
-import { buildProposal, decideCandidate, enterLoopBranch, openSession } from "../session.js";
+import { buildProposal, decideCandidate } from "../session.js";
+import { enterLoopBranch, openSession } from "../loop-opening.js";
 import { HALTED_BEFORE, reportOutcome } from "./run.js";
 import { preflightZones } from "../zones/isolation.js";
 
