@@ -16,7 +16,8 @@ import { blankClone, checkoutDetached } from "../git-clone.js";
 import { setAsideWorkTree } from "../git-commits.js";
 import { findExecutable, isProcessAlive } from "../processes.js";
 import { onShutdown } from "../shutdown.js";
-import { FORWARDER_SOURCE, forwarderLines, startAgentProxy, type AgentProxy } from "./agent-proxy.js";
+import { startAgentProxy, type AgentProxy } from "./agent-proxy.js";
+import { FORWARDER_SOURCE, forwarderLines } from "./agent-forwarder.js";
 import { isConfined, workspacesRoot } from "./isolation.js";
 import { expandHome, hideFromZones, hideRepositoryOf, toolchainMounts, type ZoneSpec } from "./sandbox.js";
 

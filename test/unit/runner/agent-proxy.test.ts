@@ -9,7 +9,8 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { MAX_HOST_CONTACTS } from "../../../shared/wire/confinement.js";
 import { freePort } from "../../../runner/src/free-port.js";
 import { findExecutable } from "../../../runner/src/processes.js";
-import { FORWARDER_SOURCE, forwarderLines, isAllowed, startAgentProxy, type AgentProxy } from "../../../runner/src/zones/agent-proxy.js";
+import { isAllowed, startAgentProxy, type AgentProxy } from "../../../runner/src/zones/agent-proxy.js";
+import { FORWARDER_SOURCE, forwarderLines } from "../../../runner/src/zones/agent-forwarder.js";
 
 // The agent zone's way out, driven the way the agent's tools drive it: real HTTP and CONNECT requests on
 // the proxy's Unix socket (and through the in-zone forwarder over TCP) to real servers on 127.0.0.1.
