@@ -1,9 +1,10 @@
 import { spawn } from "node:child_process";
-import { mkdir, open, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { mkdir, rm, stat, utimes, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { formatDuration, parseDuration } from "../../shared/duration.js";
 import { UserError } from "./errors.js";
 import { findRunningCoordinator, type CoordinatorRecord } from "./local-coordinator.js";
+import { acquireFileLock } from "../../scripts/lib/file-lock.js";
 import { PACKAGE_ROOT } from "./paths.js";
 import { isProcessAlive } from "./processes.js";
 
@@ -60,29 +61,15 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  */
 export async function startWarmCoordinator(stateDir: string, idle: number): Promise<CoordinatorRecord> {
   await mkdir(stateDir, { recursive: true });
-  const lock = path.join(stateDir, "coordinator.starting");
+  // Another command starting it meanwhile holds the lock: its coordinator, once it answers, is this one's too.
+  const taken = await acquireFileLock(path.join(stateDir, "coordinator.starting"), {
+    timeoutMs: START_TIMEOUT_MS,
+    pollMs: 200,
+    what: "another command to start the local coordinator",
+    instead: () => findRunningCoordinator(stateDir),
+  });
+  if ("instead" in taken) return taken.instead;
   const deadline = Date.now() + START_TIMEOUT_MS;
-  for (;;) {
-    const handle = await open(lock, "wx").catch((error: NodeJS.ErrnoException) => {
-      if (error.code === "EEXIST") return null;
-      throw error;
-    });
-    if (handle) {
-      await handle.writeFile(String(process.pid));
-      await handle.close();
-      break;
-    }
-    // Another command is starting it: wait for it to answer, or take over a lock its starter left behind.
-    const running = await findRunningCoordinator(stateDir);
-    if (running) return running;
-    // The lock names its owner once written: one whose owner died, or that stayed unnamed for seconds
-    // (its owner died between creating and writing it), is left behind and taken over.
-    const owner = Number(await readFile(lock, "utf8").catch(() => ""));
-    const age = Date.now() - ((await stat(lock).catch(() => null))?.mtimeMs ?? Date.now());
-    if ((owner > 0 && !isProcessAlive(owner)) || (!(owner > 0) && age > 5_000)) await rm(lock, { force: true });
-    if (Date.now() > deadline) throw new Error(`waited ${START_TIMEOUT_MS / 1_000}s for another command to start the local coordinator (${lock})`);
-    await sleep(200);
-  }
   try {
     // One may have come up while this command waited for the lock.
     const already = await findRunningCoordinator(stateDir);
@@ -107,7 +94,7 @@ export async function startWarmCoordinator(stateDir: string, idle: number): Prom
       await sleep(100);
     }
   } finally {
-    await rm(lock, { force: true });
+    await taken.lock.release();
   }
 }
 

@@ -1,9 +1,10 @@
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import path from "node:path";
+import { acquireFileLock } from "./file-lock.js";
 import { PACKAGE_ROOT } from "./package-root.js";
 
 // The local coordinator runs the worker as `wrangler deploy` ships it: the bundle `wrangler deploy
@@ -115,30 +116,19 @@ function dryRun(outdir: string): Promise<void> {
   });
 }
 
-/** A build older than this holds no lock (its process died mid-build). */
-const LOCK_STALE_MS = 120_000;
+/** How long a process waits for another one's build of the bundle (a build takes seconds; a first one, with wrangler's own start, tens). */
+const BUILD_WAIT_MS = 10 * 60_000;
 
-/** Runs `build` holding dist/worker.lock (a directory: mkdir is atomic), so one process builds at a time. */
+/** Runs `build` holding dist/worker.lock (`acquireFileLock`), so one process builds at a time. */
 async function withBuildLock<T>(build: () => Promise<T>): Promise<T> {
   const lock = `${BUNDLE_DIR}.lock`;
   await mkdir(path.dirname(lock), { recursive: true });
-  for (;;) {
-    try {
-      await mkdir(lock);
-      break;
-    } catch {
-      const since = await stat(lock).then(
-        (info) => Date.now() - info.mtimeMs,
-        () => 0,
-      );
-      if (since > LOCK_STALE_MS) await rm(lock, { recursive: true, force: true });
-      else await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  }
+  const taken = await acquireFileLock(lock, { timeoutMs: BUILD_WAIT_MS, pollMs: 100, what: "another process to build the worker bundle" });
+  if ("instead" in taken) return taken.instead;
   try {
     return await build();
   } finally {
-    await rm(lock, { recursive: true, force: true });
+    await taken.lock.release();
   }
 }
 
