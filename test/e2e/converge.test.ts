@@ -42,7 +42,8 @@ describe("a flag-only loop converges end to end", () => {
     expect(readFileSync(path.join(repo, "src", "text.js"), "utf8")).toContain("split(/\\s+/)");
     expect(gitIn(repo, "status", "--porcelain").trim()).toBe("");
     const rejected = gitIn(repo, "for-each-ref", "--format=%(refname)", "refs/loopwarden/rejected/").trim().split("\n");
-    expect(rejected).toEqual([`refs/loopwarden/rejected/${loopId}/c1`, `refs/loopwarden/rejected/${loopId}/c2`]);
+    // c1 changed something and was rejected: kept. c2 changed nothing (no_change): nothing to keep.
+    expect(rejected).toEqual([`refs/loopwarden/rejected/${loopId}/c1`]);
     // The rejected change is recoverable from its ref.
     expect(gitIn(repo, "show", `refs/loopwarden/rejected/${loopId}/c1`, "--", "src/text.js")).toContain('replace(/^-+|-+$/g, "")');
     // The user's own branch was never moved.
