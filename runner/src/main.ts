@@ -4,17 +4,9 @@ import { VERSION } from "../../shared/version.js";
 import { CoordinatorError, UserError } from "./errors.js";
 import { emitResult, type OutputMode } from "./output.js";
 import { surviveClosedPipes } from "./shutdown.js";
+import { registerTenancyCommands, type GlobalOptions } from "./cli-tenancy.js";
 
 // Commands are loaded lazily, so `--version` and `--help` never load the worker tooling.
-
-interface GlobalOptions {
-  server?: string;
-  token?: string;
-  state?: string;
-  contract?: string;
-  json: boolean;
-  quiet: boolean;
-}
 
 function positiveInt(value: string): number {
   const parsed = Number(value);
@@ -309,72 +301,12 @@ program
     exitCode = await exportCommand(loop, { ...globals(), ...options, cwd: process.cwd() });
   });
 
-const team = program.command("team").description("teams of the coordinator (DESIGN §11); needs the owner token (local: used automatically)");
-team
-  .command("create")
-  .description("create a team; prints the team's first admin token, once")
-  .argument("<name>", "the team's name (letters, digits, _.-)")
-  .action(async (name: string) => {
-    const { teamCreateCommand } = await import("./commands/tenancy.js");
-    exitCode = await teamCreateCommand(name, globals());
-  });
-team
-  .command("list")
-  .description("list the coordinator's teams")
-  .action(async () => {
-    const { teamListCommand } = await import("./commands/tenancy.js");
-    exitCode = await teamListCommand(globals());
-  });
-
-const token = program
-  .command("token")
-  .description(
-    "tokens of the caller's team (admin scope): create prints the secret once, with its id. A token never creates one that can do more than itself: a token restricted to a loop creates tokens of that loop only, one limited to some runner labels, tokens limited to those or fewer, and one that expires, tokens that expire no later",
-  );
-token
-  .command("create")
-  .description("create a token of your team (with the owner token: of the team --team names)")
-  .requiredOption("--scopes <list>", "comma-separated: admin, propose, evaluate, read (admin includes all; propose and evaluate include read)")
-  .option("--loop <id>", "restrict the token to one loop (required of a token that is itself restricted: its own loop)")
-  .option(
-    "--expires <duration>",
-    "expire after a duration, e.g. 30d, 12h (at most 366d; default: until revoked; a token that itself expires must give one that ends no later)",
-  )
-  .addOption(new Option("--ttl <duration>", "same as --expires").hideHelp())
-  .option("--name <label>", "a label shown by token list, e.g. the machine it is for")
-  .option("--team <id>", "with the owner token (required): the team to create it in")
-  .option(
-    "--labels <k=v,...>",
-    "the runner labels a runner using the token may claim, e.g. gpu=h100 (those or fewer; a lease or confirm claiming others is refused); default: any",
-  )
-  .action(async (options: { scopes: string; loop?: string; expires?: string; ttl?: string; name?: string; team?: string; labels?: string }) => {
-    const { tokenCreateCommand } = await import("./commands/tenancy.js");
-    exitCode = await tokenCreateCommand({ ...globals(), ...options, expires: options.expires ?? options.ttl });
-  });
-token
-  .command("list")
-  .description("list your team's tokens (never their secrets); a token restricted to a loop lists the tokens of that loop")
-  .option("--team <id>", "with the owner token: only this team's (default: every team's)")
-  .action(async (options: { team?: string }) => {
-    const { tokenListCommand } = await import("./commands/tenancy.js");
-    exitCode = await tokenListCommand({ ...globals(), ...options });
-  });
-token
-  .command("revoke")
-  .description("revoke a token of your team (one that token list shows you); it is refused from then on")
-  .argument("<id>", "the token's id (tk_…)")
-  .action(async (id: string) => {
-    const { tokenRevokeCommand } = await import("./commands/tenancy.js");
-    exitCode = await tokenRevokeCommand(id, globals());
-  });
-
-program
-  .command("whoami")
-  .description("the team, scopes and limits of the token in use")
-  .action(async () => {
-    const { whoamiCommand } = await import("./commands/tenancy.js");
-    exitCode = await whoamiCommand(globals());
-  });
+registerTenancyCommands(program, {
+  globals,
+  done: (code) => {
+    exitCode = code;
+  },
+});
 
 /** What to do about a refusal of the token itself (DESIGN §11). */
 function tokenHint(error: CoordinatorError): string {
