@@ -313,3 +313,14 @@ export async function projectFacts(repo: string): Promise<ProjectFacts> {
     onPath: await toolsOnPath(repo),
   };
 }
+
+/**
+ * Where a starter's gates run (the exec zone, DESIGN §6.7): without network unless the project's gates
+ * download what they build with, and with a `setup` step, run with network before them, when the
+ * project has dependencies to install.
+ */
+export interface StarterExec {
+  network: "none" | "host";
+  /** exec.setup: installs the dependencies in each evaluation's clone, with network, before the gates. */
+  setup?: string;
+}
