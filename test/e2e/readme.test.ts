@@ -1,10 +1,10 @@
-import { execFileSync, spawn } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { NO_NPM_ENV, ROOT, demoRepo, gitIn, recordedLoopId, tempDir } from "../support/cli.js";
-import { isAlive } from "../support/process.js";
+import { killProcessesNaming, processesLeft, processesNaming, runBlock, sectionBlocks, shown, workerdPids } from "../support/doc-blocks.js";
 
 // README.md, "Walkthrough: a loop on your own repository", run as written (issue 26: the docs cannot
 // drift again). Its ```sh blocks are read from README.md when the test runs, in order, and each runs
@@ -19,101 +19,9 @@ const SECTION = "## Walkthrough: a loop on your own repository";
 
 /** The ```sh blocks of README.md's walkthrough, in order. */
 function walkthroughBlocks(): string[] {
-  const lines = readFileSync(path.join(ROOT, "README.md"), "utf8").split("\n");
-  const start = lines.indexOf(SECTION);
-  if (start < 0) throw new Error(`README.md has no section "${SECTION}"`);
-  const next = lines.findIndex((line, index) => index > start && /^## /.test(line));
-  const section = lines.slice(start + 1, next < 0 ? undefined : next);
-  const blocks: string[] = [];
-  let block: string[] | null = null;
-  for (const line of section) {
-    if (block === null && /^```sh\s*$/.test(line)) block = [];
-    else if (block !== null && /^```\s*$/.test(line)) {
-      blocks.push(block.join("\n"));
-      block = null;
-    } else block?.push(line);
-  }
-  if (block !== null) throw new Error("README.md's walkthrough has an unclosed ```sh block");
-  return blocks;
-}
-
-/** The outcome of one block. */
-interface BlockResult {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-  ms: number;
-  timedOut: boolean;
-}
-
-/** A block and what it did, for an assertion's message: enough to see why it failed without rerunning. */
-function shown(script: string, result: BlockResult): string {
-  const tail = (text: string) => (text.length > 6_000 ? `…${text.slice(-6_000)}` : text);
-  const ended = result.timedOut ? "timed out" : result.signal ? `killed by ${result.signal}` : `exit ${result.code}`;
-  return `\n--- block (${ended} after ${result.ms} ms) ---\n${script}\n--- stdout ---\n${tail(result.stdout)}\n--- stderr ---\n${tail(result.stderr)}\n`;
-}
-
-/**
- * Runs a block with `bash -euo pipefail -c` in its own process group, killed whole (by its group id)
- * if it outlives `timeoutMs`.
- */
-function runBlock(script: string, options: { cwd: string; env: NodeJS.ProcessEnv; timeoutMs: number }): Promise<BlockResult> {
-  const started = Date.now();
-  return new Promise((resolve, reject) => {
-    const child = spawn("/bin/bash", ["-euo", "pipefail", "-c", script], {
-      cwd: options.cwd,
-      env: options.env,
-      stdio: ["ignore", "pipe", "pipe"],
-      detached: true,
-    });
-    let stdout = "";
-    let stderr = "";
-    let timedOut = false;
-    child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
-    const kill = (signal: NodeJS.Signals) => {
-      try {
-        if (child.pid !== undefined) process.kill(-child.pid, signal);
-      } catch {
-        // The group is gone already.
-      }
-    };
-    const timer = setTimeout(() => {
-      timedOut = true;
-      kill("SIGTERM");
-      setTimeout(() => kill("SIGKILL"), 5_000).unref();
-    }, options.timeoutMs);
-    child.on("error", reject);
-    child.on("close", (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr, ms: Date.now() - started, timedOut });
-    });
-  });
-}
-
-/** The processes whose environment names `marker` (this test's temporary directory): every one it started, workerd and the zones included. */
-function processesNaming(marker: string): { pid: number; command: string }[] {
-  const found: { pid: number; command: string }[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
-    try {
-      if (!readFileSync(`/proc/${entry}/environ`, "utf8").includes(marker) || !isAlive(Number(entry))) continue;
-      found.push({ pid: Number(entry), command: readFileSync(`/proc/${entry}/cmdline`, "utf8").replaceAll("\0", " ").trim() });
-    } catch {
-      // Gone meanwhile, or not ours to read.
-    }
-  }
-  return found;
-}
-
-/** The workerd processes running now (`pgrep -af workerd`), by pid. */
-function workerdPids(): number[] {
-  try {
-    return execFileSync("pgrep", ["-f", "workerd"], { encoding: "utf8" }).split("\n").filter(Boolean).map(Number);
-  } catch {
-    return []; // pgrep exits 1 when nothing matches
-  }
+  return sectionBlocks(path.join(ROOT, "README.md"), SECTION)
+    .filter((block) => block.lang === "sh")
+    .map((block) => block.text);
 }
 
 // The stand-in for Claude Code: ignores its arguments (`-p "$(cat program.md)"
@@ -183,14 +91,7 @@ describe("README.md's walkthrough, run as written", () => {
   });
   afterAll(async () => {
     // Nothing of ours should be left (the last test says so); whatever is, is stopped by its pid.
-    for (const { pid } of processesNaming(tmp.dir)) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {
-        // Gone already.
-      }
-    }
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await killProcessesNaming(tmp.dir);
     tmp.cleanup();
   });
 
@@ -301,13 +202,7 @@ describe("README.md's walkthrough, run as written", () => {
   });
 
   it("leaves no process behind: each command's local coordinator (workerd) stopped with it", async () => {
-    const deadline = Date.now() + 5_000;
-    let left = processesNaming(tmp.dir);
-    while (left.length > 0 && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 100));
-      left = processesNaming(tmp.dir);
-    }
-    expect(left).toEqual([]);
+    expect(await processesLeft(tmp.dir)).toEqual([]);
     // `pgrep -af workerd` before and after: a workerd that is new was started by another test on this
     // machine, never by this one (a workerd inherits its command's environment, which names tmp.dir).
     const newWorkerd = workerdPids().filter((pid) => !workerdBefore.includes(pid));
