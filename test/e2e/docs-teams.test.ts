@@ -56,8 +56,10 @@ const SKIPPED = new Map<string, string>([]);
 const INLINE = {
   serve: "loopwarden serve",
   run: "LOOPWARDEN_TOKEN=<laptop token> loopwarden run",
-  follow: "loopwarden status|watch|explain|export LOOP",
 };
+
+/** The last paragraph's commands with which a teammate follows along, each in backticks there, as written here. */
+const FOLLOW = ["loopwarden status LOOP", "loopwarden watch LOOP", "loopwarden explain LOOP", "loopwarden export --format candidates.jsonl LOOP"];
 
 /** The runner labels the section's step 3 asks for and its runner claims. */
 const LABELS = "gpu=h100";
@@ -219,7 +221,8 @@ describe("docs/teams.md's team section, run as written", () => {
     expect(texts).toMatch(/\bloopwarden token create\b/);
     expect(texts).toMatch(/\bloopwarden work\b/);
     const section = sectionLines(TEAMS, "## Share a loop with your team").join("\n");
-    for (const command of Object.values(INLINE)) expect(section, "docs/teams.md's team section gives this command inline").toContain(`\`${command}\``);
+    for (const command of [...Object.values(INLINE), ...FOLLOW])
+      expect(section, "docs/teams.md's team section gives this command inline").toContain(`\`${command}\``);
     // A skipped block that no longer exists is a stale entry: the list stays true.
     for (const first of SKIPPED.keys()) expect(BLOCKS.map(firstLine), "SKIPPED names a block docs/teams.md no longer has").toContain(first);
   });
@@ -314,17 +317,15 @@ describe("docs/teams.md's team section, run as written", () => {
     expect(verdicts).toEqual(["c1 promoted", "c2 rejected", "c3 rejected", "c4 promoted"]);
   });
 
-  it(`a teammate with the read token follows along (\`${INLINE.follow}\`) and can propose nothing`, async () => {
+  it(`a teammate with the read token follows along (status, watch, explain, export) and can propose nothing`, async () => {
     expect(loopId, "step 5 recorded no loop").not.toBe("");
     const laptop = shell("laptop");
     const readToken = tokens.find(({ command }) => /--scopes[= ]read(\s|$)/.test(command))?.secret ?? "";
     const eventsBefore = (await loopEvents(url, loopId, readToken)).length;
-    const [, alternatives = "", loop = ""] = /^loopwarden ([\w|]+) (\S+)$/.exec(INLINE.follow) ?? [];
     const outputs: Record<string, string> = {};
-    for (const verb of alternatives.split("|")) {
-      // `export` has a mandatory --format, which the prose's summary of the four commands leaves out.
-      const format = verb === "export" ? " --format candidates.jsonl" : "";
-      const result = await laptop.run(`LOOPWARDEN_TOKEN=${readToken} loopwarden ${verb} ${loop === "LOOP" ? loopId : loop}${format}`, 30_000);
+    for (const command of FOLLOW) {
+      const verb = command.split(" ")[1] ?? "";
+      const result = await laptop.run(`LOOPWARDEN_TOKEN=${readToken} ${command.replace(/ LOOP$/, ` ${loopId}`)}`, 30_000);
       expect(result.status, said(result, laptop)).toBe(0);
       outputs[verb] = result.stdout;
     }
