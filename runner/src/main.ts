@@ -310,7 +310,15 @@ registerTenancyCommands(program, {
 
 /** What to do about a refusal of the token itself (DESIGN §11). */
 function tokenHint(error: CoordinatorError): string {
-  if (error.status === 401) return "; pass a token with --token or LOOPWARDEN_TOKEN (a team admin makes one with `loopwarden token create`)";
+  if (error.status === 401) {
+    // A team's token given, no coordinator named: the command reached (or started) the local one, where
+    // the token was never made.
+    const named = globals().server ?? process.env.LOOPWARDEN_SERVER;
+    if (!named && (globals().token ?? process.env.LOOPWARDEN_TOKEN)) {
+      return "; a token is valid only on the coordinator that made it, and this command used the local one: name yours with --server or LOOPWARDEN_SERVER";
+    }
+    return "; pass a token with --token or LOOPWARDEN_TOKEN (a team admin makes one with `loopwarden token create`)";
+  }
   if (error.status === 403) return "; ask a team admin for a token that may do this";
   return "";
 }

@@ -90,6 +90,18 @@ describe("team and token commands", () => {
     expect(refusedWhoami.stderr).toContain("token_revoked");
   });
 
+  it("a team's token with no coordinator named reaches the local one, and the refusal says to name yours with --server", async () => {
+    const state = tempDir("stray-token");
+    try {
+      const stray = await runCli(["--state", state.dir, "whoami"], { cwd: state.dir, env: { LOOPWARDEN_TOKEN: "lwt_a-token-of-another-coordinator" } });
+      expect(stray.code).toBe(1);
+      expect(stray.stderr).toContain("unauthenticated");
+      expect(stray.stderr).toContain("name yours with --server or LOOPWARDEN_SERVER");
+    } finally {
+      state.cleanup();
+    }
+  });
+
   it("the first local command that starts a coordinator writes the owner token to the state's owner-token (0600); serve then says only where it is", async () => {
     const state = tempDir("owner-token");
     const env = { LOOPWARDEN_TOKEN: "", LOOPWARDEN_OWNER_TOKEN: "" };
