@@ -5,17 +5,8 @@ import type { ArtifactRef } from "../../shared/wire/observation.js";
 import { artifactLimits } from "./artifact-limits.js";
 import { recordedContentType, sanitizeName } from "./artifact-names.js";
 import { artifactStorage, s3Settings } from "./artifact-storage-mode.js";
-import {
-  confirmStored,
-  findArtifact,
-  quotaExceeded,
-  requireRecordedSize,
-  storeThroughWorker,
-  teamQuotaExceeded,
-  teamUsedBytes,
-  usedBytes,
-  type ArtifactScope,
-} from "./artifact-store.js";
+import { confirmStored, storeThroughWorker, type ArtifactScope } from "./artifact-store.js";
+import { findArtifact, quotaExceeded, requireRecordedSize, teamQuotaExceeded, teamUsedBytes, usedBytes } from "./artifact-rows.js";
 import type { ArtifactRow } from "./db/schema.js";
 import { ApiError } from "./http-errors.js";
 import { teamQuotaOf } from "./team-limits.js";

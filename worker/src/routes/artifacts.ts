@@ -21,17 +21,15 @@ import {
   damagedArtifact,
   deleteIfUnchanged,
   digestOf,
-  findArtifact,
   listArtifacts,
   putThroughWorker,
   quotaRefusal,
   recordVerified,
   requireQuota,
-  requireRecordedSize,
   storedToServe,
-  viewOf,
   type ArtifactScope,
 } from "../artifact-store.js";
+import { findArtifact, requireRecordedSize, viewOf } from "../artifact-rows.js";
 import { declaredLength, inStorage, storageError, uploadNotFound } from "../artifact-upload.js";
 import { requireScope, type AuthEnv } from "../auth.js";
 import type { ArtifactRow } from "../db/schema.js";
