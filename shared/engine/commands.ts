@@ -6,7 +6,8 @@ import type { AgentRun, Baseline, BestRef, BundleRef, ConfirmReadings, Confirmat
 import { compareSamples } from "./statistics.js";
 import { percentValue, type Labels } from "../wire/contract.js";
 import { canonicalJson } from "../canonical-json.js";
-import { applyEvent, BASELINE_ID, type BestState, type CandidateState, type LeaseState, type LoopState, type RequeuedReport } from "./state.js";
+import { applyEvent, BASELINE_ID } from "./state.js";
+import { type BestState, type CandidateState, type LeaseState, type LoopState, type RequeuedReport } from "./state-types.js";
 import { labelsSatisfy } from "./labels.js";
 import { compactTests, deltaProblem } from "./test-sets.js";
 import { isDeltaTests } from "../wire/observation.js";

@@ -7,5 +7,7 @@ export * from "../wire/halt-reasons.js";
 export * from "./labels.js";
 export * from "./scope.js";
 export * from "./state.js";
+export * from "./state-types.js";
+export { MAX_ALLOW_UNION, type ConfinementSummary, type MechanismCounts } from "./confinement-summary.js";
 export * from "./statistics.js";
 export * from "./test-sets.js";

@@ -1,97 +1,10 @@
 import type { Contract } from "../wire/contract.js";
-import type { AgentReport } from "../wire/agent-report.js";
-import type { ArtifactError, ArtifactRef, GateResult } from "../wire/observation.js";
-import { MAX_HOST_CONTACTS, type AgentConfinement, type ExecConfinement, type HostContact } from "../wire/confinement.js";
-import type { AgentRun, BestRef, ConfirmReadings, Confirmation, EventDraft, Halt, Verdict, BundleRef } from "./events.js";
-import { baselineGuards, type BaselineGuards } from "./guards.js";
-import { gatePassed, standingOf, testBaseOf, type TestBase, type TestStanding } from "./test-sets.js";
-
-/** Where a candidate is in its life: waiting for a runner, being evaluated, or decided. */
-export type CandidateStatus = "queued" | "leased" | "promoted" | "rejected";
-
-/** A runner's current claim on a candidate's evaluation. */
-export interface LeaseState {
-  lease_id: string;
-  runner_id: string;
-  /** The token that took it (`owner` for the instance owner's); absent for a lease granted before holders were recorded. */
-  holder?: string;
-  fencing_token: number;
-  expires_at: string;
-  /** When `expires_at` was last recorded (the grant's or the last recorded renewal's time): renewals are recorded coarsely. */
-  recorded_at: string;
-  /** The best-so-far when it was granted, which the candidate is compared against; null for a lease granted before leases named it. */
-  compare_to: BestRef | null;
-}
-
-/** A report that was not judged because its comparison was stale (`lease_requeued`): enough to answer its retry the same. */
-export interface RequeuedReport {
-  lease_id: string;
-  fencing_token: number;
-  request_hash: string;
-  compare_to: BestRef;
-  compared_to: string | null;
-  best: BestRef;
-}
-
-/** Everything the engine knows about one candidate. */
-export interface CandidateState {
-  candidate_id: string;
-  parent: string;
-  commit: string;
-  empty: boolean;
-  agent: AgentRun | null;
-  agent_report: AgentReport | null;
-  /** Digest of the change from its parent: with the parent, it names the tree evaluated. */
-  diff_sha256: string;
-  /** The git bundle that carries its commit to runners in other checkouts, when the proposer uploaded one. */
-  bundle: BundleRef | null;
-  idempotency_key: string;
-  request_hash: string;
-  proposed_at: string;
-  status: CandidateStatus;
-  lease: LeaseState | null;
-  /** Its report: the standing, and (`StoredEvidence`) how each gate ended and where its log and files are — what `logs` and a rejection line name. */
-  report:
-    | (StoredEvidence & {
-        lease_id: string;
-        fencing_token: number;
-        request_hash: string;
-        /** Where the report stands against t0's collected set (`standingOf`): as large as what differs from t0. */
-        tests: TestStanding;
-        /** How its evaluation's commands were confined; absent when its runner did not record it. */
-        exec_zone?: ExecConfinement;
-      })
-    | null;
-  verdict: Verdict | null;
-  /** The last `need_samples` answer while more readings are awaited on the lease; null otherwise. */
-  pending: Verdict | null;
-  /** Reports re-queued unjudged because their comparison was stale, oldest first: a retry of one answers the same. */
-  requeued: RequeuedReport[];
-  /** Leases their runners gave back (`lease_released`), oldest first: a retry of a release answers the same. */
-  released: { lease_id: string; fencing_token: number }[];
-}
-
-/** How one gate of a report ended, and its log. */
-export interface GateSummary {
-  name: string;
-  exit_code: number | null;
-  signal: string | null;
-  timed_out: boolean;
-  log: ArtifactRef | null;
-  /** Whether the contract makes it a soft gate (judged on a metric's threshold, never stopping the gates after it). */
-  soft: boolean;
-  /** Whether it passed as the engine judges it (`gatePassed`): a hard gate by exit code and readable report, a soft one by its threshold. */
-  passed: boolean;
-}
-
-/** What one evaluation stored besides its test outcomes: each gate's outcome and log, and its files. */
-export interface StoredEvidence {
-  gates: GateSummary[];
-  /** The files the evaluation stored besides gate logs (the contract's `artifacts`, `metric.log`). */
-  artifacts: ArtifactRef[];
-  /** What it could not store as it was, and why; absent when everything was stored. */
-  artifact_errors?: ArtifactError[];
-}
+import type { GateResult } from "../wire/observation.js";
+import type { EventDraft, Verdict } from "./events.js";
+import { baselineGuards } from "./guards.js";
+import { gatePassed, standingOf, testBaseOf, type TestStanding } from "./test-sets.js";
+import { confinementAtCreation, countAgentRun, countEvaluation, type ConfinementSummary } from "./confinement-summary.js";
+import type { CandidateState, GateSummary, LoopState } from "./state-types.js";
 
 /** The gates of an observation as the state keeps them, judged by the contract's gates (derived on every fold: no event records it). */
 function gateSummariesOf(contract: Contract, gates: readonly GateResult[]): GateSummary[] {
@@ -102,138 +15,12 @@ function gateSummariesOf(contract: Contract, gates: readonly GateResult[]): Gate
   });
 }
 
-/** The best-so-far: t0 until the first promotion. */
-export interface BestState extends TestStanding {
-  candidate_id: string;
-  commit: string;
-  /** Optimize mode: the median reading of the contract's metric when it became the best (null otherwise). */
-  metric: number | null;
-}
-
 /** The median of readings (the mean of the middle two for an even count); null for none. */
 export function median(values: readonly number[]): number | null {
   if (values.length === 0) return null;
   const sorted = [...values].sort((a, b) => a - b);
   const middle = Math.floor(sorted.length / 2);
   return sorted.length % 2 === 1 ? (sorted[middle] ?? null) : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2;
-}
-
-/** A loop's state: always `foldEvents(events)`, never edited directly. */
-export interface LoopState {
-  loop_id: string;
-  /** The repository as its runner named it at creation; null when it gave none. */
-  repository: string | null;
-  contract: Contract;
-  contract_hash: string;
-  created_at: string;
-  t0: BestState;
-  /**
-   * t0's collected test set, named by its digest (DESIGN §8): stored once, in the loop's first event;
-   * every later report is a difference from it, and every standing is read against it.
-   */
-  t0_base: TestBase;
-  /** What the guards compare against besides t0's collected set (DESIGN §6.4): fixed at creation, never re-captured. */
-  t0_guards: BaselineGuards;
-  /** What t0's measurement stored: its gates' outcomes and logs, and its files (uploaded right after the creation). */
-  t0_evidence: StoredEvidence;
-  best: BestState;
-  candidates: Record<string, CandidateState>;
-  candidate_order: string[];
-  /**
-   * The candidates of each tree — the same parent and the same change (`sameTreeKey`) — in proposal
-   * order: a flip is looked for among these (DESIGN §6.5) in time linear in what shares the tree, not
-   * in the loop's length.
-   */
-  same_tree: Record<string, string[]>;
-  idempotency: Record<string, string>;
-  /** Every lease ever granted, to its candidate: a reclaimed lease is known, and refused as stale. */
-  lease_index: Record<string, string>;
-  /** Candidates with a final verdict: one iteration is one agent run and the verdict on its candidate. */
-  iterations: number;
-  /** The iteration of the last promotion; 0 when nothing was promoted. */
-  last_promotion_iteration: number;
-  /**
-   * Since the last promotion, each rejected candidate that broke a passing test: what it fixed and what
-   * it broke (DESIGN §6.2: oscillation and unsatisfiable constraints are read from these).
-   */
-  regressions_since_promotion: { candidate_id: string; fixed: string[]; broken: string[] }[];
-  consecutive_agent_failures: number;
-  /** The sum of the costs agents reported, in USD (stop.budget.cost_usd). */
-  cost_usd: number;
-  fencing_counter: number;
-  halt: Halt | null;
-  halted_at: string | null;
-  /** The receipt issued at the halt (DESIGN §9), once it is. */
-  final_receipt: string | null;
-  /** Whether something a final receipt attests changed since it was issued (a confirm measurement came in). */
-  final_receipt_outdated: boolean;
-  /** The last confirm measurement of t0 against a best (DESIGN §6.3), with its readings. */
-  confirm: (Confirmation & { samples: ConfirmReadings }) | null;
-  /** Who claimed the confirm measurement of which best (`confirm_claimed`); null before any claim, and in logs from before claims. */
-  confirm_claim: { candidate_id: string; holder: string; expires_at?: string; recorded_at: string } | null;
-  /** How the agent runs and evaluations so far were confined (DESIGN §6.7), summed event by event: what a receipt attests of them. */
-  confinement: ConfinementSummary;
-}
-
-/** Zone counts by what walled the zone off; `unrecorded` for a record without it (a runner older than the zones). */
-export interface MechanismCounts {
-  bwrap: number;
-  none: number;
-  unrecorded: number;
-}
-
-/**
- * How a loop's two zones were confined (DESIGN §6.7), kept by the fold in O(1) per event (invariant 9):
- * never re-read from the candidates. Its lists are bounded, so a receipt of 5,000 runs is as large as
- * one of 5.
- */
-export interface ConfinementSummary {
-  agent: {
-    /** Agent runs by mechanism; `unobserved` counts proposals with no run the runner observed (`loopwarden step`). */
-    runs: MechanismCounts & { unobserved: number };
-    /** Agent runs by network policy, of those that recorded one. */
-    networks: Record<AgentConfinement["network"], number>;
-    /** The union of the runs' allowlists in the order first seen, at most MAX_ALLOW_UNION entries. */
-    allow: string[];
-    /** Allowlist entries not itemised because `allow` was full, summed over runs (one entry in two runs counts twice). */
-    allow_omitted: number;
-    /** The hosts the runs asked the proxy for, summed per (host, port, allowed), at most MAX_HOST_CONTACTS in the order first seen. */
-    hosts: HostContact[];
-    /** Host records not itemised: those each run left out, and those that came when `hosts` was full, summed over runs. */
-    hosts_omitted: number;
-    /** Whether any run had a per-run credential minted for it. */
-    credential: boolean;
-  };
-  exec: {
-    /** Evaluations (t0's and every reported observation) by mechanism. */
-    evaluations: MechanismCounts;
-    /** Evaluations by network policy, of those that recorded one. */
-    networks: Record<ExecConfinement["network"], number>;
-  };
-  /** Where each itemised entry is in its list: the fold's hash lookups, never a scan. */
-  index: { allow: Record<string, true>; hosts: Record<string, number> };
-}
-
-/** The most allowlist entries a confinement summary itemises: the most one run's allowlist holds. */
-export const MAX_ALLOW_UNION = 100;
-
-/** The summary of a loop whose t0 evaluation was confined as `zone` (absent: unrecorded), before any agent run. */
-function confinementAtCreation(zone: ExecConfinement | undefined): ConfinementSummary {
-  const summary: ConfinementSummary = {
-    agent: {
-      runs: { bwrap: 0, none: 0, unrecorded: 0, unobserved: 0 },
-      networks: { none: 0, host: 0, allow: 0 },
-      allow: [],
-      allow_omitted: 0,
-      hosts: [],
-      hosts_omitted: 0,
-      credential: false,
-    },
-    exec: { evaluations: { bwrap: 0, none: 0, unrecorded: 0 }, networks: { none: 0, host: 0 } },
-    index: { allow: {}, hosts: {} },
-  };
-  countEvaluation(summary, zone);
-  return summary;
 }
 
 /** The confinement summary of a state being folded, copied on the fold's first write to it (bounded: its lists are capped). */
@@ -251,61 +38,6 @@ function ownConfinement(state: LoopState): ConfinementSummary {
   state.confinement = copy;
   owned.add(copy);
   return copy;
-}
-
-/** Counts one evaluation's exec zone into a summary the fold owns. */
-function countEvaluation(summary: ConfinementSummary, zone: ExecConfinement | undefined): void {
-  if (!zone) {
-    summary.exec.evaluations.unrecorded += 1;
-    return;
-  }
-  summary.exec.evaluations[zone.mechanism] += 1;
-  summary.exec.networks[zone.network] += 1;
-}
-
-/** Counts one proposal's agent run into a summary the fold owns: linear in what the run recorded (bounded by its schema), never in the loop. */
-function countAgentRun(summary: ConfinementSummary, run: AgentRun | null): void {
-  const { agent, index } = summary;
-  if (!run) {
-    agent.runs.unobserved += 1;
-    return;
-  }
-  const zone = run.confinement;
-  if (!zone) {
-    agent.runs.unrecorded += 1;
-    return;
-  }
-  agent.runs[zone.mechanism] += 1;
-  agent.networks[zone.network] += 1;
-  if (zone.credential === true) agent.credential = true;
-  for (const entry of zone.allow ?? []) {
-    if (index.allow[entry]) continue;
-    if (agent.allow.length >= MAX_ALLOW_UNION) {
-      agent.allow_omitted += 1;
-      continue;
-    }
-    index.allow[entry] = true;
-    agent.allow.push(entry);
-  }
-  agent.hosts_omitted += zone.hosts_omitted ?? 0;
-  for (const contact of zone.hosts ?? []) {
-    const key = `${contact.host} ${contact.port} ${contact.allowed}`;
-    const at = index.hosts[key];
-    const seen = at === undefined ? undefined : agent.hosts[at];
-    if (at !== undefined && seen) {
-      agent.hosts[at] = {
-        ...seen,
-        requests: seen.requests + contact.requests,
-        bytes_out: seen.bytes_out + contact.bytes_out,
-        bytes_in: seen.bytes_in + contact.bytes_in,
-      };
-    } else if (agent.hosts.length >= MAX_HOST_CONTACTS) {
-      agent.hosts_omitted += 1;
-    } else {
-      index.hosts[key] = agent.hosts.length;
-      agent.hosts.push({ ...contact });
-    }
-  }
 }
 
 /** The id the baseline carries wherever a candidate id is expected (e.g. as a parent). */

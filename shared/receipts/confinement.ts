@@ -1,5 +1,5 @@
 import { z } from "zod";
-import type { ConfinementSummary } from "../engine/state.js";
+import type { ConfinementSummary } from "../engine/confinement-summary.js";
 import { HostContact } from "../wire/confinement.js";
 
 // What a receipt says of how the two zones were confined (DESIGN §6.7, §9): the fold's running summary

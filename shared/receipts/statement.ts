@@ -1,7 +1,7 @@
 import { z } from "zod";
 import type { ChainHead } from "../engine/chain.js";
 import { Confirmation, Halt, Verdict } from "../engine/events.js";
-import type { LoopState } from "../engine/state.js";
+import type { LoopState } from "../engine/state-types.js";
 import { GitCommit, Sha256 } from "../wire/observation.js";
 import { ConfinementAttestation, confinementAttestation } from "./confinement.js";
 
