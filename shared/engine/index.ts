@@ -1,5 +1,7 @@
 export * from "./chain.js";
 export * from "./commands.js";
+export * from "./lease-commands.js";
+export * from "./outcome.js";
 export * from "./decide.js";
 export * from "./events.js";
 export * from "./guards.js";
