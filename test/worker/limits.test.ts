@@ -7,7 +7,7 @@ import { Contract } from "../../shared/wire/contract.js";
 import { LoopSummary } from "../../shared/wire/api.js";
 import type { FullTests, Observation } from "../../shared/wire/observation.js";
 import { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "../../worker/src/app.js";
-import { EVENTS_PAGE_BYTES } from "../../worker/src/loop-object.js";
+import { EVENTS_PAGE_BYTES, type LoopEventStore } from "../../worker/src/loop-event-store.js";
 import { LOOP_OBJECT_MIGRATIONS } from "../../worker/src/loop-object-schema.js";
 import { loopIdFor } from "../../worker/src/loops.js";
 import { OWNER_TEAM } from "../../worker/src/auth.js";
@@ -211,10 +211,8 @@ describe("state at scale", () => {
     const loopId = loopIdFor(body.idempotency_key, OWNER_TEAM);
     const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
     const answer = await runInDurableObject(loopObject(loopId), (instance, state) => {
-      const object = instance as unknown as {
-        tryAppend(drafts: readonly EventDraft[], alsoInTransaction: () => void): unknown;
-        applyMigrations(): void;
-      };
+      // The object's event store, as `create` uses it (private to the object).
+      const object = (instance as unknown as { store: LoopEventStore }).store;
       const created: EventDraft = {
         type: "loop_created",
         at: new Date().toISOString(),
@@ -249,9 +247,9 @@ describe("state at scale", () => {
         sql.exec("INSERT INTO events (seq, type, at, body, hash) VALUES (?, ?, ?, ?, ?)", event.seq, event.type, event.at, line, event.hash);
       }
       // What the constructor does when the object wakes.
-      const object = instance as unknown as { migrate(): void; loadState(): void };
+      const object = (instance as unknown as { store: LoopEventStore }).store;
       object.migrate();
-      object.loadState();
+      object.load();
       const version = sql.exec<{ version: number }>("SELECT MAX(version) AS version FROM _schema").one().version;
       return { version, loop: await instance.get(OWNER_CALLER) };
     });

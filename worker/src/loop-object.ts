@@ -3,7 +3,6 @@ import {
   confirmBest,
   createLoop,
   expireLeases,
-  foldEvents,
   grantLease,
   leaseRefusal,
   nextLeaseDeadline,
@@ -11,13 +10,11 @@ import {
   releaseLease,
   renewLease,
   reportObservation,
-  sealEvent,
   type Baseline,
   type ChainHead,
   type ConfirmAnswer,
   type ConfirmReadings,
   type EventDraft,
-  type LoopEvent,
   type LoopState,
   type Proposal,
   type ReportAnswer,
@@ -31,8 +28,8 @@ import type { Contract } from "../../shared/wire/contract.js";
 import { MAX_WAIT_MS, type CandidateView, type Lease, type LoopSummary } from "../../shared/wire/api.js";
 import type { Labels } from "../../shared/wire/contract.js";
 import type { Observation } from "../../shared/wire/observation.js";
-import { outboxItemsFor, writeProjection, type OutboxItem } from "./db/projection.js";
-import { LOOP_OBJECT_MIGRATIONS } from "./loop-object-schema.js";
+import { writeProjection, type OutboxItem } from "./db/projection.js";
+import { EVENTS_IN_ANSWER, LoopEventStore } from "./loop-event-store.js";
 import { keySetOf, receiptKeyOf } from "./receipt-keys.js";
 import { summarizeLoop, viewCandidate } from "./loop-view.js";
 import { OWNER_TEAM, type Caller } from "./auth.js";
@@ -51,17 +48,6 @@ export function leaseTtlMs(env: { LEASE_TTL?: string }): number {
   if (configured === null) return LEASE_TTL_MS;
   return Math.min(3_600_000, Math.max(2_000, configured));
 }
-/** A page of the events route stops past this many bytes of events (DESIGN §8: pages bounded in bytes). */
-export const EVENTS_PAGE_BYTES = 4 * 1024 * 1024;
-
-/** The most events a proposal's or a report's answer carries (`events_after`); past it, none: the caller reads the log. */
-export const EVENTS_IN_ANSWER = 100;
-/**
- * The most characters of an event's body one row holds; a longer body is stored in parts of this size.
- * At most 3 UTF-8 bytes a character, a part stays under 192 KB, well inside SQLite's 2 MB row limit
- * (DESIGN §4 invariant 9: no value that grows with the suite in one row).
- */
-export const EVENT_PART_CHARS = 64_000;
 /** Outbox rows written to D1 per batch. */
 const DRAIN_BATCH = 50;
 /** Delay before the alarm retries a failed drain by re-arming itself (the runtime also retries thrown alarms). */
@@ -76,179 +62,44 @@ function holderOf(caller: Caller): string {
   return caller.token_id ?? "owner";
 }
 
-/** An `events` row as read back: a body stored in parts has an empty `body` and its part count. */
-interface EventRow extends Record<string, SqlStorageValue> {
-  seq: number;
-  body: string;
-  parts: number;
-}
-
-/** Text cut into pieces of at most `size` characters, never between the two halves of a surrogate pair. */
-export function splitText(text: string, size: number): string[] {
-  if (text.length <= size) return [text];
-  const pieces: string[] = [];
-  for (let start = 0; start < text.length;) {
-    let end = Math.min(start + size, text.length);
-    const last = text.charCodeAt(end - 1);
-    if (end < text.length && last >= 0xd800 && last <= 0xdbff) end--;
-    pieces.push(text.slice(start, end));
-    start = end;
-  }
-  return pieces;
-}
-
 /**
  * One loop: its hash-chained event log, its state (a fold over the log) and its outbox to D1. This
  * class only moves data; every decision is a pure function from shared/engine (DESIGN §3).
  */
 export class LoopObject extends DurableObject<Env> {
   private readonly sql: SqlStorage;
-  private state: LoopState | null = null;
-  private head: ChainHead | null = null;
-  /** The team that owns the loop (DESIGN §11), kept in `meta`; loops from before teams are the owner's. */
-  private teamId: string = OWNER_TEAM;
+  /** The loop's event log, and the state and chain head folded from it. */
+  private readonly store: LoopEventStore;
   /** The final receipt being signed, so a report and the alarm never issue two. */
   private finalReceipt: Promise<void> | null = null;
-  /** Long-polls waiting for the log to grow (a proposal, an expiry, a verdict): woken after every append. */
-  private readonly waiting = new Set<() => void>();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
+    this.store = new LoopEventStore(ctx.storage);
     // Migrations run here only for an object that already has a schema: an object that was merely
     // addressed (an unknown loop id) must stay empty, so creation applies them instead.
     void ctx.blockConcurrencyWhile(async () => {
-      if (this.hasSchema()) this.migrate();
-      this.loadState();
+      if (this.store.hasSchema()) this.store.migrate();
+      this.store.load();
     });
   }
 
-  private hasSchema(): boolean {
-    return this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_schema'").toArray().length > 0;
+  private get state(): LoopState | null {
+    return this.store.state;
   }
 
-  private migrate(): void {
-    this.ctx.storage.transactionSync(() => this.applyMigrations());
+  private get head(): ChainHead | null {
+    return this.store.head;
   }
 
-  /** The schema migrations not applied yet, inside the caller's transaction. */
-  private applyMigrations(): void {
-    this.sql.exec("CREATE TABLE IF NOT EXISTS _schema (version INTEGER NOT NULL)");
-    const row = this.sql.exec<{ version: number }>("SELECT MAX(version) AS version FROM _schema").one();
-    for (let version = (row.version ?? 0) + 1; version <= LOOP_OBJECT_MIGRATIONS.length; version++) {
-      this.sql.exec(LOOP_OBJECT_MIGRATIONS[version - 1] ?? "");
-      this.sql.exec("INSERT INTO _schema (version) VALUES (?)", version);
-    }
-  }
-
-  /**
-   * The state, folded from the event rows (DESIGN §4 invariant 9: no row grows with the loop; the fold is
-   * linear, about 16 ms for 10,000 events), and the chain head, the last event's.
-   */
-  private loadState(): void {
-    if (!this.hasSchema()) return;
-    this.teamId = this.sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = 'team_id'").toArray()[0]?.value ?? OWNER_TEAM;
-    const rows = this.sql.exec<EventRow>("SELECT seq, body, parts FROM events ORDER BY seq").toArray();
-    const events = rows.map((row) => JSON.parse(this.bodyOf(row)) as LoopEvent);
-    const last = events.at(-1);
-    if (!last) return;
-    this.state = foldEvents(events);
-    this.head = { seq: last.seq, hash: last.hash };
-  }
-
-  /**
-   * Appends events and their outbox rows in one synchronous transaction (DESIGN §4.5): either all of
-   * them are stored or none is. Only the rows of this decision are written; the state in memory is the
-   * fold of the stored events, updated only after the commit.
-   */
-  private append(drafts: readonly EventDraft[], alsoInTransaction?: () => void): LoopEvent[] {
-    if (drafts.length === 0) return [];
-    // One copy of the state for the whole batch, whatever its size; `this.state` stays as it was.
-    const state = foldEvents(drafts, this.state);
-    let head = this.head;
-    const sealed: LoopEvent[] = [];
-    this.ctx.storage.transactionSync(() => {
-      alsoInTransaction?.();
-      for (const draft of drafts) {
-        const event = sealEvent(draft, head);
-        this.insertEvent(event);
-        head = { seq: event.seq, hash: event.hash };
-        sealed.push(event);
-      }
-      if (!state || !head) throw new Error("append produced no state");
-      for (const item of outboxItemsFor(state, sealed, this.teamId)) {
-        this.sql.exec("INSERT INTO outbox (item) VALUES (?)", JSON.stringify(item));
-      }
-    });
-    this.state = state;
-    this.head = head;
-    for (const wake of [...this.waiting]) wake();
-    return sealed;
-  }
-
-  /** Resolves at the next append, or after `ms`, whichever comes first. */
-  private nextAppend(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const wake = () => {
-        clearTimeout(timer);
-        this.waiting.delete(wake);
-        resolve();
-      };
-      const timer = setTimeout(wake, ms);
-      this.waiting.add(wake);
-    });
-  }
-
-  /** Stores one sealed event: its body in its row, or, when longer than EVENT_PART_CHARS, in parts. */
-  private insertEvent(event: LoopEvent): void {
-    const body = JSON.stringify(event);
-    const parts = splitText(body, EVENT_PART_CHARS);
-    const inline = parts.length === 1;
-    this.sql.exec(
-      "INSERT INTO events (seq, type, at, body, hash, parts) VALUES (?, ?, ?, ?, ?, ?)",
-      event.seq,
-      event.type,
-      event.at,
-      inline ? body : "",
-      event.hash,
-      inline ? 0 : parts.length,
-    );
-    if (inline) return;
-    parts.forEach((part, index) => this.sql.exec("INSERT INTO event_parts (seq, part, body) VALUES (?, ?, ?)", event.seq, index, part));
-  }
-
-  /** An event's stored body, joined from its parts when it has them. */
-  private bodyOf(row: EventRow): string {
-    if (row.parts === 0) return row.body;
-    const parts = this.sql.exec<{ body: string }>("SELECT body FROM event_parts WHERE seq = ? ORDER BY part", row.seq).toArray();
-    if (parts.length !== row.parts) throw new Error(`event ${row.seq}: ${parts.length} of its ${row.parts} parts are stored`);
-    return parts.map((part) => part.body).join("");
-  }
-
-  /**
-   * `append`, answering a refusal instead of throwing when SQLite refuses the write for its size: a
-   * value over 2 MB (SQLITE_TOOBIG; events are stored in parts, so none should be) or storage that is
-   * full (SQLITE_FULL). The transaction rolled back, so nothing was stored; the caller learns what
-   * happened rather than a generic internal error, and a retry cannot help.
-   */
-  private tryAppend(drafts: readonly EventDraft[], alsoInTransaction?: () => void): LoopEvent[] | Refusal {
-    try {
-      return this.append(drafts, alsoInTransaction);
-    } catch (error) {
-      const message = (error as Error).message;
-      if (!/SQLITE_TOOBIG|too big|SQLITE_FULL|database or disk is full/i.test(message)) throw error;
-      console.error("loopwarden: storage refused a value over its size limit", message);
-      return {
-        ok: false,
-        code: "storage_limit",
-        message: `the loop's storage refused the write (${message}); nothing was recorded`,
-      };
-    }
+  private get teamId(): string {
+    return this.store.teamId;
   }
 
   /** Sets the alarm to the next thing it must do: drain the outbox now, or reclaim the next lease. */
   private async scheduleAlarm(retryDrainInMs = 0): Promise<void> {
-    const pending = this.hasSchema() && this.sql.exec("SELECT 1 FROM outbox LIMIT 1").toArray().length > 0;
+    const pending = this.store.hasSchema() && this.sql.exec("SELECT 1 FROM outbox LIMIT 1").toArray().length > 0;
     const deadline = this.state ? nextLeaseDeadline(this.state) : null;
     const candidates = [pending ? Date.now() + retryDrainInMs : null, deadline ? Date.parse(deadline) : null].filter((time): time is number => time !== null);
     if (candidates.length === 0) {
@@ -301,14 +152,14 @@ export class LoopObject extends DurableObject<Env> {
     const outcome = createLoop({ ...creation, at: new Date().toISOString() });
     if (!outcome.ok) return { ok: false, ...outcome.error };
     // The schema is created in the same transaction as the loop: a creation that fails leaves nothing.
-    this.teamId = teamId;
-    const appended = this.tryAppend(outcome.events, () => {
-      this.applyMigrations();
+    this.store.teamId = teamId;
+    const appended = this.store.tryAppend(outcome.events, () => {
+      this.store.applyMigrations();
       this.sql.exec("INSERT INTO meta (key, value) VALUES ('create_request', ?)", input.request_hash);
       this.sql.exec("INSERT INTO meta (key, value) VALUES ('team_id', ?)", teamId);
     });
     if ("ok" in appended) {
-      this.teamId = OWNER_TEAM;
+      this.store.teamId = OWNER_TEAM;
       return appended;
     }
     await this.issueFinalReceipt();
@@ -372,7 +223,7 @@ export class LoopObject extends DurableObject<Env> {
     if (!outcome.ok) return { ok: false, ...outcome.error };
     const overLimit = this.candidateLimitRefusal(state, input.proposal.idempotency_key, this.maxCandidates(input.max_candidates));
     if (overLimit) return overLimit;
-    const appended = this.tryAppend(outcome.events);
+    const appended = this.store.tryAppend(outcome.events);
     if ("ok" in appended) return appended;
     await this.issueFinalReceipt();
     await this.scheduleAlarm();
@@ -413,12 +264,12 @@ export class LoopObject extends DurableObject<Env> {
       if (!outcome.ok) return { ok: false, ...outcome.error };
       const granted = outcome.value;
       if (granted) {
-        this.append(outcome.events);
+        this.store.append(outcome.events);
         await this.scheduleAlarm();
         return { ok: true, lease: this.leaseView(granted.lease_id, granted.fencing_token, granted.expires_at, granted.candidate.candidate_id) };
       }
       if (state.halt || Date.now() >= deadline) return { ok: true, lease: null };
-      await this.nextAppend(deadline - Date.now());
+      await this.store.nextAppend(deadline - Date.now());
     }
   }
 
@@ -457,7 +308,7 @@ export class LoopObject extends DurableObject<Env> {
       holder: holderOf(input.caller),
     });
     if (!outcome.ok) return { ok: false, ...outcome.error };
-    this.append(outcome.events);
+    this.store.append(outcome.events);
     await this.scheduleAlarm();
     const renewed = outcome.value;
     return { ok: true, lease: this.leaseView(renewed.lease_id, renewed.fencing_token, renewed.expires_at, renewed.candidate.candidate_id) };
@@ -477,7 +328,7 @@ export class LoopObject extends DurableObject<Env> {
       holder: holderOf(input.caller),
     });
     if (!outcome.ok) return { ok: false, ...outcome.error };
-    this.append(outcome.events);
+    this.store.append(outcome.events);
     await this.scheduleAlarm();
     return { ok: true, ...outcome.value };
   }
@@ -504,7 +355,7 @@ export class LoopObject extends DurableObject<Env> {
     if (!state) return NOT_FOUND;
     const outcome = reportObservation(state, { ...report, at: new Date().toISOString(), holder: holderOf(caller) });
     if (!outcome.ok) return { ok: false, ...outcome.error };
-    const appended = this.tryAppend(outcome.events);
+    const appended = this.store.tryAppend(outcome.events);
     if ("ok" in appended) return appended;
     await this.issueFinalReceipt();
     await this.scheduleAlarm();
@@ -526,7 +377,7 @@ export class LoopObject extends DurableObject<Env> {
       new Date().toISOString(),
     );
     if (!outcome.ok) return { ok: false, ...outcome.error };
-    const appended = this.tryAppend(outcome.events);
+    const appended = this.store.tryAppend(outcome.events);
     if ("ok" in appended) return appended;
     // A halted loop's final receipt is re-issued to carry the confirm figure.
     await this.issueFinalReceipt();
@@ -539,26 +390,8 @@ export class LoopObject extends DurableObject<Env> {
     if (!this.admit(input.caller)) return NOT_FOUND;
     // A long-poll (`wait_ms`): held until an event follows `after`, or the wait ends with an empty page.
     const deadline = Date.now() + Math.min(input.wait_ms ?? 0, MAX_WAIT_MS);
-    while ((this.head?.seq ?? 0) <= input.after && Date.now() < deadline) await this.nextAppend(deadline - Date.now());
-    return { ok: true, ...this.eventsPage(input.after, input.limit) };
-  }
-
-  /**
-   * A page of the events after `after`, as stored. Rows are read one at a time and the page ends at
-   * `limit` rows or EVENTS_PAGE_BYTES, whichever comes first (always at least one row): a page of large
-   * reports stays a bounded response.
-   */
-  private eventsPage(after: number, limit: number): { events: string[]; more: boolean } {
-    const cursor = this.sql.exec<EventRow>("SELECT seq, body, parts FROM events WHERE seq > ? ORDER BY seq", after);
-    const events: string[] = [];
-    let bytes = 0;
-    for (const row of cursor) {
-      const body = this.bodyOf(row);
-      if (events.length >= limit || (events.length > 0 && bytes + body.length > EVENTS_PAGE_BYTES)) return { events, more: true };
-      events.push(body);
-      bytes += body.length;
-    }
-    return { events, more: false };
+    while ((this.head?.seq ?? 0) <= input.after && Date.now() < deadline) await this.store.nextAppend(deadline - Date.now());
+    return { ok: true, ...this.store.eventsPage(input.after, input.limit) };
   }
 
   /**
@@ -568,7 +401,7 @@ export class LoopObject extends DurableObject<Env> {
    */
   private answeredEvents(after: number | undefined): { events?: string[] } {
     if (after === undefined) return {};
-    const page = this.eventsPage(after, EVENTS_IN_ANSWER);
+    const page = this.store.eventsPage(after, EVENTS_IN_ANSWER);
     return page.more ? {} : { events: page.events };
   }
 
@@ -585,15 +418,8 @@ export class LoopObject extends DurableObject<Env> {
     if (!this.admit(input.caller)) return NOT_FOUND;
     // At most LOOP_MAX_INTERIM_RECEIPTS (as the route read it) interim receipts, refused before anything is signed.
     const max = input.max_interim ?? teamLimits(this.env).maxInterimReceipts;
-    if (this.interimReceipts() >= max) return { ok: false, code: "limit_reached", message: interimReceiptLimitMessage(max) };
+    if (this.store.interimReceipts() >= max) return { ok: false, code: "limit_reached", message: interimReceiptLimitMessage(max) };
     return this.signReceipt(input.kind);
-  }
-
-  /** How many interim receipts the loop has issued: its `receipt_issued` events of that kind (never stored in parts). */
-  private interimReceipts(): number {
-    return this.sql
-      .exec<{ n: number }>("SELECT COUNT(*) AS n FROM events WHERE type = 'receipt_issued' AND json_extract(body, '$.data.kind') = 'interim'")
-      .one().n;
   }
 
   private async signReceipt(kind: "final" | "interim"): Promise<Answer<{ receipt_id: string; envelope: Envelope; head: ChainHead }>> {
@@ -631,7 +457,7 @@ export class LoopObject extends DurableObject<Env> {
       at: issuedAt,
       data: { receipt_id: receiptId, kind, head, keyid: signer.kid, envelope_sha256: envelopeDigest(envelope) },
     };
-    const appended = this.tryAppend([issued], () => {
+    const appended = this.store.tryAppend([issued], () => {
       const row = {
         id: receiptId,
         loopId: state.loop_id,
@@ -679,7 +505,7 @@ export class LoopObject extends DurableObject<Env> {
   override async alarm(): Promise<void> {
     if (!this.state) return;
     await this.issueFinalReceipt();
-    this.append(expireLeases(this.state, new Date().toISOString()));
+    this.store.append(expireLeases(this.state, new Date().toISOString()));
     let drained = true;
     try {
       await this.drainOutbox();
