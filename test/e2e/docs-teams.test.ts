@@ -3,10 +3,11 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import { freePort } from "../../runner/src/free-port.js";
-import { NO_NPM_ENV, ROOT, gitIn, loopEvents, makeRepo, recordedLoopId, tempDir } from "../support/cli.js";
+import { ROOT, gitIn, loopEvents, makeRepo, recordedLoopId, tempDir } from "../support/cli.js";
 import {
   Terminal,
   killProcessesNaming,
+  machineEnv,
   processesLeft,
   processesNaming,
   sectionBlocks,
@@ -107,22 +108,7 @@ describe("docs/teams.md's team section, run as written", () => {
     const home = path.join(tmp.dir, name, "home");
     mkdirSync(home, { recursive: true });
     return {
-      ...process.env,
-      ...NO_NPM_ENV,
-      LOOPWARDEN_SERVER: undefined,
-      LOOPWARDEN_TOKEN: undefined,
-      LOOPWARDEN_OWNER_TOKEN: undefined,
-      LOOPWARDEN_STATE: path.join(tmp.dir, name, "state"),
-      // A command that starts a local coordinator stops it with itself: no warm one is left behind.
-      LOOPWARDEN_IDLE: "0",
-      NO_COLOR: "1",
-      HOME: home,
-      XDG_DATA_HOME: path.join(home, ".local", "share"),
-      XDG_CONFIG_HOME: path.join(home, ".config"),
-      XDG_CACHE_HOME: path.join(home, ".cache"),
-      npm_config_prefix: path.join(tmp.dir, name, "npm-prefix"),
-      npm_config_cache: path.join(tmp.dir, name, "npm-cache"),
-      npm_config_update_notifier: "false",
+      ...machineEnv(path.join(tmp.dir, name), path.join(tmp.dir, name, "state")),
       PATH: [bin, process.env.PATH ?? ""].join(path.delimiter),
     };
   };

@@ -4,7 +4,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { NO_NPM_ENV, ROOT, demoRepo, gitIn, recordedLoopId, tempDir } from "../support/cli.js";
-import { killProcessesNaming, processesLeft, processesNaming, runBlock, sectionBlocks, shown, workerdPids } from "../support/doc-blocks.js";
+import { killProcessesNaming, machineEnv, processesLeft, processesNaming, runBlock, sectionBlocks, shown, workerdPids } from "../support/doc-blocks.js";
 
 // README.md, "Walkthrough: a loop on your own repository", run as written (issue 26: the docs cannot
 // drift again). Its ```sh blocks are read from README.md when the test runs, in order, and each runs
@@ -49,24 +49,9 @@ describe("README.md's walkthrough, run as written", () => {
   const home = path.join(tmp.dir, "home");
   const state = path.join(tmp.dir, "state");
   const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    // A user's shell, not `npx vitest`'s (which describes loopwarden's own checkout).
-    ...NO_NPM_ENV,
-    // No coordinator, token or key of the developer's: the README's local coordinator, started per command.
-    LOOPWARDEN_SERVER: undefined,
-    LOOPWARDEN_TOKEN: undefined,
-    LOOPWARDEN_OWNER_TOKEN: undefined,
-    LOOPWARDEN_STATE: state,
-    LOOPWARDEN_IDLE: "0",
-    NO_COLOR: "1",
-    HOME: home,
-    XDG_DATA_HOME: path.join(home, ".local", "share"),
-    XDG_CONFIG_HOME: path.join(home, ".config"),
-    XDG_CACHE_HOME: path.join(home, ".cache"),
-    // `npm install --global` into a temporary prefix (whose bin/ comes first on PATH), with a cache of its own.
-    npm_config_prefix: prefix,
-    npm_config_cache: path.join(tmp.dir, "npm-cache"),
-    npm_config_update_notifier: "false",
+    // A user's machine (machineEnv): its own $HOME, the README's local coordinator started per command,
+    // `npm install --global` into a temporary prefix (whose bin/ comes first on PATH).
+    ...machineEnv(tmp.dir, state),
     // The README's own `npm install --global .` runs, no shim: a global install of a folder only links it
     // (measured here: about 0.5 s, no network). It would also run the package's `prepare` (build:worker
     // and build:cli), which `npm ci` ran already, rebuilding dist/ under the other tests of this checkout;

@@ -1,12 +1,41 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { createWriteStream, readdirSync, readFileSync, type WriteStream } from "node:fs";
 import { randomBytes } from "node:crypto";
+import path from "node:path";
+import { NO_NPM_ENV } from "./cli.js";
 import { isAlive, isGoneWithin } from "./process.js";
 
 // The docs' code blocks, run as written (issue 26: the docs cannot drift again): a section's fenced
 // blocks read from the Markdown file when the test runs, a block run whole with `bash -euo pipefail -c`
 // (runBlock) or line by line in one shell, as a reader types them (Terminal), and the checks that nothing
 // a test started is left running afterwards. Used by readme.test.ts and docs-teams.test.ts.
+
+/**
+ * A reader's machine, as the docs' commands run there: a user's shell (not `npx vitest`'s, which describes
+ * loopwarden's own checkout) with its own $HOME and XDG directories under `root`, the local coordinator's
+ * state in `state`, started per command and stopped with it (LOOPWARDEN_IDLE=0), no coordinator, token or
+ * key of the developer's, and npm's global prefix and cache under `root` too.
+ */
+export function machineEnv(root: string, state: string): NodeJS.ProcessEnv {
+  const home = path.join(root, "home");
+  return {
+    ...process.env,
+    ...NO_NPM_ENV,
+    LOOPWARDEN_SERVER: undefined,
+    LOOPWARDEN_TOKEN: undefined,
+    LOOPWARDEN_OWNER_TOKEN: undefined,
+    LOOPWARDEN_STATE: state,
+    LOOPWARDEN_IDLE: "0",
+    NO_COLOR: "1",
+    HOME: home,
+    XDG_DATA_HOME: path.join(home, ".local", "share"),
+    XDG_CONFIG_HOME: path.join(home, ".config"),
+    XDG_CACHE_HOME: path.join(home, ".cache"),
+    npm_config_prefix: path.join(root, "npm-prefix"),
+    npm_config_cache: path.join(root, "npm-cache"),
+    npm_config_update_notifier: "false",
+  };
+}
 
 /** The lines of `file`'s section `heading` ("## …"): from the heading to the next one of the same level. */
 export function sectionLines(file: string, heading: string): string[] {
