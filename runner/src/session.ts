@@ -126,7 +126,11 @@ export async function buildProposal(
  */
 async function noteVerdictsShown(session: Session): Promise<void> {
   const seq = session.folded?.seq;
-  if (seq === undefined || seq <= (session.workspace.seen_seq ?? -1)) return;
+  if (seq !== undefined && seq > (session.workspace.seen_seq ?? -1)) await recordShownUpTo(session, seq);
+}
+
+/** Keeps in `.loopwarden/state.json` that this checkout has shown the loop's verdicts up to event `seq`. */
+async function recordShownUpTo(session: Session, seq: number): Promise<void> {
   session.workspace = { ...session.workspace, seen_seq: seq };
   await saveWorkspaceState(session.repo, session.source, session.workspace);
 }
@@ -144,8 +148,7 @@ export async function showVerdictsWhileAway(session: Session): Promise<boolean> 
   const seen = session.workspace.seen_seq;
   if (seen === undefined) {
     // Recorded from now on: the next resume knows what this one found.
-    session.workspace = { ...session.workspace, seen_seq: session.loop.head.seq };
-    await saveWorkspaceState(session.repo, session.source, session.workspace);
+    await recordShownUpTo(session, session.loop.head.seq);
     return false;
   }
   if (seen >= session.loop.head.seq) return true;
@@ -158,10 +161,7 @@ export async function showVerdictsWhileAway(session: Session): Promise<boolean> 
     for (const verdict of shown) progress(session.mode, verdictLine("away", verdict));
   }
   const last = events.at(-1)?.seq;
-  if (last !== undefined) {
-    session.workspace = { ...session.workspace, seen_seq: last };
-    await saveWorkspaceState(session.repo, session.source, session.workspace);
-  }
+  if (last !== undefined) await recordShownUpTo(session, last);
   return true;
 }
 
