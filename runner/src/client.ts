@@ -1,6 +1,7 @@
 import { LoopEvent } from "../../shared/engine/events.js";
 import {
   ArtifactList,
+  BaselineReportResponse,
   ConfirmResponse,
   type ConfirmRequest,
   CreateLoopResponse,
@@ -11,7 +12,9 @@ import {
   ReceiptIssued,
   ReleaseResponse,
   ReportResponse,
+  type BaselineReportRequest,
   type CreateLoopRequest,
+  type LoopCreated,
   type HeartbeatRequest,
   LoopList,
   type LeaseRequestInput,
@@ -56,8 +59,21 @@ export class Client extends ArtifactTransfers {
     }
   }
 
-  createLoop(request: CreateLoopRequest) {
-    return this.json("POST", "/v1/loops", CreateLoopResponse, request);
+  /**
+   * Creates a loop (or answers the one this request created). A creation with `t0_commit` answers what it
+   * awaits until a runner reports the baseline; with `waitMs`, a retry is held until it does (at most 25 s).
+   */
+  createLoop(request: CreateLoopRequest & { t0: object }): Promise<LoopCreated>;
+  createLoop(request: CreateLoopRequest, waitMs?: number): Promise<CreateLoopResponse>;
+  async createLoop(request: CreateLoopRequest, waitMs = 0): Promise<CreateLoopResponse> {
+    const answer = await this.json("POST", `/v1/loops${waitMs > 0 ? `?wait_ms=${waitMs}` : ""}`, CreateLoopResponse, request, undefined, waitMs);
+    if (request.t0 && !("loop" in answer)) throw new Error("the coordinator answered a creation with a measured t0 as awaiting its baseline");
+    return answer;
+  }
+
+  /** Reports t0 as measured on a baseline lease: the loop is created from it. */
+  reportBaseline(leaseId: string, request: BaselineReportRequest) {
+    return this.json("POST", `/v1/leases/${encodeURIComponent(leaseId)}/baseline`, BaselineReportResponse, request);
   }
 
   /** `POST /v1/loops/:id/confirm`: a confirm measurement of t0 against the best (cumulative readings). */
@@ -71,7 +87,7 @@ export class Client extends ArtifactTransfers {
   }
 
   /** One page of the loops the token may see, newest first; `next_cursor` continues it. */
-  listLoops(query: { status?: "running" | "halted"; contract_hash?: string; cursor?: string; limit?: number } = {}) {
+  listLoops(query: { status?: "running" | "halted" | "awaiting_baseline"; contract_hash?: string; cursor?: string; limit?: number } = {}) {
     const params = new URLSearchParams(Object.entries(query).map(([key, value]): [string, string] => [key, String(value)]));
     return this.json("GET", `/v1/loops${params.size > 0 ? `?${params}` : ""}`, LoopList);
   }
@@ -170,14 +186,19 @@ export class Client extends ArtifactTransfers {
     return this.json("GET", "/v1/whoami", Identity);
   }
 
-  /** The contract a loop was created with (its first event, `loop_created`): what the loop pinned. */
-  async pinnedContract(loopId: string): Promise<Contract> {
+  /** A loop's first event, `loop_created`: its pinned contract and t0 (and who measured it). */
+  async creation(loopId: string): Promise<Extract<LoopEvent, { type: "loop_created" }>> {
     const response = await this.send("GET", `/v1/loops/${encodeURIComponent(loopId)}/events?after=0&limit=1`);
     if (!response.ok) await this.parse(response, Health);
     const [line] = (await response.text()).split("\n");
     const event = LoopEvent.parse(JSON.parse(line ?? "null"));
     if (event.type !== "loop_created") throw new Error(`the first event of loop ${loopId} is ${event.type}, not loop_created`);
-    return event.data.contract;
+    return event;
+  }
+
+  /** The contract a loop was created with (its first event, `loop_created`): what the loop pinned. */
+  async pinnedContract(loopId: string): Promise<Contract> {
+    return (await this.creation(loopId)).data.contract;
   }
 
   /**

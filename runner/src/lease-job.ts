@@ -42,6 +42,14 @@ class LeaseLost extends Error {
   }
 }
 
+/** Invariant 4: a runner runs only the contract pinned in its own checkout, and refuses a job for another. */
+export function refuseForeignContract(ctx: Pick<JobContext, "loaded">, lease: Lease): void {
+  if (lease.job.contract_hash === ctx.loaded.hash) return;
+  throw new JobRefused(
+    `refusing the job for ${lease.job.candidate_id}: its contract hash ${lease.job.contract_hash.slice(0, 12)} differs from this checkout's ${ctx.loaded.hash.slice(0, 12)}`,
+  );
+}
+
 /**
  * Runs one leased evaluation with heartbeats and reports it. Null when the lease was lost — reclaimed,
  * superseded (409) or its comparison stale (`requeued`): the job is someone else's now, or back in the
@@ -58,25 +66,9 @@ export async function evaluateLease(
   cancel?: AbortSignal,
 ): Promise<{ verdict: Verdict; loop: LoopSummary } | null> {
   const { client, mode } = ctx;
-  if (lease.job.contract_hash !== ctx.loaded.hash) {
-    // Invariant 4: run only the contract pinned in this checkout.
-    throw new JobRefused(
-      `refusing the job for ${lease.job.candidate_id}: its contract hash ${lease.job.contract_hash.slice(0, 12)} differs from this checkout's ${ctx.loaded.hash.slice(0, 12)}`,
-    );
-  }
-  const lost = new AbortController();
-  const stop = () => lost.abort(cancel?.reason);
-  cancel?.addEventListener("abort", stop, { once: true });
-  if (cancel?.aborted) stop();
-  const heartbeat = setInterval(
-    () => {
-      client.heartbeat(lease.lease_id, { fencing_token: lease.fencing_token }).catch((error: unknown) => {
-        if (error instanceof CoordinatorError && error.status === 409) lost.abort(new LeaseLost(error.code, error));
-        else progress(mode, `${label} heartbeat failed (${(error as Error).message}); will retry`);
-      });
-    },
-    Math.max(1_000, Math.floor(lease.ttl_ms / 4)),
-  );
+  if (lease.job.kind !== "evaluate") throw new Error(`internal: ${lease.lease_id} is a ${lease.job.kind} job, not an evaluation`);
+  refuseForeignContract(ctx, lease);
+  const { lost, end } = holdLease(ctx, lease, label, cancel);
   const jobClone = (clone: Clone): Clone => ({ ...clone, signal: lost.signal });
   try {
     progress(mode, `${label} evaluating ${shortCommit(lease.job.commit)} in a clean clone…`);
@@ -204,20 +196,59 @@ export async function evaluateLease(
       });
     });
   } catch (error) {
-    if (cancel?.aborted) throw cancel.reason;
-    // The loop halted: as a report answered so, whether the report or a heartbeat learnt it first.
-    if (error instanceof LeaseLost && error.code === "loop_halted") throw error.answer;
-    const code =
-      error instanceof LeaseLost ? error.code : error instanceof CoordinatorError && error.status === 409 && error.code !== "loop_halted" ? error.code : null;
-    if (code !== null) {
-      progress(mode, `${label} lease lost (${code}): its processes were stopped and the job left to the coordinator`);
-      return null;
-    }
-    throw error;
+    return lostLease(ctx, error, label, cancel);
   } finally {
-    clearInterval(heartbeat);
-    cancel?.removeEventListener("abort", stop);
+    end();
   }
+}
+
+/**
+ * Heartbeats a leased job every quarter of its TTL until `end()`: a heartbeat answered 409 (the lease
+ * reclaimed or superseded, the loop halted) aborts `lost` with a `LeaseLost`, and so does `cancel` (a
+ * runner stopped at once) with its reason — every process of the job runs under `lost`.
+ */
+export function holdLease(
+  ctx: Pick<JobContext, "client" | "mode">,
+  lease: Lease,
+  label: string,
+  cancel?: AbortSignal,
+): { lost: AbortController; end: () => void } {
+  const lost = new AbortController();
+  const stop = () => lost.abort(cancel?.reason);
+  cancel?.addEventListener("abort", stop, { once: true });
+  if (cancel?.aborted) stop();
+  const heartbeat = setInterval(
+    () => {
+      ctx.client.heartbeat(lease.lease_id, { fencing_token: lease.fencing_token }).catch((error: unknown) => {
+        if (error instanceof CoordinatorError && error.status === 409) lost.abort(new LeaseLost(error.code, error));
+        else progress(ctx.mode, `${label} heartbeat failed (${(error as Error).message}); will retry`);
+      });
+    },
+    Math.max(1_000, Math.floor(lease.ttl_ms / 4)),
+  );
+  return {
+    lost,
+    end: () => {
+      clearInterval(heartbeat);
+      cancel?.removeEventListener("abort", stop);
+    },
+  };
+}
+
+/**
+ * How a leased job that threw ends: null when its lease was lost (a heartbeat's or a report's 409: the
+ * job is the coordinator's again), said on stderr; the 409 `loop_halted` thrown as the report's answer
+ * would be; a stop at once throws its reason; anything else is rethrown.
+ */
+export function lostLease(ctx: Pick<JobContext, "mode">, error: unknown, label: string, cancel?: AbortSignal): null {
+  if (cancel?.aborted) throw cancel.reason;
+  // The loop halted: as a report answered so, whether the report or a heartbeat learnt it first.
+  if (error instanceof LeaseLost && error.code === "loop_halted") throw error.answer;
+  const code =
+    error instanceof LeaseLost ? error.code : error instanceof CoordinatorError && error.status === 409 && error.code !== "loop_halted" ? error.code : null;
+  if (code === null) throw error;
+  progress(ctx.mode, `${label} lease lost (${code}): its processes were stopped and the job left to the coordinator`);
+  return null;
 }
 
 /** The evaluation options of a loop's evaluations: guard readings, and progress lines for each gate. */

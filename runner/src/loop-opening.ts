@@ -3,31 +3,22 @@ import os from "node:os";
 import { formatList } from "../../shared/format-list.js";
 import { refuseCandidateBaseline } from "./candidate-commits.js";
 import { CoordinatorError } from "./client.js";
-import { removeStaleClones, withClone } from "./clone.js";
+import { removeStaleClones } from "./clone.js";
 import { connect, type Connection, type ServerOptions } from "./connect.js";
-import { contractFileOf, contractHash, validateContract, type LoadedContract } from "./contract-file.js";
+import { contractHash, validateContract, type LoadedContract } from "./contract-file.js";
 import { resolveContract, resumedContract, type ContractOptions } from "./contract-resolution.js";
 import { UserError } from "./errors.js";
-import { evaluateIn, hardGatesPassed, uploadLogs } from "./evaluate.js";
-import type { Evaluation } from "./evaluation.js";
+import { uploadLogs } from "./evaluate.js";
 import { faultPoint } from "./fault.js";
 import { currentBranch, dirtyPaths, excludeStateDir, headCommit, repoRoot, repositoryName, shortCommit } from "./git.js";
 import { loopBranch, switchToLoopBranch } from "./git-commits.js";
-import { liveStatus, progress, type OutputMode } from "./output.js";
-import {
-  clearPendingCreate,
-  loadPendingCreate,
-  savePendingCreate,
-  stageBaselineFiles,
-  uploadPendingFiles,
-  type PendingCreate,
-  type PendingFiles,
-} from "./pending-create.js";
-import { MetricLog, sampleAlone } from "./sampling.js";
-import { sha256Hex } from "../../shared/hash.js";
+import { progress, type OutputMode } from "./output.js";
+import { clearPendingCreate, loadPendingCreate, savePendingCreate, uploadPendingFiles, type PendingCreate } from "./pending-create.js";
+import { awaitBaseline, measureBaseline } from "./baseline.js";
+import { formatLabels, labelsSatisfy } from "../../shared/engine/index.js";
 import { parseLabels } from "./labels.js";
 import { timed } from "./timings.js";
-import type { Contract } from "../../shared/wire/contract.js";
+import type { Contract, Labels } from "../../shared/wire/contract.js";
 import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
 import { settleStaleWorkspaces } from "./zones/agent-zone.js";
 import { hideFromZones } from "./zones/sandbox.js";
@@ -46,51 +37,6 @@ function newRunnerId(): string {
 }
 
 /**
- * Measures t0 (DESIGN §2): the gates, the guard readings and, in optimize mode, the metric, in a clean
- * clone of `commit`; and keeps what a candidate's evaluation stores (DESIGN §10) — the metric command's
- * output with the gate logs, and the files the contract's `artifacts` globs match, copied out of the
- * clone before it is removed — all cited by the observation and uploaded once the loop exists.
- */
-async function measureBaseline(
-  repo: string,
-  source: string,
-  commit: string,
-  loaded: LoadedContract,
-  mode: OutputMode,
-): Promise<Evaluation & { files?: PendingFiles | undefined }> {
-  progress(mode, `capturing the baseline at ${shortCommit(commit)}: running ${loaded.contract.gates.length} gate(s) in a clean clone…`);
-  liveStatus(mode, "baseline: running gates");
-  return withClone(repo, commit, "t0", async (clone) => {
-    const evaluation = await evaluateIn(clone, {
-      contract: loaded.contract,
-      guards: { contractFile: contractFileOf(loaded), baseline: commit },
-      onNote: (text) => progress(mode, `baseline: ${text}`),
-    });
-    const metric = loaded.contract.metric;
-    const metricLog = new MetricLog();
-    if (metric) {
-      // The baseline's own readings: what the first comparison's best-so-far is measured against.
-      progress(mode, `baseline: measuring ${metric.name} ${metric.samples.min} times…`);
-      evaluation.observation.samples = hardGatesPassed(loaded.contract, evaluation)
-        ? await sampleAlone(clone, loaded.contract, metric.samples.min, metricLog)
-        : { best: [], candidate: [], error: "a hard gate failed at t0: the metric was not measured" };
-    }
-    // Matched after the metric ran, as a candidate's are: a benchmark may write the profile.
-    const files = await stageBaselineFiles(repo, source, clone.dir, loaded.contract.artifacts ?? []);
-    const logs = [...evaluation.logs];
-    const artifacts = [...(files?.refs ?? [])];
-    if (!metricLog.isEmpty) {
-      const bytes = Buffer.from(metricLog.bytes());
-      const ref = { sha256: sha256Hex(bytes), size: bytes.length, name: "metric.log", content_type: "text/plain; charset=utf-8" };
-      logs.push({ ref, bytes });
-      artifacts.push(ref);
-    }
-    if (artifacts.length > 0) evaluation.observation.artifacts = artifacts;
-    return { observation: evaluation.observation, logs, files };
-  });
-}
-
-/**
  * Everything a new loop's creation needs before the coordinator is asked (DESIGN §6.6): a clean tree for
  * `run`, a t0 that is a commit the user made, and the creation request — the one an interrupted runner
  * left in flight when it still fits, else a new one with the baseline measured — saved before it is sent.
@@ -99,7 +45,7 @@ async function prepareCreation(
   repo: string,
   source: string,
   loaded: LoadedContract,
-  options: { purpose: "run" | "step" },
+  options: { purpose: "run" | "step"; labels: Labels },
   mode: OutputMode,
 ): Promise<{ pending: PendingCreate; startedFrom: string | null }> {
   if (options.purpose === "run") {
@@ -114,13 +60,30 @@ async function prepareCreation(
   // A creation an interrupted runner left in flight is finished with its very request (DESIGN §6.6):
   // the coordinator answers the loop it may already have created, rather than a second one.
   let pending = await loadPendingCreate(repo, source);
-  if (pending && (contractHash(pending.request.contract) !== loaded.hash || pending.request.t0.commit !== t0Commit)) {
+  if (pending && (contractHash(pending.request.contract) !== loaded.hash || (pending.request.t0?.commit ?? pending.request.t0_commit) !== t0Commit)) {
     progress(mode, "an interrupted loop creation no longer matches the contract or HEAD: measuring a new baseline");
     pending = null;
   }
   if (pending) {
-    progress(mode, `finishing the interrupted creation of a loop (baseline at ${shortCommit(t0Commit)}, already measured)`);
+    const measured = pending.request.t0 ? "already measured" : "measured by a runner";
+    progress(mode, `finishing the interrupted creation of a loop (baseline at ${shortCommit(t0Commit)}, ${measured})`);
     return { pending, startedFrom };
+  }
+  // Where the contract says candidates are evaluated (evaluate.labels) and this runner is not such a
+  // runner, t0 is measured there too (DESIGN §11), on a baseline lease: the creation names its commit only.
+  const required = loaded.contract.evaluate?.labels ?? {};
+  if (!labelsSatisfy(required, options.labels)) {
+    progress(
+      mode,
+      `the contract evaluates on a runner with ${formatLabels(required)}: the baseline at ${shortCommit(t0Commit)} is measured by one (loopwarden work --labels ${formatLabels(required)})`,
+    );
+    const request = {
+      idempotency_key: `run-${randomBytes(16).toString("hex")}`,
+      contract: loaded.contract,
+      t0_commit: t0Commit,
+      repository: await repositoryName(repo),
+    };
+    return { pending: await savePendingCreate(repo, source, { request, logs: [] }), startedFrom };
   }
   const baseline = await timed("t0", () => measureBaseline(repo, source, t0Commit, loaded, mode));
   pending = await savePendingCreate(repo, source, {
@@ -181,7 +144,7 @@ export async function openSession(
   // overlapped with t0, not added to it).
   const fresh = previous === null || options.new === true ? await resolveContract(repo, options) : null;
   if (fresh) await options.preflight?.(fresh.contract);
-  const preparing = fresh ? prepareCreation(repo, source, fresh, options, mode) : null;
+  const preparing = fresh ? prepareCreation(repo, source, fresh, { ...options, labels }, mode) : null;
   // Awaited below; until then a refusal (a dirty tree) must not count as unhandled.
   preparing?.catch(() => undefined);
   let connection: Connection;
@@ -210,10 +173,10 @@ export async function openSession(
       progress(mode, `loop ${previous.loop_id} is unknown to the coordinator at ${connection.url}: starting a new loop`);
     }
     const loaded = fresh ?? (await resolveContract(repo, options));
-    const { pending, startedFrom } = await timed("baseline", () => preparing ?? prepareCreation(repo, source, loaded, options, mode));
+    const { pending, startedFrom } = await timed("baseline", () => preparing ?? prepareCreation(repo, source, loaded, { ...options, labels }, mode));
     faultPoint("create-saved");
     const created = await timed("create", () => connection.client.createLoop(pending.request));
-    const loop = created.loop;
+    const loop = "loop" in created ? created.loop : await awaitBaseline(connection.client, pending.request, created.awaiting_baseline, mode);
     faultPoint("create-answered");
     // What t0's observation cites, stored now that the loop exists (artifacts are scoped to a loop): from
     // the creation kept on disk, so a runner killed before this point stores them on its next run.
@@ -236,7 +199,12 @@ export async function openSession(
     if (previous && options.new) {
       progress(mode, `--new: loop ${previous.loop_id} is left as it is on its coordinator; this repository now follows loop ${loop.loop_id}`);
     }
-    progress(mode, `loop ${loop.loop_id} (contract ${loaded.source}): the baseline has ${baselineFailures(pending.request.t0.observation)}`);
+    // A baseline a runner measured is read from the loop's first event, which names the runner.
+    const { t0, t0_measured_by: measuredBy } = pending.request.t0
+      ? { t0: pending.request.t0, t0_measured_by: undefined }
+      : (await connection.client.creation(loop.loop_id)).data;
+    const by = measuredBy ? `, measured by runner ${measuredBy.runner_id},` : "";
+    progress(mode, `loop ${loop.loop_id} (contract ${loaded.source}): the baseline${by} has ${baselineFailures(t0.observation)}`);
     return { repo, source, loaded, connection, client: connection.client, mode, workspace, loop, resumed: false, labels };
   } catch (error) {
     await connection.close();

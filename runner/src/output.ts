@@ -8,7 +8,8 @@ export interface OutputMode {
 
 /** The single JSON object a command prints with `--json` (DESIGN §13). */
 export interface JsonResult {
-  status: "ok" | "running" | "halted" | "error";
+  /** `awaiting_baseline`: a loop with no log yet, whose t0 a runner with the contract's labels is to measure. */
+  status: "ok" | "running" | "halted" | "awaiting_baseline" | "error";
   loop_id?: string;
   iteration?: number;
   halt_reason?: string;

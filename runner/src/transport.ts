@@ -169,8 +169,16 @@ export class Transport {
     }
   }
 
-  protected async json<S extends z.ZodType>(method: string, path: string, schema: S, payload?: unknown, signal?: AbortSignal): Promise<z.infer<S>> {
-    if (payload === undefined) return this.parse(await this.send(method, path, undefined, {}, { signal, limitTotal: true }), schema);
+  /** A JSON request and its parsed answer; `extraWaitMs` is how long the coordinator may hold it (a long-poll). */
+  protected async json<S extends z.ZodType>(
+    method: string,
+    path: string,
+    schema: S,
+    payload?: unknown,
+    signal?: AbortSignal,
+    extraWaitMs = 0,
+  ): Promise<z.infer<S>> {
+    if (payload === undefined) return this.parse(await this.send(method, path, undefined, {}, { signal, limitTotal: true, extraWaitMs }), schema);
     const text = JSON.stringify(payload);
     // Large bodies (a big suite's test ids) travel gzip-encoded (DESIGN §8); the coordinator's caps
     // count the bytes sent. Small ones go as they are: compressing them would cost more than it saves.
@@ -180,7 +188,7 @@ export class Transport {
       path,
       compress ? new Blob([gzipSync(text)]) : text,
       compress ? { "Content-Type": "application/json", "Content-Encoding": "gzip" } : { "Content-Type": "application/json" },
-      { signal, limitTotal: true },
+      { signal, limitTotal: true, extraWaitMs },
     );
     return this.parse(response, schema);
   }

@@ -2,7 +2,19 @@ import type { Contract } from "../wire/contract.js";
 import type { Observation } from "../wire/observation.js";
 import { decide, decideUnevaluated, haltAfter } from "./decide.js";
 import type { AgentReport } from "../wire/agent-report.js";
-import type { AgentRun, Baseline, BestRef, BundleRef, ConfirmReadings, Confirmation, EventDraft, Proposer, ReportAnswer, Requeued } from "./events.js";
+import type {
+  AgentRun,
+  Baseline,
+  BaselineMeasurer,
+  BestRef,
+  BundleRef,
+  ConfirmReadings,
+  Confirmation,
+  EventDraft,
+  Proposer,
+  ReportAnswer,
+  Requeued,
+} from "./events.js";
 import { compareSamples } from "./statistics.js";
 import { percentValue, type Labels } from "../wire/contract.js";
 import { canonicalJson } from "../canonical-json.js";
@@ -25,6 +37,8 @@ export function createLoop(input: {
   contract_hash: string;
   t0: Baseline;
   repository?: string | undefined;
+  /** The runner that measured t0 on a baseline lease (baseline-lease.ts); absent when the creator measured it. */
+  t0_measured_by?: BaselineMeasurer | undefined;
   at: string;
 }): Outcome<null> {
   const created: EventDraft = {
@@ -37,6 +51,7 @@ export function createLoop(input: {
       contract_hash: input.contract_hash,
       t0: input.t0,
       ...(input.repository === undefined ? {} : { repository: input.repository }),
+      ...(input.t0_measured_by === undefined ? {} : { t0_measured_by: input.t0_measured_by }),
     },
   };
   const events: EventDraft[] = [created];

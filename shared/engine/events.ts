@@ -13,6 +13,18 @@ export * from "../wire/event-parts.js";
 
 const at = z.iso.datetime();
 
+/** The runner that measured t0 on a baseline lease (`loop_created.data.t0_measured_by`). */
+export const BaselineMeasurer = z.strictObject({
+  runner_id: z.string().min(1).max(100),
+  /** The token that held the lease (`owner` for the instance owner's). */
+  holder: z.string().min(1).max(100),
+  lease_id: z.string(),
+  fencing_token: z.number().int().min(1),
+  /** sha256 of the baseline report as sent: a retry with the same lease and another body is refused. */
+  request_hash: Sha256,
+});
+export type BaselineMeasurer = z.infer<typeof BaselineMeasurer>;
+
 const LoopCreated = z.strictObject({
   type: z.literal("loop_created"),
   at,
@@ -23,6 +35,12 @@ const LoopCreated = z.strictObject({
     t0: Baseline,
     /** The repository the loop runs in, as its runner names it (its origin remote); absent when it has none. */
     repository: Repository.optional(),
+    /**
+     * Who measured t0 when a runner did, on a lease (a contract with `evaluate.labels`, DESIGN §11): the
+     * runner, the token that held the lease, the lease and the report's hash. Absent when the loop's
+     * creator measured t0 itself, and in logs from before baselines were leased.
+     */
+    t0_measured_by: BaselineMeasurer.optional(),
   }),
 });
 const CandidateProposed = z.strictObject({

@@ -1,3 +1,4 @@
+export * from "./baseline-lease.js";
 export * from "./chain.js";
 export * from "./commands.js";
 export * from "./lease-commands.js";

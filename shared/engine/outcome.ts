@@ -17,7 +17,8 @@ export interface EngineError {
     | "confirm_stale"
     | "confirm_not_yours"
     | "confirm_recorded"
-    | "labels_unsatisfied";
+    | "labels_unsatisfied"
+    | "awaiting_baseline";
   message: string;
 }
 

@@ -2,7 +2,7 @@ import type { AgentReport } from "../wire/agent-report.js";
 import type { ArtifactError, ArtifactRef } from "../wire/observation.js";
 import type { Contract } from "../wire/contract.js";
 import type { ExecConfinement } from "../wire/confinement.js";
-import type { AgentRun, BestRef, ConfirmReadings, Confirmation, Halt, Verdict, BundleRef } from "./events.js";
+import type { AgentRun, BaselineMeasurer, BestRef, ConfirmReadings, Confirmation, Halt, Verdict, BundleRef } from "./events.js";
 import type { BaselineGuards } from "./guards.js";
 import type { TestBase, TestStanding } from "./test-sets.js";
 import type { ConfinementSummary } from "./confinement-summary.js";
@@ -123,6 +123,8 @@ export interface LoopState {
   t0_guards: BaselineGuards;
   /** What t0's measurement stored: its gates' outcomes and logs, and its files (uploaded right after the creation). */
   t0_evidence: StoredEvidence;
+  /** The runner that measured t0 on a baseline lease (DESIGN §11); null when the loop's creator measured it. */
+  t0_measured_by: BaselineMeasurer | null;
   best: BestState;
   candidates: Record<string, CandidateState>;
   candidate_order: string[];

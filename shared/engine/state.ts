@@ -118,6 +118,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       t0_base: base,
       t0_guards: baselineGuards(data.t0.commit, data.t0.observation),
       t0_evidence: { gates: gateSummariesOf(data.contract, data.t0.observation.gates), artifacts: data.t0.observation.artifacts ?? [] },
+      t0_measured_by: data.t0_measured_by ?? null,
       best: t0,
       candidates: {},
       candidate_order: [],

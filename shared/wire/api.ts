@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { Baseline, BestRef, BundleRef, ConfirmReadings, Confirmation, Halt, ProposalFields, ReportAnswer, Repository, Verdict } from "./event-parts.js";
 import { Contract, Labels } from "./contract.js";
-import { GitCommit, Observation, Sha256 } from "./observation.js";
+import { FullObservation, GitCommit, Observation, Sha256 } from "./observation.js";
 
 // One schema per message of DESIGN §8. The worker validates requests with these; the runner parses
 // every response with them.
@@ -22,14 +22,24 @@ export const LoopId = z.string().regex(/^lp_[0-9a-f]{24}$/, "is not a loop id");
 /** Idempotency keys chosen by clients. */
 export const IdempotencyKey = z.string().regex(/^[A-Za-z0-9_.:-]{8,200}$/, "use 8-200 letters, digits or _.:-");
 
-/** `POST /v1/loops`. */
-export const CreateLoopRequest = z.strictObject({
-  idempotency_key: IdempotencyKey,
-  contract: Contract,
-  t0: Baseline,
-  /** The repository the loop runs in (e.g. its origin remote, without credentials): named in receipts. */
-  repository: Repository.optional(),
-});
+/**
+ * `POST /v1/loops`: with `t0`, a baseline its creator measured; with `t0_commit` instead, the commit whose
+ * baseline a runner with the contract's `evaluate.labels` is to measure on a lease (DESIGN §11): the loop
+ * is created from that runner's report.
+ */
+export const CreateLoopRequest = z
+  .strictObject({
+    idempotency_key: IdempotencyKey,
+    contract: Contract,
+    t0: Baseline.optional(),
+    t0_commit: GitCommit.optional(),
+    /** The repository the loop runs in (e.g. its origin remote, without credentials): named in receipts. */
+    repository: Repository.optional(),
+  })
+  .refine((request) => (request.t0 === undefined) !== (request.t0_commit === undefined), {
+    message: "give exactly one of t0 (a measured baseline) and t0_commit (a baseline for a runner to measure)",
+    path: ["t0"],
+  });
 export type CreateLoopRequest = z.infer<typeof CreateLoopRequest>;
 
 /** A loop's state summary, as `GET /v1/loops/:id` answers it. */
@@ -51,8 +61,31 @@ export const LoopSummary = z.object({
 });
 export type LoopSummary = z.infer<typeof LoopSummary>;
 
-/** `POST /v1/loops` answer: the loop, and whether this request created it (false on an idempotent retry). */
-export const CreateLoopResponse = z.object({ loop: LoopSummary, created: z.boolean() });
+/** A loop whose baseline a runner is to measure (a creation with `t0_commit`), and how far that is. */
+export const AwaitingBaseline = z.object({
+  loop_id: LoopId,
+  name: z.string(),
+  contract_hash: Sha256,
+  /** The commit t0 is measured at. */
+  commit: GitCommit,
+  /** What a runner needs to measure it: the contract's `evaluate.labels`. */
+  labels: Labels,
+  requested_at: z.string(),
+  /** The runner measuring it now, and until when its lease lives; null while no runner has it. */
+  lease: z.object({ runner_id: z.string(), granted_at: z.string(), expires_at: z.string() }).nullable(),
+});
+export type AwaitingBaseline = z.infer<typeof AwaitingBaseline>;
+
+/**
+ * `POST /v1/loops` answer: the loop, and whether this request created it (false on an idempotent retry);
+ * or, for a creation with `t0_commit` whose baseline no runner has reported yet, what it waits for (202).
+ */
+export const CreateLoopResponse = z.union([
+  z.object({ loop: LoopSummary, created: z.boolean() }),
+  z.object({ awaiting_baseline: AwaitingBaseline, created: z.boolean() }),
+]);
+/** The `POST /v1/loops` answer to a creation with `t0`: always the loop. */
+export type LoopCreated = Extract<CreateLoopResponse, { loop: LoopSummary }>;
 export type CreateLoopResponse = z.infer<typeof CreateLoopResponse>;
 
 /** `GET /v1/loops` answer, newest first. */
@@ -99,7 +132,8 @@ export const Lease = z.object({
   expires_at: z.string(),
   ttl_ms: z.number().int(),
   job: z.object({
-    kind: z.literal("evaluate"),
+    /** `evaluate` a candidate, or measure a new loop's `baseline` (candidate id `t0`, nothing to compare with). */
+    kind: z.enum(["evaluate", "baseline"]),
     candidate_id: z.string(),
     commit: GitCommit,
     contract_hash: Sha256,
@@ -216,6 +250,21 @@ export const ReportRequest = z.strictObject({
   evidence: z.array(InlineEvidence).min(1).max(INLINE_EVIDENCE_MAX_FILES).optional(),
 });
 export type ReportRequest = z.infer<typeof ReportRequest>;
+
+/**
+ * `POST /v1/leases/:leaseId/baseline`: t0 as measured on a baseline lease — the whole observation (there
+ * is no t0 yet to send a difference from) — with its small logs inline, as a report's.
+ */
+export const BaselineReportRequest = z.strictObject({
+  fencing_token: z.number().int().min(1),
+  observation: FullObservation,
+  evidence: z.array(InlineEvidence).min(1).max(INLINE_EVIDENCE_MAX_FILES).optional(),
+});
+export type BaselineReportRequest = z.infer<typeof BaselineReportRequest>;
+
+/** `POST /v1/leases/:leaseId/baseline` answer: the loop created from it (`created` false on a retry). */
+export const BaselineReportResponse = z.object({ loop: LoopSummary, created: z.boolean() });
+export type BaselineReportResponse = z.infer<typeof BaselineReportResponse>;
 
 /**
  * `POST /v1/leases/:leaseId/report` answer: the verdict, or `requeued` when the best moved on since the

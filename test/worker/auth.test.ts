@@ -97,6 +97,12 @@ function loopRoutes(loop: { loopId: string; leaseId: string; fencing: number; up
     ["POST", "/v1/leases/:leaseId/heartbeat", `/v1/leases/${leaseId}/heartbeat`, { fencing_token: fencing }],
     ["POST", "/v1/leases/:leaseId/report", `/v1/leases/${leaseId}/report`, { fencing_token: fencing, observation: observationOf([]) }],
     ["POST", "/v1/leases/:leaseId/release", `/v1/leases/${leaseId}/release`, { fencing_token: fencing }],
+    [
+      "POST",
+      "/v1/leases/:leaseId/baseline",
+      `/v1/leases/${leaseId.replace(/-L(\d+)$/, "-B$1")}/baseline`,
+      { fencing_token: fencing, observation: observationOf([]) },
+    ],
   ];
 }
 

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { sha256Hex } from "../../shared/hash.js";
 import { MAX_PUT_BYTES } from "../../worker/src/artifact-limits.js";
 import { app } from "../../worker/src/app.js";
-import { call, candidateBody, createLoopBody, drainOutbox, logOf, ndjson, observationOf, parseJsonl, postJson } from "./fixtures.js";
+import { call, candidateBody, createLoopBody, drainOutbox, logOf, ndjson, observationOf, parseJsonl, pendingBaselineOf, postJson } from "./fixtures.js";
 
 // Authorization before any side effect (DESIGN §11), on every route the worker serves, taken from the
 // app itself: each is sent, as every kind of caller that may not use it, a request whose body would
@@ -33,8 +33,22 @@ async function createToken(admin: string, body: Record<string, unknown>): Promis
   return (await json<{ token: string }>(await postJson("/v1/tokens", body, admin), 201)).token;
 }
 
-/** A loop of the token's team with a candidate leased and a multipart upload open, so every route has something to reach. */
-async function victimLoop(token: string, key: string): Promise<{ loopId: string; leaseId: string; fencing: number; uploadId: string }> {
+/** What the hostile requests aim at: a loop with a candidate leased and an upload open, and a loop awaiting its baseline, leased. */
+interface Target {
+  loopId: string;
+  leaseId: string;
+  fencing: number;
+  uploadId: string;
+  /** The baseline lease of another loop of the team, one awaiting its baseline (the `/baseline` route's target). */
+  pendingLoopId: string;
+  baselineLeaseId: string;
+}
+
+/**
+ * A loop of the token's team with a candidate leased and a multipart upload open, and one awaiting its
+ * baseline whose measurement the token leased, so every route has something to reach.
+ */
+async function victimLoop(token: string, key: string): Promise<Target> {
   const loopId = (await json<{ loop: { loop_id: string } }>(await postJson("/v1/loops", createLoopBody(key, ["parse.empty"]), token), 201)).loop.loop_id;
   await json(await postJson(`/v1/loops/${loopId}/candidates`, candidateBody(key), token), 201);
   const lease = await json<{ lease_id: string; fencing_token: number }>(
@@ -45,7 +59,14 @@ async function victimLoop(token: string, key: string): Promise<{ loopId: string;
     await postJson(`/v1/loops/${loopId}/artifacts`, { sha256: UPLOAD_SHA, size: MAX_PUT_BYTES + 1, content_type: "application/octet-stream" }, token),
     200,
   );
-  return { loopId, leaseId: lease.lease_id, fencing: lease.fencing_token, uploadId: upload.upload_id };
+  const { t0, ...body } = createLoopBody(`${key}-pending`, [], { evaluate: { labels: { gpu: "h100" } } });
+  const pending = await json<{ awaiting_baseline: { loop_id: string } }>(await postJson("/v1/loops", { ...body, t0_commit: t0.commit }, token), 202);
+  const pendingLoopId = pending.awaiting_baseline.loop_id;
+  const baseline = await json<{ lease_id: string }>(
+    await postJson(`/v1/loops/${pendingLoopId}/leases`, { runner_id: `runner-${key}`, labels: { gpu: "h100" } }, token),
+    200,
+  );
+  return { loopId, leaseId: lease.lease_id, fencing: lease.fencing_token, uploadId: upload.upload_id, pendingLoopId, baselineLeaseId: baseline.lease_id };
 }
 
 /** Everything a request could change: every D1 table's rows (but the migrations'), every stored object, and the logs of `loops`. */
@@ -61,7 +82,8 @@ async function snapshot(loops: readonly string[]): Promise<unknown> {
   for (const { name } of tables) rows[name] = (await env.DB.prepare(`SELECT * FROM "${name}" ORDER BY rowid`).all()).results;
   const objects = (await env.ARTIFACTS.list({ limit: 1_000 })).objects.map((object) => [object.key, object.size, object.etag]);
   const logs = await Promise.all(loops.map((loopId) => logOf(loopId)));
-  return { rows, objects, logs };
+  const pending = await Promise.all(loops.map((loopId) => pendingBaselineOf(loopId)));
+  return { rows, objects, logs, pending };
 }
 
 /** A hostile request: method, path and body (JSON, or bytes for an upload). */
@@ -76,10 +98,10 @@ interface Attempt {
  * its open upload) and a body that stores evidence if it is let in. Throws for a pattern it does not
  * know: a new route must get its hostile request here before the suite passes.
  */
-function attemptOn(method: string, pattern: string, target: { loopId: string; leaseId: string; fencing: number; uploadId: string }): Attempt {
+function attemptOn(method: string, pattern: string, target: Target): Attempt {
   const path = pattern
     .replace(":id", target.loopId)
-    .replace(":leaseId", target.leaseId)
+    .replace(":leaseId", pattern.endsWith("/baseline") ? target.baselineLeaseId : target.leaseId)
     .replace(":sha256", pattern.includes("/uploads/") ? UPLOAD_SHA : PAYLOAD_SHA)
     .replace(":uploadId", encodeURIComponent(target.uploadId))
     .replace(":part", "1");
@@ -108,6 +130,7 @@ function attemptOn(method: string, pattern: string, target: { loopId: string; le
     "POST /v1/leases/:leaseId/heartbeat": { fencing_token: target.fencing },
     "POST /v1/leases/:leaseId/release": { fencing_token: target.fencing },
     "POST /v1/leases/:leaseId/report": { fencing_token: target.fencing, observation: observationOf([], log), evidence },
+    "POST /v1/leases/:leaseId/baseline": { fencing_token: 1, observation: observationOf([], log), evidence },
     "POST /v1/teams": { name: "intruders" },
     "GET /v1/teams": undefined,
     "POST /v1/tokens": { scopes: ["admin"], team_id: "tm_0000000000000000" },
@@ -145,14 +168,15 @@ describe("authorization before any side effect, on every route (DESIGN §11)", {
     const otherLoopOnly = await createToken(victim.admin, { scopes: ["propose", "evaluate"], loop_id: other.loopId });
     const readOnly = await createToken(victim.admin, { scopes: ["read"] });
     const otherRunner = await createToken(victim.admin, { scopes: ["evaluate"] });
-    const nobodys = { ...loop, loopId: `lp_${"9".repeat(24)}`, leaseId: `lp_${"9".repeat(24)}-L1` };
+    const nobodys = { ...loop, loopId: `lp_${"9".repeat(24)}`, leaseId: `lp_${"9".repeat(24)}-L1`, baselineLeaseId: `lp_${"9".repeat(24)}-B1` };
 
     const routes = apiRoutes();
     // Every route has its hostile request (attemptOn throws otherwise), and there are as many as the app serves.
     expect(routes.length).toBeGreaterThanOrEqual(24);
     // The setup's own events reach D1 through each loop's outbox: drained first, so only the attempts could change a row.
-    for (const loopId of [loop.loopId, other.loopId]) await drainOutbox(loopId);
-    const before = await snapshot([loop.loopId, other.loopId]);
+    const loops = [loop.loopId, other.loopId, loop.pendingLoopId, other.pendingLoopId];
+    for (const loopId of loops) await drainOutbox(loopId);
+    const before = await snapshot(loops);
     const refusals: string[] = [];
     const expectRefused = async (who: string, attempt: Attempt, token: string | null, status: number) => {
       const response = await send(attempt, token);
@@ -171,7 +195,7 @@ describe("authorization before any side effect, on every route (DESIGN §11)", {
       if (pattern.startsWith("/v1/leases/")) await expectRefused("another runner's token of the team", attempt, otherRunner, 403);
     }
     expect(refusals).toEqual([]);
-    expect(await snapshot([loop.loopId, other.loopId])).toEqual(before);
+    expect(await snapshot(loops)).toEqual(before);
     // The made-up loop was never created either.
     expect((await call(`/v1/loops/${nobodys.loopId}`)).status).toBe(404);
   });

@@ -121,6 +121,16 @@ export async function readLoopObject(
   });
 }
 
+/** A loop's pending baseline record as its object stores it (its lease, its holder), or null when it has none. */
+export async function pendingBaselineOf(loopId: string): Promise<string | null> {
+  return runInDurableObject(loopObject(loopId), (_instance, state) => {
+    const sql = state.storage.sql;
+    const hasMeta = sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").toArray().length > 0;
+    if (!hasMeta) return null;
+    return sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = 'pending_baseline'").toArray()[0]?.value ?? null;
+  });
+}
+
 /** A loop's event count and head: what "nothing was appended" compares. (The outbox drains on its own.) */
 export async function logOf(loopId: string): Promise<{ events: number; head: { seq: number; hash: string } | null }> {
   const { events, head } = await readLoopObject(loopId);

@@ -47,6 +47,8 @@ const REFUSAL_STATUS: Record<Refusal["code"], ContentfulStatusCode> = {
   confirm_recorded: 409,
   // A runner the contract's evaluate.labels do not admit measures nothing for the loop.
   labels_unsatisfied: 403,
+  // The loop exists, but has no log until a runner with the contract's labels measures its baseline.
+  awaiting_baseline: 409,
   // A limit of the loop's storage, not a fault of the request's form, and no retry can help: not a 5xx
   // the runner retries (500, 502-504), but one it reports as it is.
   storage_limit: 507,

@@ -119,8 +119,13 @@ export class LoopEventStore {
     });
     this.state = state;
     this.head = head;
-    for (const wake of [...this.waiting]) wake();
+    this.wake();
     return sealed;
+  }
+
+  /** Wakes every long-poll waiting in `nextAppend` (after an append, or a change that is not one: a pending baseline's lease). */
+  wake(): void {
+    for (const wake of [...this.waiting]) wake();
   }
 
   /** Resolves at the next append, or after `ms`, whichever comes first. */

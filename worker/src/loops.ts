@@ -63,9 +63,9 @@ export async function openLoop(
   return { stub, caller, loopId: id, teamId: team };
 }
 
-/** The loop id inside a lease id (`<loop id>-L<fencing token>`). */
+/** The loop id inside a lease id (`<loop id>-L<fencing token>`, or `-B` for a baseline lease). */
 export function loopIdOfLease(leaseId: string): string {
-  const match = /^(lp_[0-9a-f]{24})-L\d{1,15}$/.exec(leaseId);
+  const match = /^(lp_[0-9a-f]{24})-[LB]\d{1,15}$/.exec(leaseId);
   if (!match?.[1]) throw new ApiError(404, "lease_not_found", "no such lease");
   return match[1];
 }

@@ -1,3 +1,4 @@
+import { CoordinatorError } from "../client.js";
 import { withConnection, type ServerOptions } from "../connect.js";
 import { emitResult, type OutputMode } from "../output.js";
 import { resolveTarget } from "../target.js";
@@ -6,7 +7,16 @@ import { resolveTarget } from "../target.js";
 export async function statusCommand(loopArg: string | undefined, options: ServerOptions & OutputMode & { cwd: string }): Promise<number> {
   const { loopId, server } = await resolveTarget(loopArg, options);
   return withConnection(server, options, async (connection) => {
-    const [loop, stored] = await Promise.all([connection.client.getLoop(loopId), connection.client.listArtifacts(loopId)]);
+    const loop = await connection.client.getLoop(loopId).catch((error: unknown) => {
+      // Created with its baseline left to a runner with the contract's labels: no log yet, and that is its status.
+      if (error instanceof CoordinatorError && error.code === "awaiting_baseline") return error;
+      throw error;
+    });
+    if (loop instanceof CoordinatorError) {
+      emitResult(options, { status: "awaiting_baseline", loop_id: loopId }, [loop.message]);
+      return 0;
+    }
+    const stored = await connection.client.listArtifacts(loopId);
     const count = `${stored.artifacts.length}${stored.next_cursor ? "+" : ""}`;
     const halt = loop.halt;
     emitResult(

@@ -17,6 +17,7 @@ import { emitResult, progress, type OutputMode } from "../output.js";
 import { drainOnFirstSignal } from "../shutdown.js";
 import { ensureCandidateCommit, ensureCommits } from "../candidate-bundles.js";
 import { confirmAgainstT0 } from "../confirm-job.js";
+import { measureLeasedBaseline } from "../baseline.js";
 import { BASELINE_ID } from "../../../shared/engine/index.js";
 import { failureLine } from "../candidate-evidence.js";
 import { foldLoop } from "../event-log.js";
@@ -98,17 +99,20 @@ class LoopDirectory {
 
   private async refresh(): Promise<void> {
     if (this.only !== undefined) {
-      const loop = await this.client.getLoop(this.only);
-      this.loops = loop.status === "running" ? [loop.loop_id] : [];
-      this.halted = loop.status === "running" ? null : loop;
+      const loop = await namedLoop(this.client, this.only);
+      this.loops = loop === "awaiting_baseline" || loop.status === "running" ? [this.only] : [];
+      this.halted = loop === "awaiting_baseline" || loop.status === "running" ? null : loop;
     } else {
+      // Loops awaiting their baseline first: their first job is t0, which every later job compares with.
       const found: string[] = [];
-      let cursor: string | undefined;
-      do {
-        const page = await this.client.listLoops({ status: "running", contract_hash: this.contractHash, limit: 100, ...(cursor ? { cursor } : {}) });
-        found.push(...page.loops.map((loop) => loop.loop_id));
-        cursor = page.next_cursor ?? undefined;
-      } while (cursor);
+      for (const status of ["awaiting_baseline", "running"] as const) {
+        let cursor: string | undefined;
+        do {
+          const page = await this.client.listLoops({ status, contract_hash: this.contractHash, limit: 100, ...(cursor ? { cursor } : {}) });
+          found.push(...page.loops.map((loop) => loop.loop_id));
+          cursor = page.next_cursor ?? undefined;
+        } while (cursor);
+      }
       this.loops = found;
     }
     // Only a list that was read counts as fresh: a failed read is tried again at the next `next()`.
@@ -116,10 +120,24 @@ class LoopDirectory {
   }
 }
 
-/** The named loop, checked before any job is taken: it must exist for this token and pin this checkout's contract. */
+/** A loop's summary, or `awaiting_baseline` while it has no log yet (a runner is to measure its t0). */
+async function namedLoop(client: Client, loopId: string): Promise<LoopSummary | "awaiting_baseline"> {
+  try {
+    return await client.getLoop(loopId);
+  } catch (error) {
+    if (error instanceof CoordinatorError && error.code === "awaiting_baseline") return "awaiting_baseline";
+    throw error;
+  }
+}
+
+/**
+ * The named loop, checked before any job is taken: it must exist for this token and pin this checkout's
+ * contract. (A loop awaiting its baseline has no log to read the contract from yet: its job names the
+ * contract's hash, which `refuseForeignContract` checks.)
+ */
 async function checkNamedLoop(client: Client, loopId: string, loaded: LoadedContract): Promise<void> {
-  const loop = await client.getLoop(loopId);
-  if (loop.contract_hash === loaded.hash) return;
+  const loop = await namedLoop(client, loopId);
+  if (loop === "awaiting_baseline" || loop.contract_hash === loaded.hash) return;
   const differences = contractDifferences(await client.pinnedContract(loopId), loaded.contract);
   throw new UserError(
     `loop ${loopId} pins another contract than ${loaded.source} in this checkout (${differences.slice(0, 5).join("; ")}); a runner evaluates only the contract its own checkout pins — check out the loop's contract, or give work the same contract flags as the run`,
@@ -160,7 +178,7 @@ export async function workCommand(options: WorkOptions): Promise<number> {
   let interrupted = false;
   /** What ends the runner once every slot has stopped: an error that is not one job's. */
   let fatal: unknown = null;
-  const counts = { jobs: 0, promoted: 0, rejected: 0, lost: 0, halted: 0, failed: 0 };
+  const counts = { jobs: 0, baselines: 0, promoted: 0, rejected: 0, lost: 0, halted: 0, failed: 0 };
 
   /** Gives a lease back so its job is queued at once; a refusal (the lease was lost anyway) is only said. */
   const release = async (job: Pick<JobInHand, "lease" | "label">, signal?: AbortSignal): Promise<void> => {
@@ -222,6 +240,21 @@ export async function workCommand(options: WorkOptions): Promise<number> {
       try {
         await ensureCandidateCommit(context, lease, note);
         job.cancel.signal.throwIfAborted();
+        if (lease.job.kind === "baseline") {
+          const loop = await measureLeasedBaseline(context, lease, label, job.cancel.signal);
+          holding = false;
+          jobs.delete(lease.lease_id);
+          counts.jobs++;
+          // Running now (or halted at once, when t0 already meets the goal): its jobs are listed anew.
+          directory.stale();
+          if (!loop) {
+            counts.lost++;
+            return "done";
+          }
+          counts.baselines++;
+          progress(mode, `${label} baseline recorded: loop ${loop.loop_id} is created from it (${loop.t0.failing} failing at t0, ${loop.status})`);
+          return "done";
+        }
         const result = await evaluateLease(context, lease, label, job.cancel.signal);
         holding = false;
         jobs.delete(lease.lease_id);
@@ -322,12 +355,13 @@ export async function workCommand(options: WorkOptions): Promise<number> {
     }
     await connection.close();
   }
+  const baselines = counts.baselines > 0 ? `${counts.baselines} baseline(s) measured, ` : "";
   const unjudged = [counts.halted > 0 ? `${counts.halted} not judged (the loop halted)` : "", counts.failed > 0 ? `${counts.failed} failed here` : ""]
     .filter(Boolean)
     .map((part) => `, ${part}`)
     .join("");
   emitResult(mode, { status: "ok", ...counts, ...(options.loop ? { loop_id: options.loop } : {}) }, [
-    `stopped after ${counts.jobs} job(s): ${counts.promoted} promoted, ${counts.rejected} rejected, ${counts.lost} lost or re-queued${unjudged}`,
+    `stopped after ${counts.jobs} job(s): ${baselines}${counts.promoted} promoted, ${counts.rejected} rejected, ${counts.lost} lost or re-queued${unjudged}`,
   ]);
   return 0;
 }

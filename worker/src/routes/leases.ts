@@ -1,7 +1,18 @@
-import { Hono } from "hono";
+import { Hono, type Context } from "hono";
 import { canonicalJson } from "../../../shared/canonical-json.js";
+import { isBaselineLeaseId } from "../../../shared/engine/index.js";
 import { sha256Hex } from "../../../shared/hash.js";
-import { HeartbeatRequest, ReleaseRequest, ReportRequest, type ReleaseResponse, type ReportResponse } from "../../../shared/wire/api.js";
+import {
+  BaselineReportRequest,
+  HeartbeatRequest,
+  ReleaseRequest,
+  ReportRequest,
+  type BaselineReportResponse,
+  type InlineEvidence,
+  type ReleaseResponse,
+  type ReportResponse,
+} from "../../../shared/wire/api.js";
+import type { Observation } from "../../../shared/wire/observation.js";
 import { unverifiedIn } from "../artifact-store.js";
 import { storeInlineEvidence } from "../inline-evidence.js";
 import { ApiError, refusalError } from "../http-errors.js";
@@ -33,24 +44,27 @@ leaseRoutes.post("/:leaseId/release", async (c) => {
   return c.json(response);
 });
 
-leaseRoutes.post("/:leaseId/report", async (c) => {
-  const leaseId = c.req.param("leaseId");
-  const { stub, caller, loopId, teamId } = await openLoop(c, loopIdOfLease(leaseId), "evaluate");
-  const eventsAfter = eventsAfterOf(c);
-  const body = await readJson(c, ReportRequest);
-  // Evidence first: every log and file an observation cites must be recorded — stored and verified,
-  // with its declared size — before it is decided. Checked here, outside the LoopObject, so storage
-  // latency never sits inside a decision (DESIGN §4.5); one D1 query, not a request per file. What D1
-  // does not have but storage does (a presigned upload in S3 mode, which the runner never confirms) is
-  // verified and recorded now.
+/**
+ * Evidence first: every log and file an observation cites must be recorded — stored and verified, with
+ * its declared size — before it is decided. Checked here, outside the LoopObject, so storage latency
+ * never sits inside a decision (DESIGN §4.5); one D1 query, not a request per file. What D1 does not
+ * have but storage does (a presigned upload in S3 mode, which the runner never confirms) is verified and
+ * recorded now. Small files may come with the report instead of before it (`evidence`): checked, stored
+ * and recorded first, as an upload is — and only for the lease's holder (DESIGN §11), asked before the
+ * bytes are written.
+ */
+async function recordEvidence(
+  c: Context<AuthEnv>,
+  opened: Awaited<ReturnType<typeof openLoop>>,
+  leaseId: string,
+  body: { observation: Pick<Observation, "gates" | "artifacts">; evidence?: InlineEvidence[] | undefined },
+): Promise<void> {
+  const { stub, caller, loopId, teamId } = opened;
   const cited = [
     ...body.observation.gates.flatMap((gate) => (gate.log ? [{ what: `the log of gate "${gate.name}"`, ...gate.log }] : [])),
     ...(body.observation.artifacts ?? []).map((ref) => ({ what: `artifact "${ref.name}"`, ...ref })),
   ];
-  // Small files may come with the report instead of before it: checked, stored and recorded first, as
-  // an upload is; the rest must be recorded already.
   if (body.evidence) {
-    // Only the lease's holder stores anything under it (DESIGN §11): asked before the bytes are written.
     const allowed = await stub.mayUseLease({ caller, lease_id: leaseId });
     if (!allowed.ok) throw refusalError(allowed);
     await storeInlineEvidence(c.env, { loopId, teamId }, body.evidence, cited);
@@ -62,6 +76,15 @@ leaseRoutes.post("/:leaseId/report", async (c) => {
     cited.filter((ref) => !inline.has(ref.sha256)),
   );
   if (missing) throw new ApiError(422, "artifact_missing", `${missing.what} (${missing.sha256}) is not stored; upload it first`);
+}
+
+leaseRoutes.post("/:leaseId/report", async (c) => {
+  const leaseId = c.req.param("leaseId");
+  const opened = await openLoop(c, loopIdOfLease(leaseId), "evaluate");
+  const { stub, caller } = opened;
+  const eventsAfter = eventsAfterOf(c);
+  const body = await readJson(c, ReportRequest);
+  await recordEvidence(c, opened, leaseId, body);
   const answer = await stub.report({
     caller,
     lease_id: leaseId,
@@ -73,4 +96,25 @@ leaseRoutes.post("/:leaseId/report", async (c) => {
   if (!answer.ok) throw refusalError(answer);
   const response: ReportResponse = { verdict: answer.verdict, loop: answer.loop, ...(answer.events ? { events: answer.events } : {}) };
   return c.json(response);
+});
+
+// t0 measured on a baseline lease (a loop created with `t0_commit`): the loop is created from it.
+leaseRoutes.post("/:leaseId/baseline", async (c) => {
+  const leaseId = c.req.param("leaseId");
+  const opened = await openLoop(c, loopIdOfLease(leaseId), "evaluate");
+  // A candidate's lease reports to /report: refused here before its evidence could be stored.
+  if (!isBaselineLeaseId(leaseId))
+    throw new ApiError(404, "lease_not_found", `${leaseId} is not a baseline lease; a candidate's lease reports to /v1/leases/:leaseId/report`);
+  const body = await readJson(c, BaselineReportRequest);
+  await recordEvidence(c, opened, leaseId, body);
+  const answer = await opened.stub.reportBaseline({
+    caller: opened.caller,
+    lease_id: leaseId,
+    fencing_token: body.fencing_token,
+    observation: body.observation,
+    request_hash: sha256Hex(canonicalJson(body)),
+  });
+  if (!answer.ok) throw refusalError(answer);
+  const response: BaselineReportResponse = { loop: answer.loop, created: answer.created };
+  return c.json(response, answer.created ? 201 : 200);
 });

@@ -36,6 +36,8 @@ loopRoutes.post("/", async (c) => {
   const principal = requireScope(c, "propose");
   if (principal.loop_id !== null) throw new ApiError(403, "forbidden", `this token is restricted to loop ${principal.loop_id} and cannot create loops`);
   const body = await readJson(c, CreateLoopRequest);
+  // A retry of a creation awaiting its baseline may wait for the loop (a long-poll, at most 25 s).
+  const waitMs = readParam(c.req.query("wait_ms") ?? "0", WaitMs, "wait_ms");
   const loopId = loopIdFor(body.idempotency_key, principal.team_id);
   const stub = loopStub(c.env, loopId);
   // A team with all the loops TEAM_MAX_LOOPS allows creates no more; a retried creation is answered as ever.
@@ -47,18 +49,28 @@ loopRoutes.post("/", async (c) => {
     contract: body.contract,
     contract_hash: sha256Hex(canonicalJson(body.contract)),
     t0: body.t0,
+    t0_commit: body.t0_commit,
     repository: body.repository,
+    wait_ms: waitMs,
     ...(refuseNew === null ? {} : { refuse_new: refuseNew }),
   });
   if (!answer.ok) throw refusalError(answer);
+  // 202 while the loop awaits its baseline: accepted, and created from the report of the runner that measures it.
+  if ("awaiting_baseline" in answer) {
+    const response: CreateLoopResponse = { awaiting_baseline: answer.awaiting_baseline, created: answer.created };
+    return c.json(response, 202);
+  }
   const response: CreateLoopResponse = { loop: answer.loop, created: answer.created };
   return c.json(response, answer.created ? 201 : 200);
 });
 
+const WaitMs = z.coerce.number().int().min(0).max(MAX_WAIT_MS);
+
 const ListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(100).default(50),
   cursor: z.string().max(200).optional(),
-  status: z.enum(["running", "halted"]).optional(),
+  /** `awaiting_baseline`: loops created with `t0_commit` whose baseline no runner has reported yet. */
+  status: z.enum(["running", "halted", "awaiting_baseline"]).optional(),
   /** Only loops pinned to this contract: what a `work` runner in a checkout of it may evaluate. */
   contract_hash: Sha256.optional(),
 });
