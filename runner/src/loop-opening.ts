@@ -23,6 +23,7 @@ import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceStat
 import { settleStaleWorkspaces } from "./zones/agent-zone.js";
 import { hideFromZones } from "./zones/sandbox.js";
 import type { FullObservation } from "../../shared/wire/observation.js";
+import type { LoopSummary } from "../../shared/wire/api.js";
 import type { Session } from "./session-type.js";
 
 // Opening a repository's loop (DESIGN §6.6), for `run` and `step`: the loop recorded for the contract is
@@ -45,7 +46,12 @@ async function prepareCreation(
   repo: string,
   source: string,
   loaded: LoadedContract,
-  options: { purpose: "run" | "step"; labels: Labels },
+  options: {
+    purpose: "run" | "step";
+    labels: Labels;
+    /** The recorded loop awaiting its baseline whose creation this must finish (never a new one). */
+    resuming?: string | undefined;
+  },
   mode: OutputMode,
 ): Promise<{ pending: PendingCreate; startedFrom: string | null }> {
   if (options.purpose === "run") {
@@ -63,6 +69,11 @@ async function prepareCreation(
   if (pending && (contractHash(pending.request.contract) !== loaded.hash || (pending.request.t0?.commit ?? pending.request.t0_commit) !== t0Commit)) {
     progress(mode, "an interrupted loop creation no longer matches the contract or HEAD: measuring a new baseline");
     pending = null;
+  }
+  if (!pending && options.resuming !== undefined) {
+    throw new UserError(
+      `loop ${options.resuming} awaits its baseline at a commit this checkout is no longer at, or under another contract, and its creation request is gone; check out that commit again to wait for it, or start a new loop with --new`,
+    );
   }
   if (pending) {
     const measured = pending.request.t0 ? "already measured" : "measured by a runner";
@@ -155,12 +166,16 @@ export async function openSession(
     throw error;
   }
   try {
+    /** The recorded loop awaits its baseline: its creation, kept on disk, is sent again and waited for. */
+    let awaiting = false;
     if (previous && !options.new) {
       const loop = await connection.client.getLoop(previous.loop_id).catch((error: unknown) => {
         if (error instanceof CoordinatorError && error.status === 404) return null;
+        if (error instanceof CoordinatorError && error.code === "awaiting_baseline") return "awaiting_baseline";
         throw error;
       });
-      if (loop) {
+      if (loop === "awaiting_baseline") awaiting = true;
+      else if (loop) {
         if (loop.status === "running") {
           const loaded = await resumedContract(repo, source, options, loop.loop_id, await connection.client.pinnedContract(loop.loop_id));
           progress(mode, `resuming loop ${loop.loop_id} (${loop.iteration} of ${loop.max_iterations} iterations done)`);
@@ -169,14 +184,29 @@ export async function openSession(
         // A halted loop stays halted: reported with its reason and class, never silently replaced.
         const loaded = validateContract(await connection.client.pinnedContract(loop.loop_id), source);
         return { repo, source, loaded, connection, client: connection.client, mode, workspace: previous, loop, resumed: true, labels };
-      }
-      progress(mode, `loop ${previous.loop_id} is unknown to the coordinator at ${connection.url}: starting a new loop`);
+      } else progress(mode, `loop ${previous.loop_id} is unknown to the coordinator at ${connection.url}: starting a new loop`);
     }
     const loaded = fresh ?? (await resolveContract(repo, options));
-    const { pending, startedFrom } = await timed("baseline", () => preparing ?? prepareCreation(repo, source, loaded, { ...options, labels }, mode));
+    const resuming = awaiting ? previous?.loop_id : undefined;
+    const { pending, startedFrom } = await timed("baseline", () => preparing ?? prepareCreation(repo, source, loaded, { ...options, labels, resuming }, mode));
     faultPoint("create-saved");
     const created = await timed("create", () => connection.client.createLoop(pending.request));
-    const loop = "loop" in created ? created.loop : await awaitBaseline(connection.client, pending.request, created.awaiting_baseline, mode);
+    const workspaceOf = (loopId: string, seenSeq: number): WorkspaceState => ({
+      loop_id: loopId,
+      server: connection.local ? null : connection.url,
+      state_dir: connection.local ? (server.state ?? null) : null,
+      started_from: startedFrom,
+      // The runner id this checkout recorded while the loop awaited its baseline, else a new one.
+      runner_id: previous?.loop_id === loopId ? previous.runner_id : newRunnerId(),
+      seen_seq: seenSeq,
+    });
+    let loop: LoopSummary;
+    if ("loop" in created) loop = created.loop;
+    else {
+      // Recorded while it waits, so `status`, `work --loop` and a run started again find the loop by its id.
+      await saveWorkspaceState(repo, source, workspaceOf(created.awaiting_baseline.loop_id, 0));
+      loop = await awaitBaseline(connection.client, pending.request, created.awaiting_baseline, mode);
+    }
     faultPoint("create-answered");
     // What t0's observation cites, stored now that the loop exists (artifacts are scoped to a loop): from
     // the creation kept on disk, so a runner killed before this point stores them on its next run.
@@ -184,15 +214,8 @@ export async function openSession(
     const lost = await uploadPendingFiles(connection.client, loop.loop_id, pending.files, (text) => progress(mode, `baseline: ${text}`));
     if (lost.length > 0) progress(mode, `baseline: not stored, changed or removed on disk since t0 was measured: ${formatList(lost)}`);
     faultPoint("loop-created");
-    const workspace: WorkspaceState = {
-      loop_id: loop.loop_id,
-      server: connection.local ? null : connection.url,
-      state_dir: connection.local ? (server.state ?? null) : null,
-      started_from: startedFrom,
-      runner_id: newRunnerId(),
-      // Nothing decided yet to show: a run that resumes this loop shows every verdict after its creation.
-      seen_seq: loop.head.seq,
-    };
+    // Nothing decided yet to show: a run that resumes this loop shows every verdict after its creation.
+    const workspace = workspaceOf(loop.loop_id, loop.head.seq);
     await saveWorkspaceState(repo, source, workspace);
     await clearPendingCreate(repo, source);
     // Said once it is so: a --new refused before the loop exists (HEAD a candidate commit) changed nothing.

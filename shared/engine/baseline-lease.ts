@@ -157,7 +157,7 @@ export function baselineLeaseRefusal(pending: PendingBaseline | null, input: { l
 
 /** What a loop awaiting its baseline waits for, in words: `waiting for a runner with gpu=h100 to measure …`. */
 export function awaitingBaselineLine(view: AwaitingBaseline): string {
-  const at = view.commit.slice(0, 12);
+  const at = view.commit.slice(0, 10);
   if (view.lease) return `runner ${view.lease.runner_id} is measuring the baseline at ${at}`;
   const wanted = Object.keys(view.labels).length > 0 ? `a runner with ${formatLabels(view.labels)}` : "a runner";
   return `waiting for ${wanted} to measure the baseline at ${at}`;

@@ -49,8 +49,8 @@ describe("a baseline measured on a lease", () => {
     // Another runner with the labels waits while the lease lives; the holder asking again gets it back.
     expect(grantBaselineLease(held, { ...GPU, runner_id: "gpu-box-2", holder: OTHER, at: at(10) })).toBeNull();
     expect(grantBaselineLease(held, { ...GPU, at: at(10) })?.lease.lease_id).toBe("lp_0123456789abcdef01234567-B1");
-    expect(awaitingBaselineLine({ ...viewOf(held) })).toBe(`runner gpu-box is measuring the baseline at ${commitOf("t0").slice(0, 12)}`);
-    expect(awaitingBaselineLine({ ...viewOf(pending) })).toBe(`waiting for a runner with gpu=h100 to measure the baseline at ${commitOf("t0").slice(0, 12)}`);
+    expect(awaitingBaselineLine({ ...viewOf(held) })).toBe(`runner gpu-box is measuring the baseline at ${commitOf("t0").slice(0, 10)}`);
+    expect(awaitingBaselineLine({ ...viewOf(pending) })).toBe(`waiting for a runner with gpu=h100 to measure the baseline at ${commitOf("t0").slice(0, 10)}`);
   });
 
   it("goes back to the queue when its lease expires or is released, under a higher fencing token", () => {
