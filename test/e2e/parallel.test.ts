@@ -149,8 +149,9 @@ describe("parallel evaluation: two candidates evaluated at once, promotions seri
     const second = cloneOf("proposer-2");
     const checkouts = [cloneOf("runner-1"), cloneOf("runner-2")];
 
-    // Proposer 1: `loopwarden step` creates the loop (t0 = HEAD, its gate does not block) and proposes c1,
-    // twice as fast as t0, with its bundle; lacking the label, it waits for a runner's verdict.
+    // Proposer 1: `loopwarden step` creates the loop (t0 = HEAD, measured by a runner with the label; its
+    // gate does not block) and proposes c1, twice as fast as t0, with its bundle; lacking the label, it
+    // waits for a runner's verdict.
     writeFileSync(path.join(first, "which.txt"), "c1\n");
     writeFileSync(path.join(first, "speed.txt"), "50\n");
     const step = startCli(["--server", coordinator.url, "step"], { cwd: first });
@@ -165,6 +166,12 @@ describe("parallel evaluation: two candidates evaluated at once, promotions seri
         }
       }, "the loop's creation");
       const loopId = recordedLoopId(first, "loop.yaml");
+      // Two runners, each in a checkout without either candidate's commit; one of them measures t0 first
+      // (the proposer lacks the label), and then each leases one candidate.
+      const workers = checkouts.map((dir) =>
+        startCli(["--server", coordinator.url, "work", "--labels", "pool=shared", "--loop", loopId], { cwd: dir, env: { [HOLD_ENV]: "1" } }),
+      );
+      started.push(...workers);
       await untilLog(coordinator.url, loopId, (events) => events.some((event) => event.type === "candidate_proposed"), "c1's proposal");
 
       // Proposer 2, in its own checkout: c2, 30% faster than t0 but slower than c1, proposed over the API
@@ -184,13 +191,9 @@ describe("parallel evaluation: two candidates evaluated at once, promotions seri
         agent: null,
         bundle,
       });
-      expect(proposed.candidate).toMatchObject({ candidate_id: "c2", parent: "t0", status: "queued" });
-
-      // Two runners, each in a checkout without either candidate's commit.
-      const workers = checkouts.map((dir) =>
-        startCli(["--server", coordinator.url, "work", "--labels", "pool=shared", "--loop", loopId], { cwd: dir, env: { [HOLD_ENV]: "1" } }),
-      );
-      started.push(...workers);
+      // Queued, or already leased by the runner that was waiting for a job.
+      expect(proposed.candidate).toMatchObject({ candidate_id: "c2", parent: "t0" });
+      expect(["queued", "leased"]).toContain(proposed.candidate.status);
 
       // Both gates are running at once: each runner holds one candidate's lease, both against t0.
       // Both runners' output in the failure, should a runner stop or a gate never start (an intermittent

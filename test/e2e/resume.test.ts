@@ -219,8 +219,12 @@ describe("a run resumed after its candidate was judged elsewhere", () => {
     const checkout = path.join(tmp.dir, "box");
     execFileSync("git", ["clone", "-q", repo, checkout]);
     const args = ["--server", coordinator.url, "run"];
-    // The contract wants a runner with pool=shared, which the laptop is not: the run proposes c1 and waits,
-    // saying so (stderr is a pipe here, not a terminal) within 35 s, as issue 26 asks.
+    // The contract wants a runner with pool=shared, which the laptop is not. Its t0 is measured by a
+    // runner with the label (here a run given it, stopped as soon as the coordinator has created the loop:
+    // the next run sends that creation again and follows the loop, baseline/t0 test in baseline-lease.test).
+    const creator = await runCli([...args, "--labels", "pool=shared"], { cwd: repo, env: { LOOPWARDEN_FAULT: "create-answered" } });
+    expect(creator.code, creator.stderr).toBeNull();
+    // The run proposes c1 and waits, saying so (stderr is a pipe here, not a terminal) within 35 s, as issue 26 asks.
     const first = startCli(args, { cwd: repo });
     await waitFor(
       () => /waiting for a runner with pool=shared to evaluate c1/.test(first.output()) || first.exitCode !== null,

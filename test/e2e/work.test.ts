@@ -229,15 +229,16 @@ function calcProject(name: string, title: string): Record<string, string> {
 }
 
 /**
- * A running loop of `calcProject(name)` and a runner's checkout of it: `run --once` creates the loop (its
- * agent changes nothing: c1 is rejected unevaluated), and candidates are then proposed straight to the
+ * A running loop of `calcProject(name)` and a runner's checkout of it: `run --once --labels pool=shared`
+ * creates the loop (with the label, it measures t0 itself rather than wait for a runner to; its agent
+ * changes nothing: c1 is rejected unevaluated), and candidates are then proposed straight to the
  * API as commits of the runner's checkout, so several are queued at once. `title` is its gate's
  * processes' command line, unique to this loop.
  */
 async function queueableLoop(dir: string, name: string, url: string): Promise<{ loopId: string; checkout: string; t0: string; title: string }> {
   const title = `lw-gate-${name}-${randomBytes(4).toString("hex")}`;
   const proposer = makeRepo(path.join(dir, "proposer"), calcProject(name, title));
-  const created = await runCli(["--server", url, "run", "--once"], { cwd: proposer });
+  const created = await runCli(["--server", url, "run", "--once", "--labels", "pool=shared"], { cwd: proposer });
   expect(created.code, created.stderr).toBe(0);
   const checkout = path.join(dir, "runner");
   execFileSync("git", ["clone", "-q", proposer, checkout]);
