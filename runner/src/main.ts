@@ -131,7 +131,7 @@ loopOptions(
   program
     .command("run")
     .description(
-      "create or resume this repository's loop for its contract, capture t0, then iterate agent → candidate → evaluate → verdict → keep/revert until a halt; exits with the halt's class. A running loop resumes whatever the flags (flags that would change its pinned contract are refused); a halted one is reported with its exit class; --new starts another",
+      "create or resume this repository's loop for its contract, capture t0 (with evaluate.labels this runner lacks, a runner that has them measures it: run waits for one and says so), then iterate agent → candidate → evaluate → verdict → keep/revert until a halt; exits with the halt's class. A running loop resumes whatever the flags (flags that would change its pinned contract are refused); a halted one is reported with its exit class; --new starts another",
     )
     .option("--once", "run one iteration, then exit (0 unless the loop halted)", false),
 ).action(async (options: ContractFlags & { once: boolean }) => {
@@ -159,7 +159,7 @@ labelsOption(
     program
       .command("work")
       .description(
-        "serve as a runner for shared loops: lease evaluation jobs from the running loops pinned to this checkout's contract (or --loop), evaluate each in a clean clone of the candidate commit (fetched from its bundle when this checkout lacks it), report, and go on. A job whose loop halted meanwhile just ends; a job this checkout can never run (another contract hash, a commit it lacks with no bundle) is given back and its loop served no more (with --loop: exit 1); any other failed job is printed with its label and given back, and the runner goes on. The first Ctrl-C finishes the jobs in hand; the second stops them at once and gives their leases back, so their jobs are queued again at once",
+        "serve as a runner for shared loops: lease jobs from the loops pinned to this checkout's contract (or --loop) — a new loop's baseline first, measured here and reported so the loop is created from it — evaluate each candidate in a clean clone of the candidate commit (fetched from its bundle when this checkout lacks it), report, and go on. A job whose loop halted meanwhile just ends; a job this checkout can never run (another contract hash, a commit it lacks with no bundle) is given back and its loop served no more (with --loop: exit 1); any other failed job is printed with its label and given back, and the runner goes on. The first Ctrl-C finishes the jobs in hand; the second stops them at once and gives their leases back, so their jobs are queued again at once",
       )
       .option("--loop <id>", "serve only this loop, and stop when it halts (exit 0, saying so)")
       .option("--concurrency <n>", "jobs at a time (default 1, at most 16)", concurrency),
@@ -183,7 +183,11 @@ function loopCommand(name: string, description: string, load: () => Promise<Loop
     });
 }
 
-loopCommand("status", "state summary of a loop", async () => (await import("./commands/status.js")).statusCommand);
+loopCommand(
+  "status",
+  "state summary of a loop (awaiting_baseline, with what it waits for, before a runner has measured its t0)",
+  async () => (await import("./commands/status.js")).statusCommand,
+);
 loopCommand("watch", "print the loop's event log live until it halts", async () => (await import("./commands/watch.js")).watchCommand);
 loopCommand(
   "explain",
