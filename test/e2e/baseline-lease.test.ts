@@ -33,6 +33,7 @@ describe("t0 measured on a leased job by a runner with the contract's labels", (
     const first = startCli(args, { cwd: laptop, env: { GPU_MARKER: "" } });
     let run = first;
     let work: ReturnType<typeof startCli> | undefined;
+    const started: ReturnType<typeof startCli>[] = [];
     try {
       // No runner with the labels yet: the run says what it waits for within 35 s (stderr is a pipe here).
       await waitFor(
@@ -46,6 +47,10 @@ describe("t0 measured on a leased job by a runner with the contract's labels", (
       const status = await runCli(["--json", "--server", coordinator.url, "status"], { cwd: laptop });
       expect(status.code, status.stderr).toBe(0);
       expect(JSON.parse(status.stdout)).toMatchObject({ status: "awaiting_baseline", loop_id: loopId });
+
+      // `watch` says what the loop waits for, then follows its log from its creation to its halt.
+      const watch = startCli(["--server", coordinator.url, "watch", loopId], { cwd: laptop });
+      started.push(watch);
 
       // A run stopped while it waits and started again follows the same loop, and waits again.
       first.kill("SIGINT");
@@ -69,6 +74,9 @@ describe("t0 measured on a leased job by a runner with the contract's labels", (
         new RegExp(`loop ${loopId} \\(contract loop.yaml\\): the baseline, measured by runner \\S+, has 3 failing test\\(s\\), 1 failing gate\\(s\\)`),
       );
       expect(work.output()).toContain(`baseline recorded: loop ${loopId} is created from it`);
+      expect(await exitOf(watch), watch.output()).toBe(0);
+      expect(watch.output()).toContain(`loop ${loopId} has no log yet: waiting for a runner with gpu=h100 to measure the baseline`);
+      expect(watch.output()).toMatch(/success_condition_met/);
 
       const events = await loopEvents(coordinator.url, loopId);
       expect(verifyChain(events as unknown as Record<string, unknown>[]).ok).toBe(true);
@@ -89,7 +97,7 @@ describe("t0 measured on a leased job by a runner with the contract's labels", (
       expect(events.find((event) => event.type === "halted")?.data).toMatchObject({ halt_reason: "success_condition_met" });
       expect(recordedLoopId(laptop, "loop.yaml")).toBe(loopId);
     } finally {
-      for (const child of [first, run]) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+      for (const child of [first, run, ...started]) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
       if (work) {
         const exited = exitOf(work);
         work.kill("SIGINT");

@@ -1,7 +1,8 @@
 import { formatDuration } from "../../../shared/duration.js";
 import { foldEvents, LoopEvent, reportedCounts, type LoopState } from "../../../shared/engine/index.js";
+import { CoordinatorError } from "../client.js";
 import { withConnection, type ServerOptions } from "../connect.js";
-import { emitResult, paint, type OutputMode } from "../output.js";
+import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { stdoutClosed } from "../shutdown.js";
 import { resolveTarget } from "../target.js";
 import { formatInterval, formatPercent } from "../../../shared/format-percent.js";
@@ -72,6 +73,7 @@ export async function watchCommand(loopArg: string | undefined, options: ServerO
   return withConnection(server, options, async (connection) => {
     let after = 0;
     let state: LoopState | null = null;
+    let saidAwaiting = false;
     for (;;) {
       const lines = await connection.client.eventLines(loopId, after);
       for (const line of lines) {
@@ -82,8 +84,14 @@ export async function watchCommand(loopArg: string | undefined, options: ServerO
       }
       // Its reader went away (`watch | head -1`): there is no one left to print for.
       if (stdoutClosed()) return 0;
-      const loop = await connection.client.getLoop(loopId);
-      if (loop.halt && after >= loop.head.seq) {
+      const loop = await connection.client.getLoop(loopId).catch((error: unknown) => {
+        // No log yet: a runner with the contract's labels is to measure t0. Said once; its events follow.
+        if (!(error instanceof CoordinatorError && error.code === "awaiting_baseline")) throw error;
+        if (!saidAwaiting) progress(options, error.message);
+        saidAwaiting = true;
+        return null;
+      });
+      if (loop?.halt && after >= loop.head.seq) {
         emitResult(
           options,
           {
