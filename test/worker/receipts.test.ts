@@ -362,8 +362,8 @@ describe("a revoked signing key signs nothing (DESIGN §9)", () => {
     if (!active) throw new Error("no signing key");
     const revoked = { ...env, RECEIPT_REVOKED_KEYS: JSON.stringify([{ kty: "OKP", crv: "Ed25519", x: active.publicJwk.x }]) };
     const answer = await runInDurableObject(loopObject(loop.loop_id), async (instance: LoopObject) => {
-      // The object as a deployment that revoked its own signing key would run it.
-      (instance as unknown as { env: Env }).env = revoked;
+      // The object's receipts as a deployment that revoked its own signing key would sign them.
+      (instance as unknown as { receipts: { env: Env } }).receipts.env = revoked;
       const before = (await instance.events({ caller: OWNER_CALLER, after: 0, limit: 1_000 })) as { ok: true; events: string[] };
       const issued = await instance.issueReceipt({ caller: OWNER_CALLER, kind: "interim" });
       const after = (await instance.events({ caller: OWNER_CALLER, after: 0, limit: 1_000 })) as { ok: true; events: string[] };

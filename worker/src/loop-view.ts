@@ -1,5 +1,5 @@
 import type { ChainHead, LoopState } from "../../shared/engine/index.js";
-import type { CandidateView, LoopSummary } from "../../shared/wire/api.js";
+import type { CandidateView, Lease, LoopSummary } from "../../shared/wire/api.js";
 
 /** The API's summary of a loop (DESIGN §8 `GET /v1/loops/:id`). */
 export function summarizeLoop(state: LoopState, head: ChainHead): LoopSummary {
@@ -30,5 +30,32 @@ export function viewCandidate(state: LoopState, candidateId: string): CandidateV
     commit: candidate.commit,
     status: candidate.status,
     verdict: candidate.verdict,
+  };
+}
+
+/**
+ * A lease on a candidate's evaluation as the API shows it: the job names the candidate, its commit, the
+ * contract hash and the best it is compared with (never a command, DESIGN §4), with the bundles of the
+ * job's commits for a runner whose checkout lacks them.
+ */
+export function viewLease(state: LoopState | null, ttlMs: number, leaseId: string, fencingToken: number, expiresAt: string, candidateId: string): Lease {
+  const candidate = state?.candidates[candidateId];
+  if (!state || !candidate) throw new Error(`lease for unknown candidate ${candidateId}`);
+  return {
+    lease_id: leaseId,
+    loop_id: state.loop_id,
+    fencing_token: fencingToken,
+    expires_at: expiresAt,
+    ttl_ms: ttlMs,
+    job: {
+      kind: "evaluate",
+      candidate_id: candidateId,
+      commit: candidate.commit,
+      contract_hash: state.contract_hash,
+      compare_to: candidate.lease?.compare_to ?? null,
+      bundles: [candidate, state.candidates[candidate.lease?.compare_to?.candidate_id ?? ""]].flatMap((holder) =>
+        holder?.bundle ? [{ commit: holder.commit, ...holder.bundle }] : [],
+      ),
+    },
   };
 }

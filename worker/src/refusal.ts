@@ -9,3 +9,9 @@ export type Refusal = {
   code: EngineError["code"] | "not_found" | "storage_limit" | "signing_unconfigured" | "limit_reached";
   message: string;
 };
+
+/** A LoopObject's answer: what it did, or a refusal that changed nothing. */
+export type Answer<T> = ({ ok: true } & T) | Refusal;
+
+/** What a caller is told of a loop it may not reach, or that does not exist: the same, so no existence oracle. */
+export const NOT_FOUND: Refusal = { ok: false, code: "not_found", message: "no such loop" };

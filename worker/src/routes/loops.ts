@@ -23,7 +23,7 @@ import { unverifiedIn } from "../artifact-store.js";
 import { storeInlineEvidence } from "../inline-evidence.js";
 import { ApiError, refusalError } from "../http-errors.js";
 import { requireClaimable, requireScope, type AuthEnv } from "../auth.js";
-import { leaseTtlMs } from "../loop-object.js";
+import { leaseTtlMs } from "../lease-ttl.js";
 import { eventsAfterOf, loopIdFor, loopStub, openLoop } from "../loops.js";
 import { readJson, readParam } from "../validate.js";
 import { newLoopRefusal, teamLimits } from "../team-limits.js";
