@@ -18,6 +18,7 @@ import { drainOnFirstSignal } from "../shutdown.js";
 import { ensureCandidateCommit, ensureCommits } from "../candidate-bundles.js";
 import { confirmAgainstT0 } from "../confirm-job.js";
 import { measureLeasedBaseline } from "../baseline.js";
+import { LoopDirectory, namedLoop, RELIST_MS } from "../loop-directory.js";
 import { BASELINE_ID } from "../../../shared/engine/index.js";
 import { failureLine } from "../candidate-evidence.js";
 import { foldLoop } from "../event-log.js";
@@ -47,88 +48,11 @@ export interface WorkOptions extends ContractOptions, ServerOptions, OutputMode 
   concurrency?: number | undefined;
 }
 
-/** How often the list of loops to serve is read again while none has a job. */
-const RELIST_MS = 10_000;
-
 /** The longest pause after failed jobs (1 s after the first, doubling while they keep failing). */
 const MAX_FAILURE_PAUSE_MS = 60_000;
 
 /** How long a runner stopped at once waits for the coordinator to take each lease back. */
 const RELEASE_ON_STOP_MS = 5_000;
-
-/** The loops this runner serves: the one named, or the running ones pinned to its contract, re-read now and then. */
-class LoopDirectory {
-  private loops: string[] = [];
-  private readAt = 0;
-  private turn = 0;
-  /** The read in flight, which every slot asking meanwhile waits for (none sees the list before it is read). */
-  private reading: Promise<void> | null = null;
-  /** Loops whose jobs this checkout can never run (`JobRefused`), by id, with why: not served again by this process. */
-  private readonly refused = new Map<string, string>();
-  /** The named loop's summary when it was last read and was not running (`--loop`): why there is nothing more to do. */
-  halted: LoopSummary | null = null;
-
-  constructor(
-    private readonly client: Client,
-    private readonly contractHash: string,
-    private readonly only: string | undefined,
-  ) {}
-
-  /** The next loop to ask for a job (in turn, so every loop is served), or null when none is running. */
-  async next(): Promise<string | null> {
-    if (this.reading || Date.now() - this.readAt > RELIST_MS) await this.read();
-    const loops = this.loops.filter((loopId) => !this.refused.has(loopId));
-    if (loops.length === 0) return null;
-    return loops[this.turn++ % loops.length] ?? null;
-  }
-
-  /** Reads the list again at the next `next()` (a loop halted, or answered 404). */
-  stale(): void {
-    this.readAt = 0;
-  }
-
-  /** Serves the loop no more (this checkout cannot run its jobs). */
-  refuse(loopId: string, why: string): void {
-    this.refused.set(loopId, why);
-  }
-
-  private read(): Promise<void> {
-    this.reading ??= this.refresh().finally(() => (this.reading = null));
-    return this.reading;
-  }
-
-  private async refresh(): Promise<void> {
-    if (this.only !== undefined) {
-      const loop = await namedLoop(this.client, this.only);
-      this.loops = loop === "awaiting_baseline" || loop.status === "running" ? [this.only] : [];
-      this.halted = loop === "awaiting_baseline" || loop.status === "running" ? null : loop;
-    } else {
-      // Loops awaiting their baseline first: their first job is t0, which every later job compares with.
-      const found: string[] = [];
-      for (const status of ["awaiting_baseline", "running"] as const) {
-        let cursor: string | undefined;
-        do {
-          const page = await this.client.listLoops({ status, contract_hash: this.contractHash, limit: 100, ...(cursor ? { cursor } : {}) });
-          found.push(...page.loops.map((loop) => loop.loop_id));
-          cursor = page.next_cursor ?? undefined;
-        } while (cursor);
-      }
-      this.loops = found;
-    }
-    // Only a list that was read counts as fresh: a failed read is tried again at the next `next()`.
-    this.readAt = Date.now();
-  }
-}
-
-/** A loop's summary, or `awaiting_baseline` while it has no log yet (a runner is to measure its t0). */
-async function namedLoop(client: Client, loopId: string): Promise<LoopSummary | "awaiting_baseline"> {
-  try {
-    return await client.getLoop(loopId);
-  } catch (error) {
-    if (error instanceof CoordinatorError && error.code === "awaiting_baseline") return "awaiting_baseline";
-    throw error;
-  }
-}
 
 /**
  * The named loop, checked before any job is taken: it must exist for this token and pin this checkout's
