@@ -39,6 +39,15 @@ export default {
       to: { path: "^shared/engine/" },
     },
     {
+      // Outside shared/, its modules are imported as `#shared/…` (package.json `imports`), never by a
+      // relative path: one spelling for every importer, whatever its depth, and no `../shared` that reads
+      // like a path out of the repository.
+      name: "shared-through-its-alias",
+      severity: "error",
+      from: { pathNot: "^shared/" },
+      to: { path: "^shared/", dependencyTypesNot: ["aliased-subpath-import"] },
+    },
+    {
       // The runner talks to the worker over HTTP only: what both need is in shared/. Importing the
       // worker's code would bundle Worker-only code (bindings, Durable Objects) into the CLI.
       name: "runner-not-to-worker-src",

@@ -23,8 +23,8 @@ import { PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
 import { Client } from "../runner/src/client.js";
 import { freePort } from "../runner/src/free-port.js";
-import { ArtifactIntentResponse } from "../shared/wire/api.js";
-import { Contract } from "../shared/wire/contract.js";
+import { ArtifactIntentResponse } from "#shared/wire/api.js";
+import { Contract } from "#shared/wire/contract.js";
 import { api, startCoordinator, TEST_OWNER_TOKEN, type TestCoordinator } from "../test/support/cli.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");

@@ -6,7 +6,7 @@
 import path from "node:path";
 import { Client } from "../runner/src/client.js";
 import { startLocalCoordinator } from "../runner/src/local-coordinator.js";
-import { Contract } from "../shared/wire/contract.js";
+import { Contract } from "#shared/wire/contract.js";
 import { TEST_OWNER_TOKEN } from "../test/support/cli.js";
 import { applyWranglerMigrations, startWranglerDev } from "../test/support/wrangler-dev.js";
 

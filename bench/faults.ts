@@ -16,9 +16,9 @@ import { rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { execFileSync, spawnSync, type ChildProcess } from "node:child_process";
-import { verifyChain } from "../shared/engine/index.js";
-import { rederive } from "../shared/receipts/verify.js";
-import { LoopList } from "../shared/wire/api.js";
+import { verifyChain } from "#shared/engine/index.js";
+import { rederive } from "#shared/receipts/verify.js";
+import { LoopList } from "#shared/wire/api.js";
 import {
   ROOT,
   api,

@@ -15,7 +15,7 @@ import { findExecutable } from "../runner/src/processes.js";
 import { startLocalCoordinator } from "../runner/src/local-coordinator.js";
 import { closeAgentZone, makeWorkspace, removeWorkspace, runAgentInZone } from "../runner/src/zones/agent-zone.js";
 import { execZone } from "../runner/src/zones/isolation.js";
-import type { Contract } from "../shared/wire/contract.js";
+import type { Contract } from "#shared/wire/contract.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 // The CLI as an installed package runs it: bundled to JavaScript (`npm run build:cli`, which this

@@ -11,10 +11,10 @@ import { gzipSync } from "node:zlib";
 import { Client, CoordinatorError } from "../runner/src/client.js";
 import { GZIP_ABOVE_BYTES } from "../runner/src/transport.js";
 import { startLocalCoordinator } from "../runner/src/local-coordinator.js";
-import { compactTests, foldEvents, LoopEvent, testBaseOf } from "../shared/engine/index.js";
-import { sha256Hex } from "../shared/hash.js";
-import { Contract } from "../shared/wire/contract.js";
-import type { FullObservation } from "../shared/wire/observation.js";
+import { compactTests, foldEvents, LoopEvent, testBaseOf } from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
+import { Contract } from "#shared/wire/contract.js";
+import type { FullObservation } from "#shared/wire/observation.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const SUITES = [10, 1_000, 10_000, 100_000];

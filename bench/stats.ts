@@ -7,8 +7,8 @@ import { writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { clopperPearsonUpper } from "../shared/determinism/flake-rate.js";
-import { compareSamples } from "../shared/engine/statistics.js";
+import { clopperPearsonUpper } from "#shared/determinism/flake-rate.js";
+import { compareSamples } from "#shared/engine/statistics.js";
 import { readingSource, simulate, type Noise, type Scenario, type SimulationSummary } from "../test/support/statistics-simulation.js";
 
 const COMPARISONS = 10_000;

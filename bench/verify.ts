@@ -11,7 +11,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { canonicalJson } from "../shared/canonical-json.js";
+import { canonicalJson } from "#shared/canonical-json.js";
 import {
   applyEvent,
   createLoop,
@@ -23,11 +23,11 @@ import {
   type EventDraft,
   type LoopEvent,
   type LoopState,
-} from "../shared/engine/index.js";
-import { sha256Hex } from "../shared/hash.js";
-import { IN_TOTO_PAYLOAD_TYPE, jwkThumbprint, receiptStatement, signEnvelope, verifyReceipt } from "../shared/receipts/index.js";
-import { Contract } from "../shared/wire/contract.js";
-import type { FullObservation } from "../shared/wire/observation.js";
+} from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
+import { IN_TOTO_PAYLOAD_TYPE, jwkThumbprint, receiptStatement, signEnvelope, verifyReceipt } from "#shared/receipts/index.js";
+import { Contract } from "#shared/wire/contract.js";
+import type { FullObservation } from "#shared/wire/observation.js";
 import { verifyEd25519 } from "../runner/src/receipt-crypto.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");

@@ -1,8 +1,8 @@
 import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { BASELINE_ID, type LoopState, type Verdict } from "../../shared/engine/index.js";
-import { sha256Hex } from "../../shared/hash.js";
-import { AgentReportFile, type AgentReport } from "../../shared/wire/agent-report.js";
+import { BASELINE_ID, type LoopState, type Verdict } from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
+import { AgentReportFile, type AgentReport } from "#shared/wire/agent-report.js";
 import { git } from "./git.js";
 
 // What the agent is told before each run, and what it may report afterwards (issue "the agent's side").

@@ -1,8 +1,8 @@
 import { lstat, readdir } from "node:fs/promises";
 import path from "node:path";
 import picomatch from "picomatch";
-import { INLINE_EVIDENCE_MAX_BYTES, INLINE_EVIDENCE_MAX_FILES, INLINE_EVIDENCE_TOTAL_BYTES, type InlineEvidence } from "../../shared/wire/api.js";
-import { MAX_ARTIFACT_ERRORS, type ArtifactError, type ArtifactRef } from "../../shared/wire/observation.js";
+import { INLINE_EVIDENCE_MAX_BYTES, INLINE_EVIDENCE_MAX_FILES, INLINE_EVIDENCE_TOTAL_BYTES, type InlineEvidence } from "#shared/wire/api.js";
+import { MAX_ARTIFACT_ERRORS, type ArtifactError, type ArtifactRef } from "#shared/wire/observation.js";
 import { CoordinatorError, type Client } from "./client.js";
 import type { Evaluation } from "./evaluation.js";
 import { BodySourceError } from "./transfer-watch.js";

@@ -1,8 +1,8 @@
 import { createHash } from "node:crypto";
 import { createReadStream, openAsBlob } from "node:fs";
-import { sha256Hex } from "../../shared/hash.js";
-import { ArtifactIntentResponse, ArtifactStored, UploadedPart, type CompleteMultipartRequest, Health } from "../../shared/wire/api.js";
-import type { ArtifactRef } from "../../shared/wire/observation.js";
+import { sha256Hex } from "#shared/hash.js";
+import { ArtifactIntentResponse, ArtifactStored, UploadedPart, type CompleteMultipartRequest, Health } from "#shared/wire/api.js";
+import type { ArtifactRef } from "#shared/wire/observation.js";
 import { CoordinatorError } from "./errors.js";
 import { UploadRecords, type UploadRecord } from "./upload-records.js";
 import { isCoordinatorPath, Transport } from "./transport.js";

@@ -1,7 +1,7 @@
-import { awaitingBaselineLine } from "../../shared/engine/index.js";
-import { sha256Hex } from "../../shared/hash.js";
-import type { AwaitingBaseline, CreateLoopRequest, Lease, LoopSummary } from "../../shared/wire/api.js";
-import type { FullObservation } from "../../shared/wire/observation.js";
+import { awaitingBaselineLine } from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
+import type { AwaitingBaseline, CreateLoopRequest, Lease, LoopSummary } from "#shared/wire/api.js";
+import type { FullObservation } from "#shared/wire/observation.js";
 import { boundedErrors, evidenceOf, evidenceRefusal, inlineLogs, storeLogs, storeReportFiles } from "./artifact-files.js";
 import type { Client } from "./client.js";
 import { withClone, type Clone } from "./clone.js";

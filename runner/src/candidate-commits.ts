@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import type { AgentRun } from "../../shared/engine/index.js";
+import type { AgentRun } from "#shared/engine/index.js";
 import { UserError } from "./errors.js";
 import { progress } from "./output.js";
 import { readTrailers, shortCommit } from "./git.js";

@@ -1,5 +1,5 @@
-import { BASELINE_ID, isDerivedTestId, type CandidateState, type GateSummary, type LoopState, type StoredEvidence } from "../../shared/engine/index.js";
-import type { ArtifactRef } from "../../shared/wire/observation.js";
+import { BASELINE_ID, isDerivedTestId, type CandidateState, type GateSummary, type LoopState, type StoredEvidence } from "#shared/engine/index.js";
+import type { ArtifactRef } from "#shared/wire/observation.js";
 import { UserError } from "./errors.js";
 
 // What an evaluation left behind, read from the folded log: which gate failed and why, the test to look

@@ -1,4 +1,4 @@
-import { LoopEvent } from "../../shared/engine/events.js";
+import { LoopEvent } from "#shared/engine/events.js";
 import {
   ArtifactList,
   BaselineReportResponse,
@@ -21,18 +21,9 @@ import {
   type ProposeCandidateRequest,
   type ReleaseRequest,
   type ReportRequest,
-} from "../../shared/wire/api.js";
-import {
-  Identity,
-  TeamCreated,
-  TeamList,
-  TokenCreated,
-  TokenList,
-  TokenRevoked,
-  type CreateTeamRequest,
-  type CreateTokenRequest,
-} from "../../shared/wire/auth.js";
-import type { Contract } from "../../shared/wire/contract.js";
+} from "#shared/wire/api.js";
+import { Identity, TeamCreated, TeamList, TokenCreated, TokenList, TokenRevoked, type CreateTeamRequest, type CreateTokenRequest } from "#shared/wire/auth.js";
+import type { Contract } from "#shared/wire/contract.js";
 import { CoordinatorError } from "./errors.js";
 import { ArtifactTransfers } from "./artifact-transfers.js";
 

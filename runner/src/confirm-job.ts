@@ -1,6 +1,6 @@
-import { BASELINE_ID } from "../../shared/engine/index.js";
-import type { LoopSummary } from "../../shared/wire/api.js";
-import type { Labels } from "../../shared/wire/contract.js";
+import { BASELINE_ID } from "#shared/engine/index.js";
+import type { LoopSummary } from "#shared/wire/api.js";
+import type { Labels } from "#shared/wire/contract.js";
 import { withClone } from "./clone.js";
 import { foldLoop } from "./event-log.js";
 import { shortCommit } from "./git.js";
@@ -10,7 +10,7 @@ import { CoordinatorError, type Client } from "./client.js";
 import type { LoadedContract } from "./contract-file.js";
 import type { LoopReader } from "./event-log.js";
 import type { OutputMode } from "./output.js";
-import { formatInterval, formatPercent } from "../../shared/format-percent.js";
+import { formatInterval, formatPercent } from "#shared/format-percent.js";
 
 // The confirm job (DESIGN §6.3): a chain of step-wise gains is not a gain over the baseline, so when an
 // optimize loop halts, this runner measures t0 against the final best, interleaved (t0, then best) in two

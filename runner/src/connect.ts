@@ -1,6 +1,6 @@
 import path from "node:path";
 import { Client } from "./client.js";
-import { VERSION } from "../../shared/version.js";
+import { VERSION } from "#shared/version.js";
 import { assertWorkersRuntime, findRunningCoordinator, startLocalCoordinator } from "./local-coordinator.js";
 import { describeIdle, idleMs, keepActive, startWarmCoordinator, stopCoordinator, touchActivity } from "./warm-coordinator.js";
 import { bundleStamp, ensureWorkerBundle } from "../../scripts/lib/worker-bundle.js";

@@ -2,9 +2,9 @@ import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { isNode, LineCounter, parseDocument, type Document } from "yaml";
 import type { z } from "zod";
-import { canonicalJson } from "../../shared/canonical-json.js";
-import { sha256Hex } from "../../shared/hash.js";
-import { Contract } from "../../shared/wire/contract.js";
+import { canonicalJson } from "#shared/canonical-json.js";
+import { sha256Hex } from "#shared/hash.js";
+import { Contract } from "#shared/wire/contract.js";
 import { UserError } from "./errors.js";
 
 /** A contract as loaded and pinned: its hash is the one the coordinator records (invariant 4). */

@@ -1,5 +1,5 @@
 import path from "node:path";
-import type { Contract } from "../../shared/wire/contract.js";
+import type { Contract } from "#shared/wire/contract.js";
 import { contractDifferences, loadContractFile, validateContract, type LoadedContract } from "./contract-file.js";
 import { UserError } from "./errors.js";
 import { FLAGS_SOURCE } from "./workspace.js";

@@ -1,9 +1,9 @@
 import { mkdir, readFile, rm } from "node:fs/promises";
 import path from "node:path";
-import { parseDuration } from "../../shared/duration.js";
-import { sha256Hex } from "../../shared/hash.js";
-import type { Contract, Gate } from "../../shared/wire/contract.js";
-import type { ArtifactRef, GateResult } from "../../shared/wire/observation.js";
+import { parseDuration } from "#shared/duration.js";
+import { sha256Hex } from "#shared/hash.js";
+import type { Contract, Gate } from "#shared/wire/contract.js";
+import type { ArtifactRef, GateResult } from "#shared/wire/observation.js";
 import type { Client } from "./client.js";
 import { withClone, type Clone } from "./clone.js";
 import { requireNetworkIsolation, runCommand, type CommandResult } from "./exec.js";

@@ -1,5 +1,5 @@
-import type { Gate } from "../../shared/wire/contract.js";
-import type { ArtifactRef, FullObservation, GateResult } from "../../shared/wire/observation.js";
+import type { Gate } from "#shared/wire/contract.js";
+import type { ArtifactRef, FullObservation, GateResult } from "#shared/wire/observation.js";
 
 // What an evaluation answers and what its caller hears meanwhile: the types `evaluate.ts` produces and
 // the clones it runs in carry (an evaluation begun ahead of its lease), kept apart so neither imports the other.

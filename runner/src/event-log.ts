@@ -1,4 +1,4 @@
-import { foldEvents, LoopEvent, type LoopState, type TestBase } from "../../shared/engine/index.js";
+import { foldEvents, LoopEvent, type LoopState, type TestBase } from "#shared/engine/index.js";
 import type { Client } from "./client.js";
 
 /** What reads a loop's log incrementally: a client, the loop, and the state folded so far (updated by each read). */

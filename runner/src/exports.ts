@@ -9,9 +9,9 @@ import {
   type Proposer,
   type TestStanding,
   type Verdict,
-} from "../../shared/engine/index.js";
-import type { AgentReport } from "../../shared/wire/agent-report.js";
-import type { GateResult, Observation } from "../../shared/wire/observation.js";
+} from "#shared/engine/index.js";
+import type { AgentReport } from "#shared/wire/agent-report.js";
+import type { GateResult, Observation } from "#shared/wire/observation.js";
 
 // `loopwarden export`: a loop's history as files a spreadsheet, pandas or autoresearch's tooling open
 // as they are. Pure functions of the event log: the state comes from the shared engine's fold, and what

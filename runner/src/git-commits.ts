@@ -1,4 +1,4 @@
-import { sha256Hex } from "../../shared/hash.js";
+import { sha256Hex } from "#shared/hash.js";
 import { committedHead, git } from "./git.js";
 
 // The runner's commits on the loop's branch (DESIGN §13): candidates committed from the working tree or

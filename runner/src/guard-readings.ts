@@ -1,9 +1,9 @@
 import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { parseDocument } from "yaml";
-import { sha256Hex } from "../../shared/hash.js";
-import { Contract } from "../../shared/wire/contract.js";
-import { MAX_CHANGED_PATHS, type ChangedPaths, type GuardReadings } from "../../shared/wire/observation.js";
+import { sha256Hex } from "#shared/hash.js";
+import { Contract } from "#shared/wire/contract.js";
+import { MAX_CHANGED_PATHS, type ChangedPaths, type GuardReadings } from "#shared/wire/observation.js";
 import { JobRefused } from "./errors.js";
 import { changedPaths } from "./git-commits.js";
 import { contractHash } from "./contract-file.js";

@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
-import { formatList } from "../../shared/format-list.js";
-import { ProposeCandidateRequest } from "../../shared/wire/api.js";
+import { formatList } from "#shared/format-list.js";
+import { ProposeCandidateRequest } from "#shared/wire/api.js";
 import { candidateTrailers } from "./candidate-commits.js";
 import { UserError } from "./errors.js";
 import { foldLoop } from "./event-log.js";

@@ -1,4 +1,4 @@
-import { Labels } from "../../shared/wire/contract.js";
+import { Labels } from "#shared/wire/contract.js";
 import { UserError } from "./errors.js";
 
 /**

@@ -1,9 +1,9 @@
 import path from "node:path";
-import { formatDuration } from "../../shared/duration.js";
-import { formatLabels, type Verdict } from "../../shared/engine/index.js";
-import type { Lease, LoopSummary, ReportResponse } from "../../shared/wire/api.js";
-import { compactTests } from "../../shared/engine/test-sets.js";
-import type { FullObservation } from "../../shared/wire/observation.js";
+import { formatDuration } from "#shared/duration.js";
+import { formatLabels, type Verdict } from "#shared/engine/index.js";
+import type { Lease, LoopSummary, ReportResponse } from "#shared/wire/api.js";
+import { compactTests } from "#shared/engine/test-sets.js";
+import type { FullObservation } from "#shared/wire/observation.js";
 import { CoordinatorError } from "./client.js";
 import { withClone, type Clone } from "./clone.js";
 import { JobRefused, UserError } from "./errors.js";

@@ -10,7 +10,7 @@ import { UserError } from "./errors.js";
 import { freePort, isPortFree } from "./free-port.js";
 import { PACKAGE_ROOT } from "./paths.js";
 import { isProcessAlive } from "./processes.js";
-import { VERSION } from "../../shared/version.js";
+import { VERSION } from "#shared/version.js";
 import { BUNDLE_DIR, BUNDLE_FILE, bundleStamp, ensureWorkerBundle } from "../../scripts/lib/worker-bundle.js";
 
 // The local coordinator is the very worker that `wrangler deploy` ships (its bundle, dist/worker), run in

@@ -1,4 +1,4 @@
-import type { LoopSummary } from "../../shared/wire/api.js";
+import type { LoopSummary } from "#shared/wire/api.js";
 import { CoordinatorError, type Client } from "./client.js";
 
 // The loops a `work` runner serves (commands/work.ts): the one `--loop` names, or every loop of its team

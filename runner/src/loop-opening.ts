@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import os from "node:os";
-import { formatList } from "../../shared/format-list.js";
+import { formatList } from "#shared/format-list.js";
 import { refuseCandidateBaseline } from "./candidate-commits.js";
 import { CoordinatorError } from "./client.js";
 import { removeStaleClones } from "./clone.js";
@@ -15,15 +15,15 @@ import { loopBranch, switchToLoopBranch } from "./git-commits.js";
 import { progress, type OutputMode } from "./output.js";
 import { clearPendingCreate, loadPendingCreate, savePendingCreate, uploadPendingFiles, type PendingCreate } from "./pending-create.js";
 import { awaitBaseline, measureBaseline } from "./baseline.js";
-import { formatLabels, labelsSatisfy } from "../../shared/engine/index.js";
+import { formatLabels, labelsSatisfy } from "#shared/engine/index.js";
 import { parseLabels } from "./labels.js";
 import { timed } from "./timings.js";
-import type { Contract, Labels } from "../../shared/wire/contract.js";
+import type { Contract, Labels } from "#shared/wire/contract.js";
 import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "./workspace.js";
 import { settleStaleWorkspaces } from "./zones/agent-zone.js";
 import { hideFromZones } from "./zones/sandbox.js";
-import type { FullObservation } from "../../shared/wire/observation.js";
-import type { LoopSummary } from "../../shared/wire/api.js";
+import type { FullObservation } from "#shared/wire/observation.js";
+import type { LoopSummary } from "#shared/wire/api.js";
 import type { Session } from "./session-type.js";
 
 // Opening a repository's loop (DESIGN §6.6), for `run` and `step`: the loop recorded for the contract is

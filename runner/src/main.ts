@@ -1,5 +1,5 @@
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
-import { VERSION } from "../../shared/version.js";
+import { VERSION } from "#shared/version.js";
 // Only what every command needs: the commands, the client and their schemas load lazily.
 import { CoordinatorError, UserError } from "./errors.js";
 import { emitResult, type OutputMode } from "./output.js";

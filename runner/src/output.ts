@@ -1,4 +1,4 @@
-import { VERSION } from "../../shared/version.js";
+import { VERSION } from "#shared/version.js";
 
 /** How a command reports: human lines on stderr (progress) and stdout (results), or one JSON object. */
 export interface OutputMode {

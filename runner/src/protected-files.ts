@@ -2,8 +2,8 @@ import { readFile } from "node:fs/promises";
 import path from "node:path";
 import picomatch from "picomatch";
 import { parse as parseShell } from "shell-quote";
-import { protectedGlobs } from "../../shared/engine/guards.js";
-import type { Contract } from "../../shared/wire/contract.js";
+import { protectedGlobs } from "#shared/engine/guards.js";
+import type { Contract } from "#shared/wire/contract.js";
 import { git } from "./git.js";
 
 // Which tracked files the protected-files guard hashes (DESIGN §6.4). With the defaults, that is the

@@ -1,5 +1,5 @@
 import { webcrypto } from "node:crypto";
-import type { Ed25519Verify } from "../../shared/receipts/index.js";
+import type { Ed25519Verify } from "#shared/receipts/index.js";
 
 // The signature check the shared verifier is given in Node: WebCrypto's Ed25519, as the browser's
 // receipt page uses, over the published public key.

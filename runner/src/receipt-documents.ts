@@ -1,5 +1,5 @@
 import { readFile } from "node:fs/promises";
-import { describeKeyLifetime, jwkThumbprint, KeySet, PublicJwkInput, type PublicJwk } from "../../shared/receipts/index.js";
+import { describeKeyLifetime, jwkThumbprint, KeySet, PublicJwkInput, type PublicJwk } from "#shared/receipts/index.js";
 import { UserError } from "./errors.js";
 
 // The three documents a receipt is verified from (DESIGN §9): its envelope, the event log up to the

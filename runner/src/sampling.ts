@@ -1,5 +1,5 @@
-import { parseDuration } from "../../shared/duration.js";
-import type { Contract } from "../../shared/wire/contract.js";
+import { parseDuration } from "#shared/duration.js";
+import type { Contract } from "#shared/wire/contract.js";
 import type { Clone } from "./clone.js";
 import { runCommand } from "./exec.js";
 import { execZone } from "./zones/isolation.js";

@@ -1,6 +1,6 @@
-import { inScope } from "../../shared/engine/scope.js";
-import { formatList } from "../../shared/format-list.js";
-import type { Contract } from "../../shared/wire/contract.js";
+import { inScope } from "#shared/engine/scope.js";
+import { formatList } from "#shared/format-list.js";
+import type { Contract } from "#shared/wire/contract.js";
 
 // What the runner says about a contract's scope (DESIGN §6.4): the engine checks it, the runner only
 // tells the user what it admits before a loop runs on it.

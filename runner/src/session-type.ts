@@ -1,6 +1,6 @@
-import type { LoopState } from "../../shared/engine/index.js";
-import type { LoopSummary } from "../../shared/wire/api.js";
-import type { Labels } from "../../shared/wire/contract.js";
+import type { LoopState } from "#shared/engine/index.js";
+import type { LoopSummary } from "#shared/wire/api.js";
+import type { Labels } from "#shared/wire/contract.js";
 import type { Client } from "./client.js";
 import type { Connection } from "./connect.js";
 import type { LoadedContract } from "./contract-file.js";

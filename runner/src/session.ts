@@ -1,8 +1,8 @@
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { labelsSatisfy, LoopEvent, type AgentRun, type BundleRef, type Proposer, type Verdict } from "../../shared/engine/index.js";
-import type { AgentReport } from "../../shared/wire/agent-report.js";
-import type { InlineEvidence, ProposeCandidateRequest } from "../../shared/wire/api.js";
+import { labelsSatisfy, LoopEvent, type AgentRun, type BundleRef, type Proposer, type Verdict } from "#shared/engine/index.js";
+import type { AgentReport } from "#shared/wire/agent-report.js";
+import type { InlineEvidence, ProposeCandidateRequest } from "#shared/wire/api.js";
 import { cloneAhead, dropCloneAhead, evaluationStarted, type Clone } from "./clone.js";
 import { contractFileOf } from "./contract-file.js";
 import { evaluateIn } from "./evaluate.js";

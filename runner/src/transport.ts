@@ -1,7 +1,7 @@
 import { gzipSync } from "node:zlib";
 import type { z } from "zod";
-import { ErrorBody } from "../../shared/wire/api.js";
-import { MAX_TIMEOUT_MS, parseDuration } from "../../shared/duration.js";
+import { ErrorBody } from "#shared/wire/api.js";
+import { MAX_TIMEOUT_MS, parseDuration } from "#shared/duration.js";
 import { CoordinatorError, UserError } from "./errors.js";
 import { countRequest } from "./timings.js";
 import type { TransferStalled } from "./transfer-watch.js";

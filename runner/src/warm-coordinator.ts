@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process";
 import { mkdir, rm, stat, utimes, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { formatDuration, parseDuration } from "../../shared/duration.js";
+import { formatDuration, parseDuration } from "#shared/duration.js";
 import { UserError } from "./errors.js";
 import { findRunningCoordinator, type CoordinatorRecord } from "./local-coordinator.js";
 import { acquireFileLock } from "../../scripts/lib/file-lock.js";

@@ -2,8 +2,8 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { LoopEvent } from "../../shared/engine/index.js";
-import { sha256Hex } from "../../shared/hash.js";
+import { LoopEvent } from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
 import { api, gitIn, makeRepo, runCli, sharedCoordinator, TEST_OWNER_TOKEN } from "../support/cli.js";
 
 // What the agent is told (last verdict, history) and what it reports (model, cost, context), through

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { LoopEvent } from "../../shared/engine/index.js";
+import { LoopEvent } from "#shared/engine/index.js";
 import { profiledAnswerProject } from "../support/profiled-answer-project.js";
 import { api, makeRepo, recordedLoopId, runCli, sharedCoordinator } from "../support/cli.js";
 import { corruptStoredArtifact } from "../support/stored-blobs.js";

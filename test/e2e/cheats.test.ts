@@ -2,9 +2,9 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { LoopEvent } from "../../shared/engine/index.js";
-import { LoopSummary } from "../../shared/wire/api.js";
-import type { Observation } from "../../shared/wire/observation.js";
+import { LoopEvent } from "#shared/engine/index.js";
+import { LoopSummary } from "#shared/wire/api.js";
+import type { Observation } from "#shared/wire/observation.js";
 import { api, ROOT, gitIn, makeRepo, NO_NPM_ENV, runCli, sharedCoordinator } from "../support/cli.js";
 
 // Cheating agents against real test runners (DESIGN §6.4): each scripted agent makes the gate green

@@ -1,8 +1,8 @@
 import { cpSync, existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { LoopEvent, verifyChain } from "../../shared/engine/index.js";
-import { LoopList, LoopSummary } from "../../shared/wire/api.js";
+import { LoopEvent, verifyChain } from "#shared/engine/index.js";
+import { LoopList, LoopSummary } from "#shared/wire/api.js";
 import { api, ROOT, gitIn, makeRepo, runCli, startCoordinator, tempDir, type CliResult } from "../support/cli.js";
 import { startWranglerDev } from "../support/wrangler-dev.js";
 

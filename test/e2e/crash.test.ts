@@ -1,8 +1,8 @@
 import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { LoopEvent, verifyChain } from "../../shared/engine/index.js";
-import { LoopSummary } from "../../shared/wire/api.js";
+import { LoopEvent, verifyChain } from "#shared/engine/index.js";
+import { LoopSummary } from "#shared/wire/api.js";
 import { LEVEL_HOLD, makeLevelProject } from "../support/level-project.js";
 import { api, clonesOf, exitOf, recordedLoopId, startCli, startCoordinator, tempDir, waitFor, type TestCoordinator } from "../support/cli.js";
 import { dirsHolding } from "../support/zone-markers.js";

@@ -1,8 +1,8 @@
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { verifyChain } from "../../shared/engine/index.js";
-import { LoopList } from "../../shared/wire/api.js";
-import { rederive } from "../../shared/receipts/verify.js";
+import { verifyChain } from "#shared/engine/index.js";
+import { LoopList } from "#shared/wire/api.js";
+import { rederive } from "#shared/receipts/verify.js";
 import { api, demoRepo, loopEvents, recordedLoopId, runCli, sharedCoordinator } from "../support/cli.js";
 import { startFaultProxy } from "../support/fault-proxy.js";
 

@@ -1,6 +1,6 @@
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { LoopEvent } from "../../shared/engine/index.js";
+import { LoopEvent } from "#shared/engine/index.js";
 import { api, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
 import { timedWorkProject } from "../support/timed-work-project.js";
 

@@ -2,9 +2,9 @@ import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { foldEvents, verifyChain, type LoopEvent } from "../../shared/engine/index.js";
-import { sha256Hex } from "../../shared/hash.js";
-import { rederive } from "../../shared/receipts/verify.js";
+import { foldEvents, verifyChain, type LoopEvent } from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
+import { rederive } from "#shared/receipts/verify.js";
 import { uploadCandidateBundle } from "../../runner/src/candidate-bundles.js";
 import { Client } from "../../runner/src/client.js";
 import {

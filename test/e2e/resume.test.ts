@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { LoopEvent } from "../../shared/engine/index.js";
+import { LoopEvent } from "#shared/engine/index.js";
 import { LEVEL_HOLD, makeLevelProject } from "../support/level-project.js";
 import { dirsHolding, killListed, processesWith, survivorsAfter } from "../support/zone-markers.js";
 import { twoRunnerProject } from "../support/two-runner-project.js";

@@ -2,7 +2,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { LoopSummary } from "../../shared/wire/api.js";
+import { LoopSummary } from "#shared/wire/api.js";
 import { api, gitIn, makeRepo, NO_NPM_ENV, recordedLoopId, runCli, sharedCoordinator } from "../support/cli.js";
 
 // Edits by permission (DESIGN §6.4): with a scope, a cheat that touches no file of the default protected

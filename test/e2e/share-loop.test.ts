@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { verifyChain } from "../../shared/engine/index.js";
+import { verifyChain } from "#shared/engine/index.js";
 import {
   exitOf,
   loopEvents,

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { createServer, type Server } from "node:http";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { AgentRun } from "../../shared/engine/index.js";
+import type { AgentRun } from "#shared/engine/index.js";
 import { processesWith, survivorsAfter } from "../support/zone-markers.js";
 import {
   exitOf,

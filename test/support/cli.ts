@@ -5,7 +5,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll } from "vitest";
 import { freePort } from "../../runner/src/free-port.js";
-import { LoopEvent } from "../../shared/engine/index.js";
+import { LoopEvent } from "#shared/engine/index.js";
 
 /** The repository root. */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");

@@ -1,7 +1,7 @@
 // Simulated benchmarks for the sequential comparison (shared/engine/statistics.ts): the unit test and
 // `npm run bench:stats` run the same procedure a loop runs, feeding one interleaved pair at a time
 // until a final decision, and count how often a candidate is promoted.
-import { compareSamples, type ComparisonResult } from "../../shared/engine/statistics.js";
+import { compareSamples, type ComparisonResult } from "#shared/engine/statistics.js";
 import { gaussian, mulberry32 } from "./prng.js";
 
 /** How one reading deviates from the true value. */

@@ -9,9 +9,9 @@ import {
   releaseBaselineLease,
   renewBaselineLease,
   type PendingBaseline,
-} from "../../shared/engine/index.js";
-import { canonicalJson } from "../../shared/canonical-json.js";
-import { sha256Hex } from "../../shared/hash.js";
+} from "#shared/engine/index.js";
+import { canonicalJson } from "#shared/canonical-json.js";
+import { sha256Hex } from "#shared/hash.js";
 import { commitOf, contractOf, observationOf, requestHashOf } from "./engine-harness.js";
 
 // t0 as a leased job (DESIGN §11): a loop requested with t0's commit alone waits for a runner whose labels

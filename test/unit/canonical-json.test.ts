@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { canonicalJson } from "../../shared/canonical-json.js";
+import { canonicalJson } from "#shared/canonical-json.js";
 import { RFC8785_SERIALISATION, RFC8785_SORTING } from "../fixtures/rfc8785-examples.js";
 
 // Vectors from RFC 8785 (JSON Canonicalization Scheme): §3.2.2 (serialisation), §3.2.3 (sorting) and

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { sealEvent, verifyChain, type ChainHead, type LoopEvent } from "../../shared/engine/index.js";
+import { sealEvent, verifyChain, type ChainHead, type LoopEvent } from "#shared/engine/index.js";
 import { LoopHarness, TEST_IDS, observationOf } from "./engine-harness.js";
 
 const [A, B] = TEST_IDS;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { canonicalJson } from "../../shared/canonical-json.js";
-import { Contract, MAX_LABELS, type ContractInput } from "../../shared/wire/contract.js";
+import { canonicalJson } from "#shared/canonical-json.js";
+import { Contract, MAX_LABELS, type ContractInput } from "#shared/wire/contract.js";
 
 const minimal: ContractInput = {
   name: "parser-fixes",

@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { convergenceHalt, type LoopState } from "../../shared/engine/index.js";
+import { convergenceHalt, type LoopState } from "#shared/engine/index.js";
 
 // No-convergence halts (DESIGN §6.2) are re-derived by anyone verifying a log, so the halt a log
 // recorded must come out the same, word for word. The reference below is the first version: it paired

@@ -13,7 +13,7 @@ import { describe, expect, it } from "vitest";
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const DESIGN = "docs/design.md";
 const THIS_TEST = "test/unit/design-citations.test.ts";
-// "../shared/DESIGN.md" contains this, so one search finds both spellings.
+// The handbook's path seen from the repository (one directory up, then this) contains it: one search finds both.
 const HANDBOOK = "shared/DESIGN.md";
 const CITATION = /DESIGN §(\d+(?:\.\d+)?)/g;
 

@@ -18,11 +18,11 @@ import {
   type Proposal,
   type ReportAnswer,
   type Verdict,
-} from "../../shared/engine/index.js";
-import { canonicalJson } from "../../shared/canonical-json.js";
-import { sha256Hex } from "../../shared/hash.js";
-import { Contract, type ContractInput, type Labels } from "../../shared/wire/contract.js";
-import type { FullObservation, Observation } from "../../shared/wire/observation.js";
+} from "#shared/engine/index.js";
+import { canonicalJson } from "#shared/canonical-json.js";
+import { sha256Hex } from "#shared/hash.js";
+import { Contract, type ContractInput, type Labels } from "#shared/wire/contract.js";
+import type { FullObservation, Observation } from "#shared/wire/observation.js";
 
 // A driver for the pure engine: it plays the LoopObject's part (apply the events a command answers)
 // with a fake clock, so each test reads as a short history of what a runner and an agent did.

@@ -13,11 +13,11 @@ import {
   type Halt,
   type LoopState,
   type Verdict,
-} from "../../shared/engine/index.js";
-import { canonicalJson } from "../../shared/canonical-json.js";
-import { sha256Hex } from "../../shared/hash.js";
-import type { ContractInput, Labels } from "../../shared/wire/contract.js";
-import type { FullObservation, GuardReadings, Observation } from "../../shared/wire/observation.js";
+} from "#shared/engine/index.js";
+import { canonicalJson } from "#shared/canonical-json.js";
+import { sha256Hex } from "#shared/hash.js";
+import type { ContractInput, Labels } from "#shared/wire/contract.js";
+import type { FullObservation, GuardReadings, Observation } from "#shared/wire/observation.js";
 import {
   AGENT_FAILED,
   LoopHarness,

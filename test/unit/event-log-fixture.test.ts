@@ -1,13 +1,13 @@
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { applyEvent, decide, foldEvents, LoopEvent, verifyChain, type LoopState } from "../../shared/engine/index.js";
-import { canonicalJson } from "../../shared/canonical-json.js";
-import { sha256Hex } from "../../shared/hash.js";
-import { rederive } from "../../shared/receipts/verify.js";
-import { receiptStatement } from "../../shared/receipts/statement.js";
-import { Contract } from "../../shared/wire/contract.js";
-import { LoopSummary } from "../../shared/wire/api.js";
+import { applyEvent, decide, foldEvents, LoopEvent, verifyChain, type LoopState } from "#shared/engine/index.js";
+import { canonicalJson } from "#shared/canonical-json.js";
+import { sha256Hex } from "#shared/hash.js";
+import { rederive } from "#shared/receipts/verify.js";
+import { receiptStatement } from "#shared/receipts/statement.js";
+import { Contract } from "#shared/wire/contract.js";
+import { LoopSummary } from "#shared/wire/api.js";
 import { summarizeLoop } from "../../worker/src/loop-view.js";
 import { ROOT } from "../support/cli.js";
 

@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { applyEvent, foldEvents, MAX_ALLOW_UNION, type ConfinementSummary, type Proposal } from "../../shared/engine/index.js";
-import { MAX_HOST_CONTACTS, type AgentConfinement, type ExecConfinement, type HostContact } from "../../shared/wire/confinement.js";
+import { applyEvent, foldEvents, MAX_ALLOW_UNION, type ConfinementSummary, type Proposal } from "#shared/engine/index.js";
+import { MAX_HOST_CONTACTS, type AgentConfinement, type ExecConfinement, type HostContact } from "#shared/wire/confinement.js";
 import { AGENT_OK, LoopHarness, TEST_IDS } from "./engine-harness.js";
 
 // The fold (DESIGN §6) is linear in the log's length and can go on from a state already folded, as a

@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { cruise, type ICruiseResult, type IConfiguration } from "dependency-cruiser";
@@ -11,10 +11,14 @@ import { describe, expect, it } from "vitest";
 // Imported by URL: the config is plain JavaScript, which the type checker is not given.
 const config = ((await import(new URL("../../.dependency-cruiser.mjs", import.meta.url).href)) as { default: IConfiguration }).default;
 
+const PACKAGE_IMPORTS = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { imports: Record<string, string> }).imports;
+
 /** The violations, as "rule: from → to", of the repository's rules over `files` (path → source). */
 async function violationsOf(files: Record<string, string>): Promise<string[]> {
   const root = mkdtempSync(path.join(os.tmpdir(), "lw-layering-"));
   try {
+    // The repository's subpath imports, so `#shared/…` resolves as it does there.
+    writeFileSync(path.join(root, "package.json"), JSON.stringify({ type: "module", imports: PACKAGE_IMPORTS }));
     for (const [file, source] of Object.entries(files)) {
       mkdirSync(path.join(root, path.dirname(file)), { recursive: true });
       writeFileSync(path.join(root, file), source);
@@ -40,6 +44,14 @@ describe("the layering check", () => {
     expect(await violationsOf({ "shared/bad.ts": 'import { readFileSync } from "node:fs";\nexport const read = readFileSync;\n' })).toEqual([
       "shared-not-to-node-builtins: shared/bad.ts → fs",
     ]);
+  });
+
+  it("fails a relative import of shared/ from outside it: its modules are imported as #shared/…", async () => {
+    const violations = await violationsOf({
+      "runner/src/uses.ts": 'import { value } from "../../shared/value.js";\nexport const used = value;\n',
+      "shared/value.ts": "export const value = 1;\n",
+    });
+    expect(violations).toEqual(["shared-through-its-alias: runner/src/uses.ts → shared/value.ts"]);
   });
 
   it("fails the wire importing the engine, even for a type", async () => {
@@ -74,7 +86,7 @@ describe("the layering check", () => {
   it("passes imports that go the right way", async () => {
     const violations = await violationsOf({
       "runner/src/ok.ts":
-        'import { wired } from "../../shared/wire/ok.js";\nimport { BUILT } from "../../scripts/lib/built.js";\nexport const both = [wired, BUILT];\n',
+        'import { wired } from "#shared/wire/ok.js";\nimport { BUILT } from "../../scripts/lib/built.js";\nexport const both = [wired, BUILT];\n',
       "shared/wire/ok.ts": "export const wired = 1;\n",
       "scripts/lib/built.ts": "export const BUILT = 2;\n",
     });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { grantLease, leaseRefusal, releaseLease, renewLease, reportObservation } from "../../shared/engine/index.js";
+import { grantLease, leaseRefusal, releaseLease, renewLease, reportObservation } from "#shared/engine/index.js";
 import { LoopHarness, observationOf, requestHashOf } from "./engine-harness.js";
 
 // A lease belongs to the token that took it (DESIGN §11): the engine records its holder with the grant,

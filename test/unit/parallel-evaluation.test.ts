@@ -11,11 +11,11 @@ import {
   type LoopEvent,
   type Outcome,
   type ReportAnswer,
-} from "../../shared/engine/index.js";
-import { sha256Hex } from "../../shared/hash.js";
-import { rederive } from "../../shared/receipts/verify.js";
-import type { ContractInput, Labels } from "../../shared/wire/contract.js";
-import type { Observation } from "../../shared/wire/observation.js";
+} from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
+import { rederive } from "#shared/receipts/verify.js";
+import type { ContractInput, Labels } from "#shared/wire/contract.js";
+import type { Observation } from "#shared/wire/observation.js";
 import { LoopHarness, TEST_IDS, commitOf, observationOf, optimizeLoop, readings, requestHashOf } from "./engine-harness.js";
 
 // Parallel evaluation without stale evidence (DESIGN §6.3, §11): runners get jobs by their labels; a

@@ -1,12 +1,12 @@
 import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { createLoop, grantLease, proposeCandidate, reportObservation, stepwiseFold, type EventDraft, type LoopState } from "../../shared/engine/index.js";
-import { receiptStatement } from "../../shared/receipts/index.js";
-import { sha256Hex } from "../../shared/hash.js";
-import { canonicalJson } from "../../shared/canonical-json.js";
-import type { ArtifactRef, FullObservation } from "../../shared/wire/observation.js";
+import { createLoop, grantLease, proposeCandidate, reportObservation, stepwiseFold, type EventDraft, type LoopState } from "#shared/engine/index.js";
+import { receiptStatement } from "#shared/receipts/index.js";
+import { sha256Hex } from "#shared/hash.js";
+import { canonicalJson } from "#shared/canonical-json.js";
+import type { ArtifactRef, FullObservation } from "#shared/wire/observation.js";
 import { CANDIDATES_PER_PAGE, FILES_PER_CANDIDATE, receiptPage } from "../../worker/src/page/receipt-page.js";
-import type { AgentConfinement, ExecConfinement } from "../../shared/wire/confinement.js";
+import type { AgentConfinement, ExecConfinement } from "#shared/wire/confinement.js";
 import { AGENT_OK, commitOf, contractOf, LoopHarness, proposalOf, TEST_IDS } from "./engine-harness.js";
 
 // The receipt page lists every candidate's files (DESIGN §9, §10) and stays bounded: t0's and the best's

@@ -5,8 +5,8 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { canonicalJson } from "../../shared/canonical-json.js";
-import { confirmBest, foldEvents, sealEvent, type ChainHead, type EventDraft, type LoopEvent } from "../../shared/engine/index.js";
+import { canonicalJson } from "#shared/canonical-json.js";
+import { confirmBest, foldEvents, sealEvent, type ChainHead, type EventDraft, type LoopEvent } from "#shared/engine/index.js";
 import {
   IN_TOTO_PAYLOAD_TYPE,
   jwkThumbprint,
@@ -18,10 +18,10 @@ import {
   type Envelope,
   type PublicJwk,
   type Signer,
-} from "../../shared/receipts/index.js";
+} from "#shared/receipts/index.js";
 import { verifyEd25519 } from "../../runner/src/receipt-crypto.js";
 import { verifyCommand } from "../../runner/src/commands/verify.js";
-import type { ExecConfinement } from "../../shared/wire/confinement.js";
+import type { ExecConfinement } from "#shared/wire/confinement.js";
 import { verifyIndependently } from "../support/independent-verifier.js";
 import { AGENT_OK, commitOf, LoopHarness, observationOf } from "./engine-harness.js";
 

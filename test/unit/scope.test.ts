@@ -1,9 +1,9 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { foldEvents, inScope, outOfScope, type Halt, type LoopState } from "../../shared/engine/index.js";
-import { sha256Hex } from "../../shared/hash.js";
-import { Contract, type ContractInput } from "../../shared/wire/contract.js";
-import { MAX_CHANGED_PATHS, type GuardReadings, type Observation } from "../../shared/wire/observation.js";
+import { foldEvents, inScope, outOfScope, type Halt, type LoopState } from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
+import { Contract, type ContractInput } from "#shared/wire/contract.js";
+import { MAX_CHANGED_PATHS, type GuardReadings, type Observation } from "#shared/wire/observation.js";
 import { commitOf, LoopHarness, observationOf } from "./engine-harness.js";
 
 // The scope (DESIGN §6.4, the guards' first line): a candidate may change only the paths its contract's

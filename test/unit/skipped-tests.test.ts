@@ -1,8 +1,8 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { describeFailingChange, foldEvents, type LoopState } from "../../shared/engine/index.js";
-import type { ContractInput } from "../../shared/wire/contract.js";
-import type { FullObservation } from "../../shared/wire/observation.js";
+import { describeFailingChange, foldEvents, type LoopState } from "#shared/engine/index.js";
+import type { ContractInput } from "#shared/wire/contract.js";
+import type { FullObservation } from "#shared/wire/observation.js";
 import { LoopHarness, passingIds } from "./engine-harness.js";
 
 // DESIGN §6.4: test outcomes are passed, failed or skipped, and only passed counts as passing. A test

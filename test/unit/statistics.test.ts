@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { compareSamples, type SampleComparison } from "../../shared/engine/statistics.js";
+import { compareSamples, type SampleComparison } from "#shared/engine/statistics.js";
 import { gaussian, mulberry32 } from "../support/prng.js";
 import { simulate, type Scenario } from "../support/statistics-simulation.js";
 

@@ -11,9 +11,9 @@ import {
   testBaseOf,
   testSetDigest,
   testSetsOf,
-} from "../../shared/engine/index.js";
-import { sha256Hex } from "../../shared/hash.js";
-import type { FullObservation, FullTests } from "../../shared/wire/observation.js";
+} from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
+import type { FullObservation, FullTests } from "#shared/wire/observation.js";
 import { LoopHarness, contractOf, observationOf, passingIds } from "./engine-harness.js";
 
 // Compact test sets (DESIGN §8): a report is a difference from t0's collected set, and the engine

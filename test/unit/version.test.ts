@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { VERSION } from "../../shared/version.js";
+import { VERSION } from "#shared/version.js";
 
 describe("VERSION", () => {
   it("is the version in package.json, so /healthz, --version and receipts report what was installed", () => {

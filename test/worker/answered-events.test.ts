@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ProposeCandidateResponse, ReportResponse } from "../../shared/wire/api.js";
+import { ProposeCandidateResponse, ReportResponse } from "#shared/wire/api.js";
 import { EVENTS_IN_ANSWER } from "../../worker/src/loop-event-store.js";
 import { TEST_IDS, call, candidateBody, createLoop, logOf, ndjson, observationOf, postJson } from "./fixtures.js";
 

@@ -1,7 +1,7 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it, vi } from "vitest";
-import { verifyChain } from "../../shared/engine/index.js";
-import { sha256Hex } from "../../shared/hash.js";
+import { verifyChain } from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
 import {
   TEST_IDS,
   call,

@@ -1,6 +1,6 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { sha256Hex } from "../../shared/hash.js";
+import { sha256Hex } from "#shared/hash.js";
 import { artifactKey } from "../../worker/src/artifact-store.js";
 import { TEST_IDS, call, createLoop, postJson } from "./fixtures.js";
 

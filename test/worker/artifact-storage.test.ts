@@ -1,7 +1,7 @@
 import { env } from "cloudflare:workers";
 import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { sha256Hex } from "../../shared/hash.js";
+import { sha256Hex } from "#shared/hash.js";
 import { app } from "../../worker/src/app.js";
 import { s3Settings } from "../../worker/src/artifact-storage-mode.js";
 import { s3Storage } from "../../worker/src/artifact-storage-s3.js";

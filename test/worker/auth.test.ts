@@ -1,7 +1,7 @@
 import { env } from "cloudflare:workers";
 import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { TokenList } from "../../shared/wire/auth.js";
+import { TokenList } from "#shared/wire/auth.js";
 import { MAX_PUT_BYTES } from "../../worker/src/artifact-limits.js";
 import { app } from "../../worker/src/app.js";
 import { RATE_LIMIT_PERIOD_S } from "../../worker/src/auth.js";

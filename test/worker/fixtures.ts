@@ -1,9 +1,9 @@
 import { env, exports } from "cloudflare:workers";
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import { sha256Hex } from "../../shared/hash.js";
+import { sha256Hex } from "#shared/hash.js";
 import { OWNER_TEAM, type Caller } from "../../worker/src/auth.js";
-import type { ContractInput } from "../../shared/wire/contract.js";
-import type { ArtifactRef, FullObservation } from "../../shared/wire/observation.js";
+import type { ContractInput } from "#shared/wire/contract.js";
+import type { ArtifactRef, FullObservation } from "#shared/wire/observation.js";
 
 // Requests and readings shared by the worker tests. Storage is isolated per test file, not per test,
 // so every test picks its own idempotency keys (pass a label unique within the file).

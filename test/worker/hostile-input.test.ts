@@ -1,7 +1,7 @@
 import { env } from "cloudflare:workers";
 import { beforeAll, describe, expect, it, vi } from "vitest";
-import { sha256Hex } from "../../shared/hash.js";
-import { ArtifactIntentResponse, UploadedPart } from "../../shared/wire/api.js";
+import { sha256Hex } from "#shared/hash.js";
+import { ArtifactIntentResponse, UploadedPart } from "#shared/wire/api.js";
 import { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "../../worker/src/app.js";
 import { OWNER_TEAM } from "../../worker/src/auth.js";
 import { loopIdFor } from "../../worker/src/loops.js";

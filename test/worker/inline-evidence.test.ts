@@ -1,9 +1,9 @@
 import { env } from "cloudflare:workers";
 import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
-import { sha256Hex } from "../../shared/hash.js";
-import { INLINE_EVIDENCE_MAX_BYTES } from "../../shared/wire/api.js";
-import type { ArtifactRef } from "../../shared/wire/observation.js";
+import { sha256Hex } from "#shared/hash.js";
+import { INLINE_EVIDENCE_MAX_BYTES } from "#shared/wire/api.js";
+import type { ArtifactRef } from "#shared/wire/observation.js";
 import { app } from "../../worker/src/app.js";
 import { artifactKey } from "../../worker/src/artifact-store.js";
 import { TEST_IDS, call, candidateBody, createLoop, logOf, ndjson, observationOf, postJson, proposeAndLease } from "./fixtures.js";

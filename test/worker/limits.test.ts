@@ -1,11 +1,11 @@
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
-import { canonicalJson } from "../../shared/canonical-json.js";
-import { compactTests, foldEvents, LoopEvent, testBaseOf, verifyChain, type EventDraft, type Verdict } from "../../shared/engine/index.js";
-import { sha256Hex } from "../../shared/hash.js";
-import { Contract } from "../../shared/wire/contract.js";
-import { LoopSummary } from "../../shared/wire/api.js";
-import type { FullTests, Observation } from "../../shared/wire/observation.js";
+import { canonicalJson } from "#shared/canonical-json.js";
+import { compactTests, foldEvents, LoopEvent, testBaseOf, verifyChain, type EventDraft, type Verdict } from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
+import { Contract } from "#shared/wire/contract.js";
+import { LoopSummary } from "#shared/wire/api.js";
+import type { FullTests, Observation } from "#shared/wire/observation.js";
 import { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "../../worker/src/app.js";
 import { EVENTS_PAGE_BYTES, type LoopEventStore } from "../../worker/src/loop-event-store.js";
 import { LOOP_OBJECT_MIGRATIONS } from "../../worker/src/loop-object-schema.js";

@@ -1,7 +1,7 @@
 import { env } from "cloudflare:workers";
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
-import { canonicalJson } from "../../shared/canonical-json.js";
+import { canonicalJson } from "#shared/canonical-json.js";
 import {
   applyEvent,
   createLoop as createLoopEvents,
@@ -15,9 +15,9 @@ import {
   type LoopEvent,
   type LoopState,
   type Outcome,
-} from "../../shared/engine/index.js";
-import { sha256Hex } from "../../shared/hash.js";
-import { Contract } from "../../shared/wire/contract.js";
+} from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
+import { Contract } from "#shared/wire/contract.js";
 import { outboxItemsFor, writeProjection, type OutboxItem } from "../../worker/src/db/projection.js";
 import { LEASE_TTL_MS } from "../../worker/src/lease-ttl.js";
 import { loopIdFor } from "../../worker/src/loops.js";

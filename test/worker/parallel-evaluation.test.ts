@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { decide, foldEvents, LoopEvent, verifyChain, type LoopState } from "../../shared/engine/index.js";
-import { rederive } from "../../shared/receipts/verify.js";
-import type { Lease, ReportResponse } from "../../shared/wire/api.js";
-import type { ContractInput } from "../../shared/wire/contract.js";
-import type { Observation } from "../../shared/wire/observation.js";
+import { decide, foldEvents, LoopEvent, verifyChain, type LoopState } from "#shared/engine/index.js";
+import { rederive } from "#shared/receipts/verify.js";
+import type { Lease, ReportResponse } from "#shared/wire/api.js";
+import type { ContractInput } from "#shared/wire/contract.js";
+import type { Observation } from "#shared/wire/observation.js";
 import { TEST_IDS, call, candidateBody, commitOf, createLoopBody, logOf, ndjson, observationOf, parseJsonl, postJson } from "./fixtures.js";
 
 // Parallel evaluation without stale evidence (DESIGN §1.2, §6.3, §11), through the worker and its

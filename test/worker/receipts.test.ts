@@ -1,9 +1,9 @@
 import { env } from "cloudflare:workers";
 import { createExecutionContext, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
-import { canonicalJson } from "../../shared/canonical-json.js";
-import { sha256Hex } from "../../shared/hash.js";
-import { foldEvents, LoopEvent } from "../../shared/engine/index.js";
+import { canonicalJson } from "#shared/canonical-json.js";
+import { sha256Hex } from "#shared/hash.js";
+import { foldEvents, LoopEvent } from "#shared/engine/index.js";
 import {
   fromBase64,
   IN_TOTO_PAYLOAD_TYPE,
@@ -15,8 +15,8 @@ import {
   verifyReceipt,
   type Ed25519Verify,
   type Envelope,
-} from "../../shared/receipts/index.js";
-import { ReceiptIssued, LoopSummary } from "../../shared/wire/api.js";
+} from "#shared/receipts/index.js";
+import { ReceiptIssued, LoopSummary } from "#shared/wire/api.js";
 import { artifactKey } from "../../worker/src/artifact-store.js";
 import { app } from "../../worker/src/app.js";
 import { receiptKeyOf } from "../../worker/src/receipt-keys.js";

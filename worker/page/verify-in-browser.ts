@@ -1,4 +1,4 @@
-import { KeySet, verifyReceipt, type Ed25519Verify, type ReceiptCheck } from "../../shared/receipts/index.js";
+import { KeySet, verifyReceipt, type Ed25519Verify, type ReceiptCheck } from "#shared/receipts/index.js";
 
 // The receipt page's verification panel (DESIGN §9): the same shared verifier `loopwarden verify` runs,
 // in the reader's browser, with the browser's own WebCrypto. It fetches the receipt's three documents

@@ -1,6 +1,6 @@
 import { Hono, type Context, type Next } from "hono";
 import { bodyLimit } from "hono/body-limit";
-import { VERSION } from "../../shared/version.js";
+import { VERSION } from "#shared/version.js";
 import { ApiError, handleError } from "./http-errors.js";
 import { artifactRoutes } from "./routes/artifacts.js";
 import { leaseRoutes } from "./routes/leases.js";

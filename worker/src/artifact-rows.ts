@@ -1,6 +1,6 @@
 import { and, eq, inArray, sql } from "drizzle-orm";
 import type { DrizzleD1Database } from "drizzle-orm/d1";
-import type { ArtifactView } from "../../shared/wire/api.js";
+import type { ArtifactView } from "#shared/wire/api.js";
 import { artifacts, loopArtifactUsage, loops, type ArtifactRow } from "./db/schema.js";
 import { ApiError } from "./http-errors.js";
 import type { TeamQuota } from "./team-limits.js";

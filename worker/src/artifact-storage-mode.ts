@@ -1,4 +1,4 @@
-import { parseDuration } from "../../shared/duration.js";
+import { parseDuration } from "#shared/duration.js";
 import { bindingStorage } from "./artifact-storage-binding.js";
 import type { ArtifactStorage } from "./artifact-storage.js";
 import { ApiError } from "./http-errors.js";

@@ -10,10 +10,10 @@ import {
   renewBaselineLease,
   type BaselineLease,
   type PendingBaseline,
-} from "../../shared/engine/index.js";
-import type { Labels } from "../../shared/wire/contract.js";
-import type { AwaitingBaseline, Lease, LoopSummary } from "../../shared/wire/api.js";
-import type { FullObservation } from "../../shared/wire/observation.js";
+} from "#shared/engine/index.js";
+import type { Labels } from "#shared/wire/contract.js";
+import type { AwaitingBaseline, Lease, LoopSummary } from "#shared/wire/api.js";
+import type { FullObservation } from "#shared/wire/observation.js";
 import { OWNER_TEAM } from "./auth.js";
 import type { OutboxItem } from "./db/projection.js";
 import type { LoopEventStore } from "./loop-event-store.js";

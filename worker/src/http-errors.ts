@@ -2,7 +2,7 @@ import type { Context } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { ZodError } from "zod";
-import type { ErrorBody } from "../../shared/wire/api.js";
+import type { ErrorBody } from "#shared/wire/api.js";
 import type { Refusal } from "./refusal.js";
 
 /** A 4xx with a stable machine-readable code, answered as the JSON error envelope (DESIGN §8). */

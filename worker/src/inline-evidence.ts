@@ -1,7 +1,7 @@
 import { bytesToHex } from "@noble/hashes/utils.js";
 import { drizzle } from "drizzle-orm/d1";
-import { INLINE_EVIDENCE_MAX_BYTES, INLINE_EVIDENCE_TOTAL_BYTES, type InlineEvidence } from "../../shared/wire/api.js";
-import type { ArtifactRef } from "../../shared/wire/observation.js";
+import { INLINE_EVIDENCE_MAX_BYTES, INLINE_EVIDENCE_TOTAL_BYTES, type InlineEvidence } from "#shared/wire/api.js";
+import type { ArtifactRef } from "#shared/wire/observation.js";
 import { artifactLimits } from "./artifact-limits.js";
 import { recordedContentType, sanitizeName } from "./artifact-names.js";
 import { artifactStorage, s3Settings } from "./artifact-storage-mode.js";

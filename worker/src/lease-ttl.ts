@@ -1,4 +1,4 @@
-import { parseDuration } from "../../shared/duration.js";
+import { parseDuration } from "#shared/duration.js";
 
 /** How long a lease lives without a heartbeat, unless LEASE_TTL says otherwise. Runners heartbeat at a quarter of it. */
 export const LEASE_TTL_MS = 120_000;

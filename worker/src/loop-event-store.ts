@@ -1,4 +1,4 @@
-import { foldEvents, sealEvent, type ChainHead, type EventDraft, type LoopEvent, type LoopState } from "../../shared/engine/index.js";
+import { foldEvents, sealEvent, type ChainHead, type EventDraft, type LoopEvent, type LoopState } from "#shared/engine/index.js";
 import { outboxItemsFor } from "./db/projection.js";
 import { LOOP_OBJECT_MIGRATIONS } from "./loop-object-schema.js";
 import { OWNER_TEAM } from "./auth.js";

@@ -7,10 +7,10 @@ import {
   reportObservation,
   type LoopState,
   type ReportAnswer,
-} from "../../shared/engine/index.js";
-import { MAX_WAIT_MS, type Lease, type LoopSummary } from "../../shared/wire/api.js";
-import type { Labels } from "../../shared/wire/contract.js";
-import type { Observation } from "../../shared/wire/observation.js";
+} from "#shared/engine/index.js";
+import { MAX_WAIT_MS, type Lease, type LoopSummary } from "#shared/wire/api.js";
+import type { Labels } from "#shared/wire/contract.js";
+import type { Observation } from "#shared/wire/observation.js";
 import type { Caller } from "./auth.js";
 import type { BaselineJobs } from "./baseline-jobs.js";
 import { leaseTtlMs } from "./lease-ttl.js";

@@ -12,12 +12,12 @@ import {
   type LoopState,
   type Proposal,
   type ReportAnswer,
-} from "../../shared/engine/index.js";
+} from "#shared/engine/index.js";
 import { leaseTtlMs } from "./lease-ttl.js";
-import type { Contract } from "../../shared/wire/contract.js";
-import { MAX_WAIT_MS, type AwaitingBaseline, type CandidateView, type Lease, type LoopSummary } from "../../shared/wire/api.js";
-import type { Labels } from "../../shared/wire/contract.js";
-import type { FullObservation, Observation } from "../../shared/wire/observation.js";
+import type { Contract } from "#shared/wire/contract.js";
+import { MAX_WAIT_MS, type AwaitingBaseline, type CandidateView, type Lease, type LoopSummary } from "#shared/wire/api.js";
+import type { Labels } from "#shared/wire/contract.js";
+import type { FullObservation, Observation } from "#shared/wire/observation.js";
 import { EVENTS_IN_ANSWER, LoopEventStore } from "./loop-event-store.js";
 import { summarizeLoop, viewCandidate } from "./loop-view.js";
 import { OWNER_TEAM, type Caller } from "./auth.js";

@@ -1,8 +1,8 @@
 import { bytesToHex } from "@noble/hashes/utils.js";
-import { canonicalJson } from "../../shared/canonical-json.js";
-import type { ChainHead, EventDraft } from "../../shared/engine/index.js";
-import { envelopeDigest, IN_TOTO_PAYLOAD_TYPE, receiptStatement, signEnvelope, type Envelope } from "../../shared/receipts/index.js";
-import { VERSION } from "../../shared/version.js";
+import { canonicalJson } from "#shared/canonical-json.js";
+import type { ChainHead, EventDraft } from "#shared/engine/index.js";
+import { envelopeDigest, IN_TOTO_PAYLOAD_TYPE, receiptStatement, signEnvelope, type Envelope } from "#shared/receipts/index.js";
+import { VERSION } from "#shared/version.js";
 import { writeProjection, type OutboxItem } from "./db/projection.js";
 import type { LoopEventStore } from "./loop-event-store.js";
 import { keySetOf, receiptKeyOf } from "./receipt-keys.js";

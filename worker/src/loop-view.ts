@@ -1,5 +1,5 @@
-import type { ChainHead, LoopState } from "../../shared/engine/index.js";
-import type { CandidateView, Lease, LoopSummary } from "../../shared/wire/api.js";
+import type { ChainHead, LoopState } from "#shared/engine/index.js";
+import type { CandidateView, Lease, LoopSummary } from "#shared/wire/api.js";
 
 /** The API's summary of a loop (DESIGN §8 `GET /v1/loops/:id`). */
 export function summarizeLoop(state: LoopState, head: ChainHead): LoopSummary {

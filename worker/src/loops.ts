@@ -1,7 +1,7 @@
 import type { Context } from "hono";
-import { sha256Hex } from "../../shared/hash.js";
-import { LoopId } from "../../shared/wire/api.js";
-import type { Scope } from "../../shared/wire/auth.js";
+import { sha256Hex } from "#shared/hash.js";
+import { LoopId } from "#shared/wire/api.js";
+import type { Scope } from "#shared/wire/auth.js";
 import { callerFor, OWNER_TEAM, requireScope, type AuthEnv, type Caller } from "./auth.js";
 import { z } from "zod";
 import { ApiError } from "./http-errors.js";

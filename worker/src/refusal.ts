@@ -1,4 +1,4 @@
-import type { EngineError } from "../../shared/engine/index.js";
+import type { EngineError } from "#shared/engine/index.js";
 
 // Apart from loop-object.ts, which returns it: http-errors.ts maps it to a status, and importing it from
 // loop-object.ts made a cycle (loop-object.ts imports auth.ts, receipt-keys.ts, which import http-errors.ts).

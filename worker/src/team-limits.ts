@@ -1,6 +1,6 @@
 import { count as countRows, eq } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
-import { OWNER_TEAM } from "../../shared/wire/auth.js";
+import { OWNER_TEAM } from "#shared/wire/auth.js";
 import { parseByteSize } from "./artifact-limits.js";
 import { loops } from "./db/schema.js";
 

@@ -1,6 +1,6 @@
 import os from "node:os";
 import path from "node:path";
-import type { Contract } from "../../../shared/wire/contract.js";
+import type { Contract } from "#shared/wire/contract.js";
 import { isWithin } from "../environment.js";
 import { judgingCommands } from "../protected-files.js";
 import { isConfined } from "../zones/isolation.js";

@@ -1,10 +1,10 @@
 import { execFile } from "node:child_process";
 import path from "node:path";
 import { promisify } from "node:util";
-import { changedTests, outcomeReader, type FlippingTest, type TestOutcome } from "../../../shared/determinism/flips.js";
-import { exitCodeFor, type HaltReason } from "../../../shared/wire/halt-reasons.js";
-import { gateTestId, testSetsOf, type TestSets } from "../../../shared/engine/test-sets.js";
-import type { Contract } from "../../../shared/wire/contract.js";
+import { changedTests, outcomeReader, type FlippingTest, type TestOutcome } from "#shared/determinism/flips.js";
+import { exitCodeFor, type HaltReason } from "#shared/wire/halt-reasons.js";
+import { gateTestId, testSetsOf, type TestSets } from "#shared/engine/test-sets.js";
+import type { Contract } from "#shared/wire/contract.js";
 import { Client } from "../client.js";
 import { withClone } from "../clone.js";
 import { runGates } from "../evaluate.js";
@@ -17,7 +17,7 @@ import type { LoadedContract } from "../contract-file.js";
 import { emitResult, liveStatus, paint, progress, type OutputMode } from "../output.js";
 import { resolveContract } from "../contract-resolution.js";
 import { formatRate, probeCommit, probeRuns } from "./probe.js";
-import { formatList } from "../../../shared/format-list.js";
+import { formatList } from "#shared/format-list.js";
 import { trackedFiles } from "../protected-files.js";
 import { scopeCoverage, scopeLine } from "../scope.js";
 

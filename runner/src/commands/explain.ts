@@ -1,4 +1,4 @@
-import { describeFailing, foldEvents, HALT_MEANINGS, LoopEvent, type HaltReason, type LoopState } from "../../../shared/engine/index.js";
+import { describeFailing, foldEvents, HALT_MEANINGS, LoopEvent, type HaltReason, type LoopState } from "#shared/engine/index.js";
 import { withConnection, type ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
 import { emitResult, type OutputMode } from "../output.js";

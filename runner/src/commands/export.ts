@@ -1,6 +1,6 @@
 import { writeFile } from "node:fs/promises";
 import path from "node:path";
-import { LoopEvent } from "../../../shared/engine/index.js";
+import { LoopEvent } from "#shared/engine/index.js";
 import { withConnection, type ServerOptions } from "../connect.js";
 import { UserError } from "../errors.js";
 import { EXPORT_FORMATS, exportLoop, isExportFormat } from "../exports.js";

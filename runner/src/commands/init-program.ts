@@ -1,4 +1,4 @@
-import { DEFAULT_PROTECTED } from "../../../shared/engine/index.js";
+import { DEFAULT_PROTECTED } from "#shared/engine/index.js";
 import type { StarterExec, StarterGate } from "./init-runners.js";
 
 // The starter `program.md` `init` writes (the agent's instructions: the objective, the scope, what is off

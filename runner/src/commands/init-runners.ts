@@ -1,6 +1,6 @@
 import { readdir, readFile, realpath } from "node:fs/promises";
 import path from "node:path";
-import type { TestReportSource } from "../../../shared/wire/contract.js";
+import type { TestReportSource } from "#shared/wire/contract.js";
 import { isWithin } from "../environment.js";
 import { executableIn } from "../processes.js";
 import { trackedFiles } from "../protected-files.js";

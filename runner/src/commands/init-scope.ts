@@ -1,8 +1,8 @@
 import path from "node:path";
 import picomatch from "picomatch";
 import { parse as parseToml } from "smol-toml";
-import { DEFAULT_PROTECTED_GLOBS, inScope } from "../../../shared/engine/index.js";
-import { Scope } from "../../../shared/wire/contract.js";
+import { DEFAULT_PROTECTED_GLOBS, inScope } from "#shared/engine/index.js";
+import { Scope } from "#shared/wire/contract.js";
 
 // The scope `loopwarden init` writes (DESIGN §6.4): the paths the project's own tooling declares as its
 // source, never its tests, configuration, manifests or dotfiles. Only what git tracks counts, since a

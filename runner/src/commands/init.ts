@@ -2,7 +2,7 @@ import { existsSync } from "node:fs";
 import { appendFile, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { parse as parseYaml } from "yaml";
-import { formatList } from "../../../shared/format-list.js";
+import { formatList } from "#shared/format-list.js";
 import { validateContract } from "../contract-file.js";
 import { UserError } from "../errors.js";
 import { repoRoot } from "../git.js";

@@ -1,11 +1,11 @@
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { clopperPearsonUpper, FLAKE_CONFIDENCE, runsForFlakeRate } from "../../../shared/determinism/flake-rate.js";
-import { compareRuns, type FlippingTest, type RunComparison } from "../../../shared/determinism/flips.js";
-import { formatDuration } from "../../../shared/duration.js";
-import { exitCodeFor } from "../../../shared/wire/halt-reasons.js";
-import { gateTestId, testSetsOf, type TestSets } from "../../../shared/engine/test-sets.js";
-import type { Contract } from "../../../shared/wire/contract.js";
+import { clopperPearsonUpper, FLAKE_CONFIDENCE, runsForFlakeRate } from "#shared/determinism/flake-rate.js";
+import { compareRuns, type FlippingTest, type RunComparison } from "#shared/determinism/flips.js";
+import { formatDuration } from "#shared/duration.js";
+import { exitCodeFor } from "#shared/wire/halt-reasons.js";
+import { gateTestId, testSetsOf, type TestSets } from "#shared/engine/test-sets.js";
+import type { Contract } from "#shared/wire/contract.js";
 import { UserError } from "../errors.js";
 import { evaluateCommit } from "../evaluate.js";
 import { requireNetworkIsolation } from "../exec.js";
@@ -14,7 +14,7 @@ import { requireSandbox } from "../zones/sandbox.js";
 import { dirtyPaths, excludeStateDir, headCommit, repoRoot } from "../git.js";
 import { emitResult, liveStatus, progress, type OutputMode } from "../output.js";
 import { resolveContract } from "../contract-resolution.js";
-import { formatList } from "../../../shared/format-list.js";
+import { formatList } from "#shared/format-list.js";
 
 // `loopwarden probe` (DESIGN §6.5): run the gates N times on HEAD, each run in a fresh clone exactly as
 // an evaluation runs them, and bound how often they disagree with themselves.

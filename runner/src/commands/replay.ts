@@ -1,7 +1,7 @@
-import { changedOutcomes, foldEvents, LoopEvent, median, outOfScope, standingOf, testFingerprint, type LoopState } from "../../../shared/engine/index.js";
-import type { Observation } from "../../../shared/wire/observation.js";
-import { verifyReceipt } from "../../../shared/receipts/index.js";
-import { percentValue } from "../../../shared/wire/contract.js";
+import { changedOutcomes, foldEvents, LoopEvent, median, outOfScope, standingOf, testFingerprint, type LoopState } from "#shared/engine/index.js";
+import type { Observation } from "#shared/wire/observation.js";
+import { verifyReceipt } from "#shared/receipts/index.js";
+import { percentValue } from "#shared/wire/contract.js";
 import { withClone } from "../clone.js";
 import { resolveContract, type ContractOptions } from "../contract-resolution.js";
 import { UserError } from "../errors.js";
@@ -12,7 +12,7 @@ import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { verifyEd25519 } from "../receipt-crypto.js";
 import { keyFingerprint, keyLine, receiptDocumentsFor } from "../receipt-documents.js";
 import { sampleAlone } from "../sampling.js";
-import { formatList } from "../../../shared/format-list.js";
+import { formatList } from "#shared/format-list.js";
 
 /** Exit code of a replay whose fingerprint differs: the `objective_unverified` class (DESIGN §7, §13). */
 const MISMATCH = 13;

@@ -1,9 +1,9 @@
 import { useCommandHelper } from "../spawner.js";
 import { mkdir, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { parseDuration } from "../../../shared/duration.js";
-import { HALT_EXIT_CODES, labelsSatisfy } from "../../../shared/engine/index.js";
-import type { LoopSummary, ProposeCandidateRequest } from "../../../shared/wire/api.js";
+import { parseDuration } from "#shared/duration.js";
+import { HALT_EXIT_CODES, labelsSatisfy } from "#shared/engine/index.js";
+import type { LoopSummary, ProposeCandidateRequest } from "#shared/wire/api.js";
 import type { Connection, ServerOptions } from "../connect.js";
 import type { CommandResult } from "../exec.js";
 import { UserError } from "../errors.js";
@@ -28,12 +28,12 @@ import {
 } from "../session.js";
 import { enterLoopBranch, openSession } from "../loop-opening.js";
 import { dropCloneAhead, dropPreparedClone, prepareClone } from "../clone.js";
-import type { AgentRun } from "../../../shared/engine/index.js";
-import type { AgentConfinement } from "../../../shared/wire/confinement.js";
+import type { AgentRun } from "#shared/engine/index.js";
+import type { AgentConfinement } from "#shared/wire/confinement.js";
 import { closeAgentZone, makeWorkspace, prepareWorkspace, removeWorkspace, runAgentInZone, type Workspace } from "../zones/agent-zone.js";
 import { preflightZones } from "../zones/isolation.js";
 import { scopeLine } from "../scope.js";
-import type { Contract } from "../../../shared/wire/contract.js";
+import type { Contract } from "#shared/wire/contract.js";
 import { zoneChecks } from "./doctor-zones.js";
 
 /** What `run` and `step` add when the loop they found had already halted (DESIGN §6.6). */

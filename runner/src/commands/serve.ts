@@ -1,5 +1,5 @@
 import path from "node:path";
-import { formatDuration } from "../../../shared/duration.js";
+import { formatDuration } from "#shared/duration.js";
 import { findRunningCoordinator, startLocalCoordinator } from "../local-coordinator.js";
 import { emitResult, progress, type OutputMode } from "../output.js";
 import { defaultStateDir } from "../paths.js";

@@ -1,10 +1,10 @@
-import { parseDuration } from "../../../shared/duration.js";
-import { MAX_TOKEN_LIFETIME_MS, OWNER_TEAM, Scope, type TokenView } from "../../../shared/wire/auth.js";
+import { parseDuration } from "#shared/duration.js";
+import { MAX_TOKEN_LIFETIME_MS, OWNER_TEAM, Scope, type TokenView } from "#shared/wire/auth.js";
 import { withConnection, type ServerOptions } from "../connect.js";
 import { CoordinatorError, UserError } from "../errors.js";
 import { emitResult, type OutputMode } from "../output.js";
 import { parseLabels } from "../labels.js";
-import { formatLabels } from "../../../shared/engine/labels.js";
+import { formatLabels } from "#shared/engine/labels.js";
 
 // `loopwarden team …` and `loopwarden token …` (DESIGN §11, §13): thin wrappers over the tenancy routes.
 // Without --server they act on the local coordinator as its owner, like every other local command.

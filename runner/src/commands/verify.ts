@@ -1,4 +1,4 @@
-import { verifyReceipt } from "../../../shared/receipts/index.js";
+import { verifyReceipt } from "#shared/receipts/index.js";
 import { UserError } from "../errors.js";
 import { emitResult, paint, type OutputMode } from "../output.js";
 import { verifyEd25519 } from "../receipt-crypto.js";

@@ -1,11 +1,11 @@
-import { formatDuration } from "../../../shared/duration.js";
-import { foldEvents, LoopEvent, reportedCounts, type LoopState } from "../../../shared/engine/index.js";
+import { formatDuration } from "#shared/duration.js";
+import { foldEvents, LoopEvent, reportedCounts, type LoopState } from "#shared/engine/index.js";
 import { CoordinatorError } from "../client.js";
 import { withConnection, type ServerOptions } from "../connect.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { stdoutClosed } from "../shutdown.js";
 import { resolveTarget } from "../target.js";
-import { formatInterval, formatPercent } from "../../../shared/format-percent.js";
+import { formatInterval, formatPercent } from "#shared/format-percent.js";
 
 const POLL_MS = 1_000;
 

@@ -1,8 +1,8 @@
 import { useCommandHelper } from "../spawner.js";
 import { randomBytes } from "node:crypto";
 import os from "node:os";
-import type { Lease, LoopSummary } from "../../../shared/wire/api.js";
-import type { Labels } from "../../../shared/wire/contract.js";
+import type { Lease, LoopSummary } from "#shared/wire/api.js";
+import type { Labels } from "#shared/wire/contract.js";
 import { CoordinatorError, type Client } from "../client.js";
 import { removeStaleClones } from "../clone.js";
 import { preflightZones } from "../zones/isolation.js";
@@ -19,7 +19,7 @@ import { ensureCandidateCommit, ensureCommits } from "../candidate-bundles.js";
 import { confirmAgainstT0 } from "../confirm-job.js";
 import { measureLeasedBaseline } from "../baseline.js";
 import { LoopDirectory, namedLoop, RELIST_MS } from "../loop-directory.js";
-import { BASELINE_ID } from "../../../shared/engine/index.js";
+import { BASELINE_ID } from "#shared/engine/index.js";
 import { failureLine } from "../candidate-evidence.js";
 import { foldLoop } from "../event-log.js";
 

@@ -1,7 +1,7 @@
 import { chmod, lstat, unlink } from "node:fs/promises";
 import http from "node:http";
 import net from "node:net";
-import { MAX_HOST_CONTACTS, type HostContact } from "../../../shared/wire/confinement.js";
+import { MAX_HOST_CONTACTS, type HostContact } from "#shared/wire/confinement.js";
 
 // The agent zone's only way out (DESIGN §6.7, network `allow`). The agent runs in a network namespace
 // of its own with nothing but loopback; the runner serves this HTTP proxy on a Unix socket bind-mounted

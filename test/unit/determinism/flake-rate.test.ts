@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { binomialCdf, clopperPearsonUpper, runsForFlakeRate } from "../../../shared/determinism/flake-rate.js";
+import { binomialCdf, clopperPearsonUpper, runsForFlakeRate } from "#shared/determinism/flake-rate.js";
 
 describe("flake-rate bounds (DESIGN §6.5)", () => {
   // Reference values: scipy.stats.beta.ppf(0.95, k + 1, n - k), the Clopper-Pearson one-sided upper bound.

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { changedTests, compareRuns, outcomeReader } from "../../../shared/determinism/flips.js";
+import { changedTests, compareRuns, outcomeReader } from "#shared/determinism/flips.js";
 
 const run = (passing: string[], failing: string[] = []) => ({ passing, failing });
 

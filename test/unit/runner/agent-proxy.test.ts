@@ -6,7 +6,7 @@ import os from "node:os";
 import path from "node:path";
 import { quote } from "shell-quote";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { MAX_HOST_CONTACTS } from "../../../shared/wire/confinement.js";
+import { MAX_HOST_CONTACTS } from "#shared/wire/confinement.js";
 import { freePort } from "../../../runner/src/free-port.js";
 import { findExecutable } from "../../../runner/src/processes.js";
 import { isAllowed, startAgentProxy, type AgentProxy } from "../../../runner/src/zones/agent-proxy.js";

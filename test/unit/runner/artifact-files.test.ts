@@ -15,9 +15,9 @@ import {
   uploadArtifactFiles,
 } from "../../../runner/src/artifact-files.js";
 import { CoordinatorError, type Client } from "../../../runner/src/client.js";
-import { sha256Hex } from "../../../shared/hash.js";
-import { INLINE_EVIDENCE_MAX_BYTES, INLINE_EVIDENCE_MAX_FILES, INLINE_EVIDENCE_TOTAL_BYTES } from "../../../shared/wire/api.js";
-import { ArtifactError, MAX_ARTIFACT_ERRORS, type ArtifactRef } from "../../../shared/wire/observation.js";
+import { sha256Hex } from "#shared/hash.js";
+import { INLINE_EVIDENCE_MAX_BYTES, INLINE_EVIDENCE_MAX_FILES, INLINE_EVIDENCE_TOTAL_BYTES } from "#shared/wire/api.js";
+import { ArtifactError, MAX_ARTIFACT_ERRORS, type ArtifactRef } from "#shared/wire/observation.js";
 import { MetricLog } from "../../../runner/src/sampling.js";
 import { tempDir } from "../../support/cli.js";
 

@@ -3,9 +3,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { sha256Hex } from "../../../shared/hash.js";
+import { sha256Hex } from "#shared/hash.js";
 import { bundleOf, bundleTips, ensureCommits, proposalBundle, withBundleUploaded } from "../../../runner/src/candidate-bundles.js";
-import type { ProposeCandidateRequest } from "../../../shared/wire/api.js";
+import type { ProposeCandidateRequest } from "#shared/wire/api.js";
 import type { Client } from "../../../runner/src/client.js";
 
 // Candidate commits travel between checkouts as git bundles: made by the proposer from HEAD (or a ref

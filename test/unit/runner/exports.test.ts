@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import type { EventDraft } from "../../../shared/engine/index.js";
-import { sha256Hex } from "../../../shared/hash.js";
-import { Contract } from "../../../shared/wire/contract.js";
-import type { GateResult, Observation } from "../../../shared/wire/observation.js";
+import type { EventDraft } from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
+import { Contract } from "#shared/wire/contract.js";
+import type { GateResult, Observation } from "#shared/wire/observation.js";
 import { benchmarkCsv, candidatesJsonl, csvRecord, exportLoop, resultsTsv, tsvField } from "../../../runner/src/exports.js";
 import { AGENT_FAILED, AGENT_OK, LoopHarness, TEST_IDS, commitOf } from "../engine-harness.js";
 

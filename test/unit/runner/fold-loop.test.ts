@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { foldEvents, sealEvent, type ChainHead, type EventDraft } from "../../../shared/engine/index.js";
+import { foldEvents, sealEvent, type ChainHead, type EventDraft } from "#shared/engine/index.js";
 import type { Client } from "../../../runner/src/client.js";
 import { foldAnswered, foldLoop, stateAtHead, testBaseOf } from "../../../runner/src/event-log.js";
 import type { Session } from "../../../runner/src/session.js";

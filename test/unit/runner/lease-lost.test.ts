@@ -1,7 +1,7 @@
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { foldEvents } from "../../../shared/engine/index.js";
-import type { Lease } from "../../../shared/wire/api.js";
+import { foldEvents } from "#shared/engine/index.js";
+import type { Lease } from "#shared/wire/api.js";
 import { CoordinatorError, type Client } from "../../../runner/src/client.js";
 import { validateContract } from "../../../runner/src/contract-file.js";
 import { evaluateLease } from "../../../runner/src/lease-job.js";

@@ -4,7 +4,7 @@ import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadPendingCreate, savePendingCreate, stageBaselineFiles, uploadPendingFiles } from "../../../runner/src/pending-create.js";
 import type { Client } from "../../../runner/src/client.js";
-import { sha256Hex } from "../../../shared/hash.js";
+import { sha256Hex } from "#shared/hash.js";
 
 // A loop's creation is kept on disk across a crash (DESIGN §6.6): what was saved comes back whole, and
 // a file a crash left unreadable is no creation rather than an error on every later run.

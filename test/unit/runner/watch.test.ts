@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { describeEvent } from "../../../runner/src/commands/watch.js";
-import type { LoopEvent } from "../../../shared/engine/index.js";
+import type { LoopEvent } from "#shared/engine/index.js";
 
 const verdict = (decision: "promoted" | "rejected" | "need_samples", reason: "improved" | "not_improved" | "undecided"): LoopEvent => ({
   type: "verdict",

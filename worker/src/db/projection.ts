@@ -1,7 +1,7 @@
 import { sql } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import type { BatchItem } from "drizzle-orm/batch";
-import type { LoopEvent, LoopState } from "../../../shared/engine/index.js";
+import type { LoopEvent, LoopState } from "#shared/engine/index.js";
 import { candidates, eventsIndex, loops, receipts, type CandidateRow, type EventIndexRow, type LoopRow, type ReceiptRow } from "./schema.js";
 
 /** One row for the D1 projection, queued in the LoopObject's outbox in the decision's transaction. */

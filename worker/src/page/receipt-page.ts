@@ -1,8 +1,8 @@
 import { html } from "hono/html";
-import { BASELINE_ID, HALT_MEANINGS, type CandidateState, type LoopState, type StoredEvidence } from "../../../shared/engine/index.js";
-import type { ArtifactRef } from "../../../shared/wire/observation.js";
-import type { ConfinementAttestation, ReceiptStatement } from "../../../shared/receipts/index.js";
-import { formatInterval, formatPercent } from "../../../shared/format-percent.js";
+import { BASELINE_ID, HALT_MEANINGS, type CandidateState, type LoopState, type StoredEvidence } from "#shared/engine/index.js";
+import type { ArtifactRef } from "#shared/wire/observation.js";
+import type { ConfinementAttestation, ReceiptStatement } from "#shared/receipts/index.js";
+import { formatInterval, formatPercent } from "#shared/format-percent.js";
 
 // The public receipt page (DESIGN §9): what the loop set out to do, why it stopped and how its zones were
 // confined (DESIGN §6.7), the baseline against the best, every candidate with its verdict and its stored

@@ -8,8 +8,8 @@ import {
   type ArtifactList,
   type ArtifactStored,
   type UploadedPart,
-} from "../../../shared/wire/api.js";
-import { Sha256 } from "../../../shared/wire/observation.js";
+} from "#shared/wire/api.js";
+import { Sha256 } from "#shared/wire/observation.js";
 import { MAX_PARTS, artifactLimits, uploadSizes, type ArtifactLimits } from "../artifact-limits.js";
 import { downloadHeaders, recordedContentType, sanitizeName } from "../artifact-names.js";
 import { artifactStorage } from "../artifact-storage-mode.js";

@@ -1,7 +1,7 @@
 import { Hono, type Context } from "hono";
-import { canonicalJson } from "../../../shared/canonical-json.js";
-import { isBaselineLeaseId } from "../../../shared/engine/index.js";
-import { sha256Hex } from "../../../shared/hash.js";
+import { canonicalJson } from "#shared/canonical-json.js";
+import { isBaselineLeaseId } from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
 import {
   BaselineReportRequest,
   HeartbeatRequest,
@@ -11,8 +11,8 @@ import {
   type InlineEvidence,
   type ReleaseResponse,
   type ReportResponse,
-} from "../../../shared/wire/api.js";
-import type { Observation } from "../../../shared/wire/observation.js";
+} from "#shared/wire/api.js";
+import type { Observation } from "#shared/wire/observation.js";
 import { unverifiedIn } from "../artifact-store.js";
 import { storeInlineEvidence } from "../inline-evidence.js";
 import { ApiError, refusalError } from "../http-errors.js";

@@ -2,8 +2,8 @@ import { desc, lt, or, and, eq } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import { Hono } from "hono";
 import { z } from "zod";
-import { canonicalJson } from "../../../shared/canonical-json.js";
-import { sha256Hex } from "../../../shared/hash.js";
+import { canonicalJson } from "#shared/canonical-json.js";
+import { sha256Hex } from "#shared/hash.js";
 import {
   CreateLoopRequest,
   LeaseRequest,
@@ -17,7 +17,7 @@ import {
   IssueReceiptRequest,
   MAX_WAIT_MS,
   type ConfirmResponse,
-} from "../../../shared/wire/api.js";
+} from "#shared/wire/api.js";
 import { loops } from "../db/schema.js";
 import { unverifiedIn } from "../artifact-store.js";
 import { storeInlineEvidence } from "../inline-evidence.js";
@@ -27,7 +27,7 @@ import { leaseTtlMs } from "../lease-ttl.js";
 import { eventsAfterOf, loopIdFor, loopStub, openLoop } from "../loops.js";
 import { readJson, readParam } from "../validate.js";
 import { newLoopRefusal, teamLimits } from "../team-limits.js";
-import { Sha256 } from "../../../shared/wire/observation.js";
+import { Sha256 } from "#shared/wire/observation.js";
 
 /** Loop routes of DESIGN §8, mounted at `/v1/loops`. */
 export const loopRoutes = new Hono<AuthEnv>();

@@ -2,9 +2,9 @@ import { bytesToHex } from "@noble/hashes/utils.js";
 import { and, desc, eq, sql } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import { Hono, type Context } from "hono";
-import { parseDuration } from "../../../shared/duration.js";
-import { formatLabels, labelsSatisfy } from "../../../shared/engine/labels.js";
-import { Labels } from "../../../shared/wire/contract.js";
+import { parseDuration } from "#shared/duration.js";
+import { formatLabels, labelsSatisfy } from "#shared/engine/labels.js";
+import { Labels } from "#shared/wire/contract.js";
 import {
   CreateTeamRequest,
   CreateTokenRequest,
@@ -19,7 +19,7 @@ import {
   type TokenList,
   type TokenRevoked,
   type TokenView,
-} from "../../../shared/wire/auth.js";
+} from "#shared/wire/auth.js";
 import { grantedScopes, mintToken, requireScope, type AuthEnv, type Principal } from "../auth.js";
 import { teams, tokens, type TokenRow } from "../db/schema.js";
 import { loopStub } from "../loops.js";
