@@ -5,7 +5,7 @@
 // presigned URLs the coordinator answers, one PUT up to 95 MiB, one presigned UploadPart per 64 MiB part
 // above. Files of 10 MiB and 500 MiB of random bytes; each repetition uploads fresh bytes, so the
 // content-addressed store never answers "exists"; loopwarden and curl alternate. What is timed for
-// loopwarden is `Client.uploadArtifactFile` (runner/src/client.ts), the call the runner makes for each of
+// loopwarden is `Client.uploadArtifactFile` (runner/src/coordinator/client.ts), the call the runner makes for each of
 // a contract's `artifacts` files, on a loop created through the API: the sha256 pass over the file, the
 // upload intent, the PUT or parts, `complete`, and in S3 mode the intent asked again after a single PUT
 // (the coordinator verifies and records the object then). Each mode and size's first upload is
@@ -21,8 +21,8 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
-import { Client } from "../runner/src/client.js";
-import { freePort } from "../runner/src/free-port.js";
+import { Client } from "../runner/src/coordinator/client.js";
+import { freePort } from "../runner/src/coordinator/free-port.js";
 import { ArtifactIntentResponse } from "#shared/wire/api.js";
 import { Contract } from "#shared/wire/contract.js";
 import { api, startCoordinator, TEST_OWNER_TOKEN, type TestCoordinator } from "../test/support/cli.js";
@@ -36,9 +36,9 @@ const SIZES_MIB = option("--sizes")?.split(",").map(Number) ?? [10, 500];
 const REPETITIONS = Number(option("--repetitions") ?? 3);
 const only = option("--only");
 const TRIAL = args.length > 0;
-/** The coordinator's split (worker/src/artifact-limits.ts, typed for workerd): one PUT up to 95 MiB, else 64 MiB parts. */
+/** The coordinator's split (worker/src/artifacts/artifact-limits.ts, typed for workerd): one PUT up to 95 MiB, else 64 MiB parts. */
 const PUT_MAX_BYTES = 95 * MiB;
-/** Parts the extra floor sends at once (the runner's own bound for files is 4 uploads at a time, runner/src/artifact-files.ts). */
+/** Parts the extra floor sends at once (the runner's own bound for files is 4 uploads at a time, runner/src/evaluation/artifact-files.ts). */
 const PARALLEL_PARTS = 4;
 const CONTENT_TYPE = "application/octet-stream";
 const BUCKET = "loopwarden-bench";
@@ -211,7 +211,7 @@ async function createLoop(client: Client, key: string): Promise<string> {
 /**
  * One of this bench's own requests (untimed), sent again when its connection was dropped: a pooled
  * keep-alive connection can be found closed by the coordinator after a long curl upload ("other side
- * closed"). The runner's client retries such failures itself (runner/src/client.ts `send`).
+ * closed"). The runner's client retries such failures itself (runner/src/coordinator/client.ts `send`).
  */
 async function untimed(url: string, init: RequestInit): Promise<Response> {
   for (let attempt = 1; ; attempt++) {
@@ -253,7 +253,7 @@ interface Traced {
 /** A request that was answered with success, not one the client then sent again. */
 const isAnswered = (request: Traced) => /^2\d\d$/.test(request.status);
 
-/** Which step of an upload a traced request was (runner/src/client.ts `uploadBlob`). */
+/** Which step of an upload a traced request was (runner/src/coordinator/client.ts `uploadBlob`). */
 function phaseOf(method: string, target: string, earlier: readonly Traced[]): string {
   const where = target.split("?")[0] ?? "";
   if (method === "POST" && where.endsWith("/artifacts"))
@@ -315,7 +315,7 @@ interface Row {
 }
 
 const rows: Row[] = [];
-/** The runner's requests that failed and that its client sent again (runner/src/client.ts `send`). */
+/** The runner's requests that failed and that its client sent again (runner/src/coordinator/client.ts `send`). */
 const resent: string[] = [];
 /** curl floors that failed and were run again. */
 const curlFailures: string[] = [];
@@ -517,7 +517,7 @@ say(
 );
 say();
 say(
-  `Each row uploads files of random bytes, fresh for every upload (content-addressed storage never answers "exists"), ${REPETITIONS} repetitions, loopwarden and curl alternating; median and range of the wall time, throughput at the median. **loopwarden** is \`Client.uploadArtifactFile\` (runner/src/client.ts), the runner's upload of one of a contract's \`artifacts\` files, from the call to its answer: the sha256 pass over the file, the upload intent, the PUT or the parts, \`complete\`, and in S3 mode the intent asked again after a single PUT. **curl** is \`curl -T FILE URL\` of another file of the same size to the URLs an intent for that file answered (the intent asked beforehand, untimed): the same endpoint, the same requests, the bytes alone. The ratio is loopwarden's median over the floor's median. Both coordinators are \`loopwarden serve\` (the built worker in workerd through Miniflare) in processes of their own, as is the store; the client and curl run on the same 2 cores as they do.`,
+  `Each row uploads files of random bytes, fresh for every upload (content-addressed storage never answers "exists"), ${REPETITIONS} repetitions, loopwarden and curl alternating; median and range of the wall time, throughput at the median. **loopwarden** is \`Client.uploadArtifactFile\` (runner/src/coordinator/client.ts), the runner's upload of one of a contract's \`artifacts\` files, from the call to its answer: the sha256 pass over the file, the upload intent, the PUT or the parts, \`complete\`, and in S3 mode the intent asked again after a single PUT. **curl** is \`curl -T FILE URL\` of another file of the same size to the URLs an intent for that file answered (the intent asked beforehand, untimed): the same endpoint, the same requests, the bytes alone. The ratio is loopwarden's median over the floor's median. Both coordinators are \`loopwarden serve\` (the built worker in workerd through Miniflare) in processes of their own, as is the store; the client and curl run on the same 2 cores as they do.`,
 );
 say();
 say("| mode | file | loopwarden's requests | loopwarden | MiB/s | floor | curl | MiB/s | **ratio** | download |");

@@ -4,8 +4,8 @@
 // JSON line: { load_ms, healthy_ms, created_ms } (the last two counted after loading).
 // Usage: tsx bench/coordinator-start.ts miniflare|wrangler STATE_DIR
 import path from "node:path";
-import { Client } from "../runner/src/client.js";
-import { startLocalCoordinator } from "../runner/src/local-coordinator.js";
+import { Client } from "../runner/src/coordinator/client.js";
+import { startLocalCoordinator } from "../runner/src/coordinator/local-coordinator.js";
 import { Contract } from "#shared/wire/contract.js";
 import { TEST_OWNER_TOKEN } from "../test/support/cli.js";
 import { applyWranglerMigrations, startWranglerDev } from "../test/support/wrangler-dev.js";

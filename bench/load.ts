@@ -272,7 +272,7 @@ interface Context {
 
 interface Malformed {
   name: string;
-  /** The status the API defines for it (DESIGN §8, worker/src/http-errors.ts). */
+  /** The status the API defines for it (DESIGN §8, worker/src/http/http-errors.ts). */
   status: number;
   code: string;
   /** A body over the cap with its Content-Length: workerd may reset the connection before the 413 is read. */

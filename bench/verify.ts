@@ -28,7 +28,7 @@ import { sha256Hex } from "#shared/hash.js";
 import { IN_TOTO_PAYLOAD_TYPE, jwkThumbprint, receiptStatement, signEnvelope, verifyReceipt } from "#shared/receipts/index.js";
 import { Contract } from "#shared/wire/contract.js";
 import type { FullObservation } from "#shared/wire/observation.js";
-import { verifyEd25519 } from "../runner/src/receipt-crypto.js";
+import { verifyEd25519 } from "../runner/src/receipts/receipt-crypto.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 // The CLI an installed package runs, which this bench's npm script builds first (`npm run build:cli`).

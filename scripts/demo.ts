@@ -7,7 +7,7 @@ import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { startLocalCoordinator } from "../runner/src/local-coordinator.js";
+import { startLocalCoordinator } from "../runner/src/coordinator/local-coordinator.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const bin = path.join(root, "runner", "bin", "loopwarden.js");

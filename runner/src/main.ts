@@ -3,7 +3,7 @@ import { VERSION } from "#shared/version.js";
 // Only what every command needs: the commands, the client and their schemas load lazily.
 import { CoordinatorError, UserError } from "./errors.js";
 import { emitResult, type OutputMode } from "./output.js";
-import { surviveClosedPipes } from "./shutdown.js";
+import { surviveClosedPipes } from "./process/shutdown.js";
 import { registerTenancyCommands, type GlobalOptions } from "./cli-tenancy.js";
 
 // Commands are loaded lazily, so `--version` and `--help` never load the worker tooling.

@@ -1,7 +1,7 @@
 import { open, readFile, rm, stat } from "node:fs/promises";
 
 // One lock for the few things only one process may do at a time: start the warm local coordinator of a
-// state directory (runner/src/warm-coordinator.ts), build the worker bundle (worker-bundle.ts). Here,
+// state directory (runner/src/coordinator/warm-coordinator.ts), build the worker bundle (worker-bundle.ts). Here,
 // under scripts/lib, because both the runner and the build use it and the build imports no runner code.
 //
 // The lock is a file created exclusively (`open(…, "wx")`) that names its owner's pid. A lock whose owner

@@ -6,7 +6,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LoopEvent } from "#shared/engine/index.js";
 import { ArtifactIntentResponse, ArtifactList } from "#shared/wire/api.js";
-import { Client } from "../../runner/src/client.js";
+import { Client } from "../../runner/src/coordinator/client.js";
 import { TEST_OWNER_TOKEN, api, makeRepo, recordedLoopId, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
 import { profiledAnswerProject } from "../support/profiled-answer-project.js";
 

@@ -2,7 +2,7 @@ import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
-import { freePort } from "../../runner/src/free-port.js";
+import { freePort } from "../../runner/src/coordinator/free-port.js";
 import { ROOT, gitIn, loopEvents, makeRepo, recordedLoopId, tempDir } from "../support/cli.js";
 import {
   Terminal,

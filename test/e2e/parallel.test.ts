@@ -5,8 +5,8 @@ import { describe, expect, it } from "vitest";
 import { foldEvents, verifyChain, type LoopEvent } from "#shared/engine/index.js";
 import { sha256Hex } from "#shared/hash.js";
 import { rederive } from "#shared/receipts/verify.js";
-import { uploadCandidateBundle } from "../../runner/src/candidate-bundles.js";
-import { Client } from "../../runner/src/client.js";
+import { uploadCandidateBundle } from "../../runner/src/loop/candidate-bundles.js";
+import { Client } from "../../runner/src/coordinator/client.js";
 import {
   TEST_OWNER_TOKEN,
   clonesOf,

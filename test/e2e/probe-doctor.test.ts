@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync }
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startLoopbackServer, type LoopbackServer } from "../support/loopback.js";
-import { freePort } from "../../runner/src/free-port.js";
+import { freePort } from "../../runner/src/coordinator/free-port.js";
 import { makeRepo, runCli, tempDir } from "../support/cli.js";
 
 // probe and doctor (DESIGN §6.5, §13) through the real CLI: gates run in fresh clones exactly as

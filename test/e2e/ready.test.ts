@@ -1,6 +1,6 @@
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { freePort } from "../../runner/src/free-port.js";
+import { freePort } from "../../runner/src/coordinator/free-port.js";
 import { isGoneWithin } from "../support/process.js";
 import { ROOT, TEST_OWNER_TOKEN, exitOf, startCli, tempDir } from "../support/cli.js";
 

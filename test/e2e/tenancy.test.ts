@@ -2,7 +2,7 @@ import { readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { TokenList } from "#shared/wire/auth.js";
-import { freePort } from "../../runner/src/free-port.js";
+import { freePort } from "../../runner/src/coordinator/free-port.js";
 import { api, exitOf, runCli, sharedCoordinator, startCli, tempDir, waitFor, type CliResult } from "../support/cli.js";
 
 // `loopwarden team …` and `loopwarden token …` (DESIGN §11, §13) against a local coordinator, as its

@@ -3,7 +3,7 @@ import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Client } from "../../runner/src/client.js";
+import { Client } from "../../runner/src/coordinator/client.js";
 import { TEST_OWNER_TOKEN, api, makeRepo, recordedLoopId, runCli, sharedCoordinator } from "../support/cli.js";
 
 // A multipart upload resumed against the real coordinator (binding mode, DESIGN §10): a runner that lost

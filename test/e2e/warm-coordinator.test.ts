@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { cpSync, existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isProcessAlive } from "../../runner/src/processes.js";
+import { isProcessAlive } from "../../runner/src/process/processes.js";
 import { ROOT, makeRepo, runCli, tempDir, waitFor, type CliResult } from "../support/cli.js";
 
 // The warm local coordinator (DESIGN §12): a command that needs the local coordinator starts one in a

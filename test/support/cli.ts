@@ -4,7 +4,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll } from "vitest";
-import { freePort } from "../../runner/src/free-port.js";
+import { freePort } from "../../runner/src/coordinator/free-port.js";
 import { LoopEvent } from "#shared/engine/index.js";
 
 /** The repository root. */

@@ -1,6 +1,6 @@
 import { spawn, spawnSync } from "node:child_process";
 import path from "node:path";
-import { freePort } from "../../runner/src/free-port.js";
+import { freePort } from "../../runner/src/coordinator/free-port.js";
 import { wranglerBin } from "../../scripts/lib/worker-bundle.js";
 import { ROOT, TEST_OWNER_TOKEN, exitOf } from "./cli.js";
 

@@ -8,7 +8,7 @@ import { rederive } from "#shared/receipts/verify.js";
 import { receiptStatement } from "#shared/receipts/statement.js";
 import { Contract } from "#shared/wire/contract.js";
 import { LoopSummary } from "#shared/wire/api.js";
-import { summarizeLoop } from "../../worker/src/loop-view.js";
+import { summarizeLoop } from "../../worker/src/loop/loop-view.js";
 import { ROOT } from "../support/cli.js";
 
 // Logs already stored must keep verifying and folding when the event format changes (DESIGN §9: the log

@@ -19,7 +19,7 @@ import {
   type PublicJwk,
   type Signer,
 } from "#shared/receipts/index.js";
-import { verifyEd25519 } from "../../runner/src/receipt-crypto.js";
+import { verifyEd25519 } from "../../runner/src/receipts/receipt-crypto.js";
 import { verifyCommand } from "../../runner/src/commands/verify.js";
 import type { ExecConfinement } from "#shared/wire/confinement.js";
 import { verifyIndependently } from "../support/independent-verifier.js";

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { ProposeCandidateResponse, ReportResponse } from "#shared/wire/api.js";
-import { EVENTS_IN_ANSWER } from "../../worker/src/loop-event-store.js";
+import { EVENTS_IN_ANSWER } from "../../worker/src/loop/loop-event-store.js";
 import { TEST_IDS, call, candidateBody, createLoop, logOf, ndjson, observationOf, postJson } from "./fixtures.js";
 
 // A proposal or a report sent with `?events_after=N` (the last event its runner has folded) is answered

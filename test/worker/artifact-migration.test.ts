@@ -1,7 +1,7 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { sha256Hex } from "#shared/hash.js";
-import { artifactKey } from "../../worker/src/artifact-store.js";
+import { artifactKey } from "../../worker/src/artifacts/artifact-store.js";
 import { TEST_IDS, call, createLoop, postJson } from "./fixtures.js";
 
 // Migration 0004 (DESIGN §10, invariant 9): each loop's artifacts get a running total, backfilled once

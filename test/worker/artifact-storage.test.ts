@@ -3,8 +3,8 @@ import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test"
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { sha256Hex } from "#shared/hash.js";
 import { app } from "../../worker/src/app.js";
-import { s3Settings } from "../../worker/src/artifact-storage-mode.js";
-import { s3Storage } from "../../worker/src/artifact-storage-s3.js";
+import { s3Settings } from "../../worker/src/artifacts/artifact-storage-mode.js";
+import { s3Storage } from "../../worker/src/artifacts/artifact-storage-s3.js";
 import { TEST_IDS, candidateBody, createLoop, logOf, observationOf, proposeAndLease } from "./fixtures.js";
 
 // Which storage a deployment's artifacts go to (DESIGN §10): the R2 binding unless S3 settings are

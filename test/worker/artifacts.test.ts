@@ -5,10 +5,10 @@ import { beforeAll, describe, expect, it, vi } from "vitest";
 import { sha256Hex } from "#shared/hash.js";
 import { ArtifactIntentResponse, ArtifactList, ArtifactStored, UploadedPart } from "#shared/wire/api.js";
 import { app } from "../../worker/src/app.js";
-import { MAX_PUT_BYTES, MIN_PART_BYTES, PART_SIZE, artifactLimits, parseByteSize } from "../../worker/src/artifact-limits.js";
-import { sanitizeName } from "../../worker/src/artifact-names.js";
-import { artifactKey } from "../../worker/src/artifact-store.js";
-import { recordArtifact } from "../../worker/src/artifact-rows.js";
+import { MAX_PUT_BYTES, MIN_PART_BYTES, PART_SIZE, artifactLimits, parseByteSize } from "../../worker/src/artifacts/artifact-limits.js";
+import { sanitizeName } from "../../worker/src/artifacts/artifact-names.js";
+import { artifactKey } from "../../worker/src/artifacts/artifact-store.js";
+import { recordArtifact } from "../../worker/src/artifacts/artifact-rows.js";
 import { TEST_IDS, call, createLoop, postJson } from "./fixtures.js";
 
 // Artifacts through the R2 binding (DESIGN §10): an intent answers `exists`, one PUT, or a multipart

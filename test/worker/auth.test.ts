@@ -2,9 +2,9 @@ import { env } from "cloudflare:workers";
 import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { TokenList } from "#shared/wire/auth.js";
-import { MAX_PUT_BYTES } from "../../worker/src/artifact-limits.js";
+import { MAX_PUT_BYTES } from "../../worker/src/artifacts/artifact-limits.js";
 import { app } from "../../worker/src/app.js";
-import { RATE_LIMIT_PERIOD_S } from "../../worker/src/auth.js";
+import { RATE_LIMIT_PERIOD_S } from "../../worker/src/http/auth.js";
 import { call, candidateBody, createLoopBody, drainOutbox, logOf, observationOf, postJson } from "./fixtures.js";
 
 // Tenancy and auth (DESIGN §11): every API route needs a token; a team sees only its own loops (another

@@ -1,7 +1,7 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { sha256Hex } from "#shared/hash.js";
-import { MAX_PUT_BYTES } from "../../worker/src/artifact-limits.js";
+import { MAX_PUT_BYTES } from "../../worker/src/artifacts/artifact-limits.js";
 import { app } from "../../worker/src/app.js";
 import { call, candidateBody, createLoopBody, drainOutbox, logOf, ndjson, observationOf, parseJsonl, pendingBaselineOf, postJson } from "./fixtures.js";
 

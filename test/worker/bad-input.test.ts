@@ -1,8 +1,8 @@
 import { env } from "cloudflare:workers";
 import { beforeAll, describe, expect, it } from "vitest";
 import { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "../../worker/src/app.js";
-import { loopIdFor } from "../../worker/src/loops.js";
-import { OWNER_TEAM } from "../../worker/src/auth.js";
+import { loopIdFor } from "../../worker/src/http/loop-access.js";
+import { OWNER_TEAM } from "../../worker/src/http/auth.js";
 import {
   TEST_IDS,
   call,

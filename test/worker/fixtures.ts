@@ -1,7 +1,7 @@
 import { env, exports } from "cloudflare:workers";
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { sha256Hex } from "#shared/hash.js";
-import { OWNER_TEAM, type Caller } from "../../worker/src/auth.js";
+import { OWNER_TEAM, type Caller } from "../../worker/src/http/auth.js";
 import type { ContractInput } from "#shared/wire/contract.js";
 import type { ArtifactRef, FullObservation } from "#shared/wire/observation.js";
 

@@ -3,9 +3,9 @@ import { beforeAll, describe, expect, it, vi } from "vitest";
 import { sha256Hex } from "#shared/hash.js";
 import { ArtifactIntentResponse, UploadedPart } from "#shared/wire/api.js";
 import { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "../../worker/src/app.js";
-import { OWNER_TEAM } from "../../worker/src/auth.js";
-import { loopIdFor } from "../../worker/src/loops.js";
-import { MAX_PUT_BYTES, PART_SIZE } from "../../worker/src/artifact-limits.js";
+import { OWNER_TEAM } from "../../worker/src/http/auth.js";
+import { loopIdFor } from "../../worker/src/http/loop-access.js";
+import { MAX_PUT_BYTES, PART_SIZE } from "../../worker/src/artifacts/artifact-limits.js";
 import {
   TEST_IDS,
   call,

@@ -5,7 +5,7 @@ import { sha256Hex } from "#shared/hash.js";
 import { INLINE_EVIDENCE_MAX_BYTES } from "#shared/wire/api.js";
 import type { ArtifactRef } from "#shared/wire/observation.js";
 import { app } from "../../worker/src/app.js";
-import { artifactKey } from "../../worker/src/artifact-store.js";
+import { artifactKey } from "../../worker/src/artifacts/artifact-store.js";
 import { TEST_IDS, call, candidateBody, createLoop, logOf, ndjson, observationOf, postJson, proposeAndLease } from "./fixtures.js";
 
 // A report's inline evidence (DESIGN §10): a gate's log sent with the report instead of uploaded before

@@ -5,9 +5,9 @@ import { describe, expect, it } from "vitest";
 import { sha256Hex } from "#shared/hash.js";
 import type { ArtifactRef } from "#shared/wire/observation.js";
 import { app } from "../../worker/src/app.js";
-import { recordArtifact, teamUsedBytes } from "../../worker/src/artifact-rows.js";
-import { RATE_LIMIT_PERIOD_S } from "../../worker/src/auth.js";
-import { loopIdFor } from "../../worker/src/loops.js";
+import { recordArtifact, teamUsedBytes } from "../../worker/src/artifacts/artifact-rows.js";
+import { RATE_LIMIT_PERIOD_S } from "../../worker/src/http/auth.js";
+import { loopIdFor } from "../../worker/src/http/loop-access.js";
 import { NOT_FOUND_MAX_AGE_S } from "../../worker/src/routes/receipts.js";
 import { candidateBody, createLoopBody, drainOutbox, ndjson, observationOf, readLoopObject } from "./fixtures.js";
 

@@ -19,9 +19,9 @@ import {
 import { sha256Hex } from "#shared/hash.js";
 import { Contract } from "#shared/wire/contract.js";
 import { outboxItemsFor, writeProjection, type OutboxItem } from "../../worker/src/db/projection.js";
-import { LEASE_TTL_MS } from "../../worker/src/lease-ttl.js";
-import { loopIdFor } from "../../worker/src/loops.js";
-import { OWNER_TEAM } from "../../worker/src/auth.js";
+import { LEASE_TTL_MS } from "../../worker/src/loop/lease-ttl.js";
+import { loopIdFor } from "../../worker/src/http/loop-access.js";
+import { OWNER_TEAM } from "../../worker/src/http/auth.js";
 import {
   TEST_IDS,
   candidateBody,

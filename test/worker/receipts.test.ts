@@ -17,10 +17,10 @@ import {
   type Envelope,
 } from "#shared/receipts/index.js";
 import { ReceiptIssued, LoopSummary } from "#shared/wire/api.js";
-import { artifactKey } from "../../worker/src/artifact-store.js";
+import { artifactKey } from "../../worker/src/artifacts/artifact-store.js";
 import { app } from "../../worker/src/app.js";
 import { receiptKeyOf } from "../../worker/src/receipt-keys.js";
-import type { LoopObject } from "../../worker/src/loop-object.js";
+import type { LoopObject } from "../../worker/src/loop/loop-object.js";
 import { OWNER_CALLER, call, createLoop, createLoopBody, loopObject, observationOf, postJson, proposeAndLease } from "./fixtures.js";
 
 // Receipts from the coordinator (DESIGN §8, §9): issued at the halt and on demand, served by an

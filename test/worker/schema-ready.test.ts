@@ -1,6 +1,6 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { REQUIRED_MIGRATIONS } from "../../worker/src/schema-ready.js";
+import { REQUIRED_MIGRATIONS } from "../../worker/src/http/schema-ready.js";
 import { call, postJson } from "./fixtures.js";
 
 // Ready means ready: until D1 has every migration the worker needs, /healthz, the API and the receipt
@@ -16,7 +16,7 @@ async function teamRows(): Promise<number> {
 }
 
 describe("schema readiness", () => {
-  it("the worker requires exactly the migrations in migrations/ (add a new one to REQUIRED_MIGRATIONS in worker/src/schema-ready.ts)", () => {
+  it("the worker requires exactly the migrations in migrations/ (add a new one to REQUIRED_MIGRATIONS in worker/src/http/schema-ready.ts)", () => {
     // TEST_MIGRATIONS is what readD1Migrations read from migrations/ (test/worker/vitest.config.ts).
     expect([...REQUIRED_MIGRATIONS]).toEqual(env.TEST_MIGRATIONS.map((migration) => migration.name));
   });

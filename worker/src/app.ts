@@ -1,16 +1,16 @@
 import { Hono, type Context, type Next } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { VERSION } from "#shared/version.js";
-import { ApiError, handleError } from "./http-errors.js";
+import { ApiError, handleError } from "./http/http-errors.js";
 import { artifactRoutes } from "./routes/artifacts.js";
 import { leaseRoutes } from "./routes/leases.js";
 import { loopRoutes } from "./routes/loops.js";
 import { receiptRoutes } from "./routes/receipts.js";
 import { tenancyRoutes } from "./routes/tenancy.js";
-import { requireToken, type AuthEnv } from "./auth.js";
-import { missingMigrations, notReady, requireSchema } from "./schema-ready.js";
-import { clientAddress, holdToLimit } from "./rate-limits.js";
-import { bodyCaps, MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "./validate.js";
+import { requireToken, type AuthEnv } from "./http/auth.js";
+import { missingMigrations, notReady, requireSchema } from "./http/schema-ready.js";
+import { clientAddress, holdToLimit } from "./http/rate-limits.js";
+import { bodyCaps, MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "./http/validate.js";
 
 export { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES };
 

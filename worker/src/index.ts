@@ -1,5 +1,5 @@
 import { app } from "./app.js";
 
-export { LoopObject } from "./loop-object.js";
+export { LoopObject } from "./loop/loop-object.js";
 
 export default app satisfies ExportedHandler<Env>;

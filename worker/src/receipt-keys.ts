@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { jwkThumbprint, PublicJwkInput, type KeySet, fromBase64, type PublicJwk, type Signer } from "#shared/receipts/index.js";
-import { ApiError } from "./http-errors.js";
+import { ApiError } from "./http/http-errors.js";
 
 // The coordinator's receipt signing key (DESIGN §9): Ed25519 through WebCrypto, named by its RFC 7638
 // thumbprint. Deployed, it is the RECEIPT_SIGNING_KEY secret; locally, the runner generates one in the

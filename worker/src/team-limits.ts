@@ -1,7 +1,7 @@
 import { count as countRows, eq } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import { OWNER_TEAM } from "#shared/wire/auth.js";
-import { parseByteSize } from "./artifact-limits.js";
+import { parseByteSize } from "./artifacts/artifact-limits.js";
 import { loops } from "./db/schema.js";
 
 // Limits that hold per team (DESIGN §11), wrangler.toml [vars] with these defaults: the loops a team may

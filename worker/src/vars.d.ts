@@ -1,6 +1,6 @@
 // Variables wrangler.toml leaves unset (they are there commented out), so the generated
 // worker-configuration.d.ts does not declare them: set them in [vars] (or, for the local coordinator,
-// with the LOOPWARDEN_* environment variables runner/src/coordinator-config.ts passes through).
+// with the LOOPWARDEN_* environment variables runner/src/coordinator/coordinator-config.ts passes through).
 declare namespace Cloudflare {
   interface Env {
     /** S3 mode (README, "Artifacts in S3 mode"): the S3 API's origin, e.g. https://<account id>.r2.cloudflarestorage.com. */

@@ -1,8 +1,8 @@
 import os from "node:os";
 import path from "node:path";
 import type { Contract } from "#shared/wire/contract.js";
-import { isWithin } from "../environment.js";
-import { judgingCommands } from "../protected-files.js";
+import { isWithin } from "../evaluation/environment.js";
+import { judgingCommands } from "../evaluation/protected-files.js";
 import { isConfined } from "../zones/isolation.js";
 import { parse as parseShell } from "shell-quote";
 import { SANDBOX_REMEDY, hiddenPaths, sandboxSupport, toolchainMounts } from "../zones/sandbox.js";

@@ -5,21 +5,21 @@ import { changedTests, outcomeReader, type FlippingTest, type TestOutcome } from
 import { exitCodeFor, type HaltReason } from "#shared/wire/halt-reasons.js";
 import { gateTestId, testSetsOf, type TestSets } from "#shared/engine/test-sets.js";
 import type { Contract } from "#shared/wire/contract.js";
-import { Client } from "../client.js";
-import { withClone } from "../clone.js";
-import { runGates } from "../evaluate.js";
-import { networkIsolation, runCommand } from "../exec.js";
+import { Client } from "../coordinator/client.js";
+import { withClone } from "../evaluation/clone.js";
+import { runGates } from "../evaluation/evaluate.js";
+import { networkIsolation, runCommand } from "../process/exec.js";
 import { execZone, isConfined } from "../zones/isolation.js";
 import { zoneChecks } from "./doctor-zones.js";
 import { UserError } from "../errors.js";
-import { dirtyPaths, excludeStateDir, headCommit, repoRoot } from "../git.js";
-import type { LoadedContract } from "../contract-file.js";
+import { dirtyPaths, excludeStateDir, headCommit, repoRoot } from "../process/git.js";
+import type { LoadedContract } from "../contract/contract-file.js";
 import { emitResult, liveStatus, paint, progress, type OutputMode } from "../output.js";
-import { resolveContract } from "../contract-resolution.js";
+import { resolveContract } from "../contract/contract-resolution.js";
 import { formatRate, probeCommit, probeRuns } from "./probe.js";
 import { formatList } from "#shared/format-list.js";
-import { trackedFiles } from "../protected-files.js";
-import { scopeCoverage, scopeLine } from "../scope.js";
+import { trackedFiles } from "../evaluation/protected-files.js";
+import { scopeCoverage, scopeLine } from "../contract/scope.js";
 
 // `loopwarden doctor` (DESIGN §13, §6.5): is this repository ready for a loop? Each check prints one
 // line `ok|warn|fail|skip <check>: <detail>`; the exit code is the worst finding.

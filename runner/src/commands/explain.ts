@@ -1,9 +1,9 @@
 import { describeFailing, foldEvents, HALT_MEANINGS, LoopEvent, type HaltReason, type LoopState } from "#shared/engine/index.js";
-import { withConnection, type ServerOptions } from "../connect.js";
+import { withConnection, type ServerOptions } from "../coordinator/connect.js";
 import { UserError } from "../errors.js";
 import { emitResult, type OutputMode } from "../output.js";
-import { resolveTarget } from "../target.js";
-import { failureLine, failureOf } from "../candidate-evidence.js";
+import { resolveTarget } from "../coordinator/target.js";
+import { failureLine, failureOf } from "../loop/candidate-evidence.js";
 
 /** What to do about a halt: raise a limit, fix the setup, or do not retry as is (what it means: HALT_MEANINGS). */
 const ADVICE: Record<HaltReason, { next: string; retry: "raise_limit" | "fix_then_retry" | "do_not_retry" | "done" }> = {

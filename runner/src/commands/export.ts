@@ -1,15 +1,15 @@
 import { writeFile } from "node:fs/promises";
 import path from "node:path";
 import { LoopEvent } from "#shared/engine/index.js";
-import { withConnection, type ServerOptions } from "../connect.js";
+import { withConnection, type ServerOptions } from "../coordinator/connect.js";
 import { UserError } from "../errors.js";
-import { EXPORT_FORMATS, exportLoop, isExportFormat } from "../exports.js";
+import { EXPORT_FORMATS, exportLoop, isExportFormat } from "../loop/export-formats.js";
 import { emitResult, type OutputMode } from "../output.js";
-import { resolveTarget } from "../target.js";
+import { resolveTarget } from "../coordinator/target.js";
 
 /**
  * `loopwarden export --format F [--output FILE] [LOOP]`: the loop's history, folded from its public
- * event log, as `candidates.jsonl`, `benchmark.csv` or `results.tsv` (see `exports.ts`). Without
+ * event log, as `candidates.jsonl`, `benchmark.csv` or `results.tsv` (see `loop/export-formats.ts`). Without
  * `--output` the data goes to stdout; with `--json`, stdout is the one JSON object, so `--output` is required.
  */
 export async function exportCommand(

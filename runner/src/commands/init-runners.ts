@@ -1,9 +1,9 @@
 import { readdir, readFile, realpath } from "node:fs/promises";
 import path from "node:path";
 import type { TestReportSource } from "#shared/wire/contract.js";
-import { isWithin } from "../environment.js";
-import { executableIn } from "../processes.js";
-import { trackedFiles } from "../protected-files.js";
+import { isWithin } from "../evaluation/environment.js";
+import { executableIn } from "../process/processes.js";
+import { trackedFiles } from "../evaluation/protected-files.js";
 
 // Which test runner a project uses, and the starter gate `loopwarden init` writes for it. A gate with a
 // test report makes every fixed test count and turns the collected-set guard on, so init writes one

@@ -7,14 +7,14 @@ import { createHash, type Hash } from "node:crypto";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { foldEvents, LoopEvent, type LoopState } from "#shared/engine/index.js";
 import type { ArtifactRef } from "#shared/wire/observation.js";
-import type { Client } from "../client.js";
-import { describeArtifactError } from "../artifact-files.js";
-import { evaluatedFor, failingGateOf, gateFailed, gateOutcome, storedFilesOf } from "../candidate-evidence.js";
-import { withConnection, type ServerOptions } from "../connect.js";
-import { stdoutClosed } from "../shutdown.js";
+import type { Client } from "../coordinator/client.js";
+import { describeArtifactError } from "../evaluation/artifact-files.js";
+import { evaluatedFor, failingGateOf, gateFailed, gateOutcome, storedFilesOf } from "../loop/candidate-evidence.js";
+import { withConnection, type ServerOptions } from "../coordinator/connect.js";
+import { stdoutClosed } from "../process/shutdown.js";
 import { UserError } from "../errors.js";
 import { emitResult, progress, type OutputMode } from "../output.js";
-import { resolveTarget } from "../target.js";
+import { resolveTarget } from "../coordinator/target.js";
 
 // `loopwarden logs` and `loopwarden artifacts` (DESIGN §10): what an evaluation stored — a candidate's or
 // t0's: each gate's output, the metric command's, the contract's artifacts — read back from the coordinator.

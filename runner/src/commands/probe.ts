@@ -7,13 +7,13 @@ import { exitCodeFor } from "#shared/wire/halt-reasons.js";
 import { gateTestId, testSetsOf, type TestSets } from "#shared/engine/test-sets.js";
 import type { Contract } from "#shared/wire/contract.js";
 import { UserError } from "../errors.js";
-import { evaluateCommit } from "../evaluate.js";
-import { requireNetworkIsolation } from "../exec.js";
+import { evaluateCommit } from "../evaluation/evaluate.js";
+import { requireNetworkIsolation } from "../process/exec.js";
 import { isConfined } from "../zones/isolation.js";
 import { requireSandbox } from "../zones/sandbox.js";
-import { dirtyPaths, excludeStateDir, headCommit, repoRoot } from "../git.js";
+import { dirtyPaths, excludeStateDir, headCommit, repoRoot } from "../process/git.js";
 import { emitResult, liveStatus, progress, type OutputMode } from "../output.js";
-import { resolveContract } from "../contract-resolution.js";
+import { resolveContract } from "../contract/contract-resolution.js";
 import { formatList } from "#shared/format-list.js";
 
 // `loopwarden probe` (DESIGN §6.5): run the gates N times on HEAD, each run in a fresh clone exactly as

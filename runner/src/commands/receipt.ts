@@ -1,9 +1,9 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { withConnection, type ServerOptions } from "../connect.js";
-import { fetchReceipt } from "../receipt-documents.js";
+import { withConnection, type ServerOptions } from "../coordinator/connect.js";
+import { fetchReceipt } from "../receipts/receipt-documents.js";
 import { emitResult, type OutputMode } from "../output.js";
-import { resolveTarget } from "../target.js";
+import { resolveTarget } from "../coordinator/target.js";
 
 /**
  * `loopwarden receipt [LOOP] [--save DIR]`: issues an interim receipt over the loop's log as it is now

@@ -2,16 +2,16 @@ import { changedOutcomes, foldEvents, LoopEvent, median, outOfScope, standingOf,
 import type { Observation } from "#shared/wire/observation.js";
 import { verifyReceipt } from "#shared/receipts/index.js";
 import { percentValue } from "#shared/wire/contract.js";
-import { withClone } from "../clone.js";
-import { resolveContract, type ContractOptions } from "../contract-resolution.js";
+import { withClone } from "../evaluation/clone.js";
+import { resolveContract, type ContractOptions } from "../contract/contract-resolution.js";
 import { UserError } from "../errors.js";
-import { evaluateIn, hardGatesPassed } from "../evaluate.js";
-import { git, repoRoot, shortCommit } from "../git.js";
-import { changedPaths } from "../git-commits.js";
+import { evaluateIn, hardGatesPassed } from "../evaluation/evaluate.js";
+import { git, repoRoot, shortCommit } from "../process/git.js";
+import { changedPaths } from "../process/git-commits.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
-import { verifyEd25519 } from "../receipt-crypto.js";
-import { keyFingerprint, keyLine, receiptDocumentsFor } from "../receipt-documents.js";
-import { sampleAlone } from "../sampling.js";
+import { verifyEd25519 } from "../receipts/receipt-crypto.js";
+import { keyFingerprint, keyLine, receiptDocumentsFor } from "../receipts/receipt-documents.js";
+import { sampleAlone } from "../evaluation/sampling.js";
 import { formatList } from "#shared/format-list.js";
 
 /** Exit code of a replay whose fingerprint differs: the `objective_unverified` class (DESIGN §7, §13). */

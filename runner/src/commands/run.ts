@@ -1,22 +1,22 @@
-import { useCommandHelper } from "../spawner.js";
+import { useCommandHelper } from "../process/spawner.js";
 import { mkdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { parseDuration } from "#shared/duration.js";
 import { HALT_EXIT_CODES, labelsSatisfy } from "#shared/engine/index.js";
 import type { LoopSummary, ProposeCandidateRequest } from "#shared/wire/api.js";
-import type { Connection, ServerOptions } from "../connect.js";
-import type { CommandResult } from "../exec.js";
+import type { Connection, ServerOptions } from "../coordinator/connect.js";
+import type { CommandResult } from "../process/exec.js";
 import { UserError } from "../errors.js";
-import { currentBranch } from "../git.js";
-import { loopBranch, type Diff } from "../git-commits.js";
+import { currentBranch } from "../process/git.js";
+import { loopBranch, type Diff } from "../process/git-commits.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
-import { agentEnv, readAgentReport, writeAgentContext } from "../agent-context.js";
-import { commitWorkspace, maintainAfterCandidates } from "../candidate-commits.js";
-import type { ContractOptions } from "../contract-resolution.js";
-import { confirmAgainstT0 } from "../confirm-job.js";
-import { stateAtHead } from "../event-log.js";
+import { agentEnv, readAgentReport, writeAgentContext } from "../loop/agent-context.js";
+import { commitWorkspace, maintainAfterCandidates } from "../loop/candidate-commits.js";
+import type { ContractOptions } from "../contract/contract-resolution.js";
+import { confirmAgainstT0 } from "../loop/confirm-job.js";
+import { stateAtHead } from "../loop/event-log.js";
 import { takeTimings, timed } from "../timings.js";
-import { settleInterruptedIteration } from "../interrupted-iteration.js";
+import { settleInterruptedIteration } from "../loop/interrupted-iteration.js";
 import {
   beginOwnEvaluation,
   buildProposal,
@@ -25,14 +25,14 @@ import {
   showVerdictsWhileAway,
   workingTreeRestored,
   type Session,
-} from "../session.js";
-import { enterLoopBranch, openSession } from "../loop-opening.js";
-import { dropCloneAhead, dropPreparedClone, prepareClone } from "../clone.js";
+} from "../loop/session.js";
+import { enterLoopBranch, openSession } from "../loop/loop-opening.js";
+import { dropCloneAhead, dropPreparedClone, prepareClone } from "../evaluation/clone.js";
 import type { AgentRun } from "#shared/engine/index.js";
 import type { AgentConfinement } from "#shared/wire/confinement.js";
 import { closeAgentZone, makeWorkspace, prepareWorkspace, removeWorkspace, runAgentInZone, type Workspace } from "../zones/agent-zone.js";
 import { preflightZones } from "../zones/isolation.js";
-import { scopeLine } from "../scope.js";
+import { scopeLine } from "../contract/scope.js";
 import type { Contract } from "#shared/wire/contract.js";
 import { zoneChecks } from "./doctor-zones.js";
 

@@ -1,9 +1,9 @@
 import path from "node:path";
 import { formatDuration } from "#shared/duration.js";
-import { findRunningCoordinator, startLocalCoordinator } from "../local-coordinator.js";
+import { findRunningCoordinator, startLocalCoordinator } from "../coordinator/local-coordinator.js";
 import { emitResult, progress, type OutputMode } from "../output.js";
 import { defaultStateDir } from "../paths.js";
-import { lastActivity, stopCoordinator } from "../warm-coordinator.js";
+import { lastActivity, stopCoordinator } from "../coordinator/warm-coordinator.js";
 
 /**
  * `loopwarden serve`: the local coordinator (workerd through Miniflare) in the foreground until

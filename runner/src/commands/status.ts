@@ -1,7 +1,7 @@
-import { CoordinatorError } from "../client.js";
-import { withConnection, type ServerOptions } from "../connect.js";
+import { CoordinatorError } from "../coordinator/client.js";
+import { withConnection, type ServerOptions } from "../coordinator/connect.js";
 import { emitResult, type OutputMode } from "../output.js";
-import { resolveTarget } from "../target.js";
+import { resolveTarget } from "../coordinator/target.js";
 
 /** `loopwarden status [LOOP]`: the loop's state summary. Without LOOP, the repository's current loop. */
 export async function statusCommand(loopArg: string | undefined, options: ServerOptions & OutputMode & { cwd: string }): Promise<number> {

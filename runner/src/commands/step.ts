@@ -1,12 +1,12 @@
-import type { ServerOptions } from "../connect.js";
-import { useCommandHelper } from "../spawner.js";
+import type { ServerOptions } from "../coordinator/connect.js";
+import { useCommandHelper } from "../process/spawner.js";
 import { UserError } from "../errors.js";
-import { dirtyPaths } from "../git.js";
+import { dirtyPaths } from "../process/git.js";
 import { progress, type OutputMode } from "../output.js";
-import { commitCandidate, maintainAfterCandidates } from "../candidate-commits.js";
-import type { ContractOptions } from "../contract-resolution.js";
-import { buildProposal, decideCandidate } from "../session.js";
-import { enterLoopBranch, openSession } from "../loop-opening.js";
+import { commitCandidate, maintainAfterCandidates } from "../loop/candidate-commits.js";
+import type { ContractOptions } from "../contract/contract-resolution.js";
+import { buildProposal, decideCandidate } from "../loop/session.js";
+import { enterLoopBranch, openSession } from "../loop/loop-opening.js";
 import { HALTED_BEFORE, reportOutcome } from "./run.js";
 import { preflightZones } from "../zones/isolation.js";
 

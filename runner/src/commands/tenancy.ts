@@ -1,9 +1,9 @@
 import { parseDuration } from "#shared/duration.js";
 import { MAX_TOKEN_LIFETIME_MS, OWNER_TEAM, Scope, type TokenView } from "#shared/wire/auth.js";
-import { withConnection, type ServerOptions } from "../connect.js";
+import { withConnection, type ServerOptions } from "../coordinator/connect.js";
 import { CoordinatorError, UserError } from "../errors.js";
 import { emitResult, type OutputMode } from "../output.js";
-import { parseLabels } from "../labels.js";
+import { parseLabels } from "../contract/labels.js";
 import { formatLabels } from "#shared/engine/labels.js";
 
 // `loopwarden team …` and `loopwarden token …` (DESIGN §11, §13): thin wrappers over the tenancy routes.

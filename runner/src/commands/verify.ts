@@ -1,8 +1,8 @@
 import { verifyReceipt } from "#shared/receipts/index.js";
 import { UserError } from "../errors.js";
 import { emitResult, paint, type OutputMode } from "../output.js";
-import { verifyEd25519 } from "../receipt-crypto.js";
-import { isReceiptUrl, keyFingerprint, keyLine, receiptDocumentsFor } from "../receipt-documents.js";
+import { verifyEd25519 } from "../receipts/receipt-crypto.js";
+import { isReceiptUrl, keyFingerprint, keyLine, receiptDocumentsFor } from "../receipts/receipt-documents.js";
 
 /** Exit code of an invalid receipt: the `objective_unverified` class (DESIGN §7, §13). */
 const INVALID = 13;

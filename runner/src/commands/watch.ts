@@ -1,10 +1,10 @@
 import { formatDuration } from "#shared/duration.js";
 import { foldEvents, LoopEvent, reportedCounts, type LoopState } from "#shared/engine/index.js";
-import { CoordinatorError } from "../client.js";
-import { withConnection, type ServerOptions } from "../connect.js";
+import { CoordinatorError } from "../coordinator/client.js";
+import { withConnection, type ServerOptions } from "../coordinator/connect.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
-import { stdoutClosed } from "../shutdown.js";
-import { resolveTarget } from "../target.js";
+import { stdoutClosed } from "../process/shutdown.js";
+import { resolveTarget } from "../coordinator/target.js";
 import { formatInterval, formatPercent } from "#shared/format-percent.js";
 
 const POLL_MS = 1_000;

@@ -1,27 +1,27 @@
-import { useCommandHelper } from "../spawner.js";
+import { useCommandHelper } from "../process/spawner.js";
 import { randomBytes } from "node:crypto";
 import os from "node:os";
 import type { Lease, LoopSummary } from "#shared/wire/api.js";
 import type { Labels } from "#shared/wire/contract.js";
-import { CoordinatorError, type Client } from "../client.js";
-import { removeStaleClones } from "../clone.js";
+import { CoordinatorError, type Client } from "../coordinator/client.js";
+import { removeStaleClones } from "../evaluation/clone.js";
 import { preflightZones } from "../zones/isolation.js";
-import { connect, type ServerOptions } from "../connect.js";
-import { contractDifferences, type LoadedContract } from "../contract-file.js";
-import { resolveContract, type ContractOptions } from "../contract-resolution.js";
+import { connect, type ServerOptions } from "../coordinator/connect.js";
+import { contractDifferences, type LoadedContract } from "../contract/contract-file.js";
+import { resolveContract, type ContractOptions } from "../contract/contract-resolution.js";
 import { JobRefused, UserError } from "../errors.js";
-import { excludeStateDir, repoRoot } from "../git.js";
-import { parseLabels } from "../labels.js";
-import { evaluateLease, LONG_POLL_MS, verdictLine, type JobContext } from "../lease-job.js";
+import { excludeStateDir, repoRoot } from "../process/git.js";
+import { parseLabels } from "../contract/labels.js";
+import { evaluateLease, LONG_POLL_MS, verdictLine, type JobContext } from "../loop/lease-job.js";
 import { emitResult, progress, type OutputMode } from "../output.js";
-import { drainOnFirstSignal } from "../shutdown.js";
-import { ensureCandidateCommit, ensureCommits } from "../candidate-bundles.js";
-import { confirmAgainstT0 } from "../confirm-job.js";
-import { measureLeasedBaseline } from "../baseline.js";
-import { LoopDirectory, namedLoop, RELIST_MS } from "../loop-directory.js";
+import { drainOnFirstSignal } from "../process/shutdown.js";
+import { ensureCandidateCommit, ensureCommits } from "../loop/candidate-bundles.js";
+import { confirmAgainstT0 } from "../loop/confirm-job.js";
+import { measureLeasedBaseline } from "../loop/baseline.js";
+import { LoopDirectory, namedLoop, RELIST_MS } from "../loop/loop-directory.js";
 import { BASELINE_ID } from "#shared/engine/index.js";
-import { failureLine } from "../candidate-evidence.js";
-import { foldLoop } from "../event-log.js";
+import { failureLine } from "../loop/candidate-evidence.js";
+import { foldLoop } from "../loop/event-log.js";
 
 // `loopwarden work` (DESIGN §1.2, §13): a runner for shared loops. It leases evaluation jobs from the
 // loops it may see whose pinned contract is this checkout's (invariant 4: it runs only what its own

@@ -2,7 +2,7 @@ import os from "node:os";
 import path from "node:path";
 import type { ExecConfinement } from "#shared/wire/confinement.js";
 import type { Contract } from "#shared/wire/contract.js";
-import { clonesRoot } from "../clone.js";
+import { clonesRoot } from "../evaluation/clone.js";
 import { defaultStateDir } from "../paths.js";
 import { expandHome, hideFromZones, requireSandbox, sandboxSupport, toolchainMounts, type ZoneSpec } from "./sandbox.js";
 

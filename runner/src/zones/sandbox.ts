@@ -2,8 +2,8 @@ import { existsSync, realpathSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { UserError } from "../errors.js";
-import { isWithin } from "../environment.js";
-import { findExecutable, tryCommand } from "../processes.js";
+import { isWithin } from "../evaluation/environment.js";
+import { findExecutable, tryCommand } from "../process/processes.js";
 
 // The walls between the agent and what decides (DESIGN §6.7). Both zones — the agent's and the exec
 // zone, where gates, metrics and task checks run — are bubblewrap sandboxes: a PID namespace of their

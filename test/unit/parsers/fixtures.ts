@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { expect } from "vitest";
-import { ParseError } from "../../../runner/src/parsers/index.js";
+import { ParseError } from "../../../runner/src/evaluation/parsers/index.js";
 
 /** Reads a file under test/fixtures/ (see its README for the tool that produced each one). */
 export function readFixture(relative: string): string {

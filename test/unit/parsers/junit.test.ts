@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { parseJUnit } from "../../../runner/src/parsers/index.js";
+import { parseJUnit } from "../../../runner/src/evaluation/parsers/index.js";
 import { parseErrorOf, readFixture } from "./fixtures.js";
 
 // Each real report comes from the same small sample project (test/fixtures/README.md): a top-level smoke

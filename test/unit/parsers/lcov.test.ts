@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { parseLcov } from "../../../runner/src/parsers/index.js";
+import { parseLcov } from "../../../runner/src/evaluation/parsers/index.js";
 import { parseErrorOf, readFixture } from "./fixtures.js";
 
 describe("parseLcov on tracefiles written by real tools", () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { parseMetrics } from "../../../runner/src/parsers/index.js";
+import { parseMetrics } from "../../../runner/src/evaluation/parsers/index.js";
 import { readFixture } from "./fixtures.js";
 
 describe("parseMetrics on real benchmark output", () => {

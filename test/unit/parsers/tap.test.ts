@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { parseTap } from "../../../runner/src/parsers/index.js";
+import { parseTap } from "../../../runner/src/evaluation/parsers/index.js";
 import { parseErrorOf, readFixture } from "./fixtures.js";
 
 const lines = (...text: string[]) => text.join("\n") + "\n";

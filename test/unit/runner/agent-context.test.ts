@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { agentEnv, writeAgentContext } from "../../../runner/src/agent-context.js";
+import { agentEnv, writeAgentContext } from "../../../runner/src/loop/agent-context.js";
 import { LoopHarness, TEST_IDS, commitOf } from "../engine-harness.js";
 
 // What the agent reads before a run (docs/agent.md): the tree it starts from, the

@@ -7,8 +7,8 @@ import path from "node:path";
 import { quote } from "shell-quote";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { MAX_HOST_CONTACTS } from "#shared/wire/confinement.js";
-import { freePort } from "../../../runner/src/free-port.js";
-import { findExecutable } from "../../../runner/src/processes.js";
+import { freePort } from "../../../runner/src/coordinator/free-port.js";
+import { findExecutable } from "../../../runner/src/process/processes.js";
 import { isAllowed, startAgentProxy, type AgentProxy } from "../../../runner/src/zones/agent-proxy.js";
 import { FORWARDER_SOURCE, forwarderLines } from "../../../runner/src/zones/agent-forwarder.js";
 

@@ -13,12 +13,12 @@ import {
   storeLog,
   storeReportFiles,
   uploadArtifactFiles,
-} from "../../../runner/src/artifact-files.js";
-import { CoordinatorError, type Client } from "../../../runner/src/client.js";
+} from "../../../runner/src/evaluation/artifact-files.js";
+import { CoordinatorError, type Client } from "../../../runner/src/coordinator/client.js";
 import { sha256Hex } from "#shared/hash.js";
 import { INLINE_EVIDENCE_MAX_BYTES, INLINE_EVIDENCE_MAX_FILES, INLINE_EVIDENCE_TOTAL_BYTES } from "#shared/wire/api.js";
 import { ArtifactError, MAX_ARTIFACT_ERRORS, type ArtifactRef } from "#shared/wire/observation.js";
-import { MetricLog } from "../../../runner/src/sampling.js";
+import { MetricLog } from "../../../runner/src/evaluation/sampling.js";
 import { tempDir } from "../../support/cli.js";
 
 // Which files an evaluation stores (DESIGN §10): what the contract's globs match in the clone — never a

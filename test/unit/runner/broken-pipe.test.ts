@@ -8,7 +8,7 @@ import { describe, expect, it } from "vitest";
 // handled (`surviveClosedPipes`), the output goes nowhere and the command ends as it would have, with its
 // usual exit code; one that would only go on printing asks `stdoutClosed()` and ends.
 
-const SHUTDOWN = pathToFileURL(path.resolve("runner/src/shutdown.ts")).href;
+const SHUTDOWN = pathToFileURL(path.resolve("runner/src/process/shutdown.ts")).href;
 
 /** Runs a script, closes its stdout after the first data, and answers how it ended. */
 function closeAfterFirstLine(script: string): Promise<{ code: number | null; stderr: string }> {

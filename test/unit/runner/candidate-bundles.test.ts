@@ -4,9 +4,9 @@ import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { sha256Hex } from "#shared/hash.js";
-import { bundleOf, bundleTips, ensureCommits, proposalBundle, withBundleUploaded } from "../../../runner/src/candidate-bundles.js";
+import { bundleOf, bundleTips, ensureCommits, proposalBundle, withBundleUploaded } from "../../../runner/src/loop/candidate-bundles.js";
 import type { ProposeCandidateRequest } from "#shared/wire/api.js";
-import type { Client } from "../../../runner/src/client.js";
+import type { Client } from "../../../runner/src/coordinator/client.js";
 
 // Candidate commits travel between checkouts as git bundles: made by the proposer from HEAD (or a ref
 // of the commit's own when HEAD has moved), fetched by another runner by the commit's id.

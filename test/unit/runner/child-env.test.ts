@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { childEnv } from "../../../runner/src/environment.js";
+import { childEnv } from "../../../runner/src/evaluation/environment.js";
 
 // Invariant 1: an agent never talks to the coordinator with the runner's credentials. Every process the
 // runner starts (the agent, gates, the metric) gets its environment without any of them.

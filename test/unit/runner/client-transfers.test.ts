@@ -4,10 +4,10 @@ import { writeFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { Client } from "../../../runner/src/client.js";
-import { idleTimeoutFromEnv } from "../../../runner/src/transport.js";
+import { Client } from "../../../runner/src/coordinator/client.js";
+import { idleTimeoutFromEnv } from "../../../runner/src/coordinator/transport.js";
 import { UserError } from "../../../runner/src/errors.js";
-import { BodySourceError, TransferStalled } from "../../../runner/src/transfer-watch.js";
+import { BodySourceError, TransferStalled } from "../../../runner/src/coordinator/transfer-watch.js";
 import { tempDir } from "../../support/cli.js";
 
 // Transfers (DESIGN §10): a request is never timed whole — an upload, a download or a `complete` takes as

@@ -1,9 +1,9 @@
 import { createServer, type Server } from "node:http";
 import { gunzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Client, CoordinatorError } from "../../../runner/src/client.js";
+import { Client, CoordinatorError } from "../../../runner/src/coordinator/client.js";
 import { UserError } from "../../../runner/src/errors.js";
-import { freePort } from "../../../runner/src/free-port.js";
+import { freePort } from "../../../runner/src/coordinator/free-port.js";
 
 // A coordinator that answers an error is reachable: the runner reports what it said, and retries only
 // what a retry can fix (connection failures, 429, 500 and 502-504), never "cannot reach … is it running?".

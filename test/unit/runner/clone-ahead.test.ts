@@ -3,10 +3,10 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSy
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { cloneAhead, clonesRemoved, clonesRoot, dropCloneAhead, evaluationStarted, withClone } from "../../../runner/src/clone.js";
-import { runCommand } from "../../../runner/src/exec.js";
-import type { Evaluation, GateHooks } from "../../../runner/src/evaluation.js";
-import { isProcessAlive } from "../../../runner/src/processes.js";
+import { cloneAhead, clonesRemoved, clonesRoot, dropCloneAhead, evaluationStarted, withClone } from "../../../runner/src/evaluation/clone.js";
+import { runCommand } from "../../../runner/src/process/exec.js";
+import type { Evaluation, GateHooks } from "../../../runner/src/evaluation/evaluation.js";
+import { isProcessAlive } from "../../../runner/src/process/processes.js";
 
 // A candidate's clone is made while its proposal is in flight (the iteration's critical path holds one
 // clone less): the evaluation then takes that very clone, at the candidate's commit; one never taken is

@@ -3,9 +3,9 @@ import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "nod
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { clonesRoot, withClone } from "../../../runner/src/clone.js";
-import { cloneEnv } from "../../../runner/src/environment.js";
-import { runCommand } from "../../../runner/src/exec.js";
+import { clonesRoot, withClone } from "../../../runner/src/evaluation/clone.js";
+import { cloneEnv } from "../../../runner/src/evaluation/environment.js";
+import { runCommand } from "../../../runner/src/process/exec.js";
 
 // DESIGN §6.4: a candidate is evaluated in a clone outside the repository, with an environment that
 // names no path inside the working tree, so nothing untracked the agent controls can stand in for the

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { resolveContract, resumedContract } from "../../../runner/src/contract-resolution.js";
+import { resolveContract, resumedContract } from "../../../runner/src/contract/contract-resolution.js";
 
 // Flag-only mode (DESIGN §5): the flags are the contract. --junit/--tap name the check's test report, so
 // a loop started from flags can count each fixed test; a running loop refuses flags that would change it.

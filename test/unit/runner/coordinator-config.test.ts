@@ -2,8 +2,8 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { envSettings, workerConfigOf } from "../../../runner/src/coordinator-config.js";
-import { BoundedLog } from "../../../runner/src/local-coordinator.js";
+import { envSettings, workerConfigOf } from "../../../runner/src/coordinator/coordinator-config.js";
+import { BoundedLog } from "../../../runner/src/coordinator/local-coordinator.js";
 import { ROOT } from "../../support/cli.js";
 
 // The local coordinator takes its worker's configuration from wrangler.toml (DESIGN §12): one source, no

@@ -4,7 +4,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startLoopbackServer, type LoopbackServer } from "../../support/loopback.js";
 import { isGoneWithin } from "../../support/process.js";
-import { networkIsolation, probeNetworkIsolation, runCommand } from "../../../runner/src/exec.js";
+import { networkIsolation, probeNetworkIsolation, runCommand } from "../../../runner/src/process/exec.js";
 import { UserError } from "../../../runner/src/errors.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "lw-exec-"));

@@ -3,7 +3,7 @@ import type { EventDraft } from "#shared/engine/index.js";
 import { sha256Hex } from "#shared/hash.js";
 import { Contract } from "#shared/wire/contract.js";
 import type { GateResult, Observation } from "#shared/wire/observation.js";
-import { benchmarkCsv, candidatesJsonl, csvRecord, exportLoop, resultsTsv, tsvField } from "../../../runner/src/exports.js";
+import { benchmarkCsv, candidatesJsonl, csvRecord, exportLoop, resultsTsv, tsvField } from "../../../runner/src/loop/export-formats.js";
 import { AGENT_FAILED, AGENT_OK, LoopHarness, TEST_IDS, commitOf } from "../engine-harness.js";
 
 // A realistic history driven through the shared engine: a unit gate with per-test ids, a benchmark

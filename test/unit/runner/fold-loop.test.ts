@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { foldEvents, sealEvent, type ChainHead, type EventDraft } from "#shared/engine/index.js";
-import type { Client } from "../../../runner/src/client.js";
-import { foldAnswered, foldLoop, stateAtHead, testBaseOf } from "../../../runner/src/event-log.js";
-import type { Session } from "../../../runner/src/session.js";
+import type { Client } from "../../../runner/src/coordinator/client.js";
+import { foldAnswered, foldLoop, stateAtHead, testBaseOf } from "../../../runner/src/loop/event-log.js";
+import type { Session } from "../../../runner/src/loop/session.js";
 import { LoopHarness, TEST_IDS } from "../engine-harness.js";
 
 // The runner folds a loop's log incrementally (DESIGN §4 invariant 9): each read fetches only the events

@@ -3,10 +3,10 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, wr
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { currentBranch, repositoryName } from "../../../runner/src/git.js";
-import { blankClone, checkoutDetached, cloneAt } from "../../../runner/src/git-clone.js";
-import { diffOf, maintainRepository, revertTo, snapshotCandidate } from "../../../runner/src/git-commits.js";
-import { childEnv } from "../../../runner/src/environment.js";
+import { currentBranch, repositoryName } from "../../../runner/src/process/git.js";
+import { blankClone, checkoutDetached, cloneAt } from "../../../runner/src/process/git-clone.js";
+import { diffOf, maintainRepository, revertTo, snapshotCandidate } from "../../../runner/src/process/git-commits.js";
+import { childEnv } from "../../../runner/src/evaluation/environment.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "lw-git-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { heldHooks } from "../../../runner/src/evaluation.js";
+import { heldHooks } from "../../../runner/src/evaluation/evaluation.js";
 
 // An evaluation begun before its job was leased speaks before its label (the candidate's id) is known:
 // its lines are held, then printed in order under the job's label once it is adopted, never lost.

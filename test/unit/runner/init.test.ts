@@ -13,8 +13,8 @@ import { initCommand, starterContract, starterExec, starterProtectedFiles, yamlS
 import { starterProgram } from "../../../runner/src/commands/init-program.js";
 import { detectTestGate, nextestJunit, nodeTestArgs, toolsOnPath, type ProjectFacts, type StarterGate } from "../../../runner/src/commands/init-runners.js";
 import { inferScope } from "../../../runner/src/commands/init-scope.js";
-import { loadContractFile, validateContract } from "../../../runner/src/contract-file.js";
-import { protectedFiles } from "../../../runner/src/protected-files.js";
+import { loadContractFile, validateContract } from "../../../runner/src/contract/contract-file.js";
+import { protectedFiles } from "../../../runner/src/evaluation/protected-files.js";
 
 const JUNIT = ".loopwarden/out/junit.xml";
 const TAP = ".loopwarden/out/tests.tap";

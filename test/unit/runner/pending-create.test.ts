@@ -2,8 +2,8 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { loadPendingCreate, savePendingCreate, stageBaselineFiles, uploadPendingFiles } from "../../../runner/src/pending-create.js";
-import type { Client } from "../../../runner/src/client.js";
+import { loadPendingCreate, savePendingCreate, stageBaselineFiles, uploadPendingFiles } from "../../../runner/src/loop/pending-create.js";
+import type { Client } from "../../../runner/src/coordinator/client.js";
 import { sha256Hex } from "#shared/hash.js";
 
 // A loop's creation is kept on disk across a crash (DESIGN §6.6): what was saved comes back whole, and

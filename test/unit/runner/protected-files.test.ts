@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { DEFAULT_PROTECTED } from "#shared/engine/index.js";
 import { Contract, type ContractInput } from "#shared/wire/contract.js";
-import { commandParts, selectProtectedFiles } from "../../../runner/src/protected-files.js";
+import { commandParts, selectProtectedFiles } from "../../../runner/src/evaluation/protected-files.js";
 
 // DESIGN §6.4: without `guards.protected`, the oracle and everything that decides which tests run and
 // how is off limits — the tests, the test harness, the manifests and lockfiles, CI, the contract file,

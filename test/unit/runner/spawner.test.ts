@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { ExecFailure, execCommand, helperPid, stopHelper, useCommandHelper } from "../../../runner/src/spawner.js";
+import { ExecFailure, execCommand, helperPid, stopHelper, useCommandHelper } from "../../../runner/src/process/spawner.js";
 import { tempDir } from "../../support/cli.js";
 
 // git commands run from a small helper process, so the runner's own (large) process does not fork for

@@ -2,7 +2,7 @@ import { chmodSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { localOwnerToken, localSigningKey, ownerTokenFile, signingKeyFile } from "../../../runner/src/state-secrets.js";
+import { localOwnerToken, localSigningKey, ownerTokenFile, signingKeyFile } from "../../../runner/src/coordinator/state-secrets.js";
 
 // The local coordinator's secrets (DESIGN §11, §12). Its receipt key: made once per state directory, readable by its
 // owner only, and the same key on every later start (receipts signed before a restart keep verifying).

@@ -2,8 +2,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { contractDifferences } from "../../../runner/src/contract-file.js";
-import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "../../../runner/src/workspace.js";
+import { contractDifferences } from "../../../runner/src/contract/contract-file.js";
+import { contractSourceOf, loadWorkspace, saveWorkspaceState, type WorkspaceState } from "../../../runner/src/loop/workspace.js";
 
 // DESIGN §6.6: a repository has at most one active loop per contract file; the runner remembers them by
 // contract source, and a resumed loop's pinned contract is compared with what the flags or file say.

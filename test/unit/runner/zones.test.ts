@@ -4,7 +4,7 @@ import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { credentialStoreIn, unseenPaths } from "../../../runner/src/commands/doctor-zones.js";
-import { runCommand } from "../../../runner/src/exec.js";
+import { runCommand } from "../../../runner/src/process/exec.js";
 import { makeWorkspace, removeWorkspace, runAgentInZone, settleStaleWorkspaces } from "../../../runner/src/zones/agent-zone.js";
 import { Contract } from "#shared/wire/contract.js";
 import { startLoopbackServer } from "../../support/loopback.js";

@@ -10,10 +10,10 @@ import {
   type UploadedPart,
 } from "#shared/wire/api.js";
 import { Sha256 } from "#shared/wire/observation.js";
-import { MAX_PARTS, artifactLimits, uploadSizes, type ArtifactLimits } from "../artifact-limits.js";
-import { downloadHeaders, recordedContentType, sanitizeName } from "../artifact-names.js";
-import { artifactStorage } from "../artifact-storage-mode.js";
-import { PartsRefused, UploadGone, type ArtifactStorage, type NewUpload, type StoredObject, type ThroughWorker } from "../artifact-storage.js";
+import { MAX_PARTS, artifactLimits, uploadSizes, type ArtifactLimits } from "../artifacts/artifact-limits.js";
+import { downloadHeaders, recordedContentType, sanitizeName } from "../artifacts/artifact-names.js";
+import { artifactStorage } from "../artifacts/artifact-storage-mode.js";
+import { PartsRefused, UploadGone, type ArtifactStorage, type NewUpload, type StoredObject, type ThroughWorker } from "../artifacts/artifact-storage.js";
 import {
   adoptObject,
   artifactKey,
@@ -28,15 +28,15 @@ import {
   requireQuota,
   storedToServe,
   type ArtifactScope,
-} from "../artifact-store.js";
-import { findArtifact, requireRecordedSize, viewOf } from "../artifact-rows.js";
-import { declaredLength, inStorage, storageError, uploadNotFound } from "../artifact-upload.js";
-import { requireScope, type AuthEnv } from "../auth.js";
+} from "../artifacts/artifact-store.js";
+import { findArtifact, requireRecordedSize, viewOf } from "../artifacts/artifact-rows.js";
+import { declaredLength, inStorage, storageError, uploadNotFound } from "../artifacts/artifact-upload.js";
+import { requireScope, type AuthEnv } from "../http/auth.js";
 import type { ArtifactRow } from "../db/schema.js";
-import { ApiError } from "../http-errors.js";
-import { openLoop } from "../loops.js";
+import { ApiError } from "../http/http-errors.js";
+import { openLoop } from "../http/loop-access.js";
 import { teamQuotaOf } from "../team-limits.js";
-import { readJson, readParam } from "../validate.js";
+import { readJson, readParam } from "../http/validate.js";
 
 /**
  * Artifact routes (DESIGN §10), mounted at `/v1/loops`: an upload intent answers `exists`, one PUT (up

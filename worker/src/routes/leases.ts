@@ -13,12 +13,12 @@ import {
   type ReportResponse,
 } from "#shared/wire/api.js";
 import type { Observation } from "#shared/wire/observation.js";
-import { unverifiedIn } from "../artifact-store.js";
-import { storeInlineEvidence } from "../inline-evidence.js";
-import { ApiError, refusalError } from "../http-errors.js";
-import type { AuthEnv } from "../auth.js";
-import { eventsAfterOf, loopIdOfLease, openLoop } from "../loops.js";
-import { readJson } from "../validate.js";
+import { unverifiedIn } from "../artifacts/artifact-store.js";
+import { storeInlineEvidence } from "../artifacts/inline-evidence.js";
+import { ApiError, refusalError } from "../http/http-errors.js";
+import type { AuthEnv } from "../http/auth.js";
+import { eventsAfterOf, loopIdOfLease, openLoop } from "../http/loop-access.js";
+import { readJson } from "../http/validate.js";
 
 /** Lease routes of DESIGN §8, mounted at `/v1/leases`. */
 export const leaseRoutes = new Hono<AuthEnv>();

@@ -19,13 +19,13 @@ import {
   type ConfirmResponse,
 } from "#shared/wire/api.js";
 import { loops } from "../db/schema.js";
-import { unverifiedIn } from "../artifact-store.js";
-import { storeInlineEvidence } from "../inline-evidence.js";
-import { ApiError, refusalError } from "../http-errors.js";
-import { requireClaimable, requireScope, type AuthEnv } from "../auth.js";
-import { leaseTtlMs } from "../lease-ttl.js";
-import { eventsAfterOf, loopIdFor, loopStub, openLoop } from "../loops.js";
-import { readJson, readParam } from "../validate.js";
+import { unverifiedIn } from "../artifacts/artifact-store.js";
+import { storeInlineEvidence } from "../artifacts/inline-evidence.js";
+import { ApiError, refusalError } from "../http/http-errors.js";
+import { requireClaimable, requireScope, type AuthEnv } from "../http/auth.js";
+import { leaseTtlMs } from "../loop/lease-ttl.js";
+import { eventsAfterOf, loopIdFor, loopStub, openLoop } from "../http/loop-access.js";
+import { readJson, readParam } from "../http/validate.js";
 import { newLoopRefusal, teamLimits } from "../team-limits.js";
 import { Sha256 } from "#shared/wire/observation.js";
 

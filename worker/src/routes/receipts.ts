@@ -8,16 +8,16 @@ import { ReceiptId } from "#shared/wire/api.js";
 import { VERIFY_SCRIPT } from "../../../dist/page/verify-script.js";
 import { VERSION } from "#shared/version.js";
 import { loops, receipts, type ReceiptRow } from "../db/schema.js";
-import { ApiError, refusalError } from "../http-errors.js";
-import { OWNER_TEAM, RECEIPT_READER } from "../auth.js";
-import { loopStub } from "../loops.js";
+import { ApiError, refusalError } from "../http/http-errors.js";
+import { OWNER_TEAM, RECEIPT_READER } from "../http/auth.js";
+import { loopStub } from "../http/loop-access.js";
 import { receiptPage } from "../page/receipt-page.js";
 import { keySetOf } from "../receipt-keys.js";
-import { artifactStorage } from "../artifact-storage-mode.js";
-import { artifactLimits } from "../artifact-limits.js";
-import { damagedArtifact, storedToServe } from "../artifact-store.js";
-import { downloadHeaders } from "../artifact-names.js";
-import { inStorage } from "../artifact-upload.js";
+import { artifactStorage } from "../artifacts/artifact-storage-mode.js";
+import { artifactLimits } from "../artifacts/artifact-limits.js";
+import { damagedArtifact, storedToServe } from "../artifacts/artifact-store.js";
+import { downloadHeaders } from "../artifacts/artifact-names.js";
+import { inStorage } from "../artifacts/artifact-upload.js";
 import { teamQuotaOf } from "../team-limits.js";
 
 // The public face of a loop (DESIGN §8, §9): a receipt's envelope, the log it signs and the files that

@@ -20,11 +20,11 @@ import {
   type TokenRevoked,
   type TokenView,
 } from "#shared/wire/auth.js";
-import { grantedScopes, mintToken, requireScope, type AuthEnv, type Principal } from "../auth.js";
+import { grantedScopes, mintToken, requireScope, type AuthEnv, type Principal } from "../http/auth.js";
 import { teams, tokens, type TokenRow } from "../db/schema.js";
-import { loopStub } from "../loops.js";
-import { ApiError } from "../http-errors.js";
-import { readJson, readParam } from "../validate.js";
+import { loopStub } from "../http/loop-access.js";
+import { ApiError } from "../http/http-errors.js";
+import { readJson, readParam } from "../http/validate.js";
 
 // Teams and tokens (DESIGN §11), mounted at `/v1`. The owner creates teams; each team's admins manage
 // its tokens; the owner may manage any team's (naming it), so a team that lost its admin token is not

@@ -1,0 +1,268 @@
+import { createHash } from "node:crypto";
+import { createReadStream, openAsBlob } from "node:fs";
+import { sha256Hex } from "#shared/hash.js";
+import { ArtifactIntentResponse, ArtifactStored, UploadedPart, type CompleteMultipartRequest, Health } from "#shared/wire/api.js";
+import type { ArtifactRef } from "#shared/wire/observation.js";
+import { CoordinatorError } from "../errors.js";
+import { UploadRecords, type UploadRecord } from "./upload-records.js";
+import { isCoordinatorPath, Transport } from "./transport.js";
+
+// Artifacts to and from the coordinator's storage (DESIGN §10): an upload's intent, then a single PUT or
+// multipart parts — presigned straight to storage, or through the coordinator — resumable across runs
+// from the records kept on disk, the digest checked; and downloads by digest. Built on the transport;
+// the endpoints' client (client.ts) extends it.
+
+/** Storage refused a request to a presigned URL (an expired URL, a wrong length): its status and answer. */
+export class StorageRefusal extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+    this.name = "StorageRefusal";
+  }
+}
+
+/**
+ * How fast, at the least, the coordinator is taken to re-read a multipart upload on `complete` (it hashes
+ * the whole object before answering): the answer may take the idle timeout plus the object's size at this rate.
+ */
+const COMPLETE_BYTES_PER_SECOND = 10 * 1024 * 1024;
+
+/** A byte size as a message says it. */
+function describeSize(bytes: number): string {
+  return bytes >= 1024 * 1024 ? `${(bytes / 1024 / 1024).toFixed(1)} MiB` : bytes >= 1024 ? `${(bytes / 1024).toFixed(1)} KiB` : `${bytes} B`;
+}
+
+/** The multipart uploads this process is sending now (by upload id): their records are never taken over. */
+const activeUploads = new Set<string>();
+
+/** The largest artifact sent without an intent first, once the coordinator is known to store uploads itself. */
+const DIRECT_PUT_MAX_BYTES = 256 * 1024;
+
+/** Uploads and downloads of a loop's artifacts, on the transport. */
+export class ArtifactTransfers extends Transport {
+  /**
+   * Whether this coordinator stores uploads itself (an intent answered with one of its own paths, not a
+   * presigned URL): a small artifact is then PUT at once, one request rather than an intent and a PUT.
+   * Re-sending a few KiB the coordinator may already hold costs less than the round trip that would ask.
+   */
+  protected storesUploads = false;
+
+  async uploadArtifact(loopId: string, name: string, bytes: Uint8Array, contentType: string): Promise<ArtifactRef> {
+    const ref: ArtifactRef = { sha256: sha256Hex(bytes), size: bytes.byteLength, name, content_type: contentType };
+    return this.uploadBlob(loopId, ref, new Blob([bytes]));
+  }
+
+  /**
+   * Uploads a file as a content-addressed artifact (DESIGN §10), streamed from disk: its digest is
+   * computed by reading it once, then it is sent whole or part by part, as the coordinator answers.
+   * `onProgress` hears the bytes sent as they go. With `resumeIn`, a multipart upload is recorded there
+   * while it is in progress, and one that a process before this one left unfinished is resumed.
+   */
+  async uploadArtifactFile(
+    loopId: string,
+    file: string,
+    name: string,
+    contentType: string,
+    onProgress?: (sent: number, total: number) => void,
+    resumeIn?: string,
+  ): Promise<ArtifactRef> {
+    const hash = createHash("sha256");
+    for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
+    const blob = await openAsBlob(file);
+    const ref: ArtifactRef = { sha256: hash.digest("hex"), size: blob.size, name, content_type: contentType };
+    return this.uploadBlob(loopId, ref, blob, onProgress, resumeIn);
+  }
+
+  private async uploadBlob(
+    loopId: string,
+    ref: ArtifactRef,
+    blob: Blob,
+    onProgress?: (sent: number, total: number) => void,
+    resumeIn?: string,
+  ): Promise<ArtifactRef> {
+    const what = `uploading ${ref.name} (${describeSize(ref.size)})`;
+    const onSent = (sent: number) => onProgress?.(sent, ref.size);
+    const askIntent = () =>
+      this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/artifacts`, ArtifactIntentResponse, {
+        sha256: ref.sha256,
+        size: ref.size,
+        content_type: ref.content_type,
+        name: ref.name,
+      });
+    if (this.storesUploads && ref.size <= DIRECT_PUT_MAX_BYTES) {
+      const direct = await this.send(
+        "PUT",
+        `/v1/loops/${encodeURIComponent(loopId)}/artifacts/${ref.sha256}?name=${encodeURIComponent(ref.name)}`,
+        blob,
+        { "Content-Type": ref.content_type },
+        { what, onSent },
+      );
+      await direct.body?.cancel();
+      if (direct.ok) {
+        onProgress?.(ref.size, ref.size);
+        return ref;
+      }
+      // Refused (a limit, or storage configured otherwise since): the intent says what to do.
+    }
+    const records = resumeIn !== undefined && ref.size > DIRECT_PUT_MAX_BYTES ? new UploadRecords(resumeIn) : null;
+    if (records) {
+      const { resume, stale } = await records.claim(
+        this.baseUrl,
+        (record) => record.loop_id === loopId && record.sha256 === ref.sha256 && record.size === ref.size,
+        activeUploads,
+      );
+      // Left by runners that are gone, untouched for a day: nobody will resume them.
+      for (const record of stale) await this.abortUpload(record.abort_url);
+      if (resume && (await this.resumeParts(ref, blob, resume, records, onProgress))) return ref;
+    }
+    const intent = await askIntent();
+    if (intent.status === "exists") return ref;
+    if (intent.status === "upload") {
+      if (isCoordinatorPath(intent.url)) this.storesUploads = true;
+      // Headers the intent names are signed into a presigned URL (S3 mode's checksum): sent as given.
+      const response = await this.send("PUT", intent.url, blob, { "Content-Type": ref.content_type, ...intent.headers }, { what, onSent });
+      if (!response.ok) await this.refusal(response, intent.url, what);
+      await response.body?.cancel();
+      onProgress?.(ref.size, ref.size);
+      // Storage reached by a presigned URL does not tell the coordinator: asking again has it verify and
+      // record the object now, one file a request (not all of a report's files inside the report).
+      if (!isCoordinatorPath(intent.url)) {
+        const recorded = await askIntent();
+        if (recorded.status !== "exists")
+          throw new Error(`storage did not keep ${ref.name} (${ref.sha256}): the coordinator finds no such object after the upload`);
+      }
+      return ref;
+    }
+    await this.sendParts({ ...ref, loop_id: loopId, ...intent, parts: [] }, blob, records, onProgress);
+    return ref;
+  }
+
+  /**
+   * Resumes a multipart upload a process before this one left unfinished: only the parts it did not
+   * record are sent. False when the upload cannot be finished as recorded (storage no longer has it, a
+   * presigned URL expired, a recorded part was not what storage kept): the caller starts afresh.
+   */
+  private async resumeParts(ref: ArtifactRef, blob: Blob, record: UploadRecord, records: UploadRecords, onProgress?: (sent: number, total: number) => void) {
+    try {
+      await this.sendParts({ ...ref, ...record }, blob, records, onProgress);
+      return true;
+    } catch (error) {
+      const gone =
+        (error instanceof CoordinatorError && ["upload_not_found", "invalid_parts", "size_mismatch", "digest_mismatch"].includes(error.code)) ||
+        (error instanceof StorageRefusal && error.status >= 400 && error.status < 500);
+      if (gone) return false;
+      throw error;
+    }
+  }
+
+  /**
+   * Sends a multipart upload's parts not yet in `upload.parts`, then completes it. Each part is sent
+   * (and on failure re-sent, by `send`'s retries) on its own: a part storage took is never sent again.
+   * With `records`, the upload and each part taken are recorded as they happen. Anything that fails
+   * aborts the upload, so no parts linger; when even the abort fails, the record stays for a later runner.
+   */
+  private async sendParts(
+    upload: Omit<UploadRecord, "version" | "pid" | "updated_at" | "server"> & { content_type?: string },
+    blob: Blob,
+    records: UploadRecords | null,
+    onProgress?: (sent: number, total: number) => void,
+  ): Promise<void> {
+    const { name, size, part_size: partSize, part_urls: partUrls } = upload;
+    const done = new Map(upload.parts.map((part) => [part.part_number, part]));
+    const key = { server: this.baseUrl, loop_id: upload.loop_id, sha256: upload.sha256, upload_id: upload.upload_id };
+    const record = () =>
+      records?.save({
+        ...key,
+        size,
+        name,
+        part_size: partSize,
+        part_urls: partUrls,
+        complete_url: upload.complete_url,
+        abort_url: upload.abort_url,
+        parts: [...done.values()].sort((a, b) => a.part_number - b.part_number),
+      });
+    activeUploads.add(upload.upload_id);
+    try {
+      await record();
+      for (const [index, url] of partUrls.entries()) {
+        if (done.has(index + 1)) continue;
+        const start = index * partSize;
+        const end = Math.min(start + partSize, size);
+        const what = `uploading part ${index + 1} of ${partUrls.length} of ${name} (${describeSize(size)})`;
+        const response = await this.send("PUT", url, blob.slice(start, end), {}, { what, onSent: (sent) => onProgress?.(start + sent, size) });
+        if (!response.ok) await this.refusal(response, url, what);
+        // The coordinator answers the part's ETag as JSON; presigned storage in the ETag header.
+        const etag = isCoordinatorPath(url) ? (await this.parse(response, UploadedPart)).etag : (response.headers.get("ETag") ?? "");
+        if (!isCoordinatorPath(url)) await response.body?.cancel();
+        if (!etag) throw new Error(`storage answered part ${index + 1} of ${name} without an ETag`);
+        done.set(index + 1, { part_number: index + 1, etag });
+        await record();
+        onProgress?.(end, size);
+      }
+      const parts = [...done.values()].sort((a, b) => a.part_number - b.part_number);
+      // The coordinator re-reads the whole object to check its digest before it answers: that takes time.
+      const complete = await this.send(
+        "POST",
+        upload.complete_url,
+        JSON.stringify({ parts } satisfies CompleteMultipartRequest),
+        {
+          "Content-Type": "application/json",
+        },
+        {
+          what: `completing the upload of ${name}, whose ${describeSize(size)} the coordinator re-reads to check its digest`,
+          extraWaitMs: Math.ceil((size / COMPLETE_BYTES_PER_SECOND) * 1_000),
+        },
+      );
+      await this.parse(complete, ArtifactStored);
+      await records?.remove(key);
+    } catch (error) {
+      if (await this.abortUpload(upload.abort_url)) await records?.remove(key);
+      throw error;
+    } finally {
+      activeUploads.delete(upload.upload_id);
+    }
+  }
+
+  /** Aborts a multipart upload (`DELETE <abort_url>`); false when the coordinator could not be told. */
+  private async abortUpload(abortUrl: string): Promise<boolean> {
+    try {
+      const response = await this.send("DELETE", abortUrl, undefined, {}, { what: "aborting an unfinished upload", limitTotal: true });
+      await response.body?.cancel();
+      return response.ok;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Throws what refused an upload: the coordinator's error, or storage's answer to a presigned URL. */
+  private async refusal(response: Response, url: string, what: string): Promise<never> {
+    if (isCoordinatorPath(url)) await this.parse(response, ArtifactStored);
+    const text = await response.text().catch(() => "");
+    throw new StorageRefusal(response.status, `storage at ${new URL(url).host} refused ${what}: HTTP ${response.status} ${text.slice(0, 200)}`);
+  }
+
+  /** An artifact's bytes (`GET /v1/loops/:id/artifacts/:sha256`); the caller checks the digest. */
+  async downloadArtifact(loopId: string, sha256: string): Promise<Uint8Array> {
+    const response = await this.artifactResponse(loopId, sha256);
+    return new Uint8Array(await response.arrayBuffer());
+  }
+
+  /** An artifact as a response, to stream (`logs`, `artifacts --download`); a refusal is thrown as the coordinator's error. */
+  async artifactResponse(loopId: string, sha256: string): Promise<Response> {
+    const response = await this.send(
+      "GET",
+      `/v1/loops/${encodeURIComponent(loopId)}/artifacts/${sha256}`,
+      undefined,
+      {},
+      {
+        what: `downloading artifact ${sha256.slice(0, 12)}`,
+      },
+    );
+    if (!response.ok) await this.parse(response, Health);
+    return response;
+  }
+
+  /** One page of a loop's recorded artifacts, newest first. */
+}

@@ -1,0 +1,272 @@
+import { appendFileSync, existsSync, renameSync, statSync } from "node:fs";
+import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import path from "node:path";
+import type { Readable } from "node:stream";
+import type { Miniflare } from "miniflare";
+import { Client } from "./client.js";
+import { localOwnerToken, localSigningKey, privateStateDir } from "./state-secrets.js";
+import { envSettings, loadWorkerConfig, type WorkerConfig } from "./coordinator-config.js";
+import { UserError } from "../errors.js";
+import { freePort, isPortFree } from "./free-port.js";
+import { PACKAGE_ROOT } from "../paths.js";
+import { isProcessAlive } from "../process/processes.js";
+import { VERSION } from "#shared/version.js";
+import { BUNDLE_DIR, BUNDLE_FILE, bundleStamp, ensureWorkerBundle } from "../../../scripts/lib/worker-bundle.js";
+
+// The local coordinator is the very worker that `wrangler deploy` ships (its bundle, dist/worker), run in
+// workerd through Miniflare's API in this process, with wrangler.toml's bindings and its D1, R2 and
+// Durable Object state persisted under the state directory in the layout `wrangler dev --persist-to
+// <state>/data` uses, so either can open the other's state. No dev proxy and no inspector sit in front
+// of it (DESIGN §12).
+
+/** A running local coordinator that this process started. */
+export interface LocalCoordinator {
+  url: string;
+  /** The process hosting it (this one). */
+  pid: number;
+  /** The workerd process serving it, when it could be found (Linux). */
+  runtimePid: number | null;
+  /** The instance owner's token it accepts, and whether this start generated it (DESIGN §11). */
+  owner: { token: string; created: boolean; file: string | null };
+  stop(): Promise<void>;
+}
+
+/** What `coordinator.json` in a state directory says of the coordinator serving it. */
+export interface CoordinatorRecord {
+  url: string;
+  /** The process hosting it. */
+  pid: number;
+  runtime_pid?: number | null;
+  /** The loopwarden version and worker bundle it runs (a warm one of another is restarted). */
+  version?: string;
+  bundle?: string;
+  /** A warm coordinator started on demand, which stops itself after `idle_ms` without use. */
+  daemon?: boolean;
+  idle_ms?: number;
+}
+
+/** The log is kept to this size; past it, it moves to `coordinator.log.1` (one generation) and starts again. */
+export const MAX_LOG_BYTES = 1024 * 1024;
+
+/** Appends lines to a log file that never grows past `MAX_LOG_BYTES` (plus one rotated generation). */
+export class BoundedLog {
+  private size: number;
+
+  constructor(
+    readonly file: string,
+    private readonly maxBytes = MAX_LOG_BYTES,
+  ) {
+    this.size = existsSync(file) ? statSync(file).size : 0;
+  }
+
+  write(text: string): void {
+    const bytes = Buffer.byteLength(text);
+    if (this.size > 0 && this.size + bytes > this.maxBytes) {
+      renameSync(this.file, `${this.file}.1`);
+      this.size = 0;
+    }
+    appendFileSync(this.file, text);
+    this.size += bytes;
+  }
+
+  /** Every line of a stream, timestamped, until it ends. */
+  follow(stream: Readable, label: string): void {
+    let pending = "";
+    stream.setEncoding("utf8");
+    stream.on("data", (chunk: string) => {
+      const lines = (pending + chunk).split("\n");
+      pending = lines.pop() ?? "";
+      for (const line of lines) if (line.trim() !== "") this.write(`${new Date().toISOString()} ${label} ${line}\n`);
+    });
+  }
+}
+
+/**
+ * Applies the worker's D1 migrations, recording them as wrangler does (`d1_migrations`), so either tool
+ * sees them applied. `migrations-applied.json` in the state directory lets a start skip the database
+ * when it already has every migration this version ships.
+ */
+async function applyD1Migrations(mf: Miniflare, config: WorkerConfig, stateDir: string): Promise<void> {
+  const marker = path.join(stateDir, "migrations-applied.json");
+  const recorded = await readFile(marker, "utf8").then(
+    (text) => JSON.parse(text) as string[],
+    (): string[] => [],
+  );
+  const shippedBy = await Promise.all(
+    Object.entries(config.d1MigrationsDir).map(async ([binding, dir]) => ({
+      binding,
+      dir,
+      shipped: (await readdir(path.join(PACKAGE_ROOT, dir))).filter((name) => name.endsWith(".sql")).sort(),
+    })),
+  );
+  if (shippedBy.every(({ binding, shipped }) => shipped.every((name) => recorded.includes(`${binding}/${name}`)))) return;
+  for (const { binding, dir, shipped } of shippedBy) {
+    const db = await mf.getD1Database(binding);
+    await db.exec(
+      "CREATE TABLE IF NOT EXISTS d1_migrations(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE, applied_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL);",
+    );
+    const rows = (await db.prepare("SELECT name FROM d1_migrations").all()).results as { name: string }[];
+    const applied = new Set(rows.map((row) => row.name));
+    for (const name of shipped.filter((file) => !applied.has(file))) {
+      const sql = await readFile(path.join(PACKAGE_ROOT, dir, name), "utf8");
+      // drizzle-kit separates statements with `--> statement-breakpoint`; each runs in one batch with the record.
+      const statements = sql
+        .split("--> statement-breakpoint")
+        .map((statement) => statement.trim())
+        .filter(Boolean);
+      await db.batch([...statements.map((statement) => db.prepare(statement)), db.prepare("INSERT INTO d1_migrations (name) VALUES (?)").bind(name)]);
+    }
+  }
+  await writeFile(marker, JSON.stringify(shippedBy.flatMap(({ binding, shipped }) => shipped.map((name) => `${binding}/${name}`))));
+}
+
+/** The workerd process among this process's children (Linux `/proc`); null where it cannot be told. */
+async function runtimeChildPid(): Promise<number | null> {
+  const entries = await readdir("/proc").catch((): string[] => []);
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = await readFile(`/proc/${entry}/stat`, "utf8").catch(() => "");
+    // pid (comm) state ppid …: the comm may hold spaces, so read after its closing parenthesis.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (Number(fields[1]) === process.pid && stat.includes("(workerd)")) return Number(entry);
+  }
+  return null;
+}
+
+/**
+ * Refuses clearly when the Workers runtime (miniflare, an optional dependency) is not installed: a
+ * runner-only install (--omit=optional) talks to a deployed coordinator and cannot run a local one.
+ */
+export async function assertWorkersRuntime(): Promise<void> {
+  try {
+    import.meta.resolve("miniflare");
+  } catch {
+    const manifest = JSON.parse(await readFile(path.join(PACKAGE_ROOT, "package.json"), "utf8")) as { optionalDependencies?: Record<string, string> };
+    const version = manifest.optionalDependencies?.miniflare ?? "4";
+    throw new UserError(
+      `the local coordinator needs the Workers runtime, which this install left out (--omit=optional): add it with \`npm install miniflare@${version}\`, or use a deployed coordinator with --server URL (or LOOPWARDEN_SERVER)`,
+    );
+  }
+}
+
+/** Starts the coordinator on 127.0.0.1 with state under `stateDir`, and waits until `/healthz` answers. */
+export async function startLocalCoordinator(options: {
+  stateDir: string;
+  port?: number;
+  onNote?: (text: string) => void;
+  /** Recorded in coordinator.json besides where it is (a warm coordinator says so, and its idle period). */
+  record?: Pick<CoordinatorRecord, "daemon" | "idle_ms">;
+}): Promise<LocalCoordinator> {
+  const { stateDir } = options;
+  await privateStateDir(stateDir);
+  await mkdir(path.join(stateDir, "logs"), { recursive: true });
+  const log = new BoundedLog(path.join(stateDir, "logs", "coordinator.log"));
+  const port = options.port ?? (await freePort());
+  if (options.port !== undefined && !(await isPortFree(port))) {
+    throw new UserError(`port ${port} on 127.0.0.1 is in use; choose another with --port`);
+  }
+  // Loading Miniflare takes a few hundred milliseconds: start it while the bundle is checked.
+  await assertWorkersRuntime();
+  const loading = import("miniflare");
+  await ensureWorkerBundle(() => options.onNote?.("building the worker bundle (dist/worker) from its sources…"));
+  const [{ Miniflare, Log, LogLevel }, config, contents, signingKey, owner] = await Promise.all([
+    loading,
+    loadWorkerConfig(),
+    readFile(BUNDLE_FILE, "utf8"),
+    localSigningKey(stateDir),
+    localOwnerToken(stateDir),
+  ]);
+
+  class FileLog extends Log {
+    override log(message: string): void {
+      log.write(`${new Date().toISOString()} miniflare ${message}\n`);
+    }
+  }
+  const signalListeners = (signal: NodeJS.Signals) => new Set(process.listeners(signal));
+  const before = { SIGINT: signalListeners("SIGINT"), SIGTERM: signalListeners("SIGTERM") };
+  const mf = new Miniflare({
+    host: "127.0.0.1",
+    port,
+    // No request.cf lookup over the network, no inspector: nothing but the worker itself.
+    cf: false,
+    log: new FileLog(LogLevel.WARN),
+    handleRuntimeStdio(stdout: Readable, stderr: Readable) {
+      log.follow(stdout, "worker");
+      log.follow(stderr, "worker");
+    },
+    defaultPersistRoot: path.join(stateDir, "data", "v3"),
+    workers: [
+      {
+        name: config.name,
+        compatibilityDate: config.compatibilityDate,
+        compatibilityFlags: config.compatibilityFlags,
+        // The module given whole: Miniflare then does not parse a megabyte of JavaScript to find imports.
+        modulesRoot: BUNDLE_DIR,
+        modules: [{ type: "ESModule", path: BUNDLE_FILE, contents }],
+        durableObjects: config.durableObjects,
+        d1Databases: config.d1Databases,
+        r2Buckets: config.r2Buckets,
+        ratelimits: config.ratelimits,
+        // The receipt signing key and the owner token, secrets when deployed, are this state directory's own here.
+        bindings: {
+          ...(config.bindings as Record<string, never>),
+          RECEIPT_SIGNING_KEY: signingKey,
+          OWNER_TOKEN: owner.token,
+          // LOOPWARDEN_LEASE_TTL, LOOPWARDEN_S3_* and the like override or add to wrangler.toml's (ENV_SETTINGS).
+          ...envSettings(process.env),
+        },
+      },
+    ],
+  });
+  // Miniflare exits the process from its own SIGINT/SIGTERM handlers, which would cut the runner's
+  // shutdown short (the agent's and gates' process groups left running). The runner's shutdown stops
+  // this coordinator itself, so those handlers go; Miniflare's exit hook, which stops workerd when the
+  // process exits, stays.
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    for (const listener of process.listeners(signal)) if (!before[signal].has(listener)) process.off(signal, listener);
+  }
+  const stop = async () => {
+    await mf.dispose();
+    await rm(path.join(stateDir, "coordinator.json"), { force: true });
+  };
+  try {
+    await mf.ready;
+    await applyD1Migrations(mf, config, stateDir);
+    const url = `http://127.0.0.1:${port}`;
+    if (!(await new Client(url).isHealthy())) throw new Error(`the local coordinator at ${url} does not answer /healthz (log: ${log.file})`);
+    const runtimePid = await runtimeChildPid();
+    const record: CoordinatorRecord = { url, pid: process.pid, runtime_pid: runtimePid, version: VERSION, bundle: await bundleStamp(), ...options.record };
+    // One line a start, so the log a command names (`serve` prints its path) is there to open, even
+    // while the worker has logged nothing (it logs warnings and errors only).
+    log.write(`${new Date().toISOString()} loopwarden ${VERSION}: coordinator listening on ${url} (pid ${process.pid})\n`);
+    await writeFile(path.join(stateDir, "coordinator.json"), JSON.stringify(record));
+    return { url, pid: process.pid, runtimePid, owner, stop };
+  } catch (error) {
+    await mf.dispose().catch(() => undefined);
+    throw new Error(`the local coordinator did not start (log: ${log.file}): ${(error as Error).message}`);
+  }
+}
+
+/**
+ * The URL of a coordinator already serving this state directory, if one answers. A coordinator whose
+ * host process died without stopping it (SIGKILL) leaves its workerd behind: that orphan is stopped
+ * here, by the pid recorded for it, rather than served by a process nobody will stop.
+ */
+export async function findRunningCoordinator(stateDir: string): Promise<CoordinatorRecord | null> {
+  const file = path.join(stateDir, "coordinator.json");
+  const text = await readFile(file, "utf8").catch(() => null);
+  if (!text) return null;
+  let record: CoordinatorRecord;
+  try {
+    record = JSON.parse(text) as CoordinatorRecord;
+  } catch {
+    return null;
+  }
+  if (isProcessAlive(record.pid)) return (await new Client(record.url).isHealthy()) ? record : null;
+  const orphan = record.runtime_pid;
+  if (orphan && isProcessAlive(orphan) && (await readFile(`/proc/${orphan}/cmdline`, "utf8").catch(() => "")).includes("workerd")) {
+    process.kill(orphan, "SIGKILL");
+  }
+  await rm(file, { force: true });
+  return null;
+}

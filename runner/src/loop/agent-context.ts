@@ -1,0 +1,165 @@
+import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
+import path from "node:path";
+import { BASELINE_ID, type LoopState, type Verdict } from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
+import { AgentReportFile, type AgentReport } from "#shared/wire/agent-report.js";
+import { git } from "../process/git.js";
+
+// What the agent is told before each run, and what it may report afterwards (issue "the agent's side").
+// Failures are data: the history lets a prompt say "do not retry a rejected direction".
+
+/** The files the agent's environment points at. */
+export interface AgentFiles {
+  best: string;
+  lastVerdict: string;
+  history: string;
+  report: string;
+}
+
+/** The last verdict as the agent reads it. */
+export interface LastVerdict extends Verdict {
+  failing_tests: string[];
+}
+
+/**
+ * The tree the agent starts from, as it reads it: the best so far (t0 until a promotion) and what fails
+ * there, so even the first run knows what to fix. A rejection's own failing tests (in the last verdict)
+ * are the rejected candidate's, not those of the tree the agent was given back.
+ */
+export interface BestTree {
+  candidate_id: string;
+  commit: string;
+  failing_tests: string[];
+  /** Optimize mode: the metric's median reading when it became the best; null otherwise. */
+  metric: number | null;
+}
+
+/** One line of the history the agent reads. */
+export interface HistoryLine {
+  candidate_id: string;
+  parent: string;
+  commit: string;
+  status: string;
+  reason: string | null;
+  detail: string | null;
+  diff_summary: string;
+  description: string | null;
+}
+
+const diffSummaries = new Map<string, Promise<string>>();
+
+/**
+ * `src/a.ts +3 -1, test/b.ts +10 -0` for the change from `base` to `commit` (cached: commits never
+ * change). A runner asks for its candidate's while the candidate is evaluated, so the next iteration's
+ * history finds it ready.
+ */
+export function diffSummary(repo: string, base: string, commit: string): Promise<string> {
+  const key = `${base}..${commit}`;
+  let summary = diffSummaries.get(key);
+  if (!summary) {
+    summary = git(repo, ["diff", "--numstat", "--no-renames", base, commit])
+      .catch(() => "")
+      .then((numstat) => {
+        const files = numstat
+          .split("\n")
+          .filter(Boolean)
+          .map((line) => {
+            const [added, removed, file] = line.split("\t");
+            return added === "-" ? `${file} (binary)` : `${file} +${added} -${removed}`;
+          });
+        return files.length === 0 ? "no change" : files.length > 8 ? `${files.slice(0, 8).join(", ")} and ${files.length - 8} more files` : files.join(", ");
+      });
+    diffSummaries.set(key, summary);
+  }
+  return summary;
+}
+
+/** Where the agent's files are in the tree it works in: ignored by git, as all of `.loopwarden/` is. */
+export function agentContextDir(workTree: string): string {
+  return path.join(workTree, ".loopwarden", "agent");
+}
+
+/**
+ * Writes `.loopwarden/agent/best.json` (the tree the agent starts from and its failing tests),
+ * `last-verdict.json` (null before the first verdict) and `history.jsonl` (one line per candidate so
+ * far) into the agent's work tree (its workspace, DESIGN §6.7), and clears the report file the agent
+ * may write. Summaries of changes are read from `repo`, the user's repository.
+ */
+export async function writeAgentContext(repo: string, state: LoopState, workTree = repo): Promise<AgentFiles> {
+  const dir = agentContextDir(workTree);
+  await mkdir(dir, { recursive: true });
+  const files: AgentFiles = {
+    best: path.join(dir, "best.json"),
+    lastVerdict: path.join(dir, "last-verdict.json"),
+    history: path.join(dir, "history.jsonl"),
+    report: path.join(dir, "report.json"),
+  };
+  const commitOf = (id: string) => (id === BASELINE_ID ? state.t0.commit : (state.candidates[id]?.commit ?? state.t0.commit));
+  const lines: HistoryLine[] = [];
+  let last: LastVerdict | null = null;
+  for (const id of state.candidate_order) {
+    const candidate = state.candidates[id];
+    if (!candidate) continue;
+    lines.push({
+      candidate_id: id,
+      parent: candidate.parent,
+      commit: candidate.commit,
+      status: candidate.status,
+      reason: candidate.verdict?.reason ?? null,
+      detail: candidate.verdict?.detail ?? null,
+      diff_summary: await diffSummary(repo, commitOf(candidate.parent), candidate.commit),
+      description: candidate.agent_report?.description ?? null,
+    });
+    if (candidate.verdict) last = { ...candidate.verdict, failing_tests: candidate.report?.tests.failing ?? [] };
+  }
+  const best: BestTree = { candidate_id: state.best.candidate_id, commit: state.best.commit, failing_tests: state.best.failing, metric: state.best.metric };
+  await writeFile(files.best, `${JSON.stringify(best, null, 2)}\n`);
+  await writeFile(files.lastVerdict, `${JSON.stringify(last, null, 2)}\n`);
+  await writeFile(files.history, lines.map((line) => `${JSON.stringify(line)}\n`).join(""));
+  await rm(files.report, { force: true });
+  return files;
+}
+
+/** The environment variables that point the agent at its files. */
+export function agentEnv(files: AgentFiles, loopId: string, iteration: number): Record<string, string> {
+  return {
+    LOOPWARDEN_LOOP_ID: loopId,
+    LOOPWARDEN_ITERATION: String(iteration),
+    LOOPWARDEN_BEST: files.best,
+    LOOPWARDEN_LAST_VERDICT: files.lastVerdict,
+    LOOPWARDEN_HISTORY: files.history,
+    LOOPWARDEN_AGENT_REPORT: files.report,
+  };
+}
+
+/**
+ * Reads the report the agent wrote, if any: validated, with every context file it names pinned by the
+ * sha256 of its content now. An invalid report is not recorded; the reason is, so it is never silent.
+ */
+export async function readAgentReport(repo: string, file: string): Promise<{ report: AgentReport | null; error?: string }> {
+  const text = await readFile(file, "utf8").catch(() => null);
+  if (text === null) return { report: null };
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return { report: null, error: "the agent report is not valid JSON" };
+  }
+  const parsed = AgentReportFile.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    return { report: null, error: `the agent report is invalid: ${issue?.path.join(".") || "(report)"}: ${issue?.message ?? "invalid"}` };
+  }
+  const { context_files: contextPaths, ...rest } = parsed.data;
+  const report: AgentReport = { ...rest };
+  if (contextPaths) {
+    report.context_files = await Promise.all(
+      contextPaths.map(async (name) => {
+        const inside = !path.isAbsolute(name) && !path.normalize(name).startsWith("..");
+        const bytes = inside ? await readFile(path.join(repo, name)).catch(() => null) : null;
+        return { path: name, sha256: bytes ? sha256Hex(bytes) : null };
+      }),
+    );
+  }
+  return { report };
+}
