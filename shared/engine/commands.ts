@@ -25,6 +25,7 @@ import { compactTests, deltaProblem } from "./test-sets.js";
 import { isDeltaTests } from "../wire/observation.js";
 import { addMs, refuse, type Outcome } from "./outcome.js";
 import { findLease, isCurrentLease, notYours, refOf, RENEWAL_RECORD_MS } from "./lease-commands.js";
+import { exitCodeFor } from "../wire/halt-reasons.js";
 
 // The commands the LoopObject runs. Each is pure: it reads a state and its inputs (time and ids come
 // in as arguments) and answers with the events to append, or with an expected failure as a value
@@ -58,6 +59,29 @@ export function createLoop(input: {
   const initialHalt = haltAfter(applyEvent(null, created), input.at);
   if (initialHalt) events.push({ type: "halted", at: input.at, data: initialHalt });
   return { ok: true, events, value: null };
+}
+
+/**
+ * Stops a running loop at a person's request (`cancelled`, exit class 11): the request is recorded as
+ * `cancel_requested` and answered by the halt, so a verifier sees who asked and re-derives the halt from
+ * it. A loop already cancelled answers as it did (`replayed`); one halted for another reason is
+ * `loop_halted`: its halt stands.
+ */
+export function cancelLoop(state: LoopState, input: { by: string; reason?: string | undefined; at: string }): Outcome<{ replayed: boolean }> {
+  if (state.halt?.halt_reason === "cancelled") return { ok: true, events: [], value: { replayed: true } };
+  if (state.halt) return refuse("loop_halted", `the loop has halted already (${state.halt.halt_reason}); its halt stands`);
+  const reason = input.reason?.trim();
+  const requested: EventDraft = {
+    type: "cancel_requested",
+    at: input.at,
+    data: { by: input.by, ...(reason ? { reason } : {}) },
+  };
+  const halted: EventDraft = {
+    type: "halted",
+    at: input.at,
+    data: { halt_reason: "cancelled", exit_class: exitCodeFor("cancelled"), detail: `cancelled by ${input.by}${reason ? `: ${reason}` : ""}` },
+  };
+  return { ok: true, events: [requested, halted], value: { replayed: false } };
 }
 
 /** A candidate proposal as the runner sends it. */

@@ -152,6 +152,17 @@ const ConfirmMeasured = z.strictObject({
   data: z.strictObject({ ...Confirmation.shape, samples: ConfirmReadings }),
 });
 
+/**
+ * A person's request to stop the loop (`POST /v1/loops/:id/cancel`): an input to the engine, as an
+ * observation is, answered by the `halted` (`cancelled`) event after it. Who asked is the token's id (or
+ * `owner`); the reason is theirs, shown with the halt.
+ */
+const CancelRequested = z.strictObject({
+  type: z.literal("cancel_requested"),
+  at,
+  data: z.strictObject({ by: z.string().min(1).max(100), reason: z.string().max(500).optional() }),
+});
+
 /** A signed receipt over the log up to `head` (DESIGN §9): recorded after it, so the log says what was attested and when. */
 const ReceiptIssued = z.strictObject({
   type: z.literal("receipt_issued"),
@@ -182,6 +193,7 @@ export const EventDraft = z.discriminatedUnion("type", [
   ReceiptIssued,
   ConfirmClaimed,
   ConfirmMeasured,
+  CancelRequested,
 ]);
 export type EventDraft = z.infer<typeof EventDraft>;
 export type EventType = EventDraft["type"];
@@ -203,5 +215,6 @@ export const LoopEvent = z.discriminatedUnion("type", [
   ReceiptIssued.extend(sealed),
   ConfirmClaimed.extend(sealed),
   ConfirmMeasured.extend(sealed),
+  CancelRequested.extend(sealed),
 ]);
 export type LoopEvent = z.infer<typeof LoopEvent>;

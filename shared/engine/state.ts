@@ -287,6 +287,9 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       state.confirm = event.data;
       state.final_receipt_outdated = state.final_receipt !== null;
       return state;
+    case "cancel_requested":
+      // An input: the `halted` event the engine answers it with changes the state.
+      return state;
   }
 }
 

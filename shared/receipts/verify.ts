@@ -2,7 +2,7 @@ import { utf8 } from "@scure/base";
 import { canonicalJson } from "../canonical-json.js";
 import { sha256Hex } from "../hash.js";
 import { verifyChain, type ChainHead } from "../engine/chain.js";
-import { confirmBest, createLoop, proposeCandidate, requeueIfStale, unnamedComparison } from "../engine/commands.js";
+import { cancelLoop, confirmBest, createLoop, proposeCandidate, requeueIfStale, unnamedComparison } from "../engine/commands.js";
 import { releaseLease } from "../engine/lease-commands.js";
 import { decide } from "../engine/decide.js";
 import { LoopEvent, type EventDraft } from "../engine/events.js";
@@ -203,6 +203,15 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     if (!recomputed) throw new Error(`lease ${draft.data.lease_id} was already released`);
     if (canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error(`recorded ${describeDraft(draft)}, recomputed ${describeDraft(recomputed)}`);
     return [];
+  }
+  if (state && draft.type === "cancel_requested") {
+    // A person's request: the halt that follows must be the engine's answer to it, and nothing may be
+    // cancelled once halted.
+    const cancelled = cancelLoop(state, { ...draft.data, at: draft.at });
+    if (!cancelled.ok) throw new Error(`the engine refuses this cancel (${cancelled.error.message})`);
+    const [recomputed, ...rest] = cancelled.events;
+    if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("the engine records this cancel differently");
+    return rest;
   }
   if (state && draft.type === "confirm_measured") {
     // The estimate is recomputed from the recorded readings: a confirm figure is the engine's, never the runner's.

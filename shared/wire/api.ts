@@ -356,6 +356,14 @@ export const ReceiptIssued = z.object({
 });
 export type ReceiptIssued = z.infer<typeof ReceiptIssued>;
 
+/** `POST /v1/loops/:id/cancel`: stop a running loop (`cancelled`), with a reason shown beside the halt. */
+export const CancelRequest = z.strictObject({ reason: z.string().max(500).optional() });
+export type CancelRequest = z.infer<typeof CancelRequest>;
+
+/** `POST /v1/loops/:id/cancel` answer: the loop, halted; `replayed` when it was cancelled already. */
+export const CancelResponse = z.object({ loop: LoopSummary, replayed: z.boolean() });
+export type CancelResponse = z.infer<typeof CancelResponse>;
+
 /** `POST /v1/loops/:id/confirm`: t0 and the best measured interleaved by a runner (cumulative readings). */
 export const ConfirmRequest = z.strictObject({
   candidate_id: z.string(),

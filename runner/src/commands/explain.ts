@@ -10,6 +10,7 @@ const ADVICE: Record<HaltReason, { next: string; retry: "raise_limit" | "fix_the
   success_condition_met: { next: "review and merge the loop's branch", retry: "done" },
   human_required: { next: "look at the evidence, then acknowledge", retry: "fix_then_retry" },
   no_actionable_tasks: { next: "add or unblock tasks", retry: "fix_then_retry" },
+  cancelled: { next: "a person stopped it on purpose: start a new loop (run --new) when you want one", retry: "do_not_retry" },
   max_iterations_reached: { next: "", retry: "raise_limit" },
   blocked_path_modified: {
     next: "tell the agent its scope and the files that are off limits (program.md); widen the scope in loop.yaml only by your own decision, then start a new loop",

@@ -64,6 +64,8 @@ export function describeEvent(event: LoopEvent, state: LoopState | null = null):
     }
     case "receipt_issued":
       return `${prefix} ${event.data.kind} receipt ${event.data.receipt_id} signed over events 1-${event.data.head.seq} (key ${event.data.keyid})`;
+    case "cancel_requested":
+      return `${prefix} cancel requested by ${event.data.by}${event.data.reason ? `: ${event.data.reason}` : ""}`;
   }
 }
 
