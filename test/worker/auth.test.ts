@@ -87,6 +87,7 @@ function loopRoutes(loop: { loopId: string; leaseId: string; fencing: number; up
     ["POST", "/v1/loops/:id/leases", `/v1/loops/${loopId}/leases`, { runner_id: "intruder" }],
     ["POST", "/v1/loops/:id/receipts", `/v1/loops/${loopId}/receipts`, {}],
     ["POST", "/v1/loops/:id/confirm", `/v1/loops/${loopId}/confirm`, { candidate_id: "c1", samples: { t0: [1], best: [1] } }],
+    ["POST", "/v1/loops/:id/cancel", `/v1/loops/${loopId}/cancel`, { reason: "intruder" }],
     ["GET", "/v1/loops/:id/artifacts", `/v1/loops/${loopId}/artifacts`, undefined],
     ["POST", "/v1/loops/:id/artifacts", `/v1/loops/${loopId}/artifacts`, { sha256: sha, size: 1, content_type: "text/plain" }],
     ["GET", "/v1/loops/:id/artifacts/:sha256", `/v1/loops/${loopId}/artifacts/${sha}`, undefined],

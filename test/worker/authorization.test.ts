@@ -120,6 +120,7 @@ function attemptOn(method: string, pattern: string, target: Target): Attempt {
     "POST /v1/loops/:id/leases": { runner_id: "intruder" },
     "POST /v1/loops/:id/receipts": {},
     "POST /v1/loops/:id/confirm": { candidate_id: "c1", samples: { t0: [1], best: [1] } },
+    "POST /v1/loops/:id/cancel": { reason: "intruder" },
     "GET /v1/loops/:id/artifacts": undefined,
     "POST /v1/loops/:id/artifacts": { sha256: PAYLOAD_SHA, size: PAYLOAD.length, content_type: "text/plain" },
     "GET /v1/loops/:id/artifacts/:sha256": undefined,

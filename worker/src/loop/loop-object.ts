@@ -1,5 +1,6 @@
 import { DurableObject } from "cloudflare:workers";
 import {
+  cancelLoop,
   confirmBest,
   createLoop,
   expireLeases,
@@ -315,6 +316,22 @@ export class LoopObject extends DurableObject<Env> {
     events_after?: number;
   }): Promise<Answer<{ verdict: ReportAnswer; loop: LoopSummary; events?: string[] }>> {
     return this.leases.report(input);
+  }
+
+  /**
+   * Cancels the loop at a person's request (`cancel_requested`, then `halted` with `cancelled`): its
+   * leases are over at their next heartbeat, and its final receipt is signed like any halt's.
+   */
+  async cancel(input: { caller: Caller; reason?: string | undefined }): Promise<Answer<{ loop: LoopSummary; replayed: boolean }>> {
+    const state = this.admit(input.caller);
+    if (!state) return this.absent(input.caller);
+    const outcome = cancelLoop(state, { by: holderOf(input.caller), reason: input.reason, at: new Date().toISOString() });
+    if (!outcome.ok) return { ok: false, ...outcome.error };
+    const appended = this.store.tryAppend(outcome.events);
+    if ("ok" in appended) return appended;
+    await this.receipts.issueFinal();
+    await this.scheduleAlarm();
+    return { ok: true, loop: this.summary(), replayed: outcome.value.replayed };
   }
 
   /** Records a runner's confirm measurement of t0 against the best (DESIGN §6.3), or asks for more pairs. */

@@ -13,8 +13,10 @@ import {
   type LoopList,
   type ProposeCandidateResponse,
   type ReceiptIssued,
+  CancelRequest,
   ConfirmRequest,
   IssueReceiptRequest,
+  type CancelResponse,
   MAX_WAIT_MS,
   type ConfirmResponse,
 } from "#shared/wire/api.js";
@@ -197,6 +199,16 @@ loopRoutes.post("/:id/receipts", async (c) => {
   if (!answer.ok) throw refusalError(answer);
   const response: ReceiptIssued = { receipt_id: answer.receipt_id, url: `${new URL(c.req.url).origin}/r/${answer.receipt_id}`, head: answer.head };
   return c.json(response, 201);
+});
+
+// A person stops the loop: `cancelled`, recorded and signed like any halt (DESIGN §7, exit class 11).
+loopRoutes.post("/:id/cancel", async (c) => {
+  const { stub, caller } = await openLoop(c, c.req.param("id"), "propose");
+  const body = await readJson(c, CancelRequest, { empty: {} });
+  const answer = await stub.cancel({ caller, reason: body.reason });
+  if (!answer.ok) throw refusalError(answer);
+  const response: CancelResponse = { loop: answer.loop, replayed: answer.replayed };
+  return c.json(response, answer.replayed ? 200 : 201);
 });
 
 loopRoutes.post("/:id/confirm", async (c) => {
