@@ -36,3 +36,19 @@ export class CoordinatorError extends Error {
     this.name = "CoordinatorError";
   }
 }
+
+/**
+ * The loop halted while this runner was in the middle of an iteration — another runner's report, a
+ * person's `cancel` — so its candidate can no longer be judged. `run` reports the halt as its outcome.
+ */
+export class LoopHaltedMeanwhile extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "LoopHaltedMeanwhile";
+  }
+}
+
+/** Whether an error says the loop halted meanwhile: a 409 `loop_halted` answer, or a wait that found the halt. */
+export function isHaltedMeanwhile(error: unknown): boolean {
+  return error instanceof LoopHaltedMeanwhile || (error instanceof CoordinatorError && error.status === 409 && error.code === "loop_halted");
+}

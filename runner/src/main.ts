@@ -196,6 +196,18 @@ loopCommand(
 );
 
 program
+  .command("cancel")
+  .description(
+    "stop a running loop on purpose: it halts with cancelled (exit class 11), recorded with who asked and why and signed like any halt; its runners stop at their next heartbeat (default: this repository's current loop; needs the propose scope)",
+  )
+  .argument("[loop]", "loop id")
+  .option("--reason <text>", "why, shown with the halt and in the receipt's log (at most 500 characters)")
+  .action(async (loop: string | undefined, options: { reason?: string }) => {
+    const { cancelCommand } = await import("./commands/cancel.js");
+    exitCode = await cancelCommand(loop, { ...globals(), ...options, cwd: process.cwd() });
+  });
+
+program
   .command("logs")
   .description(
     "print the stored output of a candidate's (or t0's) gate: by default the latest evaluated candidate's first failing gate, a hard one before a soft one, or its last gate when every gate passed (default loop: this repository's)",

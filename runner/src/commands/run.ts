@@ -6,7 +6,7 @@ import { HALT_EXIT_CODES, labelsSatisfy } from "#shared/engine/index.js";
 import type { LoopSummary, ProposeCandidateRequest } from "#shared/wire/api.js";
 import type { Connection, ServerOptions } from "../coordinator/connect.js";
 import type { CommandResult } from "../process/exec.js";
-import { UserError } from "../errors.js";
+import { isHaltedMeanwhile, UserError } from "../errors.js";
 import { currentBranch } from "../process/git.js";
 import { loopBranch, type Diff } from "../process/git-commits.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
@@ -225,7 +225,17 @@ export async function runLoop(options: RunOptions): Promise<number> {
         prepareWorkspace(session.repo, session.loop.best.commit);
         if (!unconfined && evaluatesOwnCandidate(session, null)) prepareClone(session.repo);
       }
-      await decideCandidate(session, proposal, iteration, { restoreLater: true });
+      try {
+        await decideCandidate(session, proposal, iteration, { restoreLater: true });
+      } catch (error) {
+        // Halted meanwhile — another runner's report, a person's cancel: that halt is the run's outcome,
+        // and this iteration's candidate, never judged, is kept aside as an interrupted one's would be.
+        if (!isHaltedMeanwhile(error)) throw error;
+        await workingTreeRestored(session);
+        session.loop = await session.client.getLoop(session.loop.loop_id);
+        await settleInterruptedIteration(session);
+        break;
+      }
       ran++;
       const timings = takeTimings();
       if (timings) process.stderr.write(`[${iteration}] ${timings}\n`);

@@ -2,7 +2,9 @@ import { LoopEvent } from "#shared/engine/events.js";
 import {
   ArtifactList,
   BaselineReportResponse,
+  CancelResponse,
   ConfirmResponse,
+  type CancelRequest,
   type ConfirmRequest,
   CreateLoopResponse,
   Health,
@@ -70,6 +72,11 @@ export class Client extends ArtifactTransfers {
   /** `POST /v1/loops/:id/confirm`: a confirm measurement of t0 against the best (cumulative readings). */
   confirm(loopId: string, body: ConfirmRequest) {
     return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/confirm`, ConfirmResponse, body);
+  }
+
+  /** `POST /v1/loops/:id/cancel`: the loop halted as `cancelled` (or as it was, when it already was). */
+  cancelLoop(loopId: string, body: CancelRequest) {
+    return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/cancel`, CancelResponse, body);
   }
 
   /** `POST /v1/loops/:id/receipts`: an interim receipt over the log as it is now. */

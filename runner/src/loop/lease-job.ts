@@ -6,7 +6,7 @@ import { compactTests } from "#shared/engine/test-sets.js";
 import type { FullObservation } from "#shared/wire/observation.js";
 import { CoordinatorError } from "../coordinator/client.js";
 import { withClone, type Clone } from "../evaluation/clone.js";
-import { JobRefused, UserError } from "../errors.js";
+import { JobRefused, LoopHaltedMeanwhile } from "../errors.js";
 import { evaluateIn, hardGatesPassed, type EvaluationOptions } from "../evaluation/evaluate.js";
 import { foldAnswered, foldLoop, type LoopReader } from "./event-log.js";
 import { contractFileOf, type LoadedContract } from "../contract/contract-file.js";
@@ -304,7 +304,7 @@ export async function evaluateUntilDecided(
     const candidate = (await foldLoop(session)).candidates[candidateId];
     if (candidate?.verdict) return { verdict: candidate.verdict, loop: await session.client.getLoop(session.loop.loop_id) };
     const state = session.folded?.state;
-    if (state?.halt) throw new UserError(`the loop halted (${state.halt.halt_reason}) before ${candidateId} was decided`);
+    if (state?.halt) throw new LoopHaltedMeanwhile(`the loop halted (${state.halt.halt_reason}) before ${candidateId} was decided`);
     const holder = candidate?.lease?.runner_id;
     const line = holder ? `${candidateId} is being evaluated by runner ${holder}` : `waiting for ${wanted} to evaluate ${candidateId}`;
     const now = Date.now();
