@@ -3,6 +3,8 @@ import { drizzle } from "drizzle-orm/d1";
 import { OWNER_TEAM } from "#shared/wire/auth.js";
 import { parseByteSize } from "./artifacts/artifact-limits.js";
 import { loops } from "./db/schema.js";
+import type { LoopState } from "#shared/engine/index.js";
+import type { Refusal } from "./loop/refusal.js";
 
 // Limits that hold per team (DESIGN §11), wrangler.toml [vars] with these defaults: the loops a team may
 // create, the candidates and interim receipts one loop may hold, and the bytes all of a team's loops'
@@ -87,6 +89,15 @@ export async function newLoopRefusal(env: Env, teamId: string): Promise<string |
 /** The message of a loop's candidate limit (the LoopObject answers it as a refusal). */
 export function candidateLimitMessage(max: number): string {
   return `this loop holds ${max} candidates, the most LOOP_MAX_CANDIDATES allows: start a new loop from its best (nothing was recorded)`;
+}
+
+/**
+ * The refusal of a new candidate once the loop holds `max` (LOOP_MAX_CANDIDATES as the route read it, so
+ * a request's configuration is the one that holds); a replay of a candidate it holds is no new one.
+ */
+export function candidateLimitRefusal(state: LoopState, idempotencyKey: string, max: number): Refusal | null {
+  if (state.idempotency[idempotencyKey] !== undefined || state.candidate_order.length < max) return null;
+  return { ok: false, code: "limit_reached", message: candidateLimitMessage(max) };
 }
 
 /** The message of a loop's interim receipt limit. */

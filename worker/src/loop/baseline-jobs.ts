@@ -78,9 +78,7 @@ export class BaselineJobs {
     store.teamId = teamId;
     try {
       this.host.storage.transactionSync(() => {
-        store.applyMigrations();
-        this.sql.exec("INSERT INTO meta (key, value) VALUES ('create_request', ?)", requestHash);
-        this.sql.exec("INSERT INTO meta (key, value) VALUES ('team_id', ?)", teamId);
+        store.initialize(requestHash, teamId);
         this.save(pending);
         this.sql.exec("INSERT INTO outbox (item) VALUES (?)", JSON.stringify(BaselineJobs.projection(pending, teamId)));
       });

@@ -79,6 +79,22 @@ export class LoopEventStore {
   }
 
   /**
+   * A new loop's schema, the hash of the request that created it and the team that owns it, inside the
+   * caller's transaction (the one that stores its first events, or its pending baseline).
+   */
+  initialize(requestHash: string, teamId: string): void {
+    this.applyMigrations();
+    this.sql.exec("INSERT INTO meta (key, value) VALUES ('create_request', ?)", requestHash);
+    this.sql.exec("INSERT INTO meta (key, value) VALUES ('team_id', ?)", teamId);
+    this.teamId = teamId;
+  }
+
+  /** The hash of the request that created the loop: a retry of it is answered, another is a conflict. */
+  createRequest(): string | undefined {
+    return this.sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = 'create_request'").toArray()[0]?.value;
+  }
+
+  /**
    * The state, folded from the event rows (DESIGN §4 invariant 9: no row grows with the loop; the fold is
    * linear, about 16 ms for 10,000 events), and the chain head, the last event's.
    */
