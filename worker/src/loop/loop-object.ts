@@ -20,9 +20,10 @@ import { MAX_WAIT_MS, type AwaitingBaseline, type CandidateView, type Lease, typ
 import type { Labels } from "#shared/wire/contract.js";
 import type { FullObservation, Observation } from "#shared/wire/observation.js";
 import { EVENTS_IN_ANSWER, LoopEventStore } from "./loop-event-store.js";
+import { streamEvents } from "./event-stream.js";
 import { summarizeLoop, viewCandidate } from "./loop-view.js";
 import { OWNER_TEAM, type Caller } from "../http/auth.js";
-import { candidateLimitMessage, interimReceiptLimitMessage, teamLimits } from "../team-limits.js";
+import { candidateLimitRefusal, interimReceiptLimitMessage, teamLimits } from "../team-limits.js";
 import { NOT_FOUND, type Answer, type Refusal } from "./refusal.js";
 import { holderOf, LoopLeases } from "./loop-leases.js";
 import { BaselineJobs } from "./baseline-jobs.js";
@@ -155,8 +156,7 @@ export class LoopObject extends DurableObject<Env> {
     if (this.state || this.baseline.pending) {
       // Loop ids derive from the team and the key, so another team's request cannot reach this loop.
       if (this.teamId !== input.team_id) return NOT_FOUND;
-      const stored = this.sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = 'create_request'").toArray()[0];
-      if (stored?.value !== input.request_hash) {
+      if (this.store.createRequest() !== input.request_hash) {
         return { ok: false, code: "idempotency_conflict", message: "this idempotency key created a loop from a different request" };
       }
       const deadline = Date.now() + Math.min(input.wait_ms ?? 0, MAX_WAIT_MS);
@@ -176,11 +176,7 @@ export class LoopObject extends DurableObject<Env> {
     if (!outcome.ok) return { ok: false, ...outcome.error };
     // The schema is created in the same transaction as the loop: a creation that fails leaves nothing.
     this.store.teamId = teamId;
-    const appended = this.store.tryAppend(outcome.events, () => {
-      this.store.applyMigrations();
-      this.sql.exec("INSERT INTO meta (key, value) VALUES ('create_request', ?)", input.request_hash);
-      this.sql.exec("INSERT INTO meta (key, value) VALUES ('team_id', ?)", teamId);
-    });
+    const appended = this.store.tryAppend(outcome.events, () => this.store.initialize(input.request_hash, teamId));
     if ("ok" in appended) {
       this.store.teamId = OWNER_TEAM;
       return appended;
@@ -220,20 +216,6 @@ export class LoopObject extends DurableObject<Env> {
   }
 
   /**
-   * The most candidates this loop may hold: `max` as the route read it from its deployment's
-   * LOOP_MAX_CANDIDATES (so a request's configuration is the one that holds), else this object's own.
-   */
-  private maxCandidates(max: number | undefined): number {
-    return max ?? teamLimits(this.env).maxCandidates;
-  }
-
-  /** The refusal of a new candidate once the loop holds `max` (a replay of one it holds is no new candidate). */
-  private candidateLimitRefusal(state: LoopState, idempotencyKey: string, max: number): Refusal | null {
-    if (state.idempotency[idempotencyKey] !== undefined || state.candidate_order.length < max) return null;
-    return { ok: false, code: "limit_reached", message: candidateLimitMessage(max) };
-  }
-
-  /**
    * Whether a proposal would be taken as far as the loop's candidate limit goes: asked before a
    * proposal's inline evidence is stored, so a proposal refused for the limit stores nothing. (`propose`
    * checks it again: a proposal that raced in between still stops there.)
@@ -241,7 +223,7 @@ export class LoopObject extends DurableObject<Env> {
   async mayPropose(input: { caller: Caller; idempotency_key: string; max_candidates?: number }): Promise<Answer<object>> {
     const state = this.admit(input.caller);
     if (!state) return this.absent(input.caller);
-    return this.candidateLimitRefusal(state, input.idempotency_key, this.maxCandidates(input.max_candidates)) ?? { ok: true };
+    return candidateLimitRefusal(state, input.idempotency_key, input.max_candidates ?? teamLimits(this.env).maxCandidates) ?? { ok: true };
   }
 
   /**
@@ -261,7 +243,7 @@ export class LoopObject extends DurableObject<Env> {
     if (!state) return this.absent(input.caller);
     const outcome = proposeCandidate(state, input.proposal, { request_hash: input.request_hash, at: new Date().toISOString() });
     if (!outcome.ok) return { ok: false, ...outcome.error };
-    const overLimit = this.candidateLimitRefusal(state, input.proposal.idempotency_key, this.maxCandidates(input.max_candidates));
+    const overLimit = candidateLimitRefusal(state, input.proposal.idempotency_key, input.max_candidates ?? teamLimits(this.env).maxCandidates);
     if (overLimit) return overLimit;
     const appended = this.store.tryAppend(outcome.events);
     if ("ok" in appended) return appended;
@@ -365,6 +347,12 @@ export class LoopObject extends DurableObject<Env> {
     const deadline = Date.now() + Math.min(input.wait_ms ?? 0, MAX_WAIT_MS);
     while ((this.head?.seq ?? 0) <= input.after && Date.now() < deadline) await this.store.nextAppend(deadline - Date.now());
     return { ok: true, ...this.store.eventsPage(input.after, input.limit) };
+  }
+
+  /** The log after `after` as Server-Sent Events, then each event as it is appended (event-stream.ts). */
+  async eventStream(input: { caller: Caller; after: number }): Promise<Answer<{ stream: ReadableStream<Uint8Array> }>> {
+    if (!this.isMember(input.caller)) return NOT_FOUND;
+    return { ok: true, stream: streamEvents(this.store, input.after) };
   }
 
   /**

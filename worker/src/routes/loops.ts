@@ -175,6 +175,9 @@ loopRoutes.post("/:id/leases", async (c) => {
   return c.json(answer.lease);
 });
 
+/** A reconnecting reader's last event id: the `seq` of the last event it has. */
+const LastEventId = z.coerce.number().int().min(0);
+
 const EventsQuery = z.object({
   after: z.coerce.number().int().min(0).default(0),
   limit: z.coerce.number().int().min(1).max(1_000).default(1_000),
@@ -185,6 +188,16 @@ const EventsQuery = z.object({
 loopRoutes.get("/:id/events", async (c) => {
   const { stub, caller } = await openLoop(c, c.req.param("id"), "read");
   const query = readParam(c.req.query(), EventsQuery, "query");
+  // Server-Sent Events: the log after Last-Event-ID (a reconnect) or `after`, then live, on one connection.
+  if (c.req.header("accept")?.includes("text/event-stream")) {
+    const lastId = c.req.header("last-event-id");
+    const after = lastId === undefined ? query.after : readParam(lastId, LastEventId, "Last-Event-ID");
+    const answer = await stub.eventStream({ caller, after });
+    if (!answer.ok) throw refusalError(answer);
+    return new Response(answer.stream, {
+      headers: { "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-store", "X-Accel-Buffering": "no" },
+    });
+  }
   const answer = await stub.events({ caller, ...query });
   if (!answer.ok) throw refusalError(answer);
   const body = answer.events.map((line) => `${line}\n`).join("");
