@@ -1,13 +1,13 @@
 import { formatDuration } from "#shared/duration.js";
-import { foldEvents, LoopEvent, reportedCounts, type LoopState } from "#shared/engine/index.js";
+import { foldEvents, reportedCounts, type LoopEvent, type LoopState } from "#shared/engine/index.js";
 import { CoordinatorError } from "../coordinator/client.js";
 import { withConnection, type ServerOptions } from "../coordinator/connect.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { stdoutClosed } from "../process/shutdown.js";
 import { resolveTarget } from "../coordinator/target.js";
 import { formatInterval, formatPercent } from "#shared/format-percent.js";
-
-const POLL_MS = 1_000;
+import type { LoopSummary } from "#shared/wire/api.js";
+import { followEvents } from "../coordinator/event-stream.js";
 
 /** One human line for an event of the log, given the loop's state folded up to it (its test counts come from there). */
 export function describeEvent(event: LoopEvent, state: LoopState | null = null): string {
@@ -69,46 +69,56 @@ export function describeEvent(event: LoopEvent, state: LoopState | null = null):
   }
 }
 
-/** `loopwarden watch [LOOP]`: prints the event log as it grows, until the loop halts (or Ctrl-C). */
+/**
+ * `loopwarden watch [LOOP]`: prints the event log as the coordinator pushes it (Server-Sent Events,
+ * coordinator/event-stream.ts), until the loop halts (or Ctrl-C). A dropped connection is opened again
+ * from the last event printed: nothing is missed, nothing printed twice.
+ */
 export async function watchCommand(loopArg: string | undefined, options: ServerOptions & OutputMode & { cwd: string }): Promise<number> {
   const { loopId, server } = await resolveTarget(loopArg, options);
   return withConnection(server, options, async (connection) => {
-    let after = 0;
+    const { client } = connection;
+    // No log yet: a runner with the contract's labels is to measure t0. Said once; its events follow.
+    await client.getLoop(loopId).catch((error: unknown) => {
+      if (!(error instanceof CoordinatorError && error.code === "awaiting_baseline")) throw error;
+      progress(options, error.message);
+    });
     let state: LoopState | null = null;
-    let saidAwaiting = false;
-    for (;;) {
-      const lines = await connection.client.eventLines(loopId, after);
-      for (const line of lines) {
-        const event = LoopEvent.parse(JSON.parse(line));
-        after = event.seq;
-        state = foldEvents([event], state);
-        if (!options.json && !options.quiet) process.stdout.write(`${describeEvent(event, state)}\n`);
-      }
-      // Its reader went away (`watch | head -1`): there is no one left to print for.
-      if (stdoutClosed()) return 0;
-      const loop = await connection.client.getLoop(loopId).catch((error: unknown) => {
-        // No log yet: a runner with the contract's labels is to measure t0. Said once; its events follow.
-        if (!(error instanceof CoordinatorError && error.code === "awaiting_baseline")) throw error;
-        if (!saidAwaiting) progress(options, error.message);
-        saidAwaiting = true;
-        return null;
-      });
-      if (loop?.halt && after >= loop.head.seq) {
-        emitResult(
-          options,
-          {
-            status: "halted",
-            loop_id: loop.loop_id,
-            iteration: loop.iteration,
-            halt_reason: loop.halt.halt_reason,
-            exit_class: loop.halt.exit_class,
-            ...(loop.halt.still_improving === undefined ? {} : { still_improving: loop.halt.still_improving }),
-          },
-          [],
-        );
-        return 0;
-      }
-      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
-    }
+    let halted: LoopSummary | null = null;
+    await followEvents(
+      client,
+      loopId,
+      0,
+      async (event) => {
+        const folded = foldEvents([event], state);
+        if (!folded) throw new Error(`event ${event.seq} folds to no loop`);
+        state = folded;
+        if (!options.json && !options.quiet) process.stdout.write(`${describeEvent(event, folded)}\n`);
+        // Its reader went away (`watch | head -1`): there is no one left to print for.
+        if (stdoutClosed()) return true;
+        if (!folded.halt) return false;
+        // Halted: done once every event the loop has (its final receipt's too) is printed.
+        const loop = await client.getLoop(loopId);
+        if (event.seq < loop.head.seq) return false;
+        halted = loop;
+        return true;
+      },
+      (why: string) => progress(options, `the event stream was interrupted (${why}); reading on from where it stopped`),
+    );
+    const loop = halted as LoopSummary | null;
+    if (!loop?.halt) return 0;
+    emitResult(
+      options,
+      {
+        status: "halted",
+        loop_id: loop.loop_id,
+        iteration: loop.iteration,
+        halt_reason: loop.halt.halt_reason,
+        exit_class: loop.halt.exit_class,
+        ...(loop.halt.still_improving === undefined ? {} : { still_improving: loop.halt.still_improving }),
+      },
+      [],
+    );
+    return 0;
   });
 }

@@ -200,6 +200,25 @@ export class Client extends ArtifactTransfers {
   }
 
   /**
+   * The log after `after` as Server-Sent Events, then each event as it is appended: the response's body,
+   * open until the caller cancels it (event-stream.ts reads it). A refusal (404, 401) is thrown.
+   */
+  async eventStream(loopId: string, after: number): Promise<ReadableStream<Uint8Array>> {
+    const response = await this.send(
+      "GET",
+      `/v1/loops/${encodeURIComponent(loopId)}/events`,
+      undefined,
+      { Accept: "text/event-stream", "Last-Event-ID": String(after) },
+      { what: `following the events of loop ${loopId}` },
+    );
+    if (!response.ok || !response.body) {
+      await this.parse(response, Health);
+      throw new Error(`the coordinator answered the event stream of loop ${loopId} without a body`);
+    }
+    return response.body;
+  }
+
+  /**
    * Raw events after `after`, exactly as stored and hashed (JSONL), following pages to the end. With
    * `waitMs`, a long-poll: when nothing follows `after` yet, the coordinator answers once something does
    * (or after the wait, with none).

@@ -1,0 +1,64 @@
+import { createParser, type EventSourceMessage } from "eventsource-parser";
+import { LoopEvent } from "#shared/engine/events.js";
+import type { Client } from "./client.js";
+
+// A loop's event log followed live (DESIGN §8: `GET /v1/loops/:id/events` as Server-Sent Events), for
+// `loopwarden watch`: one connection that the coordinator pushes each event down as it is appended —
+// never a poll. A connection that drops (a restarted coordinator, a network blip) is opened again with
+// `Last-Event-ID` set to the last event handled, so nothing is missed and nothing is handled twice.
+// eventsource-parser (a small, maintained SSE parser) reads the stream: Node's fetch has no EventSource.
+
+/** How long to wait before opening a dropped stream again (unless the coordinator said otherwise with `retry:`). */
+const RECONNECT_MS = 1_000;
+
+/** The messages of one SSE response body, in order. */
+async function* messagesOf(body: ReadableStream<Uint8Array>, onRetry: (ms: number) => void): AsyncGenerator<EventSourceMessage> {
+  const queue: EventSourceMessage[] = [];
+  const parser = createParser({ onEvent: (message) => queue.push(message), onRetry });
+  const decoder = new TextDecoder();
+  for await (const chunk of body) {
+    parser.feed(decoder.decode(chunk, { stream: true }));
+    while (queue.length > 0) {
+      const message = queue.shift();
+      if (message) yield message;
+    }
+  }
+}
+
+/**
+ * Follows the log of `loopId` after event `after`: `handle` gets each event once, in order, and answers
+ * true to stop. `onDropped` is told when a connection ended or failed before that (the stream is then
+ * opened again from the last event handled); an error opening it (the loop unknown, a token refused) is
+ * thrown. Answers the last event's `seq`.
+ */
+export async function followEvents(
+  client: Client,
+  loopId: string,
+  after: number,
+  handle: (event: LoopEvent) => Promise<boolean> | boolean,
+  onDropped: (why: string) => void = () => undefined,
+): Promise<number> {
+  let last = after;
+  let reconnectMs = RECONNECT_MS;
+  for (;;) {
+    const body = await client.eventStream(loopId, last);
+    try {
+      for await (const message of messagesOf(body, (ms) => (reconnectMs = ms))) {
+        const event = LoopEvent.parse(JSON.parse(message.data));
+        // Never twice: a reconnect starts after the last event handled, and a stale event is skipped.
+        if (event.seq <= last) continue;
+        if (event.seq !== last + 1) throw new Error(`the stream skipped from event ${last} to ${event.seq}`);
+        last = event.seq;
+        if (await handle(event)) {
+          await body.cancel().catch(() => undefined);
+          return last;
+        }
+      }
+      onDropped("the coordinator closed the stream");
+    } catch (error) {
+      if (error instanceof SyntaxError || (error instanceof Error && error.message.startsWith("the stream skipped"))) throw error;
+      onDropped((error as Error).message);
+    }
+    await new Promise((resolve) => setTimeout(resolve, reconnectMs));
+  }
+}

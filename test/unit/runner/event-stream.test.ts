@@ -1,0 +1,73 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterEach, describe, expect, it } from "vitest";
+import { sealEvent, type ChainHead, type LoopEvent } from "#shared/engine/index.js";
+import { Client } from "../../../runner/src/coordinator/client.js";
+import { followEvents } from "../../../runner/src/coordinator/event-stream.js";
+import { LoopHarness } from "../engine-harness.js";
+
+// `watch` follows the log as Server-Sent Events (coordinator/event-stream.ts). A connection that drops is
+// opened again with Last-Event-ID set to the last event handled: every event is handled once, in order.
+
+function loopEvents(): LoopEvent[] {
+  const harness = new LoopHarness(["suite.a"]);
+  harness.evaluate("c1", ["suite.a"]);
+  let head: ChainHead | null = null;
+  return harness.events.map((draft) => {
+    const event = sealEvent(draft, head);
+    head = { seq: event.seq, hash: event.hash };
+    return event;
+  });
+}
+
+const sse = (event: LoopEvent) => `id: ${event.seq}\ndata: ${JSON.stringify(event)}\n\n`;
+
+describe("following a loop's events", () => {
+  let server: Server | undefined;
+  afterEach(() => new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve())));
+
+  it("resumes a dropped stream from the last event handled, missing none and handling none twice", async () => {
+    const events = loopEvents();
+    expect(events.length).toBeGreaterThanOrEqual(4);
+    const asked: (string | undefined)[] = [];
+    server = createServer((request, response) => {
+      const lastId = request.headers["last-event-id"];
+      asked.push(Array.isArray(lastId) ? lastId[0] : lastId);
+      response.writeHead(200, { "Content-Type": "text/event-stream" });
+      if (asked.length === 1) {
+        // The first connection carries two events, then drops mid-stream.
+        response.write(`retry: 10\n\n${sse(events[0] as LoopEvent)}${sse(events[1] as LoopEvent)}`);
+        setTimeout(() => response.socket?.destroy(), 20);
+        return;
+      }
+      // The second starts where the reader said, with the last one again (a stale repeat), and stays open.
+      const from = Number(asked.at(-1));
+      response.write(
+        events
+          .slice(from - 1)
+          .map(sse)
+          .join(""),
+      );
+    });
+    await new Promise<void>((resolve) => server?.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
+    const client = new Client(`http://127.0.0.1:${port}`, { token: "t", retryForMs: 2_000 });
+    const handled: number[] = [];
+    const dropped: string[] = [];
+    const lastSeq = events.at(-1)?.seq ?? 0;
+    const last = await followEvents(
+      client,
+      "lp_0123456789abcdef01234567",
+      0,
+      (event) => {
+        handled.push(event.seq);
+        return event.seq === lastSeq;
+      },
+      (why) => dropped.push(why),
+    );
+    expect(handled).toEqual(events.map((event) => event.seq));
+    expect(last).toBe(lastSeq);
+    expect(asked).toEqual(["0", "2"]);
+    expect(dropped).toHaveLength(1);
+  });
+});
