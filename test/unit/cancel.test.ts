@@ -1,22 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { cancelLoop, grantLease, renewLease, sealEvent, type ChainHead, type EventDraft, type LoopEvent } from "#shared/engine/index.js";
+import { cancelLoop, grantLease, renewLease, type EventDraft } from "#shared/engine/index.js";
 import { rederive } from "#shared/receipts/verify.js";
-import { LoopHarness } from "./engine-harness.js";
+import { LoopHarness, sealedLog } from "./engine-harness.js";
 
 // A person cancels a loop (DESIGN §7: `cancelled`, exit class 11). The request is an input recorded in
 // the log, and the halt is the engine's answer to it: a verifier re-derives the halt from the request,
 // and a cancel halt with no request before it is a forgery.
 
 const ADMIN = "tk_00000000000000aa";
-
-function sealed(drafts: readonly EventDraft[]): LoopEvent[] {
-  let head: ChainHead | null = null;
-  return drafts.map((draft) => {
-    const event = sealEvent(draft, head);
-    head = { seq: event.seq, hash: event.hash };
-    return event;
-  });
-}
 
 describe("cancelling a loop", () => {
   it("records who asked and why, then halts with cancelled (exit class 11); its leases are over", () => {
@@ -55,18 +46,18 @@ describe("cancelling a loop", () => {
     const harness = new LoopHarness(["suite.a"]);
     harness.evaluate("c1", ["suite.a"], {}, {});
     harness.apply(cancelLoop(harness.state, { by: ADMIN, reason: "enough", at: harness.now() }));
-    expect(rederive(sealed(harness.events))).toMatchObject({ ok: true });
+    expect(rederive(sealedLog(harness.events))).toMatchObject({ ok: true });
 
     // The halt alone, without the request that the engine answers with it.
     const forged = harness.events.filter((event) => event.type !== "cancel_requested");
-    expect(rederive(sealed(forged))).toMatchObject({ ok: false, detail: expect.stringContaining("which the engine did not produce here") });
+    expect(rederive(sealedLog(forged))).toMatchObject({ ok: false, detail: expect.stringContaining("which the engine did not produce here") });
     // The request answered with another halt than the engine's.
     const altered = harness.events.map((event) =>
       event.type === "halted" ? { ...event, data: { ...event.data, detail: "cancelled by nobody" } } : event,
     ) as EventDraft[];
-    expect(rederive(sealed(altered))).toMatchObject({ ok: false, detail: expect.stringContaining("recomputed") });
+    expect(rederive(sealedLog(altered))).toMatchObject({ ok: false, detail: expect.stringContaining("recomputed") });
     // A cancel after the halt.
     const late = [...harness.events, { type: "cancel_requested", at: harness.now(), data: { by: ADMIN } } as EventDraft];
-    expect(rederive(sealed(late))).toMatchObject({ ok: false, detail: expect.stringContaining("cannot be applied") });
+    expect(rederive(sealedLog(late))).toMatchObject({ ok: false, detail: expect.stringContaining("cannot be applied") });
   });
 });

@@ -10,8 +10,11 @@ import {
   releaseLease,
   renewLease,
   reportObservation,
+  sealEvent,
   type AgentRun,
+  type ChainHead,
   type EventDraft,
+  type LoopEvent,
   type GrantedLease,
   type LoopState,
   type Outcome,
@@ -195,4 +198,14 @@ export function optimizeLoop(overrides: Partial<ContractInput> = {}): LoopHarnes
   created.data.t0.observation = { ...observationOf([]), samples: { best: [], candidate: readings(100, 5) } };
   harness.state = foldEvents([created]) ?? harness.state;
   return harness;
+}
+
+/** Drafts sealed into a hash chain, as the LoopObject stores them and a verifier reads them. */
+export function sealedLog(drafts: readonly EventDraft[]): LoopEvent[] {
+  let head: ChainHead | null = null;
+  return drafts.map((draft) => {
+    const event = sealEvent(draft, head);
+    head = { seq: event.seq, hash: event.hash };
+    return event;
+  });
 }

@@ -1,22 +1,11 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import {
-  decide,
-  foldEvents,
-  labelsSatisfy,
-  sealEvent,
-  type ChainHead,
-  type EventDraft,
-  type GrantedLease,
-  type LoopEvent,
-  type Outcome,
-  type ReportAnswer,
-} from "#shared/engine/index.js";
+import { decide, foldEvents, labelsSatisfy, type EventDraft, type GrantedLease, type Outcome, type ReportAnswer } from "#shared/engine/index.js";
 import { sha256Hex } from "#shared/hash.js";
 import { rederive } from "#shared/receipts/verify.js";
 import type { ContractInput, Labels } from "#shared/wire/contract.js";
 import type { Observation } from "#shared/wire/observation.js";
-import { LoopHarness, TEST_IDS, commitOf, observationOf, optimizeLoop, readings, requestHashOf } from "./engine-harness.js";
+import { LoopHarness, TEST_IDS, commitOf, observationOf, optimizeLoop, readings, requestHashOf, sealedLog } from "./engine-harness.js";
 
 // Parallel evaluation without stale evidence (DESIGN §6.3, §11): runners get jobs by their labels; a
 // lease names the best it is compared against; a report whose comparison went stale while it ran is
@@ -40,16 +29,6 @@ function answered(outcome: Outcome<ReportAnswer>): ReportAnswer {
 /** A report of `failing` that echoes its lease's compare_to, as a runner of this version does. */
 function echoing(lease: GrantedLease, failing: readonly string[]): Observation {
   return { ...observationOf(failing), ...(lease.compare_to ? { compared_to: lease.compare_to.commit } : {}) };
-}
-
-/** Drafts sealed into a hash chain, as the LoopObject stores them and a verifier reads them. */
-function sealed(drafts: readonly EventDraft[]): LoopEvent[] {
-  let head: ChainHead | null = null;
-  return drafts.map((draft) => {
-    const event = sealEvent(draft, head);
-    head = { seq: event.seq, hash: event.hash };
-    return event;
-  });
 }
 
 /** Paired readings of the lease's compare_to (at `best`) and its candidate (at `candidate`), echoing compare_to. */
@@ -159,7 +138,7 @@ describe("compare_to: what a lease is judged against", () => {
     expect(answered(harness.report(one, observationOf([B, C])))).toMatchObject({ decision: "promoted" });
     // The best moved on while c2 was out, but its lease promised nothing: judged against c1, as before.
     expect(answered(harness.report(two, observationOf([C])))).toMatchObject({ decision: "promoted", failing_before: 3 });
-    expect(rederive(sealed(harness.events))).toMatchObject({ ok: true });
+    expect(rederive(sealedLog(harness.events))).toMatchObject({ ok: true });
   });
 });
 
@@ -283,7 +262,7 @@ describe("stale comparisons are re-queued, never judged", () => {
     const harness = new LoopHarness([A, B]);
     harness.propose("fix-a");
     expect(answered(harness.report(granted(harness.lease()), observationOf([B])))).toMatchObject({ decision: "promoted" });
-    expect(rederive(sealed(harness.events))).toMatchObject({ ok: true });
+    expect(rederive(sealedLog(harness.events))).toMatchObject({ ok: true });
   });
 
   it("optimize: readings that do not name the best they measured are refused invalid_observation, recording nothing; echoed, the same lease is judged", () => {
@@ -305,7 +284,7 @@ describe("stale comparisons are re-queued, never judged", () => {
     const noReadings: Observation = { ...observationOf([A]), samples: { best: [], candidate: [], error: "a hard gate failed: the metric was not measured" } };
     expect(harness.report(lease, noReadings)).toMatchObject({ ok: false, error: { code: "invalid_observation" } });
     expect(answered(harness.report(lease, measured(lease, 100, 70, 8)))).toMatchObject({ decision: "promoted" });
-    expect(rederive(sealed(harness.events))).toMatchObject({ ok: true });
+    expect(rederive(sealedLog(harness.events))).toMatchObject({ ok: true });
   });
 
   it("optimize: a report that names no best and whose best has moved is re-queued (compared_to null), not refused: it would not be judged either way", () => {
@@ -321,7 +300,7 @@ describe("stale comparisons are re-queued, never judged", () => {
       events: [{ type: "lease_requeued", data: { compare_to: T0, compared_to: null, best: { candidate_id: "c1" } } }],
       value: { decision: "requeued" },
     });
-    expect(rederive(sealed(harness.events))).toMatchObject({ ok: true });
+    expect(rederive(sealedLog(harness.events))).toMatchObject({ ok: true });
   });
 
   it("optimize: a lease granted before leases named compare_to is judged without an echo, as it was then", () => {
@@ -335,7 +314,7 @@ describe("stale comparisons are re-queued, never judged", () => {
     harness.state = foldEvents(harness.events) ?? harness.state;
     const { compared_to: _echo, ...unnamed } = measured(lease, 100, 70, 8);
     expect(answered(harness.report(lease, unnamed))).toMatchObject({ decision: "promoted" });
-    expect(rederive(sealed(harness.events))).toMatchObject({ ok: true });
+    expect(rederive(sealedLog(harness.events))).toMatchObject({ ok: true });
   });
 
   it("the verifier refuses a log where an optimize report that names no best was judged", () => {
@@ -348,7 +327,11 @@ describe("stale comparisons are re-queued, never judged", () => {
     const reported = harness.events[at];
     if (reported?.type !== "observation_reported") throw new Error("no observation_reported");
     const { compared_to: _echo, ...unnamed } = observation;
-    const forged = sealed([...harness.events.slice(0, at), { ...reported, data: { ...reported.data, observation: unnamed } }, ...harness.events.slice(at + 1)]);
+    const forged = sealedLog([
+      ...harness.events.slice(0, at),
+      { ...reported, data: { ...reported.data, observation: unnamed } },
+      ...harness.events.slice(at + 1),
+    ]);
     expect(rederive(forged)).toEqual({
       ok: false,
       detail: expect.stringContaining(`event ${at + 1}: cannot be applied (the engine refuses this report: the lease names t0`),
@@ -381,13 +364,13 @@ describe("stale comparisons are re-queued, never judged", () => {
     harness.report(two, echoing(two, [A, C]));
     const again = granted(harness.lease("runner-3"));
     harness.report(again, echoing(again, [A, C]));
-    const honest = sealed(harness.events);
+    const honest = sealedLog(harness.events);
     expect(rederive(honest)).toMatchObject({ ok: true });
 
     const requeued = harness.events.findIndex((event) => event.type === "lease_requeued");
     const event = harness.events[requeued];
     if (event?.type !== "lease_requeued") throw new Error("no lease_requeued");
-    const withEvent = (replacement: EventDraft[]) => sealed([...harness.events.slice(0, requeued), ...replacement]);
+    const withEvent = (replacement: EventDraft[]) => sealedLog([...harness.events.slice(0, requeued), ...replacement]);
     // A re-queue that names another best than the loop's.
     expect(rederive(withEvent([{ ...event, data: { ...event.data, best: T0 } }]))).toEqual({
       ok: false,
@@ -412,7 +395,7 @@ describe("stale comparisons are re-queued, never judged", () => {
     const leaseAt = harness.events.findIndex((draft) => draft.type === "lease_granted" && draft.data.candidate_id === "c2");
     const lease = harness.events[leaseAt];
     if (lease?.type !== "lease_granted") throw new Error("no lease_granted");
-    const misnamed = sealed([...harness.events.slice(0, leaseAt), { ...lease, data: { ...lease.data, compare_to: C1 } }]);
+    const misnamed = sealedLog([...harness.events.slice(0, leaseAt), { ...lease, data: { ...lease.data, compare_to: C1 } }]);
     expect(rederive(misnamed)).toEqual({ ok: false, detail: expect.stringContaining("the lease names c1 as the best, but the best was t0") });
   });
 });
@@ -597,7 +580,7 @@ describe("properties: parallel evaluation", () => {
           const candidate = harness.state.candidates[id];
           expect(candidate?.verdict === null, id).toBe(candidate?.status === "queued" || candidate?.status === "leased");
         }
-        expect(rederive(sealed(harness.events))).toMatchObject({ ok: true });
+        expect(rederive(sealedLog(harness.events))).toMatchObject({ ok: true });
       }),
       { numRuns: 200 },
     );
@@ -619,6 +602,6 @@ describe("candidate bundles", () => {
     harness.propose("plain");
     const plain = harness.events.at(-1);
     expect(plain?.type === "candidate_proposed" && "bundle" in plain.data).toBe(false);
-    expect(rederive(sealed(harness.events))).toMatchObject({ ok: true });
+    expect(rederive(sealedLog(harness.events))).toMatchObject({ ok: true });
   });
 });

@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { canonicalJson } from "#shared/canonical-json.js";
-import { confirmBest, foldEvents, sealEvent, type ChainHead, type EventDraft, type LoopEvent } from "#shared/engine/index.js";
+import { confirmBest, foldEvents, type EventDraft, type LoopEvent } from "#shared/engine/index.js";
 import {
   IN_TOTO_PAYLOAD_TYPE,
   jwkThumbprint,
@@ -23,7 +23,7 @@ import { verifyEd25519 } from "../../runner/src/receipts/receipt-crypto.js";
 import { verifyCommand } from "../../runner/src/commands/verify.js";
 import type { ExecConfinement } from "#shared/wire/confinement.js";
 import { verifyIndependently } from "../support/independent-verifier.js";
-import { AGENT_OK, commitOf, LoopHarness, observationOf } from "./engine-harness.js";
+import { AGENT_OK, commitOf, LoopHarness, observationOf, sealedLog } from "./engine-harness.js";
 
 // Receipts (DESIGN §9): a DSSE envelope around an in-toto statement, signed with Ed25519, over a
 // hash-chained log whose every verdict re-derives with the engine. Every tampering must fail, naming
@@ -45,16 +45,6 @@ async function makeKey(
 }
 
 /** A real loop's log (three candidates: a fix, a regression, the last fix, halting success), sealed. */
-/** Drafts sealed into a hash chain, as the LoopObject stores them. */
-function sealedLog(drafts: readonly EventDraft[]): LoopEvent[] {
-  let head: ChainHead | null = null;
-  return drafts.map((draft) => {
-    const event = sealEvent(draft, head);
-    head = { seq: event.seq, hash: event.hash };
-    return event;
-  });
-}
-
 function loopLog(): LoopEvent[] {
   const harness = new LoopHarness(["suite.a", "suite.b"]);
   harness.evaluate("fix-a", ["suite.b"]);

@@ -1,10 +1,10 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { sealEvent, type ChainHead, type LoopEvent } from "#shared/engine/index.js";
+import type { LoopEvent } from "#shared/engine/index.js";
 import { Client } from "../../../runner/src/coordinator/client.js";
 import { followEvents } from "../../../runner/src/coordinator/event-stream.js";
-import { LoopHarness } from "../engine-harness.js";
+import { LoopHarness, sealedLog } from "../engine-harness.js";
 
 // `watch` follows the log as Server-Sent Events (coordinator/event-stream.ts). A connection that drops is
 // opened again with Last-Event-ID set to the last event handled: every event is handled once, in order.
@@ -12,12 +12,7 @@ import { LoopHarness } from "../engine-harness.js";
 function loopEvents(): LoopEvent[] {
   const harness = new LoopHarness(["suite.a"]);
   harness.evaluate("c1", ["suite.a"]);
-  let head: ChainHead | null = null;
-  return harness.events.map((draft) => {
-    const event = sealEvent(draft, head);
-    head = { seq: event.seq, hash: event.hash };
-    return event;
-  });
+  return sealedLog(harness.events);
 }
 
 const sse = (event: LoopEvent) => `id: ${event.seq}\ndata: ${JSON.stringify(event)}\n\n`;

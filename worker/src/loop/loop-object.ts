@@ -12,13 +12,12 @@ import {
   type ConfirmReadings,
   type LoopState,
   type Proposal,
-  type ReportAnswer,
 } from "#shared/engine/index.js";
 import { leaseTtlMs } from "./lease-ttl.js";
 import type { Contract } from "#shared/wire/contract.js";
 import { MAX_WAIT_MS, type AwaitingBaseline, type CandidateView, type Lease, type LoopSummary } from "#shared/wire/api.js";
 import type { Labels } from "#shared/wire/contract.js";
-import type { FullObservation, Observation } from "#shared/wire/observation.js";
+import type { FullObservation } from "#shared/wire/observation.js";
 import { EVENTS_IN_ANSWER, LoopEventStore } from "./loop-event-store.js";
 import { streamEvents } from "./event-stream.js";
 import { summarizeLoop, viewCandidate } from "./loop-view.js";
@@ -269,34 +268,27 @@ export class LoopObject extends DurableObject<Env> {
    * Leases the next job to a runner whose labels satisfy the contract's (before the loop exists, its
    * baseline); with `wait_ms`, a long-poll (loop-leases.ts).
    */
-  async lease(input: { caller: Caller; runner_id: string; labels: Labels; wait_ms: number }): Promise<Answer<{ lease: Lease | null }>> {
+  async lease(input: Parameters<LoopLeases["lease"]>[0]): ReturnType<LoopLeases["lease"]> {
     return this.leases.lease(input);
   }
 
   /** Extends a lease; refuses a reclaimed or superseded one. */
-  async heartbeat(input: { caller: Caller; lease_id: string; fencing_token: number }): Promise<Answer<{ lease: Lease }>> {
+  async heartbeat(input: Parameters<LoopLeases["heartbeat"]>[0]): ReturnType<LoopLeases["heartbeat"]> {
     return this.leases.heartbeat(input);
   }
 
   /** Gives a lease back before its deadline: its job is queued again at once. */
-  async release(input: { caller: Caller; lease_id: string; fencing_token: number }): Promise<Answer<{ candidate_id: string; replayed: boolean }>> {
+  async release(input: Parameters<LoopLeases["release"]>[0]): ReturnType<LoopLeases["release"]> {
     return this.leases.release(input);
   }
 
   /** Whether the caller may act on a lease (its holder's token): checked before a report's inline evidence is stored. */
-  async mayUseLease(input: { caller: Caller; lease_id: string }): Promise<Answer<object>> {
+  async mayUseLease(input: Parameters<LoopLeases["mayUse"]>[0]): ReturnType<LoopLeases["mayUse"]> {
     return this.leases.mayUse(input);
   }
 
   /** Records an observation under a lease and answers the coordinator's verdict. */
-  async report(input: {
-    caller: Caller;
-    lease_id: string;
-    fencing_token: number;
-    observation: Observation;
-    request_hash: string;
-    events_after?: number;
-  }): Promise<Answer<{ verdict: ReportAnswer; loop: LoopSummary; events?: string[] }>> {
+  async report(input: Parameters<LoopLeases["report"]>[0]): ReturnType<LoopLeases["report"]> {
     return this.leases.report(input);
   }
 
