@@ -11,6 +11,7 @@ import { requireToken, type AuthEnv } from "./http/auth.js";
 import { missingMigrations, notReady, requireSchema } from "./http/schema-ready.js";
 import { clientAddress, holdToLimit } from "./http/rate-limits.js";
 import { bodyCaps, MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "./http/validate.js";
+import { openApiDocument } from "./http/openapi.js";
 
 export { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES };
 
@@ -42,6 +43,9 @@ const receiptLimit = async (c: Context<AuthEnv>, next: Next) => {
 };
 app.use("/r/*", receiptLimit);
 app.use("/.well-known/loopwarden/*", receiptLimit);
+
+// The API's description is public and needs no storage: answered before readiness and the token check.
+app.get("/v1/openapi.json", (c) => c.json(openApiDocument()));
 
 // Until every D1 migration the worker needs is applied, the routes that read D1 answer 503 not_ready
 // (never a 500): the API before its token is checked (the check reads the tokens table), and the
