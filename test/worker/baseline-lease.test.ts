@@ -50,6 +50,21 @@ describe("a loop whose baseline a runner measures", { timeout: 60_000 }, () => {
     expect(((await retried.json()) as { awaiting_baseline: { lease: { runner_id: string } } }).awaiting_baseline.lease.runner_id).toBe("gpu-box");
   });
 
+  it("a creator waiting for its baseline is answered as soon as a runner takes the measurement", { timeout: 15_000 }, async () => {
+    const loopId = await createPending("told");
+    const waiting = call("/v1/loops?wait_ms=25000", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(pendingBody("told")),
+    });
+    // Held while nothing happens (the order of these awaits is what is asserted, as in long-poll.test.ts).
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect((await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "gpu-box", labels: GPU })).status).toBe(200);
+    // Answered with who measures it, long before its 25 s wait ends (the test's own limit is 15 s).
+    const answer = (await (await waiting).json()) as { awaiting_baseline: { lease: { runner_id: string } | null } };
+    expect(answer.awaiting_baseline.lease?.runner_id).toBe("gpu-box");
+  });
+
   it("is created from its holder's report — the creator's waiting retry answered with the loop — and names the runner in loop_created", async () => {
     const loopId = await createPending("measured");
     const lease = (await (await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "gpu-box", labels: GPU })).json()) as {

@@ -158,8 +158,10 @@ export class LoopObject extends DurableObject<Env> {
       if (this.store.createRequest() !== input.request_hash) {
         return { ok: false, code: "idempotency_conflict", message: "this idempotency key created a loop from a different request" };
       }
+      // Held until the loop exists, or a runner takes (or gives back) its baseline's measurement.
       const deadline = Date.now() + Math.min(input.wait_ms ?? 0, MAX_WAIT_MS);
-      while (!this.state && Date.now() < deadline) await this.store.nextAppend(deadline - Date.now());
+      const leased = this.baseline.pending?.lease?.lease_id;
+      while (!this.state && this.baseline.pending?.lease?.lease_id === leased && Date.now() < deadline) await this.store.nextAppend(deadline - Date.now());
       const pending = this.baseline.pending;
       if (!this.state && pending) return { ok: true, created: false, awaiting_baseline: BaselineJobs.view(pending) };
       return { ok: true, created: false, loop: this.summary() };
