@@ -39,9 +39,10 @@ export class CoordinatorError extends Error {
 
 /**
  * The loop halted while this runner was in the middle of an iteration — another runner's report, a
- * person's `cancel` — so its candidate can no longer be judged. `run` reports the halt as its outcome.
+ * person's `cancel` — so its candidate can no longer be judged. `run` reports the halt as its outcome;
+ * elsewhere (`step`) it is said in one line, as any user error.
  */
-export class LoopHaltedMeanwhile extends Error {
+export class LoopHaltedMeanwhile extends UserError {
   constructor(message: string) {
     super(message);
     this.name = "LoopHaltedMeanwhile";

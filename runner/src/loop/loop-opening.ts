@@ -67,7 +67,8 @@ async function prepareCreation(
   // the coordinator answers the loop it may already have created, rather than a second one.
   let pending = await loadPendingCreate(repo, source);
   if (pending && (contractHash(pending.request.contract) !== loaded.hash || (pending.request.t0?.commit ?? pending.request.t0_commit) !== t0Commit)) {
-    progress(mode, "an interrupted loop creation no longer matches the contract or HEAD: measuring a new baseline");
+    // Finishing a recorded loop's creation, a request that no longer fits is refused below instead.
+    if (options.resuming === undefined) progress(mode, "an interrupted loop creation no longer matches the contract or HEAD: measuring a new baseline");
     pending = null;
   }
   if (!pending && options.resuming !== undefined) {
