@@ -1,5 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { call, candidateBody, createLoop, postJson } from "./fixtures.js";
+import { runInDurableObject } from "cloudflare:test";
+import { streamEvents } from "../../worker/src/loop/event-stream.js";
+import type { LoopEventStore } from "../../worker/src/loop/loop-event-store.js";
+import type { LoopObject } from "../../worker/src/loop/loop-object.js";
+import { call, candidateBody, createLoop, loopObject, postJson } from "./fixtures.js";
 
 // GET /v1/loops/:id/events as Server-Sent Events (DESIGN §8): the log after Last-Event-ID, then each
 // event as it is appended, on one open connection, each with its seq as the SSE id.
@@ -48,5 +52,15 @@ describe("the event stream", () => {
     const loop = await createLoop("stream-refused", ["parse.empty"]);
     expect((await call(`/v1/loops/${loop.loop_id}/events`, { headers: { accept: "text/event-stream", "last-event-id": "x" } })).status).toBe(400);
     expect((await call(`/v1/loops/lp_${"9".repeat(24)}/events`, { headers: { accept: "text/event-stream" } })).status).toBe(404);
+  });
+
+  it("ends once its time is up, after the events it has, so its reader reconnects and the object may be evicted", async () => {
+    const loop = await createLoop("stream-bounded", ["parse.empty"]);
+    const text = await runInDurableObject(loopObject(loop.loop_id), async (instance: LoopObject) => {
+      const store = (instance as unknown as { store: LoopEventStore }).store;
+      return new Response(streamEvents(store, 0, 200)).text();
+    });
+    expect(text).toContain("id: 1\n");
+    expect(text).toMatch(/"type":"loop_created"/);
   });
 });

@@ -27,9 +27,10 @@ async function* messagesOf(body: ReadableStream<Uint8Array>, onRetry: (ms: numbe
 
 /**
  * Follows the log of `loopId` after event `after`: `handle` gets each event once, in order, and answers
- * true to stop. `onDropped` is told when a connection ended or failed before that (the stream is then
- * opened again from the last event handled); an error opening it (the loop unknown, a token refused) is
- * thrown. Answers the last event's `seq`.
+ * true to stop. A stream the coordinator ends (each lasts at most ten minutes) is opened again at once
+ * from the last event handled; `onDropped` is told when a connection failed (it is then opened again
+ * after the coordinator's `retry:` interval). An error opening it (the loop unknown, a token refused)
+ * is thrown. Answers the last event's `seq`.
  */
 export async function followEvents(
   client: Client,
@@ -42,6 +43,7 @@ export async function followEvents(
   let reconnectMs = RECONNECT_MS;
   for (;;) {
     const body = await client.eventStream(loopId, last);
+    const from = last;
     try {
       for await (const message of messagesOf(body, (ms) => (reconnectMs = ms))) {
         const event = LoopEvent.parse(JSON.parse(message.data));
@@ -54,7 +56,10 @@ export async function followEvents(
           return last;
         }
       }
-      onDropped("the coordinator closed the stream");
+      // Ended by the coordinator (its streams are bounded): read on from here, at once unless it ended
+      // without a single event (then after the retry interval, so a coordinator that keeps ending
+      // streams at once is not asked again and again).
+      if (last > from) continue;
     } catch (error) {
       if (error instanceof SyntaxError || (error instanceof Error && error.message.startsWith("the stream skipped"))) throw error;
       onDropped((error as Error).message);

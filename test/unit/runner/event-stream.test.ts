@@ -65,4 +65,38 @@ describe("following a loop's events", () => {
     expect(asked).toEqual(["0", "2"]);
     expect(dropped).toHaveLength(1);
   });
+
+  it("reads on at once, saying nothing, when the coordinator ends a stream (each lasts at most ten minutes)", async () => {
+    const events = loopEvents();
+    const asked: (string | undefined)[] = [];
+    server = createServer((request, response) => {
+      const lastId = request.headers["last-event-id"];
+      asked.push(Array.isArray(lastId) ? lastId[0] : lastId);
+      response.writeHead(200, { "Content-Type": "text/event-stream" });
+      const from = Number(asked.at(-1));
+      // Each stream carries two events and ends cleanly, as a bounded one does.
+      response.end(
+        events
+          .slice(from, from + 2)
+          .map(sse)
+          .join(""),
+      );
+    });
+    await new Promise<void>((resolve) => server?.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
+    const client = new Client(`http://127.0.0.1:${port}`, { token: "t", retryForMs: 2_000 });
+    const handled: number[] = [];
+    const dropped: string[] = [];
+    const lastSeq = events.at(-1)?.seq ?? 0;
+    await followEvents(
+      client,
+      "lp_0123456789abcdef01234567",
+      0,
+      (event) => (handled.push(event.seq), event.seq === lastSeq),
+      (why) => dropped.push(why),
+    );
+    expect(handled).toEqual(events.map((event) => event.seq));
+    expect(asked.slice(0, 2)).toEqual(["0", "2"]);
+    expect(dropped).toEqual([]);
+  });
 });

@@ -10,13 +10,19 @@ import type { LoopEventStore } from "./loop-event-store.js";
 const PAGE = 500;
 /** A comment line this often while nothing is appended, so proxies and readers know the stream lives. */
 const KEEPALIVE_MS = 20_000;
+/**
+ * The longest one stream stays open: then it ends, and its reader reconnects from its last id. An open
+ * stream keeps its LoopObject in memory; a bounded one lets an idle object be evicted between readers.
+ */
+export const STREAM_MAX_MS = 10 * 60_000;
 
-/** The stream of the log after `after`, open until its reader goes away. */
-export function streamEvents(store: LoopEventStore, after: number): ReadableStream<Uint8Array> {
+/** The stream of the log after `after`, open until its reader goes away or `maxMs` has passed. */
+export function streamEvents(store: LoopEventStore, after: number, maxMs = STREAM_MAX_MS): ReadableStream<Uint8Array> {
   const encoder = new TextEncoder();
   const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
   const writer = writable.getWriter();
   const pump = async () => {
+    const endAt = Date.now() + maxMs;
     let cursor = after;
     // Tells the reader how long to wait before it reconnects after a dropped connection.
     await writer.write(encoder.encode("retry: 1000\n\n"));
@@ -30,7 +36,8 @@ export function streamEvents(store: LoopEventStore, after: number): ReadableStre
       if (page.more) continue;
       const seq = store.head?.seq ?? 0;
       if (seq > cursor) continue;
-      await store.nextAppend(KEEPALIVE_MS);
+      if (Date.now() >= endAt) return writer.close();
+      await store.nextAppend(Math.min(KEEPALIVE_MS, Math.max(0, endAt - Date.now())));
       if ((store.head?.seq ?? 0) <= cursor) await writer.write(encoder.encode(": keep-alive\n\n"));
     }
   };
