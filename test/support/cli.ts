@@ -196,7 +196,21 @@ export function sharedCoordinator(prefix: string, env: NodeJS.ProcessEnv = {}): 
 }
 
 export async function startCoordinator(stateDir: string, port?: number, env: NodeJS.ProcessEnv = {}): Promise<TestCoordinator> {
-  const chosen = port ?? (await freePort());
+  // A free port can be taken by another test's process between being found and being bound (test files
+  // run in parallel, each starting coordinators): serve then says the port is in use, and another is tried.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startCoordinatorOn(stateDir, port ?? (await freePort()), env);
+    } catch (error) {
+      if (port !== undefined || attempt >= 3 || !(error instanceof PortInUse)) throw error;
+    }
+  }
+}
+
+/** Serve's answer that the port it was given is taken. */
+class PortInUse extends Error {}
+
+async function startCoordinatorOn(stateDir: string, chosen: number, env: NodeJS.ProcessEnv): Promise<TestCoordinator> {
   const child = spawn(process.execPath, [BIN, "--json", "--state", stateDir, "serve", "--port", String(chosen)], {
     cwd: ROOT,
     env: { ...process.env, NO_COLOR: "1", LOOPWARDEN_OWNER_TOKEN: TEST_OWNER_TOKEN, ...env },
@@ -210,7 +224,12 @@ export async function startCoordinator(stateDir: string, port?: number, env: Nod
     child.stdout?.on("data", (chunk: Buffer) => {
       stdout += chunk.toString();
       const line = stdout.split("\n")[0];
-      if (stdout.includes("\n") && line) resolve((JSON.parse(line) as { url: string }).url);
+      if (!stdout.includes("\n") || !line) return;
+      // Its first line is the URL it serves at, or (--json) the error it stopped on.
+      const answer = JSON.parse(line) as { url?: string; errors?: string[] };
+      if (answer.url) resolve(answer.url);
+      else if (answer.errors?.some((error) => error.includes("is in use"))) reject(new PortInUse(`serve: ${answer.errors.join("; ")}`));
+      else reject(new Error(`serve did not start: ${line}`));
     });
     child.once("exit", (code) => reject(new Error(`serve exited with ${code}: ${stderr}`)));
   });
