@@ -105,8 +105,12 @@ describe("the zone's view", () => {
 });
 
 describe.skipIf(!support.available)("a command in a zone (bubblewrap on this machine)", () => {
+  // Every directory a case makes, removed once the cases are done.
+  const made: string[] = [];
+  afterAll(() => made.forEach((dir) => rmSync(dir, { recursive: true, force: true })));
   const zoneDir = () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), "lw-zone-dir-"));
+    made.push(dir);
     return { dir, spec: { writable: [dir], network: "none" as const, cwd: dir } };
   };
 
