@@ -139,6 +139,25 @@ describe("state at scale", () => {
     expect(summary).toMatchObject({ iteration: 51, best: { candidate_id: "c50", failing: 11 } });
   }, 120_000);
 
+  it("a 100,000-test t0 measured on a baseline lease is taken gzip-encoded, as a creation's is, and the loop created from it", async () => {
+    const ids = idsOf(100_000);
+    const { t0, ...body } = baselineOf("wide-leased", ids, 60);
+    const request = { ...body, contract: { ...body.contract, evaluate: { labels: { gpu: "h100" } } }, t0_commit: t0.commit };
+    const pending = await postJson("/v1/loops", request);
+    expect(pending.status).toBe(202);
+    const loopId = loopIdFor(body.idempotency_key, OWNER_TEAM);
+    const lease = (await (await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "gpu-box", labels: { gpu: "h100" } })).json()) as {
+      lease_id: string;
+      fencing_token: number;
+    };
+    const report = { fencing_token: lease.fencing_token, observation: t0.observation };
+    expect(JSON.stringify(report).length).toBeGreaterThan(MAX_TEST_SET_BODY_BYTES);
+    const created = await sendGzip(`/v1/leases/${lease.lease_id}/baseline`, report);
+    expect(created.status, await created.clone().text()).toBe(201);
+    expect(((await created.json()) as { loop: { t0: { failing: number } } }).loop.t0.failing).toBe(61);
+    expect(await largestRow(loopId)).toBeLessThan(256 * 1024);
+  });
+
   it("a loop of a small suite keeps answering through 10,000 events, and its largest row stays small", async () => {
     const loop = await createLoop("long", ["parse.empty"], { stop: { max_iterations: 100_000, no_progress: 100_000 } });
     // Straight to the object's methods, as the routes call them: thousands of requests through HTTP

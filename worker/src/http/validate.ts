@@ -26,7 +26,8 @@ export const MAX_TEST_SET_BODY_BYTES = 4 * 1024 * 1024;
  * small gzip body costs a small route no more than its own limit's worth of work.
  */
 export function bodyCaps(method: string, path: string): { sent: number; decompressed: number } {
-  const carriesTestSet = method === "POST" && (path === "/v1/loops" || /^\/v1\/leases\/[^/]+\/report$/.test(path));
+  // A creation and a baseline lease's report carry t0's whole collected set; a report, a difference from it.
+  const carriesTestSet = method === "POST" && (path === "/v1/loops" || /^\/v1\/leases\/[^/]+\/(report|baseline)$/.test(path));
   return carriesTestSet
     ? { sent: MAX_TEST_SET_BODY_BYTES, decompressed: MAX_DECOMPRESSED_BYTES }
     : { sent: MAX_JSON_BODY_BYTES, decompressed: MAX_JSON_BODY_BYTES };
