@@ -20,7 +20,7 @@ import { confirmAgainstT0 } from "../loop/confirm-job.js";
 import { measureLeasedBaseline } from "../loop/baseline.js";
 import { LoopDirectory, namedLoop, RELIST_MS } from "../loop/loop-directory.js";
 import { BASELINE_ID } from "#shared/engine/index.js";
-import { failureLine } from "../loop/candidate-evidence.js";
+import { failureLine } from "#shared/explain/gate-failure.js";
 import { foldLoop } from "../loop/event-log.js";
 
 // `loopwarden work` (DESIGN §1.2, §13): a runner for shared loops. It leases evaluation jobs from the

@@ -13,7 +13,7 @@ import { shortCommit } from "../process/git.js";
 import { diffOf, rejectedRef, revertTo, type Diff } from "../process/git-commits.js";
 import { evaluateUntilDecided, verdictLine } from "./lease-job.js";
 import { progress } from "../output.js";
-import { failureLine } from "./candidate-evidence.js";
+import { failureLine } from "#shared/explain/gate-failure.js";
 import { diffSummary } from "./agent-context.js";
 import { timed } from "../timings.js";
 import { foldAnswered, stateAtHead } from "./event-log.js";

@@ -1,12 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { evaluatedFor, failingGateOf, failureLine, failureOf, storedFilesOf } from "../../../runner/src/loop/candidate-evidence.js";
+import { evaluatedFor } from "../../../runner/src/loop/candidate-evidence.js";
+import { failingGateOf, failureLine, failureOf, storedFilesOf } from "#shared/explain/gate-failure.js";
 import type { ContractInput } from "#shared/wire/contract.js";
 import type { ArtifactRef, FullObservation, GateResult } from "#shared/wire/observation.js";
 import { sha256Hex } from "#shared/hash.js";
 import { foldEvents } from "#shared/engine/index.js";
 import { LoopHarness, TEST_IDS } from "../engine-harness.js";
 
-// What a rejection line, `explain` and `logs` point at (runner/src/loop/candidate-evidence.ts): the gate that
+// What a rejection line, `explain` and `logs` point at (shared/explain/gate-failure.ts): the gate that
 // decided — a hard one before a soft one that failed beside it, a soft one judged by its threshold, not
 // its exit code — and the test the candidate broke before one that merely fails (maybe since t0).
 

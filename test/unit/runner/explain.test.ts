@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { explainState } from "../../../runner/src/commands/explain.js";
+import { explainState } from "#shared/explain/explain-state.js";
 import { LoopHarness, TEST_IDS } from "../engine-harness.js";
 
 const [A, B, C] = TEST_IDS;

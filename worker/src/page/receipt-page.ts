@@ -1,8 +1,9 @@
 import { html } from "hono/html";
-import { BASELINE_ID, HALT_MEANINGS, type CandidateState, type LoopState, type StoredEvidence } from "#shared/engine/index.js";
+import { BASELINE_ID, HALT_MEANINGS, type CandidateState, type LoopState } from "#shared/engine/index.js";
 import type { ArtifactRef } from "#shared/wire/observation.js";
 import type { ConfinementAttestation, ReceiptStatement } from "#shared/receipts/index.js";
 import { formatInterval, formatPercent } from "#shared/format-percent.js";
+import { storedFilesOf } from "#shared/explain/gate-failure.js";
 
 // The public receipt page (DESIGN §9): what the loop set out to do, why it stopped and how its zones were
 // confined (DESIGN §6.7), the baseline against the best, every candidate with its verdict and its stored
@@ -48,11 +49,6 @@ ${files.map((file) => html`<tr><td><a href="${fileHref(receiptId, file)}">${file
 </table>`;
 }
 
-/** Everything an evaluation stored: each gate's log, then its files (the contract's artifacts, `metric.log`). */
-function filesOf(evidence: StoredEvidence): ArtifactRef[] {
-  return [...evidence.gates.flatMap((gate) => (gate.log ? [gate.log] : [])), ...evidence.artifacts];
-}
-
 /**
  * What t0's and the best's evaluations stored (their gate logs, the contract's artifacts, the metric's
  * output), in full: the evidence the headline rests on, named in the signed log by digest and linked.
@@ -60,11 +56,11 @@ function filesOf(evidence: StoredEvidence): ArtifactRef[] {
  * page is asked for one's (`?files=cN`).
  */
 function storedFiles(receiptId: string, state: LoopState, asked: string | undefined) {
-  const t0 = filesOf(state.t0_evidence);
+  const t0 = storedFilesOf(state.t0_evidence);
   const report = state.best.candidate_id === BASELINE_ID ? null : state.candidates[state.best.candidate_id]?.report;
-  const best = report ? filesOf(report) : [];
+  const best = report ? storedFilesOf(report) : [];
   const other = asked === undefined || asked === state.best.candidate_id ? undefined : state.candidates[asked];
-  const others = other?.report ? filesOf(other.report) : [];
+  const others = other?.report ? storedFilesOf(other.report) : [];
   if (t0.length === 0 && best.length === 0 && others.length === 0) return "";
   return html`${
     others.length > 0
