@@ -356,6 +356,10 @@ export const ReceiptIssued = z.object({
 });
 export type ReceiptIssued = z.infer<typeof ReceiptIssued>;
 
+/** A one-time link that logs a browser in to the dashboard as the token that asked for it (`POST /v1/dashboard/links`). */
+export const LoginLink = z.object({ url: z.string().url(), expires_at: z.string() });
+export type LoginLink = z.infer<typeof LoginLink>;
+
 /** `POST /v1/loops/:id/cancel`: stop a running loop (`cancelled`), with a reason shown beside the halt. */
 export const CancelRequest = z.strictObject({ reason: z.string().max(500).optional() });
 export type CancelRequest = z.infer<typeof CancelRequest>;

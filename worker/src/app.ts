@@ -12,6 +12,8 @@ import { missingMigrations, notReady, requireSchema } from "./http/schema-ready.
 import { clientAddress, holdToLimit } from "./http/rate-limits.js";
 import { bodyCaps, MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES } from "./http/validate.js";
 import { openApiDocument } from "./http/openapi.js";
+import { loginLinkRoutes, loginRoutes } from "./dashboard/login-routes.js";
+import { dashboardRoutes } from "./dashboard/dashboard-routes.js";
 
 export { MAX_JSON_BODY_BYTES, MAX_TEST_SET_BODY_BYTES };
 
@@ -53,6 +55,12 @@ app.get("/v1/openapi.json", (c) => c.json(openApiDocument()));
 const schemaReady = requireSchema<AuthEnv>();
 app.use("/v1/*", schemaReady);
 app.use("/r/*", (c, next) => (c.req.path.startsWith("/r/assets/") ? next() : schemaReady(c, next)));
+// The dashboard's sessions live in D1 too: logging in and every page wait for its schema.
+app.use("/login", schemaReady);
+app.use("/login/*", schemaReady);
+app.use("/logout", schemaReady);
+app.use("/loops", schemaReady);
+app.use("/loops/*", schemaReady);
 
 // Every API route needs a token (DESIGN §11), checked after the body limit is in place and before any
 // body is read; receipts, their keys and /healthz are public.
@@ -70,6 +78,9 @@ app.route("/v1/loops", artifactRoutes);
 app.route("/v1/leases", leaseRoutes);
 app.route("/v1", tenancyRoutes);
 app.route("/", receiptRoutes);
+app.route("/v1/dashboard", loginLinkRoutes);
+app.route("/", loginRoutes);
+app.route("/", dashboardRoutes);
 
 app.notFound((c) => c.json({ error: { code: "not_found", message: `no route for ${c.req.method} ${c.req.path}` } }, 404));
 app.onError(handleError);

@@ -50,3 +50,23 @@ export function downloadHeaders(artifact: { name: string; contentType: string; s
     "Content-Security-Policy": "default-src 'none'; sandbox",
   };
 }
+
+/** Whether an artifact is an SVG drawing (a flame graph, a chart): by its recorded type or its name. */
+export function isSvgDrawing(artifact: { name: string; contentType: string }): boolean {
+  return /^image\/svg\+xml\s*(;|$)/i.test(artifact.contentType) || /\.svg$/i.test(artifact.name);
+}
+
+/**
+ * The headers an SVG drawing is served with for the dashboard to show it inline (DESIGN §10). The page
+ * shows it only through `<img>`, where a browser runs no script in it and loads nothing it names; opened
+ * on its own, its policy forbids script and every fetch, and sandboxes it to an opaque origin. Those two
+ * together are the sanitising: nothing in the file can act, so nothing in it needs rewriting.
+ */
+export function svgDrawingHeaders(artifact: { name: string; sha256: string }): Record<string, string> {
+  return {
+    "Content-Type": "image/svg+xml",
+    "Content-Disposition": `inline; filename="${sanitizeName(artifact.name, artifact.sha256)}"`,
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox",
+  };
+}

@@ -1,7 +1,7 @@
 import { sql } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import type { BatchItem } from "drizzle-orm/batch";
-import type { LoopEvent, LoopState } from "#shared/engine/index.js";
+import type { BestState, LoopEvent, LoopState } from "#shared/engine/index.js";
 import { candidates, eventsIndex, loops, receipts, type CandidateRow, type EventIndexRow, type LoopRow, type ReceiptRow } from "./schema.js";
 
 /** One row for the D1 projection, queued in the LoopObject's outbox in the decision's transaction. */
@@ -59,9 +59,27 @@ export function outboxItemsFor(state: LoopState, events: readonly LoopEvent[], t
       updatedAt: last.at,
       updatedSeq: last.seq,
       teamId,
+      t0Score: scoreOf(state, state.t0),
+      bestScore: scoreOf(state, state.best),
+      runners: runnersLeasing(state),
     },
   });
   return items;
+}
+
+/** What a standing scores as the loop is judged: its failing count, or in optimize mode its metric's median. */
+export function scoreOf(state: LoopState, standing: BestState): number | null {
+  return state.contract.mode === "optimize" ? standing.metric : standing.failing.length;
+}
+
+/**
+ * How many runners hold a lease now. Linear in the loop's candidates, like finding the next lease
+ * deadline on every append (lease-commands.ts): a pass over objects in memory, no row read.
+ */
+export function runnersLeasing(state: LoopState): number {
+  const runners = new Set<string>();
+  for (const candidate of Object.values(state.candidates)) if (candidate.status === "leased" && candidate.lease) runners.add(candidate.lease.runner_id);
+  return runners.size;
 }
 
 /**

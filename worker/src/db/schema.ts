@@ -1,4 +1,4 @@
-import { index, integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { index, integer, primaryKey, real, sqliteTable, text } from "drizzle-orm/sqlite-core";
 
 // The D1 projection: a queryable copy of what the LoopObjects decided, written only by their alarms
 // from the outbox. It is never read to make a decision. Every row carries `updated_seq`, the event
@@ -25,6 +25,12 @@ export const loops = sqliteTable(
     updatedSeq: integer("updated_seq").notNull(),
     /** The team that owns the loop (DESIGN §11); loops from before teams belong to the instance owner's. */
     teamId: text("team_id").notNull().default("owner"),
+    /** What t0 scored: its failing count, or in optimize mode its metric's median (null when not measured): what the dashboard lists the best against. */
+    t0Score: real("t0_score"),
+    /** What the best-so-far scored, the same way. */
+    bestScore: real("best_score"),
+    /** How many runners hold a lease on one of its candidates now. */
+    runners: integer("runners").notNull().default(0),
   },
   (table) => [index("loops_created_at").on(table.createdAt, table.id), index("loops_by_team").on(table.teamId, table.createdAt, table.id)],
 );
@@ -147,10 +153,38 @@ export const loopArtifactUsage = sqliteTable("loop_artifact_usage", {
   bytes: integer("bytes").notNull(),
 });
 
+/**
+ * The dashboard's sessions and one-time login links (DESIGN §11), by the SHA-256 of their secret: the
+ * secret itself is only ever in the browser's cookie or the link. A session is the token that opened it,
+ * seen through a cookie: it ends when that token is revoked or expires, and (the owner's) when the
+ * owner token changes (`ownerDigest`). A login link (`kind` `link`) is used once (`usedAt`).
+ */
+export const webSessions = sqliteTable(
+  "web_sessions",
+  {
+    id: text("id").primaryKey(),
+    kind: text("kind", { enum: ["session", "link"] }).notNull(),
+    teamId: text("team_id").notNull(),
+    /** The token that opened it; null for the instance owner's, which has no row. */
+    tokenId: text("token_id"),
+    /** The owner's: a digest of the owner token it was opened with. */
+    ownerDigest: text("owner_digest"),
+    /** The session's CSRF token, sent back in every form it posts. */
+    csrf: text("csrf").notNull(),
+    createdAt: text("created_at").notNull(),
+    expiresAt: text("expires_at").notNull(),
+    usedAt: text("used_at"),
+  },
+  (table) => [index("web_sessions_by_token").on(table.tokenId), index("web_sessions_by_expiry").on(table.expiresAt)],
+);
+
 export type LoopRow = typeof loops.$inferInsert;
+/** A loop's row as D1 answers it. */
+export type StoredLoopRow = typeof loops.$inferSelect;
 export type CandidateRow = typeof candidates.$inferInsert;
 export type EventIndexRow = typeof eventsIndex.$inferInsert;
 export type ReceiptRow = typeof receipts.$inferInsert;
 export type TeamRow = typeof teams.$inferSelect;
 export type TokenRow = typeof tokens.$inferSelect;
 export type ArtifactRow = typeof artifacts.$inferSelect;
+export type WebSessionRow = typeof webSessions.$inferSelect;

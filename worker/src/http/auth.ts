@@ -84,7 +84,8 @@ export function grantedScopes(scopes: readonly Scope[]): Scope[] {
   return ALL_SCOPES.filter((scope) => granted.has(scope));
 }
 
-function principalOfRow(row: TokenRow): Principal {
+/** The caller a team token's row stands for. */
+export function principalOfRow(row: TokenRow): Principal {
   return {
     owner: false,
     team_id: row.teamId,
@@ -113,6 +114,18 @@ export function requireClaimable(principal: Principal, claimed: Readonly<Labels>
   );
 }
 
+/** The instance owner, as the routes see it: every scope, every team's loops. */
+export function ownerPrincipal(): Principal {
+  return { owner: true, team_id: OWNER_TEAM, token_id: null, scopes: ALL_SCOPES, loop_id: null, expires_at: null, labels: null };
+}
+
+/** Why a token's row no longer stands (401: revoked, or expired at `now`); null while it does. */
+export function tokenRowRefusal(row: TokenRow, now: Date): ApiError | null {
+  if (row.revokedAt !== null) return unauthorized("token_revoked", `token ${row.id} was revoked at ${row.revokedAt}`);
+  if (row.expiresAt !== null && Date.parse(row.expiresAt) <= now.getTime()) return unauthorized("token_expired", `token ${row.id} expired at ${row.expiresAt}`);
+  return null;
+}
+
 /** The caller a bearer token names; throws 401 for a missing, unknown, expired or revoked one. */
 export async function authenticate(env: Env, authorization: string | undefined, now: Date): Promise<Principal> {
   const match = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(authorization ?? "");
@@ -122,7 +135,7 @@ export async function authenticate(env: Env, authorization: string | undefined, 
   if (!team) {
     const owner = env.OWNER_TOKEN;
     if (owner && owner.length >= MIN_OWNER_TOKEN_LENGTH && (await equalInConstantTime(presented, owner))) {
-      return { owner: true, team_id: OWNER_TEAM, token_id: null, scopes: ALL_SCOPES, loop_id: null, expires_at: null, labels: null };
+      return ownerPrincipal();
     }
     if (owner && owner.length < MIN_OWNER_TOKEN_LENGTH) {
       console.error(`loopwarden: OWNER_TOKEN is shorter than ${MIN_OWNER_TOKEN_LENGTH} characters and is refused`);
@@ -140,8 +153,8 @@ export async function authenticate(env: Env, authorization: string | undefined, 
   const storedHash = row?.secretHash ?? "0".repeat(64);
   const matches = crypto.subtle.timingSafeEqual(await sha256(presented), hexToBytes(storedHash));
   if (!row || !matches) throw unauthorized("unauthenticated", "the token is not valid for this coordinator");
-  if (row.revokedAt !== null) throw unauthorized("token_revoked", `token ${row.id} was revoked at ${row.revokedAt}`);
-  if (row.expiresAt !== null && Date.parse(row.expiresAt) <= now.getTime()) throw unauthorized("token_expired", `token ${row.id} expired at ${row.expiresAt}`);
+  const refusal = tokenRowRefusal(row, now);
+  if (refusal) throw refusal;
   return principalOfRow(row);
 }
 

@@ -4,7 +4,7 @@ import { LoopId } from "#shared/wire/api.js";
 import type { Scope } from "#shared/wire/auth.js";
 import { callerFor, OWNER_TEAM, requireScope, type AuthEnv, type Caller } from "./auth.js";
 import { z } from "zod";
-import { ApiError } from "./http-errors.js";
+import { ApiError, refusalError } from "./http-errors.js";
 import type { LoopObject } from "../loop/loop-object.js";
 import { readParam } from "./validate.js";
 
@@ -80,4 +80,21 @@ const EventsAfter = z.coerce.number().int().min(0);
 export function eventsAfterOf(c: Context<AuthEnv>): number | undefined {
   const raw = c.req.query("events_after");
   return raw === undefined ? undefined : readParam(raw, EventsAfter, "events_after");
+}
+
+const LastEventId = z.coerce.number().int().min(0);
+
+/** Where an event stream starts: after the reader's Last-Event-ID when it reconnects, else after `after`. */
+export function streamStart(c: Context<AuthEnv>, after: number): number {
+  const lastId = c.req.header("last-event-id");
+  return lastId === undefined ? after : readParam(lastId, LastEventId, "Last-Event-ID");
+}
+
+/** The loop's log after `after` as Server-Sent Events, then live (loop/event-stream.ts): one stream for `watch` and the dashboard. */
+export async function eventStreamResponse(stub: DurableObjectStub<LoopObject>, caller: Caller, after: number): Promise<Response> {
+  const answer = await stub.eventStream({ caller, after });
+  if (!answer.ok) throw refusalError(answer);
+  return new Response(answer.stream, {
+    headers: { "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-store", "X-Accel-Buffering": "no" },
+  });
 }

@@ -86,6 +86,13 @@ const OPERATIONS: Operation[] = [
     request: api.CancelRequest,
     responses: { 201: api.CancelResponse, 200: api.CancelResponse },
   },
+  {
+    method: "post",
+    path: "/v1/dashboard/links",
+    summary: "a one-time link that logs a browser in to the dashboard as this token (what serve and run print)",
+    scope: "read",
+    responses: { 201: api.LoginLink },
+  },
   { method: "get", path: "/v1/loops/{id}/artifacts", summary: "the loop's recorded artifacts, paged", scope: "read", responses: { 200: api.ArtifactList } },
   {
     method: "post",

@@ -19,6 +19,7 @@ export const REQUIRED_MIGRATIONS: readonly string[] = [
   "0003_artifacts.sql",
   "0004_artifact_integrity.sql",
   "0005_token_labels.sql",
+  "0006_dashboard.sql",
 ];
 
 /** Set once every required migration is seen applied: migrations are never un-applied, so this isolate asks no more. */

@@ -51,6 +51,11 @@ export class LoopEventStore {
   head: ChainHead | null = null;
   /** The team that owns the loop (DESIGN §11), kept in `meta`; loops from before teams are the owner's. */
   teamId: string = OWNER_TEAM;
+  /**
+   * Each candidate's events, by seq, in order: what its dashboard page reads (its proposal, its last
+   * observation) without reading the log. Built by the fold at load, grown by every append.
+   */
+  private readonly candidateSeqs = new Map<string, number[]>();
   /** Long-polls waiting for the log to grow (a proposal, an expiry, a verdict): woken after every append. */
   private readonly waiting = new Set<() => void>();
 
@@ -105,6 +110,7 @@ export class LoopEventStore {
     const events = rows.map((row) => JSON.parse(this.bodyOf(row)) as LoopEvent);
     const last = events.at(-1);
     if (!last) return;
+    this.indexByCandidate(events);
     this.state = foldEvents(events);
     this.head = { seq: last.seq, hash: last.hash };
   }
@@ -135,6 +141,7 @@ export class LoopEventStore {
     });
     this.state = state;
     this.head = head;
+    this.indexByCandidate(sealed);
     this.wake();
     return sealed;
   }
@@ -220,6 +227,31 @@ export class LoopEventStore {
       bytes += body.length;
     }
     return { events, more: false };
+  }
+
+  /** Adds events to the index of each candidate's events. */
+  private indexByCandidate(events: readonly LoopEvent[]): void {
+    for (const event of events) {
+      if (!("candidate_id" in event.data)) continue;
+      const seqs = this.candidateSeqs.get(event.data.candidate_id);
+      if (seqs) seqs.push(event.seq);
+      else this.candidateSeqs.set(event.data.candidate_id, [event.seq]);
+    }
+  }
+
+  /**
+   * A candidate's events, parsed: its first (the proposal) and its last `recent` (a long evaluation renews
+   * its lease many times; its last observation and verdict are among the last).
+   */
+  candidateEvents(candidateId: string, recent = 50): LoopEvent[] {
+    const seqs = this.candidateSeqs.get(candidateId) ?? [];
+    const wanted = seqs.length <= recent + 1 ? seqs : [seqs[0] ?? 0, ...seqs.slice(-recent)];
+    return wanted.flatMap((seq) =>
+      this.sql
+        .exec<EventRow>("SELECT seq, body, parts FROM events WHERE seq = ?", seq)
+        .toArray()
+        .map((row) => JSON.parse(this.bodyOf(row)) as LoopEvent),
+    );
   }
 
   /** How many interim receipts the loop has issued: its `receipt_issued` events of that kind (never stored in parts). */

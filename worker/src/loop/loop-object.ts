@@ -27,6 +27,8 @@ import { NOT_FOUND, type Answer, type Refusal } from "./refusal.js";
 import { holderOf, LoopLeases } from "./loop-leases.js";
 import { BaselineJobs } from "./baseline-jobs.js";
 import { DRAIN_RETRY_MS, LoopReceipts, type SignedReceipt } from "./loop-receipts.js";
+import { renderView, type DashboardView } from "../dashboard/views.js";
+import type { Viewer } from "../dashboard/layout.js";
 
 /**
  * One loop: its hash-chained event log, its state (a fold over the log) and its outbox to D1. This
@@ -331,6 +333,13 @@ export class LoopObject extends DurableObject<Env> {
     await this.receipts.issueFinal();
     await this.scheduleAlarm();
     return { ok: true, answer: outcome.value, loop: this.summary() };
+  }
+
+  /** A page of the loop's dashboard, rendered from its state (dashboard/views.ts). */
+  async dashboard(input: { caller: Caller; view: DashboardView; viewer: Viewer }): Promise<Answer<{ html: string }>> {
+    const state = this.admit(input.caller);
+    if (!state || !this.head) return this.absent(input.caller);
+    return renderView(state, this.head, input.view, input.viewer, (candidateId) => this.store.candidateEvents(candidateId));
   }
 
   /** Events after `after`, as stored (the exact bytes that were hashed), at most `limit`. */

@@ -4,32 +4,13 @@ import type { ArtifactRef } from "#shared/wire/observation.js";
 import type { ConfinementAttestation, ReceiptStatement } from "#shared/receipts/index.js";
 import { formatInterval, formatPercent } from "#shared/format-percent.js";
 import { storedFilesOf } from "#shared/explain/gate-failure.js";
+import { metricChart } from "./chart.js";
 
 // The public receipt page (DESIGN §9): what the loop set out to do, why it stopped and how its zones were
 // confined (DESIGN §6.7), the baseline against the best, every candidate with its verdict and its stored
 // files (DESIGN §10), and the metric over iterations — rendered on the server, so it reads without
 // JavaScript. Only the verification panel runs in the browser (/r/assets/verify.js):
 // everything else on the page is what the signed statement and its log say, and the panel checks them.
-
-/** One point of the chart: an iteration's candidate and the value it was judged on. */
-interface Point {
-  iteration: number;
-  candidate: string;
-  value: number;
-  promoted: boolean;
-}
-
-/** The value a loop is judged on for each decided candidate: the failing count, or the metric in optimize mode. */
-function pointsOf(state: LoopState): Point[] {
-  const points: Point[] = [];
-  for (const id of state.candidate_order) {
-    const verdict = state.candidates[id]?.verdict;
-    if (!verdict) continue;
-    const value = state.contract.mode === "optimize" ? (verdict.metric?.candidate_median ?? null) : verdict.failing_after;
-    if (value !== null) points.push({ iteration: points.length + 1, candidate: id, value, promoted: verdict.decision === "promoted" });
-  }
-  return points;
-}
 
 /** How many decided candidates one page of the table lists: a loop of 5,000 candidates is 25 pages, never one huge one. */
 export const CANDIDATES_PER_PAGE = 200;
@@ -102,67 +83,6 @@ function candidateFiles(receiptId: string, loopId: string, candidate: CandidateS
     ({ file, failed: isFailed }, index) =>
       html`${index > 0 ? " · " : ""}<a href="${fileHref(receiptId, file)}"${isFailed ? html` class="rejected" title="a failed gate's output"` : ""}>${file.name}</a>`,
   )}${more > 0 ? html` <a href="/r/${receiptId}?files=${candidate.candidate_id}#files">+${more} more</a> <span class="muted">(<code>loopwarden artifacts ${candidate.candidate_id} ${loopId}</code>)</span>` : ""}`;
-}
-
-/** The metric (or failing count) over iterations as inline SVG: every candidate a dot, the best-so-far a staircase. */
-function chart(state: LoopState, baseline: number | null) {
-  const points = pointsOf(state);
-  if (points.length === 0 || baseline === null) return html`<p class="muted">No candidate was measured yet.</p>`;
-  const width = 640;
-  const height = 200;
-  const pad = 32;
-  const values = [baseline, ...points.map((point) => point.value)];
-  const low = Math.min(...values);
-  const high = Math.max(...values);
-  const x = (iteration: number) => pad + ((width - 2 * pad) * iteration) / Math.max(1, points.length);
-  const y = (value: number) => (high === low ? height / 2 : height - pad - ((height - 2 * pad) * (value - low)) / (high - low));
-  let best = baseline;
-  const stairs = [`M ${x(0)} ${y(best)}`];
-  for (const point of points) {
-    if (point.promoted) {
-      stairs.push(`H ${x(point.iteration)}`, `V ${y(point.value)}`);
-      best = point.value;
-    }
-  }
-  stairs.push(`H ${x(points.length)}`);
-  const label = state.contract.mode === "optimize" ? (state.contract.metric?.name ?? "metric") : "failing tests";
-  const dot = (point: Point) =>
-    html`<circle cx="${x(point.iteration)}" cy="${y(point.value)}" r="4" class="${point.promoted ? "promoted" : "rejected"}"><title>${point.candidate}: ${point.value}</title></circle>`;
-  const dense = points.length > DOTS_AT_MOST;
-  return html`<svg class="chart" viewBox="0 0 ${width} ${height}" role="img" aria-label="${label} over iterations, the best-so-far as a staircase">
-    <text x="${pad}" y="16" class="axis">${label} (best-so-far: line; ${dense ? "rejected candidates: grey, per column of pixels; promoted: green dots" : "each candidate: dot, green when promoted"})</text>
-    <text x="4" y="${y(high) + 4}" class="axis">${high}</text>
-    <text x="4" y="${y(low) + 4}" class="axis">${low}</text>
-    <path d="${stairs.join(" ")}" class="best" />
-    ${
-      dense
-        ? html`<path d="${columnMarks(
-            points.filter((point) => !point.promoted),
-            (point) => x(point.iteration),
-            (point) => y(point.value),
-          )}" class="columns" />${points.filter((point) => point.promoted).map(dot)}`
-        : points.map(dot)
-    }
-  </svg>`;
-}
-
-/**
- * Above this many measured candidates the rejected ones are not drawn one dot each (a dot and its title
- * per candidate made a loop of 5,000 candidates a 400 KB chart): each column of pixels gets one stroke
- * from its lowest to its highest value, so the chart's size stops growing with the loop.
- */
-const DOTS_AT_MOST = 500;
-
-/** One path: per pixel column, a round-capped stroke over the values in it (a single value draws a dot). */
-function columnMarks(points: readonly Point[], x: (point: Point) => number, y: (point: Point) => number): string {
-  const columns = new Map<number, { top: number; bottom: number }>();
-  for (const point of points) {
-    const column = Math.round(x(point));
-    const value = y(point);
-    const seen = columns.get(column);
-    columns.set(column, seen ? { top: Math.min(seen.top, value), bottom: Math.max(seen.bottom, value) } : { top: value, bottom: value });
-  }
-  return [...columns].map(([column, { top, bottom }]) => `M${column} ${top.toFixed(1)}V${bottom.toFixed(1)}`).join("");
 }
 
 /**
@@ -250,7 +170,7 @@ export function receiptPage(input: { receiptId: string; statement: ReceiptStatem
 body { font: 15px/1.5 system-ui, sans-serif; max-width: 52rem; margin: 2rem auto; padding: 0 1rem; color: #1b1b1b; }
 h1 { font-size: 1.5rem; margin-bottom: 0.2rem; } .muted { color: #666; } code { font-size: 0.9em; }
 table { border-collapse: collapse; width: 100%; } td, th { text-align: left; padding: 0.25rem 0.5rem; border-bottom: 1px solid #ddd; vertical-align: top; }
-.promoted { color: #17703a; fill: #1f9d55; } .rejected { color: #9b1c1c; fill: #aaa; } .best { fill: none; stroke: #1f9d55; stroke-width: 2; } .columns { fill: none; stroke: #aaa; stroke-width: 8; stroke-linecap: round; }
+.promoted { color: #17703a; fill: #1f9d55; } .rejected { color: #9b1c1c; fill: #fff; stroke: #777; } .baseline { stroke: #555; stroke-dasharray: 4 3; } .whisker { stroke: #777; } .best { fill: none; stroke: #1f9d55; stroke-width: 2; } .columns { fill: none; stroke: #aaa; stroke-width: 8; stroke-linecap: round; }
 .axis { font-size: 11px; fill: #666; } .chart { width: 100%; height: auto; border: 1px solid #eee; }
 #verification { border: 2px solid #999; padding: 0.5rem 1rem; border-radius: 6px; }
 #verification[data-result="valid"] { border-color: #1f9d55; } #verification[data-result="invalid"], #verification[data-result="error"] { border-color: #c0392b; }
@@ -287,7 +207,7 @@ Signed head: event ${predicate.log.seq}, <code>${predicate.log.hash.slice(0, 16)
 ${storedFiles(receiptId, state, input.files)}
 
 <h2>Over the iterations</h2>
-${chart(state, optimize ? state.t0.metric : state.t0.failing.length)}
+${metricChart(state, optimize ? state.t0.metric : state.t0.failing.length)}
 
 <h2 id="candidates">Candidates</h2>
 <table>

@@ -11,7 +11,7 @@ import {
 } from "#shared/wire/api.js";
 import { Sha256 } from "#shared/wire/observation.js";
 import { MAX_PARTS, artifactLimits, uploadSizes, type ArtifactLimits } from "../artifacts/artifact-limits.js";
-import { downloadHeaders, recordedContentType, sanitizeName } from "../artifacts/artifact-names.js";
+import { downloadHeaders, isSvgDrawing, svgDrawingHeaders, recordedContentType, sanitizeName } from "../artifacts/artifact-names.js";
 import { artifactStorage } from "../artifacts/artifact-storage-mode.js";
 import { PartsRefused, UploadGone, type ArtifactStorage, type NewUpload, type StoredObject, type ThroughWorker } from "../artifacts/artifact-storage.js";
 import {
@@ -195,7 +195,12 @@ artifactRoutes.put("/:id/artifacts/:sha256", async (c) => {
   return stored(c, row, created);
 });
 
-artifactRoutes.get("/:id/artifacts/:sha256", async (c) => {
+/**
+ * Serves one of the loop's recorded artifacts (`:id`, `:sha256`) to a caller with `read`: the API's
+ * download, and the dashboard's. With `drawing`, an SVG is served as an image (`svgDrawingHeaders`) for
+ * the dashboard to show inline; anything else is a download as ever.
+ */
+export async function serveArtifact(c: Context<AuthEnv>, options: { drawing?: boolean } = {}): Promise<Response> {
   const loop = await requireLoop(c, "read");
   const sha256 = shaOf(c);
   // Only what is recorded (verified) is served, and only while storage holds the bytes verified.
@@ -203,8 +208,11 @@ artifactRoutes.get("/:id/artifacts/:sha256", async (c) => {
   if (served === "not_recorded") throw new ApiError(404, "not_found", "no such artifact");
   if (served === "damaged") throw damagedArtifact(sha256);
   const { row, object } = served;
-  return c.body(object.body, 200, { ...downloadHeaders(row), "Content-Length": String(object.size), ETag: object.httpEtag });
-});
+  const headers = options.drawing && isSvgDrawing(row) ? svgDrawingHeaders(row) : downloadHeaders(row);
+  return c.body(object.body, 200, { ...headers, "Content-Length": String(object.size), ETag: object.httpEtag });
+}
+
+artifactRoutes.get("/:id/artifacts/:sha256", (c) => serveArtifact(c));
 
 artifactRoutes.put("/:id/artifacts/:sha256/uploads/:uploadId/parts/:part", async (c) => {
   const { loopId } = await requireLoop(c, "write");

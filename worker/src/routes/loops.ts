@@ -1,5 +1,3 @@
-import { desc, lt, or, and, eq } from "drizzle-orm";
-import { drizzle } from "drizzle-orm/d1";
 import { Hono } from "hono";
 import { z } from "zod";
 import { canonicalJson } from "#shared/canonical-json.js";
@@ -20,13 +18,13 @@ import {
   MAX_WAIT_MS,
   type ConfirmResponse,
 } from "#shared/wire/api.js";
-import { loops } from "../db/schema.js";
 import { unverifiedIn } from "../artifacts/artifact-store.js";
 import { storeInlineEvidence } from "../artifacts/inline-evidence.js";
 import { ApiError, refusalError } from "../http/http-errors.js";
 import { requireClaimable, requireScope, type AuthEnv } from "../http/auth.js";
 import { leaseTtlMs } from "../loop/lease-ttl.js";
-import { eventsAfterOf, loopIdFor, loopStub, openLoop } from "../http/loop-access.js";
+import { eventsAfterOf, eventStreamResponse, loopIdFor, loopStub, openLoop, streamStart } from "../http/loop-access.js";
+import { listLoops } from "../db/loop-list.js";
 import { readJson, readParam } from "../http/validate.js";
 import { newLoopRefusal, teamLimits } from "../team-limits.js";
 import { Sha256 } from "#shared/wire/observation.js";
@@ -80,30 +78,7 @@ const ListQuery = z.object({
 loopRoutes.get("/", async (c) => {
   const principal = requireScope(c, "read");
   const query = readParam(c.req.query(), ListQuery, "query");
-  const db = drizzle(c.env.DB);
-  let after: { createdAt: string; id: string } | null = null;
-  if (query.cursor) {
-    const [createdAt, id] = query.cursor.split("|");
-    if (!createdAt || !id) throw new ApiError(400, "invalid_parameter", "cursor is malformed");
-    after = { createdAt, id };
-  }
-  const rows = await db
-    .select()
-    .from(loops)
-    .where(
-      and(
-        // The owner lists every loop; a team its own; a token restricted to one loop, that loop.
-        principal.owner ? undefined : eq(loops.teamId, principal.team_id),
-        principal.loop_id === null ? undefined : eq(loops.id, principal.loop_id),
-        query.status === undefined ? undefined : eq(loops.status, query.status),
-        query.contract_hash === undefined ? undefined : eq(loops.contractHash, query.contract_hash),
-        after ? or(lt(loops.createdAt, after.createdAt), and(eq(loops.createdAt, after.createdAt), lt(loops.id, after.id))) : undefined,
-      ),
-    )
-    .orderBy(desc(loops.createdAt), desc(loops.id))
-    .limit(query.limit + 1);
-  const page = rows.slice(0, query.limit);
-  const last = page.at(-1);
+  const { rows: page, next } = await listLoops(c.env.DB, principal, query);
   const response: LoopList = {
     loops: page.map((row) => ({
       loop_id: row.id,
@@ -116,7 +91,7 @@ loopRoutes.get("/", async (c) => {
       created_at: row.createdAt,
       updated_at: row.updatedAt,
     })),
-    next_cursor: rows.length > query.limit && last ? `${last.createdAt}|${last.id}` : null,
+    next_cursor: next,
   };
   return c.json(response);
 });
@@ -176,8 +151,6 @@ loopRoutes.post("/:id/leases", async (c) => {
 });
 
 /** A reconnecting reader's last event id: the `seq` of the last event it has. */
-const LastEventId = z.coerce.number().int().min(0);
-
 const EventsQuery = z.object({
   after: z.coerce.number().int().min(0).default(0),
   limit: z.coerce.number().int().min(1).max(1_000).default(1_000),
@@ -190,13 +163,8 @@ loopRoutes.get("/:id/events", async (c) => {
   const query = readParam(c.req.query(), EventsQuery, "query");
   // Server-Sent Events: the log after Last-Event-ID (a reconnect) or `after`, then live, on one connection.
   if (c.req.header("accept")?.includes("text/event-stream")) {
-    const lastId = c.req.header("last-event-id");
-    const after = lastId === undefined ? query.after : readParam(lastId, LastEventId, "Last-Event-ID");
-    const answer = await stub.eventStream({ caller, after });
-    if (!answer.ok) throw refusalError(answer);
-    return new Response(answer.stream, {
-      headers: { "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-store", "X-Accel-Buffering": "no" },
-    });
+    const after = streamStart(c, query.after);
+    return eventStreamResponse(stub, caller, after);
   }
   const answer = await stub.events({ caller, ...query });
   if (!answer.ok) throw refusalError(answer);
