@@ -8,6 +8,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { startLocalCoordinator } from "../runner/src/coordinator/local-coordinator.js";
+import { Client } from "../runner/src/coordinator/client.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const bin = path.join(root, "runner", "bin", "loopwarden.js");
@@ -74,7 +75,10 @@ try {
       await fetch(`${coordinator.url}/v1/loops/${branch.replace("loopwarden/", "")}`, { headers: { Authorization: `Bearer ${coordinator.owner.token}` } })
     ).json()) as { receipt_id?: string };
     const url = `${coordinator.url}/r/${loop.receipt_id}`;
-    console.log(`\nIts signed receipt: ${url}\n$ loopwarden verify ${url}`);
+    const loopId = branch.replace("loopwarden/", "");
+    const login = await new Client(coordinator.url, { token: coordinator.owner.token }).loginLink(`/loops/${loopId}`);
+    console.log(`\nIts dashboard: ${coordinator.url}/loops/${loopId} (opened logged in by a one-time link: ${login.url})`);
+    console.log(`Its signed receipt: ${url}\n$ loopwarden verify ${url}`);
     const verified = await loopwarden(["verify", url]);
     // The coordinator stops with the demo: its receipt is kept as files, verifiable offline.
     const kept = path.join(os.tmpdir(), `loopwarden-demo-receipt-${loop.receipt_id}`);
@@ -86,6 +90,12 @@ try {
     console.log(`\nThe coordinator stops with the demo; the receipt is saved in ${kept}. Verify it offline:`);
     console.log(`  npx loopwarden verify ${files.envelope} --events ${files.events} --key ${files.keys}`);
     exitCode = verified === 0 ? 0 : 1;
+    // At a terminal, the pages stay up until the person is done with them; in CI the demo ends here.
+    if (process.stdin.isTTY) {
+      console.log("\nThe dashboard and the receipt page answer until you press Enter (Ctrl-C works too).");
+      await new Promise<void>((resolve) => process.stdin.once("data", () => resolve()));
+      process.stdin.pause();
+    }
   }
 } finally {
   await stop();

@@ -35,6 +35,7 @@ import { preflightZones } from "../zones/isolation.js";
 import { scopeLine } from "../contract/scope.js";
 import type { Contract } from "#shared/wire/contract.js";
 import { zoneChecks } from "./doctor-zones.js";
+import { loginLinkLine } from "./serve.js";
 
 /** What `run` and `step` add when the loop they found had already halted (DESIGN §6.6). */
 export const HALTED_BEFORE = "this loop had already halted, so no iteration was run; `loopwarden run --new` starts another loop (from a commit you made)";
@@ -77,12 +78,24 @@ export function reportOutcome(mode: OutputMode, loop: LoopSummary, connection: P
       `  ${halt.detail}`,
       `  best: ${loop.best.candidate_id} at ${loop.best.commit.slice(0, 10)}${loop.iteration > 0 ? ` on branch ${loopBranch(loop.loop_id)}` : ""}`,
       ...(receiptUrl ? [`  receipt: ${receiptUrl}`, `  verify it: loopwarden verify ${receiptUrl}`] : []),
+      `  dashboard: ${connection.url}/loops/${loop.loop_id}`,
       ...(receiptUrl && connection.ephemeral
         ? [`  (this run's local coordinator stops now: \`loopwarden serve\` serves the receipt at http://127.0.0.1:8787/r/${loop.receipt_id})`]
         : []),
     ],
   );
   return exitCode;
+}
+
+/**
+ * On the local coordinator, a one-time link that opens the loop's dashboard page logged in (DESIGN §11).
+ * Not for a shared coordinator: a login link in a CI log would be a credential there. A coordinator that
+ * cannot mint one (an older version) leaves the run as it is.
+ */
+async function printDashboardLink(session: Session): Promise<void> {
+  if (!session.connection.local || session.loop.status !== "running") return;
+  const link = await session.client.loginLink(`/loops/${session.loop.loop_id}`).catch(() => null);
+  if (link) progress(session.mode, `dashboard: ${loginLinkLine(link)}`);
 }
 
 /**
@@ -161,6 +174,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
   const session = await openSession({ ...options, purpose: "run", preflight });
   const { mode } = session;
   try {
+    await printDashboardLink(session);
     const shownOnResume = session.resumed && (await showVerdictsWhileAway(session));
     if (session.loop.status === "running") {
       await enterLoopBranch(session);

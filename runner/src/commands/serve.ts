@@ -4,6 +4,13 @@ import { findRunningCoordinator, startLocalCoordinator } from "../coordinator/lo
 import { emitResult, progress, type OutputMode } from "../output.js";
 import { defaultStateDir } from "../paths.js";
 import { lastActivity, stopCoordinator } from "../coordinator/warm-coordinator.js";
+import { Client } from "../coordinator/client.js";
+import type { LoginLink } from "#shared/wire/api.js";
+
+/** A one-time login link as `serve` and `run` print it: the link, and how long it lasts. */
+export function loginLinkLine(link: LoginLink): string {
+  return `${link.url} (a one-time login link, for ${formatDuration(Math.max(0, Date.parse(link.expires_at) - Date.now()))})`;
+}
 
 /**
  * `loopwarden serve`: the local coordinator (workerd through Miniflare) in the foreground until
@@ -35,6 +42,9 @@ export async function serveCommand(
     ...(options.daemon ? { record: { daemon: true, idle_ms: idle } } : {}),
   });
   const { owner } = coordinator;
+  // The dashboard opens logged in as the owner from a one-time link (DESIGN §11): the browser gets a
+  // session cookie, never the token. A warm coordinator started for a command prints nothing anyone reads.
+  const login = options.daemon ? null : await new Client(coordinator.url, { token: owner.token }).loginLink();
   // The owner token is shown once, when it is made (DESIGN §11); after that, where it is kept.
   const ownerLine =
     owner.file === null
@@ -52,9 +62,12 @@ export async function serveCommand(
       state_dir: stateDir,
       ...(owner.created ? { owner_token: owner.token } : {}),
       owner_token_file: owner.file,
+      dashboard_url: `${coordinator.url}/loops`,
+      ...(login ? { login_url: login.url } : {}),
     },
     [
       `loopwarden coordinator listening on ${coordinator.url}`,
+      ...(login ? [`  dashboard: ${loginLinkLine(login)}; after that, ${coordinator.url}/loops asks for a token`] : []),
       `  state: ${stateDir} (log: ${path.join(stateDir, "logs", "coordinator.log")})`,
       ownerLine,
       options.daemon

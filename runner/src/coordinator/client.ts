@@ -10,6 +10,7 @@ import {
   Health,
   Lease,
   LoopSummary,
+  LoginLink,
   ProposeCandidateResponse,
   ReceiptIssued,
   ReleaseResponse,
@@ -77,6 +78,15 @@ export class Client extends ArtifactTransfers {
   /** `POST /v1/loops/:id/cancel`: the loop halted as `cancelled` (or as it was, when it already was). */
   cancelLoop(loopId: string, body: CancelRequest) {
     return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/cancel`, CancelResponse, body);
+  }
+
+  /**
+   * `POST /v1/dashboard/links`: a one-time link that logs a browser in to the dashboard as this token, then
+   * opens `next` (a dashboard path, `/loops/<id>`) when given.
+   */
+  async loginLink(next?: string): Promise<LoginLink> {
+    const link = await this.json("POST", "/v1/dashboard/links", LoginLink, {});
+    return next === undefined ? link : { ...link, url: `${link.url}?next=${encodeURIComponent(next)}` };
   }
 
   /** `POST /v1/loops/:id/receipts`: an interim receipt over the log as it is now. */

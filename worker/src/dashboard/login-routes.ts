@@ -146,11 +146,10 @@ loginRoutes.get("/login/:code", async (c) => {
   setSession(c, session.secret);
   // A page that moves on by itself rather than a redirect: the next request starts from this origin, so
   // the SameSite=Strict cookie just set goes with it whatever opened the link.
-  return c.html(
-    page("Logged in", html`<meta http-equiv="refresh" content="0; url=/loops"><h1>Logged in</h1><p><a href="/loops">Go to your loops</a>.</p>`),
-    200,
-    { "Cache-Control": "no-store" },
-  );
+  const next = safeNext(c.req.query("next"));
+  return c.html(page("Logged in", html`<meta http-equiv="refresh" content="0; url=${next}"><h1>Logged in</h1><p><a href="${next}">Go on</a>.</p>`), 200, {
+    "Cache-Control": "no-store",
+  });
 });
 
 loginRoutes.post("/logout", sameOrigin, formLimit, requireSession(), async (c) => {

@@ -136,7 +136,6 @@ ${
           html`<tr><td>${id}</td><td><code>${lease.runner_id}</code></td><td><code>${lease.lease_id}</code> (token ${lease.fencing_token})</td><td>${lease.expires_at}</td></tr>`,
       )}</table>`
     : html`<p class="muted">No lease is held now.</p>`
-}
 }`;
 }
 
