@@ -54,7 +54,7 @@ let exitCode = 0;
 
 program
   .command("serve")
-  .description("run the local coordinator (workerd) in the foreground on 127.0.0.1; prints its URL. --stop stops the one serving the state directory")
+  .description("run the local coordinator (workerd) in the foreground on 127.0.0.1; prints its URL and a one-time link that opens the dashboard logged in. --stop stops the one serving the state directory")
   .addOption(new Option("--port <port>", "port to listen on (default 8787)").argParser(port))
   .option("--stop", "stop the local coordinator serving the state directory (a warm one, or another serve), by its pid", false)
   .addOption(new Option("--daemon", "run as a warm coordinator a command started: stop after --idle without use").hideHelp())
@@ -131,7 +131,7 @@ loopOptions(
   program
     .command("run")
     .description(
-      "create or resume this repository's loop for its contract, capture t0 (with evaluate.labels this runner lacks, a runner that has them measures it: run waits for one and says so), then iterate agent → candidate → evaluate → verdict → keep/revert until a halt; exits with the halt's class. A running loop resumes whatever the flags (flags that would change its pinned contract are refused); a halted one is reported with its exit class; --new starts another",
+      "create or resume this repository's loop for its contract, capture t0 (with evaluate.labels this runner lacks, a runner that has them measures it: run waits for one and says so), then iterate agent → candidate → evaluate → verdict → keep/revert until a halt; exits with the halt's class. A running loop resumes whatever the flags (flags that would change its pinned contract are refused); a halted one is reported with its exit class; --new starts another. On the local coordinator it prints a one-time link to the loop's dashboard page",
     )
     .option("--once", "run one iteration, then exit (0 unless the loop halted)", false),
 ).action(async (options: ContractFlags & { once: boolean }) => {
