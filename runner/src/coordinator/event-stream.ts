@@ -44,26 +44,37 @@ export async function followEvents(
   for (;;) {
     const body = await client.eventStream(loopId, last);
     const from = last;
+    const messages = messagesOf(body, (ms) => (reconnectMs = ms));
+    let dropped = false;
     try {
-      for await (const message of messagesOf(body, (ms) => (reconnectMs = ms))) {
-        const event = LoopEvent.parse(JSON.parse(message.data));
+      for (;;) {
+        // Only reading the connection can fail as a dropped connection does. An event that is not one
+        // (malformed, or of a type this runner does not know), a gap, or a failure of `handle` is thrown:
+        // opening the stream again would meet the same thing again, for ever.
+        let next: IteratorResult<EventSourceMessage>;
+        try {
+          next = await messages.next();
+        } catch (error) {
+          onDropped((error as Error).message);
+          dropped = true;
+          break;
+        }
+        if (next.done) break;
+        const event = LoopEvent.parse(JSON.parse(next.value.data));
         // Never twice: a reconnect starts after the last event handled, and a stale event is skipped.
         if (event.seq <= last) continue;
         if (event.seq !== last + 1) throw new Error(`the stream skipped from event ${last} to ${event.seq}`);
         last = event.seq;
-        if (await handle(event)) {
-          await body.cancel().catch(() => undefined);
-          return last;
-        }
+        if (await handle(event)) return last;
       }
-      // Ended by the coordinator (its streams are bounded): read on from here, at once unless it ended
-      // without a single event (then after the retry interval, so a coordinator that keeps ending
-      // streams at once is not asked again and again).
-      if (last > from) continue;
-    } catch (error) {
-      if (error instanceof SyntaxError || (error instanceof Error && error.message.startsWith("the stream skipped"))) throw error;
-      onDropped((error as Error).message);
+    } finally {
+      // Closes the connection, however this ends: the reader holds the body, so it is the one to cancel it.
+      await messages.return(undefined).catch(() => undefined);
     }
+    // Ended by the coordinator (its streams are bounded): read on from here, at once unless it ended
+    // without a single event (then after the retry interval, so a coordinator that keeps ending streams
+    // at once is not asked again and again).
+    if (!dropped && last > from) continue;
     await new Promise((resolve) => setTimeout(resolve, reconnectMs));
   }
 }

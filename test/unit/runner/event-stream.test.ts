@@ -27,6 +27,7 @@ async function followThrough(
 ): Promise<{ handled: number[]; dropped: string[]; asked: (string | undefined)[]; last: number }> {
   const asked: (string | undefined)[] = [];
   server = createServer((request, response) => {
+    connections++;
     const lastId = request.headers["last-event-id"];
     asked.push(Array.isArray(lastId) ? lastId[0] : lastId);
     response.writeHead(200, { "Content-Type": "text/event-stream" });
@@ -52,9 +53,14 @@ async function followThrough(
 }
 
 let server: Server | undefined;
+/** Connections the coordinator was asked for, in this test. */
+let connections = 0;
 
 describe("following a loop's events", () => {
-  afterEach(() => new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve())));
+  afterEach(async () => {
+    connections = 0;
+    await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+  });
 
   it("resumes a dropped stream from the last event handled, missing none and handling none twice", async () => {
     const events = loopEvents();
@@ -95,5 +101,15 @@ describe("following a loop's events", () => {
     expect(handled).toEqual(events.map((event) => event.seq));
     expect(asked.slice(0, 2)).toEqual(["0", "2"]);
     expect(dropped).toEqual([]);
+  });
+
+  it("stops with the error on an event it cannot read, instead of reconnecting to meet it again for ever", async () => {
+    const events = loopEvents();
+    const unknown = { ...(events[1] as LoopEvent), type: "from_a_newer_coordinator" };
+    const following = followThrough(events, (response) => {
+      response.write(`retry: 10\n\n${sse(events[0] as LoopEvent)}id: 2\ndata: ${JSON.stringify(unknown)}\n\n`);
+    });
+    await expect(following).rejects.toThrow(/from_a_newer_coordinator|Invalid/);
+    expect(connections).toBe(1);
   });
 });
