@@ -7,6 +7,7 @@ import { z } from "zod";
 import { CancelRequest, type LoginLink } from "#shared/wire/api.js";
 import { authenticate, requireScope, type AuthEnv, type AuthVariables, type Principal } from "../http/auth.js";
 import { ApiError } from "../http/http-errors.js";
+import { readParam } from "../http/validate.js";
 import { authBlocked, authFailuresLimited, clientAddress, countAuthFailure, holdToLimit } from "../http/rate-limits.js";
 import { loginPage, page } from "./layout.js";
 import { dashboardError } from "./error-page.js";
@@ -90,18 +91,20 @@ function sameSecret(a: string, b: string): boolean {
   return left.length === right.length && crypto.subtle.timingSafeEqual(left, right);
 }
 
-const ActionForm = z.object({ csrf: z.string().min(1).max(100), reason: CancelRequest.shape.reason });
+const ActionForm = z.object({ reason: CancelRequest.shape.reason });
 
 /**
- * A form posted from a dashboard page: from this origin (hono/csrf: Origin, else Sec-Fetch-Site) and
- * carrying the session's CSRF token; refused (403) before anything is done otherwise. Answers its fields.
+ * A form posted from a dashboard page: from this origin (hono/csrf: Origin, else Sec-Fetch-Site, checked
+ * before this) and carrying the session's CSRF token, else refused (403) before anything is done; then
+ * its fields, validated (400).
  */
 export async function readActionForm(c: Context<DashboardEnv>): Promise<{ reason?: string | undefined }> {
-  const parsed = ActionForm.safeParse(await c.req.parseBody());
-  if (!parsed.success || !sameSecret(parsed.data.csrf, c.get("session").csrf)) {
+  const form = await c.req.parseBody();
+  const csrfToken = form["csrf"];
+  if (typeof csrfToken !== "string" || !sameSecret(csrfToken, c.get("session").csrf)) {
     throw new ApiError(403, "csrf", "this form did not come from the page it belongs to: reload the page and try again");
   }
-  return { reason: parsed.data.reason };
+  return readParam({ reason: typeof form["reason"] === "string" ? form["reason"] : undefined }, ActionForm, "form");
 }
 
 /** Login, login links and logout, mounted at the root. */

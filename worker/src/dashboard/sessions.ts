@@ -44,9 +44,11 @@ function ownerDigestOf(env: Env): string | null {
 async function store(env: Env, principal: Principal, kind: "session" | "link", ttlMs: number, now: Date): Promise<{ secret: string; expiresAt: string }> {
   const value = secret();
   const expiresAt = new Date(now.getTime() + ttlMs).toISOString();
-  await drizzle(env.DB)
-    .insert(webSessions)
-    .values({
+  const db = drizzle(env.DB);
+  // Each new row takes the expired ones with it: the table holds what is live, whatever nobody logged out of.
+  await db.batch([
+    db.delete(webSessions).where(lt(webSessions.expiresAt, now.toISOString())),
+    db.insert(webSessions).values({
       id: idOf(value),
       kind,
       teamId: principal.team_id,
@@ -56,7 +58,8 @@ async function store(env: Env, principal: Principal, kind: "session" | "link", t
       createdAt: now.toISOString(),
       expiresAt,
       usedAt: null,
-    });
+    }),
+  ]);
   return { secret: value, expiresAt };
 }
 
@@ -116,8 +119,7 @@ export async function sessionOf(env: Env, cookie: string | undefined, now = new 
   return principal ? { principal, csrf: row.csrf, id } : null;
 }
 
-/** Ends a session (logout), and with it the rows of sessions and links that have expired. */
-export async function closeSession(env: Env, session: Session, now = new Date()): Promise<void> {
-  const db = drizzle(env.DB);
-  await db.batch([db.delete(webSessions).where(eq(webSessions.id, session.id)), db.delete(webSessions).where(lt(webSessions.expiresAt, now.toISOString()))]);
+/** Ends a session (logout). */
+export async function closeSession(env: Env, session: Session): Promise<void> {
+  await drizzle(env.DB).delete(webSessions).where(eq(webSessions.id, session.id));
 }
