@@ -8,7 +8,8 @@
 //   bytes: the artifact and receipt tests, on purpose): "… streams/internal.c++ …: pump canceled";
 // - the pool's WebSocket to each test file's runner object, closed at the file's end (vitest-pool-workers
 //   0.16 drops it, and needs Node 22);
-// - a Durable Object alarm that ran later than scheduled on a loaded machine.
+// - a Durable Object alarm that ran later than scheduled on a loaded machine, or whose run was replaced by a
+//   newer schedule (a test's own alarm run racing the object's).
 // Everything else passes through untouched, a native stack too unless it follows a dropped line.
 // LOOPWARDEN_TEST_RUNTIME_LOGS=1 shows them all.
 
@@ -18,6 +19,7 @@ const NOISE = [
   /^exception = workerd\/api\/streams\/internal\.c\+\+:\d+: disconnected: pump canceled$/,
   /^exception = workerd\/api\/web-socket\.c\+\+:\d+: disconnected: WebSocket peer disconnected$/,
   /^NOSENTRY SQLite alarm overdue, running despite AlarmManager mismatch; /,
+  /^NOSENTRY SQLite alarm handler canceled with requestScheduledAlarm\./,
 ];
 /** A native stack line (workerd's addresses): noise only after a line that was. */
 const NATIVE_STACK = /^stack:( \S+@[0-9a-f]+)+$/;
