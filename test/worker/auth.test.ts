@@ -119,6 +119,7 @@ function otherApiRoutes(): Route[] {
     ["GET", "/v1/tokens", "/v1/tokens", undefined],
     ["DELETE", "/v1/tokens/:id", `/v1/tokens/${token}`, undefined],
     ["GET", "/v1/whoami", "/v1/whoami", undefined],
+    ["POST", "/v1/dashboard/links", "/v1/dashboard/links", {}],
   ];
 }
 
