@@ -34,7 +34,7 @@ export function grantLease(
   // offered nothing, not merely another candidate.
   if (!labelsSatisfy(state.contract.evaluate?.labels ?? {}, input.labels)) return { ok: true, events: [], value: null };
   const now = Date.parse(input.at);
-  for (const id of state.candidate_order) {
+  for (const id of state.unsettled) {
     const candidate = state.candidates[id];
     // The runner's own lease again (a retried lease request), never another token's under the same runner id.
     const sameHolder = candidate?.lease?.holder === undefined || candidate.lease.holder === input.holder;
@@ -43,7 +43,7 @@ export function grantLease(
     }
   }
   // Oldest first, in proposal order: a candidate back from an expiry or a re-queue keeps its place.
-  const next = state.candidate_order.map((id) => state.candidates[id]).find((c) => c?.status === "queued");
+  const next = state.unsettled.map((id) => state.candidates[id]).find((c) => c?.status === "queued");
   if (!next) return { ok: true, events: [], value: null };
   const lease: LeaseState = {
     lease_id: `${state.loop_id}-L${state.fencing_counter + 1}`,
@@ -175,7 +175,7 @@ export function releaseLease(
 /** Reclaims every lease that expired by `at`; its candidate goes back to the queue. */
 export function expireLeases(state: LoopState, at: string): EventDraft[] {
   const now = Date.parse(at);
-  return state.candidate_order
+  return state.unsettled
     .map((id) => state.candidates[id])
     .filter((c): c is CandidateState => c?.status === "leased" && c.lease !== null && Date.parse(c.lease.expires_at) <= now)
     .map((c) => ({ type: "lease_expired", at, data: { lease_id: c.lease?.lease_id ?? "", candidate_id: c.candidate_id } }));
@@ -184,8 +184,9 @@ export function expireLeases(state: LoopState, at: string): EventDraft[] {
 /** The earliest lease deadline, for the alarm; null when no lease is out. */
 export function nextLeaseDeadline(state: LoopState): string | null {
   let earliest: string | null = null;
-  for (const candidate of Object.values(state.candidates)) {
-    const expires = candidate.status === "leased" ? candidate.lease?.expires_at : undefined;
+  for (const id of state.unsettled) {
+    const candidate = state.candidates[id];
+    const expires = candidate?.status === "leased" ? candidate.lease?.expires_at : undefined;
     if (expires && (earliest === null || Date.parse(expires) < Date.parse(earliest))) earliest = expires;
   }
   return earliest;

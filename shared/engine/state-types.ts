@@ -129,6 +129,12 @@ export interface LoopState {
   candidates: Record<string, CandidateState>;
   candidate_order: string[];
   /**
+   * The candidates without a final verdict (queued, or out on a lease), in proposal order: what granting,
+   * expiring and scheduling leases scan, so their cost is that of the open work, not of the loop's history
+   * (DESIGN §4 invariant 9).
+   */
+  unsettled: string[];
+  /**
    * The candidates of each tree — the same parent and the same change (`sameTreeKey`) — in proposal
    * order: a flip is looked for among these (DESIGN §6.5) in time linear in what shares the tree, not
    * in the loop's length.

@@ -49,7 +49,7 @@ export function sameTreeKey(parent: string, diffSha256: string): string {
 }
 
 /** The containers of a state that a fold writes in place. */
-type Container = "candidates" | "candidate_order" | "same_tree" | "idempotency" | "lease_index" | "regressions_since_promotion";
+type Container = "candidates" | "candidate_order" | "unsettled" | "same_tree" | "idempotency" | "lease_index" | "regressions_since_promotion";
 
 /** For each state a fold owns, the containers it has already copied (and so may write). */
 const OWNED = new WeakMap<LoopState, Set<unknown>>();
@@ -122,6 +122,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       best: t0,
       candidates: {},
       candidate_order: [],
+      unsettled: [],
       same_tree: {},
       idempotency: {},
       lease_index: {},
@@ -145,6 +146,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       new Set([
         created.candidates,
         created.candidate_order,
+        created.unsettled,
         created.same_tree,
         created.idempotency,
         created.lease_index,
@@ -181,6 +183,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       };
       own(state, "candidates")[data.candidate_id] = candidate;
       own(state, "candidate_order").push(data.candidate_id);
+      own(state, "unsettled").push(data.candidate_id);
       // A new list, not a push: the lists are shared with the state the fold began from.
       const tree = sameTreeKey(data.parent, data.diff_sha256);
       own(state, "same_tree")[tree] = [...(state.same_tree[tree] ?? []), data.candidate_id];
@@ -262,6 +265,10 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       // Not final: the candidate stays leased while the runner measures more pairs.
       if (verdict.decision === "need_samples") return updateCandidate(state, verdict.candidate_id, { pending: verdict });
       const next = updateCandidate(state, verdict.candidate_id, { status: verdict.decision, verdict, pending: null, lease: null });
+      // Few candidates are unsettled at once (those in the queue or out on a lease): a scan of them is short.
+      const unsettled = own(next, "unsettled");
+      const at = unsettled.indexOf(verdict.candidate_id);
+      if (at >= 0) unsettled.splice(at, 1);
       settleVerdict(next, verdict, candidate, candidate.report?.tests ?? null, (entry) => own(next, "regressions_since_promotion").push(entry));
       return next;
     }
@@ -359,4 +366,32 @@ export function foldEvents(events: readonly EventDraft[], from: LoopState | null
   let state = from === null ? null : writable(from);
   for (const event of events) state = applyInPlace(state, event);
   return state;
+}
+
+/**
+ * `foldEvents` writing `state` itself rather than a copy, for a holder that owns its state and only ever
+ * reads it as it is now (the LoopObject's event store). An append then costs what its events change: a
+ * copy of the loop's candidates, indexes and order on every append made a decision's cost grow with the
+ * loop's history (DESIGN §4 invariant 9), 17 ms a candidate at 5,000. Answers the folded state: `state`,
+ * changed, unless it was null. Whoever kept a reference to `state` sees it change.
+ */
+export function foldEventsInto(events: readonly EventDraft[], state: LoopState | null): LoopState | null {
+  if (state !== null) {
+    OWNED.set(
+      state,
+      new Set<unknown>([
+        state.candidates,
+        state.candidate_order,
+        state.unsettled,
+        state.same_tree,
+        state.idempotency,
+        state.lease_index,
+        state.regressions_since_promotion,
+        state.confinement,
+      ]),
+    );
+  }
+  let folded = state;
+  for (const event of events) folded = applyInPlace(folded, event);
+  return folded;
 }

@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { applyEvent, foldEvents, MAX_ALLOW_UNION, type ConfinementSummary, type Proposal } from "#shared/engine/index.js";
+import { applyEvent, foldEvents, foldEventsInto, MAX_ALLOW_UNION, type ConfinementSummary, type Proposal } from "#shared/engine/index.js";
 import { MAX_HOST_CONTACTS, type AgentConfinement, type ExecConfinement, type HostContact } from "#shared/wire/confinement.js";
 import { AGENT_OK, LoopHarness, TEST_IDS } from "./engine-harness.js";
 
@@ -38,6 +38,27 @@ describe("fold", () => {
       }),
       { numRuns: 150 },
     );
+  });
+
+  it("property: folding into a prefix's state in place gives the full fold, in that same object", () => {
+    fc.assert(
+      fc.property(steps, fc.nat(), (items, cut) => {
+        const { events } = history(items);
+        const at = 1 + (cut % events.length);
+        const prefix = foldEvents(events.slice(0, at));
+        const folded = foldEventsInto(events.slice(at), prefix);
+        expect(folded).toBe(prefix);
+        expect(folded).toEqual(foldEvents(events));
+      }),
+      { numRuns: 150 },
+    );
+  });
+
+  it("folding in place event by event, as the coordinator appends, gives the full fold", () => {
+    const { events } = history(Array.from({ length: 30 }, (_, index) => ({ failing: index % 3 === 0 ? [0] : [], agentFails: index % 7 === 0 })));
+    let state = foldEventsInto(events.slice(0, 1), null);
+    for (const event of events.slice(1)) state = foldEventsInto([event], state);
+    expect(state).toEqual(foldEvents(events));
   });
 
   it("applyEvent leaves the state it is given as it was", () => {

@@ -249,6 +249,32 @@ describe("state at scale", () => {
     expect((await call(`/v1/loops/${loopId}`)).status).toBe(404);
   });
 
+  it("an append refused in its transaction leaves the state as the stored events fold, though the state is folded in place", async () => {
+    const loop = await createLoop("refused-append", ["parse.empty"]);
+    expect((await postJson(`/v1/loops/${loop.loop_id}/candidates`, candidateBody("kept"))).status).toBe(201);
+    const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    const answer = await runInDurableObject(loopObject(loop.loop_id), (instance, state) => {
+      const object = (instance as unknown as { store: LoopEventStore }).store;
+      const before = object.state;
+      const proposed: EventDraft = {
+        type: "candidate_proposed",
+        at: new Date().toISOString(),
+        data: { ...candidateBody("refused"), candidate_id: "c2", parent: "t0", idempotency_key: "refused-key", request_hash: "0".repeat(64) },
+      } as EventDraft;
+      const refused = object.tryAppend([proposed], () =>
+        state.storage.sql.exec("INSERT INTO meta (key, value) VALUES ('oversized', ?)", "x".repeat(3 * 1024 * 1024)),
+      );
+      return { refused, candidates: Object.keys(object.state?.candidates ?? {}), head: object.head?.seq, stillTheSameObject: object.state === before };
+    });
+    logged.mockRestore();
+    expect(answer.refused).toMatchObject({ ok: false, code: "storage_limit" });
+    // c2 was folded into the state in memory inside the transaction; the refusal folded the log again without it.
+    expect(answer.candidates).toEqual(["c1"]);
+    expect(answer.head).toBe((await logOf(loop.loop_id)).head?.seq);
+    expect(answer.stillTheSameObject).toBe(false);
+    expect(await (await call(`/v1/loops/${loop.loop_id}`)).json()).toMatchObject({ head: { seq: answer.head } });
+  });
+
   it("an object stored by the previous schema and event format migrates when it wakes and answers the same loop", async () => {
     const summary = LoopSummary.parse(JSON.parse(v1Summary));
     const events = v1Events.trim().split("\n");

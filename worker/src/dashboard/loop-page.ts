@@ -122,7 +122,7 @@ function candidateTree(state: LoopState, loopId: string) {
 
 /** The runners: which labels the loop asks of them, who measured t0, and who holds a lease now. */
 function runners(state: LoopState) {
-  const leased = state.candidate_order.flatMap((id) => {
+  const leased = state.unsettled.flatMap((id) => {
     const candidate = state.candidates[id];
     return candidate?.status === "leased" && candidate.lease ? [{ id, lease: candidate.lease }] : [];
   });

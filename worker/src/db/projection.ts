@@ -72,13 +72,13 @@ export function scoreOf(state: LoopState, standing: BestState): number | null {
   return state.contract.mode === "optimize" ? standing.metric : standing.failing.length;
 }
 
-/**
- * How many runners hold a lease now. Linear in the loop's candidates, like finding the next lease
- * deadline on every append (lease-commands.ts): a pass over objects in memory, no row read.
- */
+/** How many runners hold a lease now: a pass over the unsettled candidates, in memory. */
 export function runnersLeasing(state: LoopState): number {
   const runners = new Set<string>();
-  for (const candidate of Object.values(state.candidates)) if (candidate.status === "leased" && candidate.lease) runners.add(candidate.lease.runner_id);
+  for (const id of state.unsettled) {
+    const candidate = state.candidates[id];
+    if (candidate?.status === "leased" && candidate.lease) runners.add(candidate.lease.runner_id);
+  }
   return runners.size;
 }
 

@@ -1,4 +1,4 @@
-import { foldEvents, sealEvent, type ChainHead, type EventDraft, type LoopEvent, type LoopState } from "#shared/engine/index.js";
+import { foldEvents, foldEventsInto, sealEvent, type ChainHead, type EventDraft, type LoopEvent, type LoopState } from "#shared/engine/index.js";
 import { outboxItemsFor } from "../db/projection.js";
 import { LOOP_OBJECT_MIGRATIONS } from "./loop-object-schema.js";
 import { OWNER_TEAM } from "../http/auth.js";
@@ -117,33 +117,49 @@ export class LoopEventStore {
 
   /**
    * Appends events and their outbox rows in one synchronous transaction (DESIGN §4.5): either all of
-   * them are stored or none is. Only the rows of this decision are written; the state in memory is the
-   * fold of the stored events, updated only after the commit.
+   * them are stored or none is. Only the rows of this decision are written, and the state in memory is
+   * folded in place (`foldEventsInto`): an append costs what its events change, however long the loop
+   * (DESIGN §4 invariant 9). A transaction that fails leaves the state as the stored events fold, read
+   * again from storage. Whoever reads the state across an await reads it as it is then.
    */
   append(drafts: readonly EventDraft[], alsoInTransaction?: () => void): LoopEvent[] {
     if (drafts.length === 0) return [];
-    // One copy of the state for the whole batch, whatever its size; `this.state` stays as it was.
-    const state = foldEvents(drafts, this.state);
     let head = this.head;
+    let state = this.state;
     const sealed: LoopEvent[] = [];
-    this.storage.transactionSync(() => {
-      alsoInTransaction?.();
-      for (const draft of drafts) {
-        const event = sealEvent(draft, head);
-        this.insertEvent(event);
-        head = { seq: event.seq, hash: event.hash };
-        sealed.push(event);
-      }
-      if (!state || !head) throw new Error("append produced no state");
-      for (const item of outboxItemsFor(state, sealed, this.teamId)) {
-        this.sql.exec("INSERT INTO outbox (item) VALUES (?)", JSON.stringify(item));
-      }
-    });
+    try {
+      this.storage.transactionSync(() => {
+        alsoInTransaction?.();
+        for (const draft of drafts) {
+          const event = sealEvent(draft, head);
+          this.insertEvent(event);
+          head = { seq: event.seq, hash: event.hash };
+          sealed.push(event);
+        }
+        state = foldEventsInto(drafts, state);
+        if (!state || !head) throw new Error("append produced no state");
+        for (const item of outboxItemsFor(state, sealed, this.teamId)) {
+          this.sql.exec("INSERT INTO outbox (item) VALUES (?)", JSON.stringify(item));
+        }
+      });
+    } catch (error) {
+      // Rolled back: nothing was stored, but the fold may have written the state in memory already.
+      this.reload();
+      throw error;
+    }
     this.state = state;
     this.head = head;
     this.indexByCandidate(sealed);
     this.wake();
     return sealed;
+  }
+
+  /** The state, the head and the candidates' index as the stored events are, folded from nothing. */
+  private reload(): void {
+    this.state = null;
+    this.head = null;
+    this.candidateSeqs.clear();
+    this.load();
   }
 
   /** Wakes every long-poll waiting in `nextAppend` (after an append, or a change that is not one: a pending baseline's lease). */

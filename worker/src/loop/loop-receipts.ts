@@ -37,9 +37,7 @@ export class LoopReceipts {
    * so its URL answers when this returns) and `receipt_issued` to the log.
    */
   async sign(kind: "final" | "interim"): Promise<SignedReceipt> {
-    const state = this.store.state;
-    const head = this.store.head;
-    if (!state || !head) return { ok: false, code: "not_found", message: "no such loop" };
+    if (!this.store.state || !this.store.head) return { ok: false, code: "not_found", message: "no such loop" };
     const key = receiptKeyOf(this.env);
     if (!key) {
       return {
@@ -62,6 +60,11 @@ export class LoopReceipts {
         message: `the receipt signing key ${signer.kid} is ${published ? published.status : "not published (the key variables cannot be read)"}: set a new RECEIPT_SIGNING_KEY (see the README, Receipts)`,
       };
     }
+    // The state and its head as they are now, read together after the awaits above: other requests may
+    // have appended meanwhile, and the state is folded in place (loop-event-store.ts).
+    const state = this.store.state;
+    const head = this.store.head;
+    if (!state || !head) return { ok: false, code: "not_found", message: "no such loop" };
     const issuedAt = new Date().toISOString();
     const statement = receiptStatement(state, head, { kind, issued_at: issuedAt, version: VERSION });
     const envelope = await signEnvelope(canonicalJson(statement), IN_TOTO_PAYLOAD_TYPE, signer);
