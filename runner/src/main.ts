@@ -54,7 +54,9 @@ let exitCode = 0;
 
 program
   .command("serve")
-  .description("run the local coordinator (workerd) in the foreground on 127.0.0.1; prints its URL and a one-time link that opens the dashboard logged in. --stop stops the one serving the state directory")
+  .description(
+    "run the local coordinator (workerd) in the foreground on 127.0.0.1; prints its URL and a one-time link that opens the dashboard logged in. --stop stops the one serving the state directory",
+  )
   .addOption(new Option("--port <port>", "port to listen on (default 8787)").argParser(port))
   .option("--stop", "stop the local coordinator serving the state directory (a warm one, or another serve), by its pid", false)
   .addOption(new Option("--daemon", "run as a warm coordinator a command started: stop after --idle without use").hideHelp())

@@ -167,14 +167,14 @@ describe("the dashboard", () => {
   it("shows a new evaluation without a reload, then cancels the loop from the page with a receipt", async () => {
     const page = await signedIn.newPage();
     await page.goto(`${coordinator.url}/loops/${apiLoop}`);
-    await page.evaluate(() => Object.assign(window, { loadedOnce: true }));
+    await page.evaluate(() => Object.assign(globalThis, { loadedOnce: true }));
     const chart = page.locator("svg.chart");
     expect(await chart.getAttribute("data-points")).toBe("1");
     await page.locator("[data-live-status]").filter({ hasText: "Live" }).waitFor({ timeout: 10_000 });
     await iterate(teamA, apiLoop, "a2");
     await page.locator('svg.chart[data-points="2"]').waitFor({ timeout: 15_000 });
     // The same document: the page was updated in place, not reloaded.
-    expect(await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce)).toBe(true);
+    expect(await page.evaluate(() => (globalThis as { loadedOnce?: boolean }).loadedOnce)).toBe(true);
     await page.screenshot({ path: path.join(SHOTS, "dashboard-live.png"), fullPage: true });
 
     await page.locator("form[data-cancel] input[name=reason]").fill("enough for today");
