@@ -1,12 +1,13 @@
 import { cpSync, mkdirSync } from "node:fs";
 import path from "node:path";
-import { chromium, type Browser, type BrowserContext } from "playwright-core";
+import type { Browser, BrowserContext } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { compactTests, testBaseOf } from "#shared/engine/index.js";
 import { sha256Hex } from "#shared/hash.js";
 import { Contract } from "#shared/wire/contract.js";
 import type { FullObservation } from "#shared/wire/observation.js";
 import { Client } from "../../runner/src/coordinator/client.js";
+import { launchChromium, SHOTS } from "../support/browser.js";
 import { ROOT, TEST_OWNER_TOKEN, makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
 
 // The dashboard (issue 27) in a real browser: headless Chromium (Debian's `chromium`) against a local
@@ -15,9 +16,6 @@ import { ROOT, TEST_OWNER_TOKEN, makeRepo, runCli, startCoordinator, tempDir, ty
 // API so the test decides when its next evaluation lands. Team B's loop is B's alone. The browser logs
 // in with a one-time link minted for A's token, as `run` and `serve` print one. Screenshots of each page
 // go to test-results/.
-
-const CHROMIUM = process.env.LOOPWARDEN_CHROMIUM ?? "/usr/bin/chromium";
-const SHOTS = path.join(ROOT, "test-results");
 
 const CHECK = "node --test --test-reporter=junit --test-reporter-destination=out/junit.xml";
 const LOOP_YAML = `name: textkit
@@ -101,18 +99,7 @@ describe("the dashboard", () => {
     apiLoop = await createApiLoop(teamA, "api-driven");
     await iterate(teamA, apiLoop, "a1");
     otherTeamsLoop = await createApiLoop(new Client(coordinator.url, { token: b.token.token }), "team-b-only");
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-      ],
-    });
+    browser = await launchChromium();
     // Logged in as team A the way `run` and `serve` offer: a one-time link, used once.
     signedIn = await browser.newContext();
     const link = await teamA.loginLink();

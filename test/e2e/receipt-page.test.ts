@@ -1,16 +1,14 @@
 import { cpSync, mkdirSync } from "node:fs";
 import path from "node:path";
-import { chromium, type Browser, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { launchChromium, SHOTS } from "../support/browser.js";
 import { ROOT, makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
 
 // The public receipt page (DESIGN §9) in a real browser: headless Chromium (Debian's `chromium`, which
 // .ci/run installs when missing) opens a receipt served by the local coordinator; the page verifies the
 // receipt with the browser's WebCrypto and the shared verifier, and says so. Served a tampered log, it
 // says the receipt is not verified. Screenshots go to test-results/.
-
-const CHROMIUM = process.env.LOOPWARDEN_CHROMIUM ?? "/usr/bin/chromium";
-const SHOTS = path.join(ROOT, "test-results");
 
 /** The page's verification panel, once it has said what it found. */
 async function verificationPanel(page: Page) {
@@ -38,18 +36,7 @@ describe("the receipt page", () => {
       cwd: repo,
     });
     url = (JSON.parse(run.stdout) as { receipt_url: string }).receipt_url;
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-      ],
-    });
+    browser = await launchChromium();
   }, 120_000);
   afterAll(async () => {
     await browser?.close();

@@ -1,6 +1,6 @@
 import { sha256Hex } from "#shared/hash.js";
 import type { Client } from "../../runner/src/coordinator/client.js";
-import { SEED_CONTRACT, SEED_PROMOTE_EVERY, SEED_T0, seedReport } from "./seed-plan.js";
+import { SEED_CONTRACT, SEED_PROMOTE_EVERY, SEED_T0, seedProposal, seedReport } from "./seed-plan.js";
 
 export { SEED_PROMOTE_EVERY };
 
@@ -68,15 +68,7 @@ export async function seedCandidates(client: Client, loopId: string, count: numb
   /** One candidate through the API, keyed by its index in the loop; its verdict must be `expected`. */
   const one = async (index: number, failing: number, expected: "promoted" | "rejected", runnerId: string) => {
     const key = `${loopId}-${index}`;
-    const proposed = await client.proposeCandidate(loopId, {
-      idempotency_key: `seed-${key}`,
-      commit: sha256Hex(`commit ${key}`).slice(0, 40),
-      diff_sha256: sha256Hex(`diff ${key}`),
-      empty: false,
-      proposer: { kind: "command", command: "true" },
-      agent: { exit_code: 0, timed_out: false, duration_ms: 1 },
-      lease: { runner_id: runnerId, labels: {} },
-    });
+    const proposed = await client.proposeCandidate(loopId, { ...seedProposal(key), lease: { runner_id: runnerId, labels: {} } });
     requests++;
     // The lease is the oldest queued candidate's, perhaps another worker's: every rejected one reports the same.
     let lease = proposed.lease ?? null;

@@ -1,4 +1,5 @@
-import { compactTests, testBaseOf } from "#shared/engine/index.js";
+import { compactTests, testBaseOf, type Proposal } from "#shared/engine/index.js";
+import { sha256Hex } from "#shared/hash.js";
 import { Contract } from "#shared/wire/contract.js";
 import type { FullObservation, Observation } from "#shared/wire/observation.js";
 
@@ -49,4 +50,16 @@ export function seedReport(failing: number): Observation {
   const observation: Observation = { ...full, tests: compactTests(full.tests, T0_BASE) };
   reported.set(failing, observation);
   return observation;
+}
+
+/** The proposal of a seeded candidate named `key`: an agent run that changed something. */
+export function seedProposal(key: string): Proposal {
+  return {
+    idempotency_key: `seed-${key}`,
+    commit: sha256Hex(`commit ${key}`).slice(0, 40),
+    diff_sha256: sha256Hex(`diff ${key}`),
+    empty: false,
+    proposer: { kind: "command", command: "true" },
+    agent: { exit_code: 0, timed_out: false, duration_ms: 1 },
+  };
 }

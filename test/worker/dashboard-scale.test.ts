@@ -5,7 +5,7 @@ import { sha256Hex } from "#shared/hash.js";
 import type { LoopState } from "#shared/engine/index.js";
 import { LEAVES_NAMED } from "../../worker/src/dashboard/loop-page.js";
 import type { LoopObject } from "../../worker/src/loop/loop-object.js";
-import { SEED_CONTRACT, SEED_PROMOTE_EVERY, SEED_T0, SEED_T0_FAILING, seedReport } from "../support/seed-plan.js";
+import { SEED_CONTRACT, SEED_PROMOTE_EVERY, SEED_T0, SEED_T0_FAILING, seedProposal, seedReport } from "../support/seed-plan.js";
 import { OWNER_CALLER, call, loopObject, postJson } from "./fixtures.js";
 
 // The dashboard at scale (issue 27): a loop of 5,000 candidates (test/support/seed-plan.ts: 40 promoted,
@@ -34,14 +34,7 @@ async function seed(loopId: string, count: number): Promise<void> {
       const key = `${loopId}-${index}`;
       const proposed = await instance.propose({
         caller: OWNER_CALLER,
-        proposal: {
-          idempotency_key: `seed-${key}`,
-          commit: sha256Hex(`commit ${key}`).slice(0, 40),
-          diff_sha256: sha256Hex(`diff ${key}`),
-          empty: false,
-          proposer: { kind: "command", command: "true" },
-          agent: { exit_code: 0, timed_out: false, duration_ms: 1 },
-        },
+        proposal: seedProposal(key),
         request_hash: sha256Hex(`propose ${key}`),
         lease: { runner_id: "seed", labels: {} },
       });
