@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { Contract } from "../wire/contract.js";
+import { Contract, Labels } from "../wire/contract.js";
 import { Baseline, BestRef, Confirmation, ConfirmReadings, Halt, ProposalFields, Repository, Verdict } from "../wire/event-parts.js";
 import { GitCommit, Observation, Sha256 } from "../wire/observation.js";
 
@@ -74,6 +74,12 @@ const LeaseGranted = z.strictObject({
      * leases granted before it existed, which are judged against the best at report time as they were.
      */
     compare_to: BestRef.optional(),
+    /**
+     * The labels the runner claimed (DESIGN §11: `gpu=h100`), which satisfied the contract's
+     * `evaluate.labels`: which machine measured the candidate. Absent from leases granted before they were
+     * recorded.
+     */
+    labels: Labels.optional(),
   }),
 });
 const LeaseRenewed = z.strictObject({

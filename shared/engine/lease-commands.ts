@@ -53,6 +53,7 @@ export function grantLease(
     expires_at: addMs(input.at, input.ttl_ms),
     recorded_at: input.at,
     compare_to: refOf(state.best),
+    labels: { ...input.labels },
   };
   const event: EventDraft = {
     type: "lease_granted",
@@ -65,6 +66,7 @@ export function grantLease(
       fencing_token: lease.fencing_token,
       expires_at: lease.expires_at,
       compare_to: refOf(state.best),
+      labels: { ...input.labels },
     },
   };
   return { ok: true, events: [event], value: { ...lease, candidate: { ...next, status: "leased", lease } } };

@@ -1,6 +1,6 @@
 import type { AgentReport } from "../wire/agent-report.js";
 import type { ArtifactError, ArtifactRef } from "../wire/observation.js";
-import type { Contract } from "../wire/contract.js";
+import type { Contract, Labels } from "../wire/contract.js";
 import type { ExecConfinement } from "../wire/confinement.js";
 import type { AgentRun, BaselineMeasurer, BestRef, ConfirmReadings, Confirmation, Halt, Verdict, BundleRef } from "./events.js";
 import type { BaselineGuards } from "./guards.js";
@@ -25,6 +25,8 @@ export interface LeaseState {
   recorded_at: string;
   /** The best-so-far when it was granted, which the candidate is compared against; null for a lease granted before leases named it. */
   compare_to: BestRef | null;
+  /** The labels its runner claimed; absent for a lease granted before they were recorded. */
+  labels?: Labels;
 }
 
 /** A report that was not judged because its comparison was stale (`lease_requeued`): enough to answer its retry the same. */

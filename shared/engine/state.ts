@@ -202,6 +202,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
         expires_at: data.expires_at,
         recorded_at: event.at,
         compare_to: data.compare_to ?? null,
+        ...(data.labels === undefined ? {} : { labels: data.labels }),
       };
       updateCandidate(state, data.candidate_id, { status: "leased", lease });
       own(state, "lease_index")[data.lease_id] = data.candidate_id;

@@ -4,6 +4,7 @@ import { sha256Hex } from "../hash.js";
 import { verifyChain, type ChainHead } from "../engine/chain.js";
 import { cancelLoop, confirmBest, createLoop, proposeCandidate, requeueIfStale, unnamedComparison } from "../engine/commands.js";
 import { releaseLease } from "../engine/lease-commands.js";
+import { formatLabels, labelsSatisfy } from "../engine/labels.js";
 import { decide } from "../engine/decide.js";
 import { LoopEvent, type EventDraft } from "../engine/events.js";
 import { stepwiseFold } from "../engine/state.js";
@@ -176,6 +177,13 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     // Absent from leases granted before leases named what they compare against.
     if (named && (named.candidate_id !== state.best.candidate_id || named.commit !== state.best.commit)) {
       throw new Error(`the lease names ${named.candidate_id} as the best, but the best was ${state.best.candidate_id}`);
+    }
+    // A lease goes only to a runner whose labels satisfy the contract's (absent from leases granted before labels were recorded).
+    const required = state.contract.evaluate?.labels ?? {};
+    if (draft.data.labels && !labelsSatisfy(required, draft.data.labels)) {
+      throw new Error(
+        `the lease went to runner ${draft.data.runner_id} labelled ${formatLabels(draft.data.labels)}, without the contract's ${formatLabels(required)}`,
+      );
     }
     return null;
   }

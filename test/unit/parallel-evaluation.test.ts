@@ -90,6 +90,21 @@ describe("labels: which runner gets a job (DESIGN §11)", () => {
     }
   });
 
+  it("records the runner's labels with its lease, and a log whose lease went to a runner without the contract's is not verified", () => {
+    const harness = new LoopHarness([A], { evaluate: { labels: { gpu: "h100" } } });
+    harness.propose("one");
+    harness.lease("gpu-box", 60_000, { gpu: "h100", os: "linux" });
+    expect(harness.state.candidates.c1?.lease?.labels).toEqual({ gpu: "h100", os: "linux" });
+    const at = harness.events.findIndex((draft) => draft.type === "lease_granted");
+    const granted = harness.events[at];
+    if (granted?.type !== "lease_granted") throw new Error("no lease_granted");
+    expect(granted.data.labels).toEqual({ gpu: "h100", os: "linux" });
+    expect(rederive(sealedLog(harness.events))).toMatchObject({ ok: true });
+    // The same lease, recorded as granted to a runner that lacked the label.
+    const forged = sealedLog([...harness.events.slice(0, at), { ...granted, data: { ...granted.data, labels: { os: "linux" } } }]);
+    expect(rederive(forged)).toEqual({ ok: false, detail: expect.stringContaining("labelled os=linux, without the contract's gpu=h100") });
+  });
+
   it("a contract that requires no label leases to any runner, labelled or not", () => {
     const harness = new LoopHarness([A]);
     harness.propose("one");

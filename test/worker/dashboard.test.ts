@@ -484,7 +484,7 @@ describe("the loop's pages", () => {
     for (const [index, failing] of [[A], [B]].entries()) {
       await json(await postJson(`/v1/loops/${loopId}/candidates`, candidateBody(`${key}-${index}`), token), 201);
       const lease = await json<{ lease_id: string; fencing_token: number }>(
-        await postJson(`/v1/loops/${loopId}/leases`, { runner_id: `runner-${key}` }, token),
+        await postJson(`/v1/loops/${loopId}/leases`, { runner_id: `runner-${key}`, labels: { os: "linux" } }, token),
         200,
       );
       const reported = await json<{ verdict: { candidate_id: string; decision: string } }>(
@@ -524,6 +524,8 @@ describe("the loop's pages", () => {
     const cookie = await loginAs(owner());
     const rejected = await pageOf(`/loops/${loopId}/candidates/c2`, cookie);
     expect(rejected).toContain('data-verdict="rejected"');
+    // Which machine measured it: the runner and the labels it claimed, as its lease recorded them.
+    expect(/<p data-runner="[^"]+">.*?<\/p>/s.exec(rejected)?.[0]).toMatch(/runner <code>runner-[^<]+<\/code> \(labels: os=linux\)/);
     const failing = /<ul data-tests="failing tests">(.*?)<\/ul>/s.exec(rejected)?.[1] ?? "";
     expect(failing).toContain(`<code>${B}</code>`);
     expect(failing).not.toContain(`<code>${A}</code>`);

@@ -4,7 +4,7 @@ import { gateOutcome, storedFilesOf } from "#shared/explain/gate-failure.js";
 import { formatInterval, formatPercent } from "#shared/format-percent.js";
 import type { ArtifactRef, Observation } from "#shared/wire/observation.js";
 import { page, type Viewer } from "./layout.js";
-import { candidateHref, candidateLink, statusWord } from "./page-parts.js";
+import { candidateHref, candidateLink, labelsText, statusWord } from "./page-parts.js";
 
 // The dashboard's candidate page (docs/dashboard.md): what changed, how each gate ended and which tests
 // failed or regressed, the samples and interval an optimize verdict rests on, the guard readings, the
@@ -121,6 +121,13 @@ ${files.filter(isSvg).map((file) => html`<figure><img src="${fileHref(loopId, fi
 ${report.artifact_errors ? html`<p class="notice">Not stored as sent: ${report.artifact_errors.map((error, index) => html`${index > 0 ? "; " : ""}${error.name}: ${error.detail}`)}</p>` : ""}`;
 }
 
+/** Who evaluated it: the runner of its last lease, with the labels it claimed. */
+function evaluatedBy(events: readonly LoopEvent[]) {
+  const granted = events.findLast((event) => event.type === "lease_granted");
+  if (granted?.type !== "lease_granted") return html`<p class="muted">No runner has taken its evaluation.</p>`;
+  return html`<p data-runner="${granted.data.runner_id}">Evaluated by runner <code>${granted.data.runner_id}</code> (labels: ${labelsText(granted.data.labels)}) on lease <code>${granted.data.lease_id}</code>.</p>`;
+}
+
 /** The agent's run, its report about itself, and the context it was given. */
 function agentSection(candidate: CandidateState, proposer: string | null) {
   const agent = candidate.agent;
@@ -161,6 +168,7 @@ export function candidatePage(state: LoopState, candidate: CandidateState, event
 <p>Commit <code>${candidate.commit}</code>, from ${candidate.parent === BASELINE_ID ? "t0" : candidateLink(loopId, candidate.parent)}. Change <code>${candidate.diff_sha256.slice(0, 16)}…</code>${candidate.empty ? " (no change)" : ""}.</p>
 ${verdict ? html`<p data-verdict="${verdict.decision}">${verdict.detail}</p>` : ""}
 <h2>Gates</h2>
+${evaluatedBy(events)}
 ${
   report
     ? html`<table data-gates><tr><th>gate</th><th>outcome</th><th>log</th></tr>${report.gates.map(

@@ -4,7 +4,7 @@ import { explainState } from "#shared/explain/explain-state.js";
 import { formatLabels } from "#shared/engine/labels.js";
 import { metricChart } from "../page/chart.js";
 import { page, type Viewer } from "./layout.js";
-import { candidateHref, candidateLink, scoreText, statusWord } from "./page-parts.js";
+import { candidateHref, candidateLink, labelsText, scoreText, statusWord } from "./page-parts.js";
 
 // The dashboard's loop page (docs/dashboard.md): what the loop is for and where it stands — the halt in
 // plain words with the next step (what `explain` prints), the metric over iterations, a pass/fail strip per
@@ -131,9 +131,9 @@ function runners(state: LoopState) {
 ${state.t0_measured_by ? html` t0 was measured by <code>${state.t0_measured_by.runner_id}</code>.` : ""}</p>
 ${
   leased.length > 0
-    ? html`<table data-leases><tr><th>candidate</th><th>runner</th><th>lease</th><th>expires</th></tr>${leased.map(
+    ? html`<table data-leases><tr><th>candidate</th><th>runner</th><th>its labels</th><th>lease</th><th>expires</th></tr>${leased.map(
         ({ id, lease }) =>
-          html`<tr><td>${id}</td><td><code>${lease.runner_id}</code></td><td><code>${lease.lease_id}</code> (token ${lease.fencing_token})</td><td>${lease.expires_at}</td></tr>`,
+          html`<tr><td>${candidateLink(state.loop_id, id)}</td><td><code>${lease.runner_id}</code></td><td>${labelsText(lease.labels)}</td><td><code>${lease.lease_id}</code> (token ${lease.fencing_token})</td><td>${lease.expires_at}</td></tr>`,
       )}</table>`
     : html`<p class="muted">No lease is held now.</p>`
 }`;

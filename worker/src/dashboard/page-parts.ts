@@ -1,6 +1,8 @@
 import { html } from "hono/html";
 import type { BestState, CandidateState, LoopState } from "#shared/engine/index.js";
 import { formatPercent } from "#shared/format-percent.js";
+import { formatLabels } from "#shared/engine/labels.js";
+import type { Labels } from "#shared/wire/contract.js";
 
 // Small pieces the dashboard's pages share: links to candidates, a candidate's status in words, a score.
 
@@ -20,6 +22,12 @@ export function statusWord(candidate: CandidateState): string {
   if (verdict) return `${verdict.decision} (${verdict.reason})`;
   if (candidate.status === "leased") return `being evaluated by ${candidate.lease?.runner_id ?? "a runner"}`;
   return candidate.pending ? "needs more samples" : "queued";
+}
+
+/** A runner's labels as recorded with its lease: `gpu=h100, os=linux`, none, or not recorded (older leases). */
+export function labelsText(labels: Readonly<Labels> | undefined): string {
+  if (labels === undefined) return "not recorded";
+  return Object.keys(labels).length === 0 ? "none" : formatLabels(labels);
 }
 
 /** What a standing scores, in words: its failing count, or in optimize mode its metric's median. */
