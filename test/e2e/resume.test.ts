@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { LoopEvent } from "#shared/engine/index.js";
@@ -36,11 +36,17 @@ describe("a runner crash mid-evaluation", () => {
     const { repo, check, marker } = makeLevelProject(tmp.dir);
     coordinator = await startCoordinator(path.join(tmp.dir, "state"));
     const args = ["--server", coordinator.url, "run", "--check", check, "--exec", "node agent.mjs", "--max-iterations", "5"];
+    // The runners' temporary directory is this test's own: any runner that starts removes the clones of
+    // runner processes that no longer exist, so another test's runner, started in the shared one while
+    // this one lies dead, would remove the very clone this test looks at.
+    const tmpDir = path.join(tmp.dir, "runner-tmp");
+    mkdirSync(tmpDir);
+    const clones = (pid: number) => clonesOf(pid, tmpDir);
 
     // Only the first run's check of c1 holds (LEVEL_HOLD): the resumed run evaluates it straight through.
-    const first = startCli(args, { cwd: repo, env: { LEVEL_HOLD: "1" } });
+    const first = startCli(args, { cwd: repo, env: { LEVEL_HOLD: "1", TMPDIR: tmpDir } });
     const firstPid = first.pid ?? 0;
-    await waitFor(() => dirsHolding(clonesOf(firstPid), LEVEL_HOLD.started).length > 0 || first.exitCode !== null, "the first candidate's evaluation");
+    await waitFor(() => dirsHolding(clones(firstPid), LEVEL_HOLD.started).length > 0 || first.exitCode !== null, "the first candidate's evaluation");
     expect(first.exitCode, first.output()).toBeNull();
     // The hung check, seen from the host by its marker (its pid in the zone is not the host's).
     expect(processesWith(marker).filter((line) => line.slice(line.indexOf(" ") + 1) === check)).toHaveLength(1);
@@ -57,18 +63,18 @@ describe("a runner crash mid-evaluation", () => {
     // temporary directory, outside the repository), beside at most the blank clone made ahead for the
     // next candidate (nothing checked out in it).
     expect(gitIn(repo, "log", "-1", "--format=%s")).toContain("candidate of iteration 1");
-    const candidateClones = dirsHolding(clonesOf(firstPid), LEVEL_HOLD.started);
+    const candidateClones = dirsHolding(clones(firstPid), LEVEL_HOLD.started);
     expect(candidateClones).toHaveLength(1);
-    const others = readdirSync(clonesOf(firstPid)).filter((entry) => path.join(clonesOf(firstPid), entry) !== candidateClones[0]);
+    const others = readdirSync(clones(firstPid)).filter((entry) => path.join(clones(firstPid), entry) !== candidateClones[0]);
     expect(others.length).toBeLessThanOrEqual(1);
-    for (const other of others) expect(readdirSync(path.join(clonesOf(firstPid), other))).toEqual([".git"]);
+    for (const other of others) expect(readdirSync(path.join(clones(firstPid), other))).toEqual([".git"]);
     expect(existsSync(path.join(repo, ".loopwarden", "clones"))).toBe(false);
 
-    const second = await runCli(["--json", ...args], { cwd: repo });
+    const second = await runCli(["--json", ...args], { cwd: repo, env: { TMPDIR: tmpDir } });
     expect(second.code, second.stderr).toBe(10);
     expect(JSON.parse(second.stdout)).toMatchObject({ loop_id: loopId, halt_reason: "success_condition_met", iteration: 2 });
     // The dead runner's clone is removed by the next one.
-    expect(existsSync(clonesOf(firstPid))).toBe(false);
+    expect(existsSync(clones(firstPid))).toBe(false);
 
     const events = (await (await api(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
       .trim()

@@ -62,8 +62,8 @@ export function recordedLoopId(repo: string, source = "flags"): string {
 }
 
 /** Where a runner process keeps its clones while it evaluates (the system's temporary directory, DESIGN §6.4). */
-export function clonesOf(pid: number): string {
-  return path.join(os.tmpdir(), "loopwarden-clones", String(pid));
+export function clonesOf(pid: number, tmpDir = os.tmpdir()): string {
+  return path.join(tmpDir, "loopwarden-clones", String(pid));
 }
 
 /** Runs git in a directory and returns stdout. */
