@@ -147,6 +147,9 @@ describe("the dashboard", () => {
     expect(await download.innerText()).toMatch(/gate-unit\.log/);
     const [file] = await Promise.all([page.waitForEvent("download"), download.click()]);
     expect(file.suggestedFilename()).toMatch(/gate-unit\.log/);
+    // A stored file keeps its own, sandboxed policy: nothing in it can act on the dashboard's origin.
+    const served = await page.request.get(new URL((await download.getAttribute("href")) ?? "", coordinator.url).href);
+    expect(served.headers()["content-security-policy"]).toBe("default-src 'none'; sandbox");
     await page.screenshot({ path: path.join(SHOTS, "dashboard-candidate.png"), fullPage: true });
     await page.close();
   });

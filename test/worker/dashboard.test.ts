@@ -197,6 +197,29 @@ describe("the dashboard without a session", () => {
   });
 });
 
+describe("the pages' headers", () => {
+  it("forbid framing (the cancel button cannot be clickjacked) and scripts from elsewhere, on pages, the login form and refusals", async () => {
+    const cookie = await loginAs(owner());
+    const { loopId } = await runningLoop(owner(), "headers");
+    for (const [path, withCookie] of [
+      ["/loops", true],
+      [`/loops/${loopId}`, true],
+      [`/loops/${NO_SUCH_LOOP}`, true],
+      ["/login", false],
+      [`/loops/${loopId}`, false],
+    ] as const) {
+      const response = await browse(path, withCookie ? cookie : null);
+      await response.arrayBuffer();
+      const policy = response.headers.get("content-security-policy") ?? "";
+      expect(policy, path).toContain("frame-ancestors 'none'");
+      expect(policy, path).toContain("script-src 'self'");
+      expect(policy, path).toContain("form-action 'self'");
+      expect(response.headers.get("x-frame-options"), path).toBe("DENY");
+      expect(response.headers.get("referrer-policy"), path).toBe("no-referrer");
+    }
+  });
+});
+
 describe("logging in with a token", () => {
   it("answers 303 to /loops with an HttpOnly, SameSite=Strict session cookie that opens the team's loops", async () => {
     const team = await createTeam("dash-login");

@@ -9,7 +9,7 @@ import { ApiError, refusalError } from "../http/http-errors.js";
 import { eventStreamResponse, openLoop, streamStart } from "../http/loop-access.js";
 import { readParam } from "../http/validate.js";
 import { serveArtifact } from "../routes/artifacts.js";
-import { page, type Viewer } from "./layout.js";
+import { page, pageHeaders, type Viewer } from "./layout.js";
 import { dashboardError } from "./error-page.js";
 import { LOOP_STATUSES, LOOPS_PER_PAGE, loopsPage, type CandidateFilter } from "./list-pages.js";
 import { formLimit, readActionForm, requireSession, type DashboardEnv } from "./login-routes.js";
@@ -32,8 +32,8 @@ dashboardRoutes.get("/assets/dashboard.js", (c) =>
   c.body(DASHBOARD_SCRIPT, 200, { "Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "public, max-age=3600" }),
 );
 
-dashboardRoutes.use("/loops", requireSession());
-dashboardRoutes.use("/loops/*", requireSession());
+dashboardRoutes.use("/loops", pageHeaders, requireSession());
+dashboardRoutes.use("/loops/*", pageHeaders, requireSession());
 
 /** The API's context, as the loop access helpers take it: the dashboard's adds only the session. */
 function api(c: Context<DashboardEnv>): Context<AuthEnv> {

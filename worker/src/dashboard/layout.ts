@@ -1,4 +1,5 @@
 import { html, raw } from "hono/html";
+import { secureHeaders } from "hono/secure-headers";
 import type { HtmlEscapedString } from "hono/utils/html";
 
 // The dashboard's page shell: semantic HTML, one stylesheet inline, no script but the live updates
@@ -7,6 +8,29 @@ import type { HtmlEscapedString } from "hono/utils/html";
 
 /** What a page's HTML is made of: hono/html's escaped strings, or their promises. */
 export type Html = HtmlEscapedString | Promise<HtmlEscapedString>;
+
+/**
+ * The dashboard's response headers (hono/secure-headers), for its pages and forms: scripts, styles,
+ * images and connections from this origin only (the one inline stylesheet aside), no framing (the
+ * cancel button cannot be clickjacked), forms posted here only, no referrer. A response that set its own
+ * policy keeps it: a stored file is served sandboxed (artifact-names.ts).
+ */
+export const pageHeaders = secureHeaders({
+  overwrite: false,
+  contentSecurityPolicy: {
+    defaultSrc: ["'self'"],
+    scriptSrc: ["'self'"],
+    styleSrc: ["'self'", "'unsafe-inline'"],
+    imgSrc: ["'self'"],
+    connectSrc: ["'self'"],
+    objectSrc: ["'none'"],
+    baseUri: ["'none'"],
+    formAction: ["'self'"],
+    frameAncestors: ["'none'"],
+  },
+  xFrameOptions: "DENY",
+  referrerPolicy: "no-referrer",
+});
 
 /** Who is looking, for the shell: the CSRF token its forms carry (logout), and whether it is signed in at all. */
 export interface Viewer {

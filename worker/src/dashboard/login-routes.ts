@@ -9,7 +9,7 @@ import { authenticate, requireScope, type AuthEnv, type AuthVariables, type Prin
 import { ApiError } from "../http/http-errors.js";
 import { readParam } from "../http/validate.js";
 import { authBlocked, authFailuresLimited, clientAddress, countAuthFailure, holdToLimit } from "../http/rate-limits.js";
-import { loginPage, page } from "./layout.js";
+import { loginPage, page, pageHeaders } from "./layout.js";
 import { dashboardError } from "./error-page.js";
 import { closeSession, mintLoginCode, openSession, redeemLoginCode, sessionOf, SESSION_TTL_MS, type Session } from "./sessions.js";
 
@@ -110,6 +110,9 @@ export async function readActionForm(c: Context<DashboardEnv>): Promise<{ reason
 /** Login, login links and logout, mounted at the root. */
 export const loginRoutes = new Hono<DashboardEnv>();
 loginRoutes.onError(dashboardError);
+loginRoutes.use("/login", pageHeaders);
+loginRoutes.use("/login/*", pageHeaders);
+loginRoutes.use("/logout", pageHeaders);
 
 const sameOrigin = csrf();
 
