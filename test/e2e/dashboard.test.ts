@@ -139,7 +139,7 @@ describe("the dashboard", () => {
     await page.close();
   });
 
-  it("shows a rejected candidate's failing tests and a download of its gate's log", async () => {
+  it("shows a candidate's failing tests (c1 fixed one of three) and a download of its gate's log", async () => {
     const page = await signedIn.newPage();
     await page.goto(`${coordinator.url}/loops/${runLoop}/candidates/c1`);
     expect(await page.locator('[data-tests="failing tests"] li').count()).toBeGreaterThan(0);
