@@ -2,11 +2,8 @@ import { cpSync, mkdirSync } from "node:fs";
 import path from "node:path";
 import type { Browser, BrowserContext } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { compactTests, testBaseOf } from "#shared/engine/index.js";
-import { sha256Hex } from "#shared/hash.js";
-import { Contract } from "#shared/wire/contract.js";
-import type { FullObservation } from "#shared/wire/observation.js";
 import { Client } from "../../runner/src/coordinator/client.js";
+import { createApiLoop, iterate } from "../support/api-loop.js";
 import { launchChromium, SHOTS } from "../support/browser.js";
 import { ROOT, TEST_OWNER_TOKEN, makeRepo, runCli, startCoordinator, tempDir, type TestCoordinator } from "../support/cli.js";
 
@@ -28,47 +25,6 @@ gates:
 agent: { run: node agent.mjs }
 stop: { max_iterations: 10 }
 `;
-
-const contract = Contract.parse({
-  name: "api-driven",
-  mode: "check_fixpoint",
-  gates: [{ name: "unit", run: "true", tests: { junit: "out/junit.xml" } }],
-  agent: { run: "true" },
-  stop: { max_iterations: 1_000, no_progress: 1_000 },
-});
-const IDS = ["suite::parses_empty", "suite::parses_nested", "suite::rounds_half_up"];
-/** Every evaluation fails the same test as t0: each candidate is rejected, and the loop runs until cancelled. */
-const OBSERVATION: FullObservation = {
-  gates: [{ name: "unit", exit_code: 1, signal: null, timed_out: false, duration_ms: 5, log: null }],
-  tests: { passing: IDS.slice(1), failing: IDS.slice(0, 1) },
-};
-
-async function createApiLoop(client: Client, name: string): Promise<string> {
-  const created = await client.createLoop({
-    idempotency_key: `dashboard-${name}`,
-    contract: { ...contract, name },
-    t0: { commit: sha256Hex(`${name} t0`).slice(0, 40), observation: OBSERVATION },
-  });
-  return created.loop.loop_id;
-}
-
-/** One iteration of an API-driven loop: proposed, leased, reported, judged. */
-async function iterate(client: Client, loopId: string, key: string): Promise<void> {
-  await client.proposeCandidate(loopId, {
-    idempotency_key: `dashboard-${key}`,
-    commit: sha256Hex(key).slice(0, 40),
-    diff_sha256: sha256Hex(`diff ${key}`),
-    empty: false,
-    proposer: { kind: "command", command: "true" },
-    agent: { exit_code: 0, timed_out: false, duration_ms: 1 },
-  });
-  const lease = await client.leaseJob(loopId, { runner_id: "dashboard-e2e" });
-  if (!lease) throw new Error("no job to lease");
-  await client.report(lease.lease_id, {
-    fencing_token: lease.fencing_token,
-    observation: { ...OBSERVATION, tests: compactTests(OBSERVATION.tests, testBaseOf(OBSERVATION.tests)) },
-  });
-}
 
 describe("the dashboard", () => {
   const tmp = tempDir("dashboard");
@@ -96,9 +52,9 @@ describe("the dashboard", () => {
     expect(outcome.halt_reason, run.stderr).toBe("success_condition_met");
     runLoop = outcome.loop_id;
     receiptUrl = outcome.receipt_url;
-    apiLoop = await createApiLoop(teamA, "api-driven");
-    await iterate(teamA, apiLoop, "a1");
-    otherTeamsLoop = await createApiLoop(new Client(coordinator.url, { token: b.token.token }), "team-b-only");
+    apiLoop = await createApiLoop(teamA, "dashboard-api-driven");
+    await iterate(teamA, apiLoop, "dashboard-a1");
+    otherTeamsLoop = await createApiLoop(new Client(coordinator.url, { token: b.token.token }), "dashboard-team-b-only");
     browser = await launchChromium();
     // Logged in as team A the way `run` and `serve` offer: a one-time link, used once.
     signedIn = await browser.newContext();
@@ -161,7 +117,7 @@ describe("the dashboard", () => {
     const chart = page.locator("svg.chart");
     expect(await chart.getAttribute("data-points")).toBe("1");
     await page.locator("[data-live-status]").filter({ hasText: "Live" }).waitFor({ timeout: 10_000 });
-    await iterate(teamA, apiLoop, "a2");
+    await iterate(teamA, apiLoop, "dashboard-a2");
     await page.locator('svg.chart[data-points="2"]').waitFor({ timeout: 15_000 });
     // The same document: the page was updated in place, not reloaded.
     expect(await page.evaluate(() => (globalThis as { loadedOnce?: boolean }).loadedOnce)).toBe(true);

@@ -1,11 +1,8 @@
 import type { ChildProcess } from "node:child_process";
 import { connect, createServer, type Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { compactTests, testBaseOf } from "#shared/engine/index.js";
-import { sha256Hex } from "#shared/hash.js";
-import { Contract } from "#shared/wire/contract.js";
-import type { FullObservation } from "#shared/wire/observation.js";
 import { Client } from "../../runner/src/coordinator/client.js";
+import { createApiLoop, iterate, proposeAndLease } from "../support/api-loop.js";
 import { TEST_OWNER_TOKEN, exitOf, loopEvents, sharedCoordinator, startCli, waitFor } from "../support/cli.js";
 
 // `loopwarden watch LOOP` against a real coordinator (issue 27): the coordinator pushes each event down
@@ -13,56 +10,6 @@ import { TEST_OWNER_TOKEN, exitOf, loopEvents, sharedCoordinator, startCli, wait
 // second of the report that caused it; and a dropped connection is opened again from the last event
 // printed, so nothing is missed or printed twice. The loops are driven through the API as a runner
 // drives them (propose, lease, report; bench/scale.ts), so the test decides when each event happens.
-
-const contract = Contract.parse({
-  name: "watch-stream",
-  mode: "check_fixpoint",
-  gates: [{ name: "unit", run: "true", tests: { junit: "out/junit.xml" } }],
-  agent: { run: "true" },
-  stop: { max_iterations: 1_000, no_progress: 1_000 },
-});
-
-// Every evaluation fails the same test as t0: each candidate is rejected and the loop runs on until the
-// test cancels it.
-const IDS = ["suite::first", "suite::second", "suite::third"];
-const OBSERVATION: FullObservation = {
-  gates: [{ name: "unit", exit_code: 1, signal: null, timed_out: false, duration_ms: 5, log: null }],
-  tests: { passing: IDS.slice(1), failing: IDS.slice(0, 1) },
-};
-const REPORTED = { ...OBSERVATION, tests: compactTests(OBSERVATION.tests, testBaseOf(OBSERVATION.tests)) };
-
-/** A loop of this contract, with a t0 measured already (nothing for a runner to do first). */
-async function createLoop(client: Client, name: string): Promise<string> {
-  const created = await client.createLoop({
-    idempotency_key: `watch-${name}`,
-    contract,
-    t0: { commit: sha256Hex(`${name} t0`).slice(0, 40), observation: OBSERVATION },
-  });
-  return created.loop.loop_id;
-}
-
-/** Proposes a candidate and leases it, as a runner does before it evaluates: its report is the test's to send. */
-async function proposeAndLease(client: Client, loopId: string, key: string): Promise<{ candidateId: string; report: () => ReturnType<Client["report"]> }> {
-  const proposed = await client.proposeCandidate(loopId, {
-    idempotency_key: `watch-${key}`,
-    commit: sha256Hex(key).slice(0, 40),
-    diff_sha256: sha256Hex(`diff ${key}`),
-    empty: false,
-    proposer: { kind: "command", command: "true" },
-    agent: { exit_code: 0, timed_out: false, duration_ms: 1 },
-  });
-  const lease = await client.leaseJob(loopId, { runner_id: "watch-e2e" });
-  if (lease?.job.candidate_id !== proposed.candidate.candidate_id) throw new Error(`no lease of ${proposed.candidate.candidate_id}`);
-  return {
-    candidateId: proposed.candidate.candidate_id,
-    report: () => client.report(lease.lease_id, { fencing_token: lease.fencing_token, observation: REPORTED }),
-  };
-}
-
-/** One full iteration: proposed, leased, reported (and judged). */
-async function iterate(client: Client, loopId: string, key: string): Promise<void> {
-  await (await proposeAndLease(client, loopId, key)).report();
-}
 
 /** A running `watch`, its stdout as lines, each with the moment this process received it. */
 interface Watch {
@@ -199,13 +146,13 @@ describe("loopwarden watch, live against a real coordinator", () => {
 
   it("prints each verdict within a second of the report that caused it", async () => {
     const api = client();
-    const loopId = await createLoop(api, "latency");
+    const loopId = await createApiLoop(api, "watch-latency");
     const watch = startWatch(coordinator.url, loopId, tmp.dir);
     await watch.printed(1, "watch to print the loop's creation");
 
     const latencies: number[] = [];
     for (let iteration = 1; iteration <= 3; iteration++) {
-      const { candidateId, report } = await proposeAndLease(api, loopId, `latency-${iteration}`);
+      const { candidateId, report } = await proposeAndLease(api, loopId, `watch-latency-${iteration}`, "watch-e2e");
       // Caught up before the report: watch is connected and has printed the lease, the last event so far.
       await watch.printed((await api.getLoop(loopId)).head.seq, `watch to print ${candidateId}'s lease`);
       const answer = await report();
@@ -226,24 +173,24 @@ describe("loopwarden watch, live against a real coordinator", () => {
 
   it("reads on after its connection is cut: every event printed once, in order, up to the halt", async () => {
     const api = client();
-    const loopId = await createLoop(api, "resume");
-    await iterate(api, loopId, "resume-1");
+    const loopId = await createApiLoop(api, "watch-resume");
+    await iterate(api, loopId, "watch-resume-1", "watch-e2e");
     const proxy = await startStreamProxy(coordinator.url);
     proxies.push(proxy);
     const watch = startWatch(proxy.url, loopId, tmp.dir);
     await watch.printed((await api.getLoop(loopId)).head.seq, "watch to catch up with the first iteration");
     // One more iteration while connected, pushed down the open stream.
-    await iterate(api, loopId, "resume-2");
+    await iterate(api, loopId, "watch-resume-2", "watch-e2e");
     const beforeCut = (await api.getLoop(loopId)).head.seq;
     await watch.printed(beforeCut, "watch to print the second iteration");
 
     // The network drops watch's stream; until it is back, the loop goes on: two iterations while watch
     // has no connection, and a third proposed once its reconnection is waiting (held by the proxy).
     proxy.cut();
-    await iterate(api, loopId, "resume-3");
-    await iterate(api, loopId, "resume-4");
+    await iterate(api, loopId, "watch-resume-3", "watch-e2e");
+    await iterate(api, loopId, "watch-resume-4", "watch-e2e");
     await waitFor(() => proxy.heldStreams() > 0, "watch to open its stream again", 20_000);
-    await proposeAndLease(api, loopId, "resume-5");
+    await proposeAndLease(api, loopId, "watch-resume-5", "watch-e2e");
     const missed = (await api.getLoop(loopId)).head.seq;
     expect(missed).toBeGreaterThan(beforeCut + 8);
     expect(watch.seqs().at(-1)).toBe(beforeCut);
