@@ -54,3 +54,46 @@ export function runsForFlakeRate(rate: number): number {
   if (!(rate > 0 && rate < 1)) throw new RangeError(`a flake rate must be between 0 and 1 (exclusive), got ${rate}`);
   return Math.ceil(Number((3 / rate).toPrecision(12)));
 }
+
+/**
+ * The exact one-sided Clopper-Pearson lower bound on a rate after `k` events in `n` trials: the p at
+ * which seeing k or more events has probability 1 − confidence (0 when k = 0). P(X ≥ k) grows with p,
+ * so bisection finds it, as for the upper bound.
+ */
+export function clopperPearsonLower(k: number, n: number, confidence = FLAKE_CONFIDENCE): number {
+  if (!Number.isInteger(n) || n < 1 || !Number.isInteger(k) || k < 0 || k > n) {
+    throw new RangeError(`need whole numbers 0 ≤ k ≤ n and n ≥ 1, got k=${k}, n=${n}`);
+  }
+  if (!(confidence > 0 && confidence < 1)) throw new RangeError(`confidence must be between 0 and 1, got ${confidence}`);
+  if (k === 0) return 0;
+  const alpha = 1 - confidence;
+  let low = 0;
+  let high = 1;
+  for (let step = 0; step < 60; step++) {
+    const middle = (low + high) / 2;
+    // P(X ≥ k) = 1 − P(X ≤ k − 1).
+    if (1 - binomialCdf(k - 1, n, middle) < alpha) low = middle;
+    else high = middle;
+  }
+  return low;
+}
+
+/**
+ * The error the in-loop monitor spends at its n-th look (n ≥ 1): α · 6 / (π² n²). The terms sum to α over
+ * every look there will ever be, so a check whose flake rate is at its target is halted with
+ * probability at most α over the whole life of a loop, however long it runs (a union bound over looks).
+ */
+export function monitorLookAlpha(look: number, alpha = 1 - FLAKE_CONFIDENCE): number {
+  if (!Number.isInteger(look) || look < 1) throw new RangeError(`a look is a whole number from 1, got ${look}`);
+  return (alpha * 6) / (Math.PI * Math.PI * look * look);
+}
+
+/**
+ * The in-loop monitor's bound after `k` deviating runs among `n` runs whose outcome was known: the
+ * Clopper-Pearson lower bound on the flake rate at the confidence this look may spend
+ * (`monitorLookAlpha(n)`). The loop halts `check_flaky` once it exceeds the target: the check is then
+ * shown flakier than the target, with the error spent over every look at most α.
+ */
+export function monitorLowerBound(k: number, n: number): number {
+  return clopperPearsonLower(k, n, 1 - monitorLookAlpha(n));
+}

@@ -1,5 +1,6 @@
 import type { Contract } from "../wire/contract.js";
 import type { Observation } from "../wire/observation.js";
+import type { Halt } from "../wire/event-parts.js";
 import { decide, decideUnevaluated, haltAfter } from "./decide.js";
 import type { AgentReport } from "../wire/agent-report.js";
 import type {
@@ -18,7 +19,7 @@ import type {
 import { compareSamples } from "./statistics.js";
 import { percentValue, type Labels } from "../wire/contract.js";
 import { canonicalJson } from "../canonical-json.js";
-import { applyEvent, BASELINE_ID } from "./state.js";
+import { applyEvent, BASELINE_ID, recheckChanges, recheckRunName, recordedStandingOf } from "./state.js";
 import { type BestState, type LeaseState, type LoopState, type RequeuedReport } from "./state-types.js";
 import { labelsSatisfy } from "./labels.js";
 import { compactTests, deltaProblem } from "./test-sets.js";
@@ -26,6 +27,8 @@ import { isDeltaTests } from "../wire/observation.js";
 import { addMs, refuse, type Outcome } from "./outcome.js";
 import { findLease, isCurrentLease, notYours, refOf, RENEWAL_RECORD_MS } from "./lease-commands.js";
 import { exitCodeFor } from "../wire/halt-reasons.js";
+import type { DoctorRecord } from "../wire/doctor.js";
+import { doctorHalt, doctorRecordProblem, monitorHalt, withSample } from "./flake-monitor.js";
 
 // The commands the LoopObject runs. Each is pure: it reads a state and its inputs (time and ids come
 // in as arguments) and answers with the events to append, or with an expected failure as a value
@@ -40,8 +43,12 @@ export function createLoop(input: {
   repository?: string | undefined;
   /** The runner that measured t0 on a baseline lease (baseline-lease.ts); absent when the creator measured it. */
   t0_measured_by?: BaselineMeasurer | undefined;
+  /** The precondition's record (DESIGN §6.5); absent only in logs from before it existed. */
+  doctor?: DoctorRecord | undefined;
   at: string;
 }): Outcome<null> {
+  const problem = doctorRecordProblem(input.contract, input.doctor);
+  if (problem) return refuse("invalid_observation", `the precondition's record does not fit the contract: ${problem}`);
   const created: EventDraft = {
     type: "loop_created",
     at: input.at,
@@ -53,10 +60,12 @@ export function createLoop(input: {
       t0: input.t0,
       ...(input.repository === undefined ? {} : { repository: input.repository }),
       ...(input.t0_measured_by === undefined ? {} : { t0_measured_by: input.t0_measured_by }),
+      ...(input.doctor === undefined ? {} : { doctor: input.doctor }),
     },
   };
   const events: EventDraft[] = [created];
-  const initialHalt = haltAfter(applyEvent(null, created), input.at);
+  // The precondition first: a check that cannot be trusted decides nothing, success at t0 included.
+  const initialHalt = doctorHalt(input.contract, input.doctor) ?? haltAfter(applyEvent(null, created), input.at);
   if (initialHalt) events.push({ type: "halted", at: input.at, data: initialHalt });
   return { ok: true, events, value: null };
 }
@@ -410,4 +419,85 @@ export function confirmBest(
     events: [...claimed, { type: "confirm_measured", at, data: { ...confirm, samples: input.samples } }],
     value: { status: "recorded", confirm },
   };
+}
+
+/** A re-run of a best's gates as its runner reports it (`POST /v1/loops/:id/rechecks`). */
+export interface Recheck {
+  idempotency_key: string;
+  candidate_id: string;
+  commit: string;
+  purpose: "resume" | "periodic";
+  runner_id: string;
+  observation: Observation;
+}
+
+/** What a recheck answers: the ids whose outcome differed from the best's recorded one, and the halt it caused, if any. */
+export interface RecheckAnswer {
+  changed: string[];
+  halt: Halt | null;
+  replayed: boolean;
+}
+
+/**
+ * Records a re-run of a best's gates (DESIGN §6.5) and judges it against that best's recorded outcome:
+ * `t0`, or a promoted candidate. On resume (`purpose: resume`) any difference halts `check_flaky` with
+ * both outcomes named, before the next agent run rests on the check; a periodic recheck is one more
+ * sample of the flake monitor, which halts once the check is shown flakier than its target (in a log
+ * from before the monitor, any difference halts). A retry with the same key and body answers the same;
+ * the same key with another body is a conflict.
+ */
+export function recheckBest(state: LoopState, input: Recheck & { by: string }, context: { request_hash: string; at: string }): Outcome<RecheckAnswer> {
+  const earlier = state.rechecks[input.idempotency_key];
+  if (earlier) {
+    if (earlier.request_hash !== context.request_hash) return refuse("idempotency_conflict", "this idempotency key was used with a different recheck");
+    return { ok: true, events: [], value: { changed: [], halt: state.halt, replayed: true } };
+  }
+  if (state.halt) return refuse("loop_halted", `the loop has halted (${state.halt.halt_reason})`);
+  const recorded = recordedStandingOf(state, input.candidate_id);
+  const commit = input.candidate_id === BASELINE_ID ? state.t0.commit : state.candidates[input.candidate_id]?.commit;
+  if (!recorded || commit === undefined)
+    return refuse("not_a_best", `${input.candidate_id} is neither t0 nor a promoted candidate: only a best's recorded outcome is known`);
+  if (commit !== input.commit) return refuse("invalid_observation", `${input.candidate_id} is commit ${commit.slice(0, 12)}, not ${input.commit.slice(0, 12)}`);
+  const { tests } = input.observation;
+  const problem = isDeltaTests(tests) ? deltaProblem(tests, state.t0_base) : null;
+  if (problem) return refuse("invalid_observation", problem);
+  const observation = isDeltaTests(tests) ? input.observation : { ...input.observation, tests: compactTests(tests, state.t0_base) };
+  const reported: EventDraft = {
+    type: "recheck_reported",
+    at: context.at,
+    data: {
+      candidate_id: input.candidate_id,
+      commit: input.commit,
+      purpose: input.purpose,
+      runner_id: input.runner_id,
+      by: input.by,
+      observation,
+      idempotency_key: input.idempotency_key,
+      request_hash: context.request_hash,
+    },
+  };
+  const changed = recheckChanges(state, input.candidate_id, observation);
+  const halt = recheckHalt(state, input.candidate_id, input.purpose, changed);
+  const events: EventDraft[] = halt ? [reported, { type: "halted", at: context.at, data: halt }] : [reported];
+  return { ok: true, events, value: { changed, halt, replayed: false } };
+}
+
+/**
+ * The halt a recheck of `candidateId` that changed `changed` causes, judged on the loop before it is
+ * recorded: on resume, or in a log without a flake monitor, any change; else the monitor with this
+ * sample. What `recheckBest` appends and what a verifier recomputes.
+ */
+export function recheckHalt(state: LoopState, candidateId: string, purpose: "resume" | "periodic", changed: readonly string[]): Halt | null {
+  if (changed.length === 0) return null;
+  if (purpose === "resume" || !state.monitor) {
+    const when = purpose === "resume" ? "on resume, before the next agent run" : "when re-run";
+    return {
+      halt_reason: "check_flaky",
+      exit_class: exitCodeFor("check_flaky"),
+      detail: `the best ${candidateId} gave other outcomes ${when} than recorded for ${changed.length} test(s): ${changed
+        .slice(0, 5)
+        .join(", ")}${changed.length > 5 ? ", …" : ""}; the check no longer gives what it gave (the check or what it depends on changed, or it is flaky)`,
+    };
+  }
+  return monitorHalt(state.contract, withSample(state.monitor, { run: recheckRunName(candidateId, purpose, state.iterations), changed }));
 }

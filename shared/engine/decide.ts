@@ -1,11 +1,12 @@
 import { parseDuration } from "../duration.js";
 import { percentValue, type Contract } from "../wire/contract.js";
-import type { Observation } from "../wire/observation.js";
+import type { ChangedLines, Observation } from "../wire/observation.js";
 import type { EventDraft, Halt, Verdict } from "./events.js";
 import { exitCodeFor, type HaltReason } from "../wire/halt-reasons.js";
 import { checkGuards } from "./guards.js";
 import { compareSamples } from "./statistics.js";
-import { loopAfterVerdict, median, sameTreeKey } from "./state.js";
+import { BASELINE_ID, loopAfterVerdict, median, sameTreeKey } from "./state.js";
+import { monitorHalt } from "./flake-monitor.js";
 import { type LoopState } from "./state-types.js";
 import { changedOutcomes, regressedTests, standingOf, type TestStanding } from "./test-sets.js";
 import { formatList } from "../format-list.js";
@@ -104,9 +105,25 @@ export function decide(
     }
     return { verdict, events: withHalt(state, verdictEvent, now) };
   }
-  // The same tree measured twice must give the same outcomes (DESIGN §6.5): a flip means the check is
-  // an untrusted oracle, and every verdict it gave is in doubt.
-  const flipped = flippedTests(state, candidateId, now);
+  // The same tree measured twice must give the same outcomes (DESIGN §6.5): no verdict rests on a run
+  // that flipped, and the flake monitor decides whether the check can still be trusted.
+  const known = state.monitor ? state.candidates[candidateId]?.report?.known_outcome : null;
+  if (known && known.changed.length > 0) {
+    const verdict: Verdict = {
+      candidate_id: candidateId,
+      decision: "rejected",
+      reason: "flaky",
+      detail: `the same tree as ${known.against === candidateId ? "its own earlier evaluation" : known.against} gave different outcomes for ${known.changed.length} test(s): ${formatList(known.changed)}`,
+      failing_before: state.best.failing.length,
+      failing_after: now.failing.length,
+      regressed: [],
+    };
+    const verdictEvent: EventDraft = { type: "verdict", at, data: verdict };
+    const untrusted = monitorHalt(contract, state.monitor);
+    return { verdict, events: untrusted ? [verdictEvent, { type: "halted", at, data: untrusted }] : withHalt(state, verdictEvent, now) };
+  }
+  // A log from before the flake monitor: any flip halts, as it did then.
+  const flipped = state.monitor ? null : flippedTests(state, candidateId, now);
   if (flipped) {
     const verdict: Verdict = {
       candidate_id: candidateId,
@@ -124,6 +141,21 @@ export function decide(
         { type: "halted", at, data: halt("check_flaky", verdict.detail) },
       ],
     };
+  }
+  // Changed lines no gate executed cannot be judged by the gates (DESIGN §6.4): that candidate is
+  // rejected, and the loop goes on.
+  const unjudged = contract.guards?.coverage?.changed_lines ? uncoveredChangedLines(state, candidateId, observation) : null;
+  if (unjudged) {
+    const verdict: Verdict = {
+      candidate_id: candidateId,
+      decision: "rejected",
+      reason: "check_inadequate",
+      detail: unjudged,
+      failing_before: state.best.failing.length,
+      failing_after: now.failing.length,
+      regressed: [],
+    };
+    return { verdict, events: withHalt(state, { type: "verdict", at, data: verdict }, now) };
   }
   const verdict = contract.mode === "optimize" ? decideOptimize(state, candidateId, observation, now) : decideCheckFixpoint(state, candidateId, now);
   const verdictEvent: EventDraft = { type: "verdict", at, data: verdict };
@@ -202,6 +234,45 @@ function secondaryRegression(
     }
   }
   return null;
+}
+
+/** A changed-lines reading's uncovered lines, e.g. `src/a.js:3-5,9; src/b.js:12`, ranges joined. */
+function describeUncovered(uncovered: ChangedLines["uncovered"]): string {
+  const ranges = (lines: readonly number[]) => {
+    const parts: string[] = [];
+    let start = lines[0];
+    let end = start;
+    for (const line of [...lines.slice(1), Number.NaN]) {
+      if (start === undefined || end === undefined) break;
+      if (line === end + 1) end = line;
+      else {
+        parts.push(start === end ? `${start}` : `${start}-${end}`);
+        start = line;
+        end = line;
+      }
+    }
+    return parts.join(",");
+  };
+  return uncovered.map((file) => `${file.path}:${ranges(file.lines)}`).join("; ");
+}
+
+/**
+ * Why a candidate's changed lines cannot be judged by the gates (`guards.coverage.changed_lines`), or
+ * null: the reading is missing, was taken against another commit than the candidate's parent, could not
+ * be read, or lists changed lines no gate executed.
+ */
+function uncoveredChangedLines(state: LoopState, candidateId: string, observation: Observation): string | null {
+  const reading = observation.guards?.changed_lines;
+  const candidate = state.candidates[candidateId];
+  const parentCommit = candidate?.parent === BASELINE_ID ? state.t0.commit : candidate ? state.candidates[candidate.parent]?.commit : undefined;
+  if (!reading) return "no changed-lines coverage was read (guards.coverage.changed_lines), so nothing shows the gates ran what the candidate changed";
+  if (reading.error !== undefined) return `changed-lines coverage could not be read: ${reading.error}`;
+  if (parentCommit === undefined || reading.against !== parentCommit) {
+    return `the changed-lines reading is against ${reading.against.slice(0, 12)}, not the candidate's parent ${parentCommit?.slice(0, 12) ?? "(unknown)"}`;
+  }
+  if (reading.uncovered_count === 0) return null;
+  const shown = reading.uncovered.reduce((sum, file) => sum + file.lines.length, 0);
+  return `${reading.uncovered_count} of ${reading.measured} changed line(s) are executed by no gate, so the check cannot judge them: ${describeUncovered(reading.uncovered)}${shown < reading.uncovered_count ? ` (and ${reading.uncovered_count - shown} more)` : ""}`;
 }
 
 /** Test ids whose outcome differs from an earlier evaluation of the same tree (same parent, same change). */

@@ -2,6 +2,7 @@ import { z } from "zod";
 import { Contract, Labels } from "../wire/contract.js";
 import { Baseline, BestRef, Confirmation, ConfirmReadings, Halt, ProposalFields, Repository, Verdict } from "../wire/event-parts.js";
 import { GitCommit, Observation, Sha256 } from "../wire/observation.js";
+import { DoctorRecord } from "../wire/doctor.js";
 
 // The parts of events that the API carries too (a verdict, a halt, a baseline…) are defined in
 // wire/event-parts.ts, below the engine, since wire/api.ts uses them; re-exported here, where the engine
@@ -41,6 +42,12 @@ const LoopCreated = z.strictObject({
      * creator measured t0 itself, and in logs from before baselines were leased.
      */
     t0_measured_by: BaselineMeasurer.optional(),
+    /**
+     * The precondition (DESIGN §6.5): what the runner measured of the check at t0 before the first agent
+     * run, or that its creator skipped it. The engine decides from it at creation whether the loop may
+     * start. Absent from logs written before the precondition existed, which keep their rules.
+     */
+    doctor: DoctorRecord.optional(),
   }),
 });
 const CandidateProposed = z.strictObject({
@@ -184,6 +191,29 @@ const ReceiptIssued = z.strictObject({
   }),
 });
 
+/**
+ * A re-run of a best's gates whose outcome is known (DESIGN §6.5), reported outside any lease: before the
+ * first agent run of a resumed loop (`resume`: it must reproduce what was recorded) or every
+ * `determinism.recheck_every` iterations (`periodic`). `candidate_id` names the best re-run (`t0` or a
+ * promoted candidate) and its commit; the engine compares the observation with that best's recorded
+ * outcome: a sample for the flake monitor, and on resume any difference halts.
+ */
+const RecheckReported = z.strictObject({
+  type: z.literal("recheck_reported"),
+  at,
+  data: z.strictObject({
+    candidate_id: z.string(),
+    commit: GitCommit,
+    purpose: z.enum(["resume", "periodic"]),
+    runner_id: z.string().min(1).max(100),
+    /** Who reported it: a token's id, or `owner`. */
+    by: z.string().min(1).max(100),
+    observation: Observation,
+    idempotency_key: z.string().min(1).max(200),
+    request_hash: Sha256,
+  }),
+});
+
 /** The body of an event before it is sealed into the chain. */
 export const EventDraft = z.discriminatedUnion("type", [
   LoopCreated,
@@ -200,6 +230,7 @@ export const EventDraft = z.discriminatedUnion("type", [
   ConfirmClaimed,
   ConfirmMeasured,
   CancelRequested,
+  RecheckReported,
 ]);
 export type EventDraft = z.infer<typeof EventDraft>;
 export type EventType = EventDraft["type"];
@@ -222,5 +253,6 @@ export const LoopEvent = z.discriminatedUnion("type", [
   ConfirmClaimed.extend(sealed),
   ConfirmMeasured.extend(sealed),
   CancelRequested.extend(sealed),
+  RecheckReported.extend(sealed),
 ]);
 export type LoopEvent = z.infer<typeof LoopEvent>;

@@ -5,6 +5,7 @@ export * from "./lease-commands.js";
 export * from "./outcome.js";
 export * from "./decide.js";
 export * from "./events.js";
+export * from "./flake-monitor.js";
 export * from "./guards.js";
 export * from "../wire/halt-reasons.js";
 export * from "./labels.js";

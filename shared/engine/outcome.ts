@@ -18,7 +18,8 @@ export interface EngineError {
     | "confirm_not_yours"
     | "confirm_recorded"
     | "labels_unsatisfied"
-    | "awaiting_baseline";
+    | "awaiting_baseline"
+    | "not_a_best";
   message: string;
 }
 

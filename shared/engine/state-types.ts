@@ -6,6 +6,8 @@ import type { AgentRun, BaselineMeasurer, BestRef, ConfirmReadings, Confirmation
 import type { BaselineGuards } from "./guards.js";
 import type { TestBase, TestStanding } from "./test-sets.js";
 import type { ConfinementSummary } from "./confinement-summary.js";
+import type { DoctorRecord } from "../wire/doctor.js";
+import type { FlakeMonitor } from "./flake-monitor.js";
 
 // The shape of a loop's state (DESIGN §6): what the fold (state.ts) builds from the events, and what every
 // decision reads. Types only.
@@ -66,6 +68,12 @@ export interface CandidateState {
         tests: TestStanding;
         /** How its evaluation's commands were confined; absent when its runner did not record it. */
         exec_zone?: ExecConfinement;
+        /**
+         * When this report measured a tree whose outcome was already known — the same tree evaluated
+         * before (another candidate of the same parent and change, or this one under an earlier lease) —
+         * what it was compared with and the ids whose outcome differed (empty when it agreed). Null otherwise.
+         */
+        known_outcome: { against: string; changed: string[] } | null;
       })
     | null;
   verdict: Verdict | null;
@@ -170,4 +178,14 @@ export interface LoopState {
   confirm_claim: { candidate_id: string; holder: string; expires_at?: string; recorded_at: string } | null;
   /** How the agent runs and evaluations so far were confined (DESIGN §6.7), summed event by event: what a receipt attests of them. */
   confinement: ConfinementSummary;
+  /** The precondition's record at creation (DESIGN §6.5); null in logs from before it existed. */
+  doctor: DoctorRecord | null;
+  /** The flake monitor (DESIGN §6.5); null in logs from before the precondition, whose rule is that any flip halts. */
+  monitor: FlakeMonitor | null;
+  /** How long t0's gates and tasks took in all (what decides whether the best is re-run by default). */
+  t0_check_ms: number;
+  /** The rechecks of a best reported (`recheck_reported`), by idempotency key: a retry answers the same. */
+  rechecks: Record<string, { request_hash: string; candidate_id: string }>;
+  /** The iteration count when a best was last re-run; null before any recheck. */
+  last_recheck_iteration: number | null;
 }

@@ -1,8 +1,9 @@
 import type { Contract } from "../wire/contract.js";
-import type { GateResult } from "../wire/observation.js";
+import type { GateResult, Observation } from "../wire/observation.js";
 import type { EventDraft, Verdict } from "./events.js";
 import { baselineGuards } from "./guards.js";
-import { gatePassed, standingOf, testBaseOf, type TestStanding } from "./test-sets.js";
+import { changedOutcomes, gatePassed, standingOf, testBaseOf, type TestStanding } from "./test-sets.js";
+import { monitorAtCreation, withSample } from "./flake-monitor.js";
 import { confinementAtCreation, countAgentRun, countEvaluation, type ConfinementSummary } from "./confinement-summary.js";
 import type { CandidateState, GateSummary, LoopState } from "./state-types.js";
 
@@ -49,7 +50,7 @@ export function sameTreeKey(parent: string, diffSha256: string): string {
 }
 
 /** The containers of a state that a fold writes in place. */
-type Container = "candidates" | "candidate_order" | "unsettled" | "same_tree" | "idempotency" | "lease_index" | "regressions_since_promotion";
+type Container = "candidates" | "candidate_order" | "unsettled" | "same_tree" | "idempotency" | "lease_index" | "regressions_since_promotion" | "rechecks";
 
 /** For each state a fold owns, the containers it has already copied (and so may write). */
 const OWNED = new WeakMap<LoopState, Set<unknown>>();
@@ -139,6 +140,11 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       confirm: null,
       confirm_claim: null,
       confinement: confinementAtCreation(data.t0.observation.exec_zone),
+      doctor: data.doctor ?? null,
+      monitor: monitorAtCreation(data.doctor),
+      t0_check_ms: [...data.t0.observation.gates, ...(data.t0.observation.tasks ?? [])].reduce((sum, gate) => sum + gate.duration_ms, 0),
+      rechecks: {},
+      last_recheck_iteration: null,
     };
     // Its containers are new: the fold owns them from the start.
     OWNED.set(
@@ -152,6 +158,7 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
         created.lease_index,
         created.regressions_since_promotion,
         created.confinement,
+        created.rechecks,
       ]),
     );
     return created;
@@ -246,12 +253,17 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
     case "observation_reported": {
       const { data } = event;
       countEvaluation(ownConfinement(state), data.observation.exec_zone);
+      const tests = standingOf(state.contract, data.observation, state.t0_base);
+      const known = knownOutcomeOf(state, data.candidate_id, data.lease_id, tests);
+      if (known && state.monitor)
+        state.monitor = withSample(state.monitor, { run: `${data.candidate_id}, a re-run of ${known.against}'s tree`, changed: known.changed });
       return updateCandidate(state, data.candidate_id, {
         report: {
+          known_outcome: known,
           lease_id: data.lease_id,
           fencing_token: data.fencing_token,
           request_hash: data.request_hash,
-          tests: standingOf(state.contract, data.observation, state.t0_base),
+          tests,
           gates: gateSummariesOf(state.contract, data.observation.gates),
           artifacts: data.observation.artifacts ?? [],
           ...(data.observation.artifact_errors ? { artifact_errors: data.observation.artifact_errors } : {}),
@@ -298,7 +310,53 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
     case "cancel_requested":
       // An input: the `halted` event the engine answers it with changes the state.
       return state;
+    case "recheck_reported": {
+      const { data } = event;
+      const changed = recheckChanges(state, data.candidate_id, data.observation);
+      if (state.monitor) state.monitor = withSample(state.monitor, { run: recheckRunName(data.candidate_id, data.purpose, state.iterations), changed });
+      own(state, "rechecks")[data.idempotency_key] = { request_hash: data.request_hash, candidate_id: data.candidate_id };
+      state.last_recheck_iteration = state.iterations;
+      return state;
+    }
   }
+}
+
+/** A recheck's run as the monitor names it, e.g. `c3 re-run on resume`, `t0 re-run at iteration 5`. */
+export function recheckRunName(candidateId: string, purpose: "resume" | "periodic", iterations: number): string {
+  return purpose === "resume" ? `${candidateId} re-run on resume` : `${candidateId} re-run at iteration ${iterations}`;
+}
+
+/** The recorded standing of a best that may be re-run: t0's, or a promoted candidate's report; null for anything else. */
+export function recordedStandingOf(state: LoopState, candidateId: string): TestStanding | null {
+  if (candidateId === BASELINE_ID) return state.t0;
+  const candidate = state.candidates[candidateId];
+  return candidate?.status === "promoted" ? (candidate.report?.tests ?? null) : null;
+}
+
+/** The ids whose outcome a recheck of `candidateId` changed against its recorded standing (every id, linear in the differences). */
+export function recheckChanges(state: LoopState, candidateId: string, observation: Observation): string[] {
+  const recorded = recordedStandingOf(state, candidateId);
+  if (!recorded) throw new Error(`recheck of ${candidateId}, which is neither t0 nor a promoted candidate`);
+  return changedOutcomes(standingOf(state.contract, observation, state.t0_base), recorded, state.t0_base);
+}
+
+/**
+ * Whether a report measured a tree whose outcome was already known, and what differed: the candidate's
+ * own earlier report under another lease, else the report of another candidate with the same parent and
+ * change. A further report on the same lease (more metric pairs) measures nothing new: null.
+ */
+function knownOutcomeOf(state: LoopState, candidateId: string, leaseId: string, tests: TestStanding): { against: string; changed: string[] } | null {
+  const candidate = state.candidates[candidateId];
+  if (!candidate) return null;
+  if (candidate.report) {
+    if (candidate.report.lease_id === leaseId) return null;
+    return { against: candidateId, changed: changedOutcomes(tests, candidate.report.tests, state.t0_base) };
+  }
+  const twin = (state.same_tree[sameTreeKey(candidate.parent, candidate.diff_sha256)] ?? [])
+    .map((id) => state.candidates[id])
+    .find((other) => other !== undefined && other.candidate_id !== candidateId && other.report !== null);
+  if (!twin?.report) return null;
+  return { against: twin.candidate_id, changed: changedOutcomes(tests, twin.report.tests, state.t0_base) };
 }
 
 /**

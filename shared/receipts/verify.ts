@@ -2,7 +2,7 @@ import { utf8 } from "@scure/base";
 import { canonicalJson } from "../canonical-json.js";
 import { sha256Hex } from "../hash.js";
 import { verifyChain, type ChainHead } from "../engine/chain.js";
-import { cancelLoop, confirmBest, createLoop, proposeCandidate, requeueIfStale, unnamedComparison } from "../engine/commands.js";
+import { cancelLoop, confirmBest, createLoop, proposeCandidate, recheckBest, requeueIfStale, unnamedComparison } from "../engine/commands.js";
 import { releaseLease } from "../engine/lease-commands.js";
 import { formatLabels, labelsSatisfy } from "../engine/labels.js";
 import { decide } from "../engine/decide.js";
@@ -52,6 +52,7 @@ function describeDraft(draft: EventDraft): string {
   if (draft.type === "lease_requeued")
     return `re-queue of ${draft.data.candidate_id} (leased against ${draft.data.compare_to.candidate_id}, best ${draft.data.best.candidate_id})`;
   if (draft.type === "lease_released") return `release of ${draft.data.candidate_id}'s lease ${draft.data.lease_id}`;
+  if (draft.type === "recheck_reported") return `recheck of ${draft.data.candidate_id} (${draft.data.purpose})`;
   if (draft.type === "confirm_measured") return `confirm of ${draft.data.candidate_id} (${formatPercent(draft.data.estimate)} over ${draft.data.pairs} pairs)`;
   return draft.type;
 }
@@ -219,6 +220,15 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     if (!cancelled.ok) throw new Error(`the engine refuses this cancel (${cancelled.error.message})`);
     const [recomputed, ...rest] = cancelled.events;
     if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("the engine records this cancel differently");
+    return rest;
+  }
+  if (state && draft.type === "recheck_reported") {
+    // A re-run of a best: judged against that best's recorded outcome, the halt (if any) the engine's.
+    const { request_hash, by, ...recheck } = draft.data;
+    const rechecked = recheckBest(state, { ...recheck, by }, { request_hash, at: draft.at });
+    if (!rechecked.ok) throw new Error(`the engine refuses this recheck (${rechecked.error.message})`);
+    const [recomputed, ...rest] = rechecked.events;
+    if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("the engine records this recheck differently");
     return rest;
   }
   if (state && draft.type === "confirm_measured") {

@@ -92,7 +92,18 @@ export const SecondaryMetric = z.strictObject({ name: MetricName, direction: Dir
 export const Guards = z.strictObject({
   protected: z.array(z.string().min(1).max(500)).max(1_000).optional(),
   tests_never_shrink: z.boolean().default(true),
-  coverage: z.strictObject({ lcov: RepoPath, floor: z.union([z.literal("t0"), Percent]).default("t0") }).optional(),
+  coverage: z
+    .strictObject({
+      lcov: RepoPath,
+      floor: z.union([z.literal("t0"), Percent]).default("t0"),
+      /**
+       * Every line a candidate changes must be executed by some gate (read from the lcov report): a
+       * candidate with changed lines no gate runs is rejected `check_inadequate`, listing them (DESIGN §6.4).
+       * Optional without a default, so a contract that does not ask hashes as it did before.
+       */
+      changed_lines: z.boolean().optional(),
+    })
+    .optional(),
   on_violation: z.enum(["halt", "reject"], { error: "use halt or reject" }).default("halt"),
 });
 
@@ -162,12 +173,57 @@ export const AgentSpec = z.strictObject({
   credentials: z.strictObject({ env: EnvName, mint: Command, revoke: Command }).optional(),
 });
 
-/** A task of a task_list loop: done only when its own check passes. */
+/**
+ * A task of a task_list loop: done only when its own check passes. A task without a check is accepted
+ * here, and the loop halts `check_inadequate` at its creation, naming it (DESIGN §5): nothing could ever
+ * say it is done, and the receipt records why the loop stopped.
+ */
 export const Task = z.strictObject({
   id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/, "is not a task id; use letters, digits, '.', '_' or '-'"),
   title: z.string().min(1).max(500),
-  check: z.string({ error: "every task needs its own check command (a task without one is check_inadequate)" }).min(1).max(4_000),
+  check: z
+    .string({ error: "is not a command; give the task's own check as a string" })
+    .min(1, "is empty: put the task's own check command here")
+    .max(4_000)
+    .optional(),
 });
+
+/** The flake rate the in-loop monitor holds the check to when the contract names none (DESIGN §6.5). */
+export const DEFAULT_MAX_FLAKE_RATE = "1%";
+
+/** A fraction of runs, as a percentage below 100% (a flake rate). */
+const FlakeRate = Percent.refine((text) => percentValue(text) > 0 && percentValue(text) < 1, { message: "must be above 0% and below 100%" });
+
+/**
+ * The check's determinism (DESIGN §6.5): the flake rate it is held to in the loop, and how often the
+ * best-so-far is re-run to keep measuring it. Every field optional without a default, so a contract that
+ * names none hashes as it did before.
+ */
+export const DeterminismSpec = z.strictObject({
+  /** The loop halts `check_flaky` once its runs show the check flakier than this (default 1%). */
+  max_flake_rate: FlakeRate.optional(),
+  /**
+   * Re-run the best-so-far's gates before every N-th iteration's agent run, a free sample of the check's
+   * stability; `off` never. Default: every 5 iterations when t0's gates took at most a minute, else off.
+   */
+  recheck_every: z.union([z.number().int().min(1).max(100_000), z.literal("off")], { error: "use a whole number of iterations, or off" }).optional(),
+});
+export type DeterminismSpec = z.infer<typeof DeterminismSpec>;
+
+/**
+ * The precondition a new loop's check must pass before its first agent run (DESIGN §6.5): `runs` runs of
+ * the gates in fresh clones, t0's among them (or as many as bound the flake rate by `max_flake_rate`,
+ * ⌈3/R⌉), one re-run in the same clone, and, with `mutate`, the gates on a mutated tree, which must turn red.
+ */
+export const DoctorSpec = z
+  .strictObject({
+    /** A command that breaks the code, run in a fresh clone of t0: the gates must fail on what it leaves. */
+    mutate: Command.optional(),
+    runs: z.number().int().min(1).max(1_000).optional(),
+    max_flake_rate: FlakeRate.optional(),
+  })
+  .refine((doctor) => doctor.runs === undefined || doctor.max_flake_rate === undefined, { message: "give either runs or max_flake_rate, not both" });
+export type DoctorSpec = z.infer<typeof DoctorSpec>;
 
 /** The most labels a contract may require or a runner offer: enough to name a machine, few enough to read. */
 export const MAX_LABELS = 20;
@@ -225,6 +281,9 @@ export const Contract = z
     /** `confined` (the default): both zones walled off, or no run at all. `none` runs them as the user, and says so. */
     isolation: z.enum(["confined", "none"], { error: "use confined or none" }).optional(),
     tasks: z.array(Task).min(1).max(1_000).optional(),
+    // Optional without a default, as every key added after the first contracts: their hash stays as it was.
+    determinism: DeterminismSpec.optional(),
+    doctor: DoctorSpec.optional(),
     // Optional without a default: a contract that does not ask for labels hashes as it did before them.
     evaluate: EvaluateSpec.optional(),
   })
@@ -240,7 +299,7 @@ export const Contract = z
       ctx.addIssue({ code: "custom", path: ["metric"], message: "is required in optimize mode" });
     }
     if (contract.mode === "task_list" && !contract.tasks) {
-      ctx.addIssue({ code: "custom", path: ["tasks"], message: "is required in task_list mode, each task with its own check" });
+      ctx.addIssue({ code: "custom", path: ["tasks"], message: "is required in task_list mode: the tasks, each with its own check" });
     }
     if (contract.mode !== "task_list" && contract.tasks) {
       ctx.addIssue({ code: "custom", path: ["tasks"], message: "is only used in task_list mode" });

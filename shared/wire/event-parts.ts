@@ -77,6 +77,7 @@ export const Verdict = z.strictObject({
     "undecided",
     "no_samples",
     "secondary_regressed",
+    "check_inadequate",
   ]),
   detail: z.string(),
   failing_before: z.number().int().min(0),

@@ -77,6 +77,29 @@ export const ChangedPaths = z.strictObject({
 });
 export type ChangedPaths = z.infer<typeof ChangedPaths>;
 
+/** The most files, and lines per file, a changed-lines reading lists; `uncovered_count` counts them all. */
+export const MAX_UNCOVERED_FILES = 100;
+export const MAX_UNCOVERED_LINES_PER_FILE = 200;
+
+/**
+ * Which of the lines a candidate changed since `against` (its parent) no gate executed, read from the
+ * contract's lcov report after the gates ran (`guards.coverage.changed_lines`). A changed line counts as
+ * executed when the report gives it a hit; a line the report does not instrument (a comment, a blank)
+ * is not counted; a changed file of a kind the report measures that it does not list at all was never
+ * loaded, so its changed lines are uncovered. `error` says why there is no reading (no report written).
+ */
+export const ChangedLines = z.strictObject({
+  against: GitCommit,
+  /** Changed lines the report instruments (or would, for a file it never loaded). */
+  measured: z.number().int().min(0),
+  uncovered: z
+    .array(z.strictObject({ path: z.string().min(1).max(1_000), lines: z.array(z.number().int().min(1)).max(MAX_UNCOVERED_LINES_PER_FILE) }))
+    .max(MAX_UNCOVERED_FILES),
+  uncovered_count: z.number().int().min(0),
+  error: z.string().max(1_000).optional(),
+});
+export type ChangedLines = z.infer<typeof ChangedLines>;
+
 export const GuardReadings = z.strictObject({
   /** sha256 of every tracked file matching the protected globs, by path. */
   protected_files: z.record(z.string().min(1).max(1_000), Sha256),
@@ -86,6 +109,8 @@ export const GuardReadings = z.strictObject({
   contract: ContractReading.nullable(),
   /** What the commit changed since t0, read when the contract has a scope (absent otherwise, and from older runners). */
   changed_paths: ChangedPaths.optional(),
+  /** Changed lines no gate executed, read when the contract asks (`guards.coverage.changed_lines`). */
+  changed_lines: ChangedLines.optional(),
 });
 export type GuardReadings = z.infer<typeof GuardReadings>;
 

@@ -66,6 +66,8 @@ export function describeEvent(event: LoopEvent, state: LoopState | null = null):
       return `${prefix} ${event.data.kind} receipt ${event.data.receipt_id} signed over events 1-${event.data.head.seq} (key ${event.data.keyid})`;
     case "cancel_requested":
       return `${prefix} cancel requested by ${event.data.by}${event.data.reason ? `: ${event.data.reason}` : ""}`;
+    case "recheck_reported":
+      return `${prefix} ${event.data.candidate_id}'s gates re-run${event.data.purpose === "resume" ? " on resume" : ""} by ${event.data.runner_id}`;
   }
 }
 

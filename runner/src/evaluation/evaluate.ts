@@ -201,6 +201,8 @@ async function withTasks(clone: Clone, options: EvaluationOptions, evaluation: E
   if (!tasks) return evaluation;
   const results: GateResult[] = [];
   for (const task of tasks) {
+    // A task without a check halts its loop at creation (check_inadequate): no evaluation reaches it.
+    if (task.check === undefined) continue;
     const asGate: Gate = { name: task.id, run: task.check, timeout: TASK_TIMEOUT };
     const result = await runCommand(task.check, {
       cwd: clone.dir,

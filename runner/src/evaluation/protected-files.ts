@@ -19,7 +19,7 @@ export function judgingCommands(contract: Contract): { what: string; command: st
     ...(contract.exec?.setup ? [{ what: "exec.setup", command: contract.exec.setup }] : []),
     ...contract.gates.map((gate) => ({ what: `gate ${gate.name}`, command: gate.run })),
     ...(contract.metric ? [{ what: "the metric", command: contract.metric.run }] : []),
-    ...(contract.tasks ?? []).map((task) => ({ what: `task ${task.id}`, command: task.check })),
+    ...(contract.tasks ?? []).flatMap((task) => (task.check === undefined ? [] : [{ what: `task ${task.id}`, command: task.check }])),
   ];
 }
 

@@ -49,6 +49,8 @@ const REFUSAL_STATUS: Record<Refusal["code"], ContentfulStatusCode> = {
   labels_unsatisfied: 403,
   // The loop exists, but has no log until a runner with the contract's labels measures its baseline.
   awaiting_baseline: 409,
+  // A recheck names a candidate whose outcome is not a best's (neither t0 nor promoted): nothing to compare it with.
+  not_a_best: 422,
   // A limit of the loop's storage, not a fault of the request's form, and no retry can help: not a 5xx
   // the runner retries (500, 502-504), but one it reports as it is.
   storage_limit: 507,
