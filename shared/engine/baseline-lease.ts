@@ -1,5 +1,6 @@
 import type { Contract, Labels } from "../wire/contract.js";
 import type { FullObservation } from "../wire/observation.js";
+import type { DoctorRecord } from "../wire/doctor.js";
 import { createLoop } from "./commands.js";
 import { formatLabels, labelsSatisfy } from "./labels.js";
 import type { AwaitingBaseline } from "../wire/api.js";
@@ -32,6 +33,8 @@ export interface PendingBaseline {
   /** The commit t0 is measured at: one the creator made (DESIGN §6.6). */
   commit: string;
   repository?: string | undefined;
+  /** The creator's precondition record: `skipped` when it said so; else the measuring runner's record decides. */
+  doctor?: DoctorRecord | undefined;
   requested_at: string;
   /** The last fencing token granted: every lease of the baseline has a higher one than the last. */
   fencing_counter: number;
@@ -124,7 +127,16 @@ export function expireBaselineLease(pending: PendingBaseline, at: string): Pendi
  */
 export function recordBaseline(
   pending: PendingBaseline,
-  input: { lease_id: string; fencing_token: number; holder: string; observation: FullObservation; request_hash: string; at: string },
+  input: {
+    lease_id: string;
+    fencing_token: number;
+    holder: string;
+    observation: FullObservation;
+    /** The precondition as the measuring runner ran it at t0 (DESIGN §6.5). */
+    doctor?: DoctorRecord | undefined;
+    request_hash: string;
+    at: string;
+  },
 ): Outcome<null> {
   const held = heldLease(pending, input);
   if (!held.ok) return held;
@@ -135,6 +147,8 @@ export function recordBaseline(
     contract_hash: pending.contract_hash,
     t0: { commit: pending.commit, observation: input.observation },
     repository: pending.repository,
+    // A creator that skipped the precondition skipped it for whoever measures t0.
+    doctor: pending.doctor?.status === "skipped" ? pending.doctor : input.doctor,
     t0_measured_by: {
       runner_id: lease.runner_id,
       holder: lease.holder,

@@ -429,6 +429,8 @@ export interface Recheck {
   purpose: "resume" | "periodic";
   runner_id: string;
   observation: Observation;
+  /** The measuring runner's labels: it must be one the contract's `evaluate.labels` admit. */
+  labels?: Labels | undefined;
 }
 
 /** What a recheck answers: the ids whose outcome differed from the best's recorded one, and the halt it caused, if any. */
@@ -453,6 +455,10 @@ export function recheckBest(state: LoopState, input: Recheck & { by: string }, c
     return { ok: true, events: [], value: { changed: [], halt: state.halt, replayed: true } };
   }
   if (state.halt) return refuse("loop_halted", `the loop has halted (${state.halt.halt_reason})`);
+  // Re-run only where the loop's candidates are measured: on a runner the contract's evaluate.labels admit (DESIGN §11).
+  if (input.labels !== undefined && !labelsSatisfy(state.contract.evaluate?.labels ?? {}, input.labels)) {
+    return refuse("labels_unsatisfied", "a best's gates are re-run on a runner with the contract's evaluate.labels, which this one lacks");
+  }
   const recorded = recordedStandingOf(state, input.candidate_id);
   const commit = input.candidate_id === BASELINE_ID ? state.t0.commit : state.candidates[input.candidate_id]?.commit;
   if (!recorded || commit === undefined)

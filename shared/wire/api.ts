@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { Baseline, BestRef, BundleRef, ConfirmReadings, Confirmation, Halt, ProposalFields, ReportAnswer, Repository, Verdict } from "./event-parts.js";
 import { Contract, Labels } from "./contract.js";
+import { DoctorRecord } from "./doctor.js";
 import { FullObservation, GitCommit, Observation, Sha256 } from "./observation.js";
 
 // One schema per message of DESIGN §8. The worker validates requests with these; the runner parses
@@ -35,6 +36,12 @@ export const CreateLoopRequest = z
     t0_commit: GitCommit.optional(),
     /** The repository the loop runs in (e.g. its origin remote, without credentials): named in receipts. */
     repository: Repository.optional(),
+    /**
+     * The precondition's record (DESIGN §6.5): what the creator measured of its check at t0, or that it
+     * was skipped. The loop halts at creation when the record says the check cannot be trusted. Absent
+     * from creators from before the precondition: such a loop keeps the old rule, that any flip halts.
+     */
+    doctor: DoctorRecord.optional(),
   })
   .refine((request) => (request.t0 === undefined) !== (request.t0_commit === undefined), {
     message: "give exactly one of t0 (a measured baseline) and t0_commit (a baseline for a runner to measure)",
@@ -259,6 +266,8 @@ export const BaselineReportRequest = z.strictObject({
   fencing_token: z.number().int().min(1),
   observation: FullObservation,
   evidence: z.array(InlineEvidence).min(1).max(INLINE_EVIDENCE_MAX_FILES).optional(),
+  /** The precondition as the measuring runner ran it at t0 (DESIGN §6.5). */
+  doctor: DoctorRecord.optional(),
 });
 export type BaselineReportRequest = z.infer<typeof BaselineReportRequest>;
 
@@ -376,6 +385,28 @@ export const ConfirmRequest = z.strictObject({
   labels: Labels.default({}),
 });
 export type ConfirmRequest = z.infer<typeof ConfirmRequest>;
+
+/**
+ * `POST /v1/loops/:id/rechecks`: a re-run of a best's gates in a fresh clone (DESIGN §6.5) — on resume,
+ * before the next agent run, or every `determinism.recheck_every` iterations — judged against the
+ * outcome recorded for that best. Its logs are uploaded first, as a report's.
+ */
+export const RecheckRequest = z.strictObject({
+  idempotency_key: IdempotencyKey,
+  /** `t0`, or the promoted candidate that is the best. */
+  candidate_id: z.string().min(1).max(100),
+  commit: GitCommit,
+  purpose: z.enum(["resume", "periodic"]),
+  runner_id: RunnerId,
+  observation: Observation,
+  /** The measuring runner's labels: one the contract's `evaluate.labels` admit, as for a lease. */
+  labels: Labels.default({}),
+});
+export type RecheckRequest = z.infer<typeof RecheckRequest>;
+
+/** `POST /v1/loops/:id/rechecks` answer: the ids whose outcome differed from the recorded one, and the loop after it. */
+export const RecheckResponse = z.object({ changed: z.array(z.string()), loop: LoopSummary, replayed: z.boolean() });
+export type RecheckResponse = z.infer<typeof RecheckResponse>;
 
 /** `POST /v1/loops/:id/confirm` answer: more pairs wanted, or the measurement recorded (with the loop after it). */
 export const ConfirmResponse = z.discriminatedUnion("status", [

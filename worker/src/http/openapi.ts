@@ -80,6 +80,14 @@ const OPERATIONS: Operation[] = [
   },
   {
     method: "post",
+    path: "/v1/loops/{id}/rechecks",
+    summary: "a re-run of the best's gates (on resume, or every determinism.recheck_every iterations), judged against its recorded outcome",
+    scope: "evaluate",
+    request: api.RecheckRequest,
+    responses: { 201: api.RecheckResponse, 200: api.RecheckResponse },
+  },
+  {
+    method: "post",
     path: "/v1/loops/{id}/cancel",
     summary: "stop a running loop (halt reason cancelled)",
     scope: "propose",

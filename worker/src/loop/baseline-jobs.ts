@@ -14,6 +14,7 @@ import {
 import type { Labels } from "#shared/wire/contract.js";
 import type { AwaitingBaseline, Lease, LoopSummary } from "#shared/wire/api.js";
 import type { FullObservation } from "#shared/wire/observation.js";
+import type { DoctorRecord } from "#shared/wire/doctor.js";
 import { OWNER_TEAM } from "../http/auth.js";
 import type { OutboxItem } from "../db/projection.js";
 import type { LoopEventStore } from "./loop-event-store.js";
@@ -144,6 +145,7 @@ export class BaselineJobs {
     fencing_token: number;
     holder: string;
     observation: FullObservation;
+    doctor?: DoctorRecord | undefined;
     request_hash: string;
   }): Promise<Answer<{ created: boolean; loop: LoopSummary }>> {
     const pending = this.pending;

@@ -6,7 +6,9 @@ import {
   expireLeases,
   nextLeaseDeadline,
   proposeCandidate,
+  recheckBest,
   type Baseline,
+  type Recheck,
   type ChainHead,
   type ConfirmAnswer,
   type ConfirmReadings,
@@ -17,6 +19,7 @@ import { leaseTtlMs } from "./lease-ttl.js";
 import type { Contract } from "#shared/wire/contract.js";
 import { MAX_WAIT_MS, type AwaitingBaseline, type CandidateView, type Lease, type LoopSummary } from "#shared/wire/api.js";
 import type { Labels } from "#shared/wire/contract.js";
+import type { DoctorRecord } from "#shared/wire/doctor.js";
 import type { FullObservation } from "#shared/wire/observation.js";
 import { EVENTS_IN_ANSWER, LoopEventStore } from "./loop-event-store.js";
 import { streamEvents } from "./event-stream.js";
@@ -151,6 +154,7 @@ export class LoopObject extends DurableObject<Env> {
     t0?: Baseline | undefined;
     t0_commit?: string | undefined;
     repository?: string | undefined;
+    doctor?: DoctorRecord | undefined;
     refuse_new?: string | undefined;
     wait_ms?: number | undefined;
   }): Promise<Answer<{ created: boolean; loop: LoopSummary } | { created: boolean; awaiting_baseline: AwaitingBaseline }>> {
@@ -199,6 +203,7 @@ export class LoopObject extends DurableObject<Env> {
     lease_id: string;
     fencing_token: number;
     observation: FullObservation;
+    doctor?: DoctorRecord | undefined;
     request_hash: string;
   }): Promise<Answer<{ created: boolean; loop: LoopSummary }>> {
     if (!this.isMember(input.caller)) return NOT_FOUND;
@@ -333,6 +338,23 @@ export class LoopObject extends DurableObject<Env> {
     await this.receipts.issueFinal();
     await this.scheduleAlarm();
     return { ok: true, answer: outcome.value, loop: this.summary() };
+  }
+
+  /**
+   * Records a re-run of a best's gates (DESIGN §6.5) and what it changed against that best's recorded
+   * outcome: on resume any change halts the loop, a periodic one feeds its flake monitor.
+   */
+  async recheck(input: Recheck & { caller: Caller; request_hash: string }): Promise<Answer<{ changed: string[]; replayed: boolean; loop: LoopSummary }>> {
+    const state = this.admit(input.caller);
+    if (!state) return this.absent(input.caller);
+    const { caller, request_hash: requestHash, ...recheck } = input;
+    const outcome = recheckBest(state, { ...recheck, by: holderOf(caller) }, { request_hash: requestHash, at: new Date().toISOString() });
+    if (!outcome.ok) return { ok: false, ...outcome.error };
+    const appended = this.store.tryAppend(outcome.events);
+    if ("ok" in appended) return appended;
+    if (outcome.value.halt && !outcome.value.replayed) await this.receipts.issueFinal();
+    await this.scheduleAlarm();
+    return { ok: true, changed: outcome.value.changed, replayed: outcome.value.replayed, loop: this.summary() };
   }
 
   /** A page of the loop's dashboard, rendered from its state (dashboard/views.ts). */

@@ -60,22 +60,40 @@ async function recordEvidence(
   body: { observation: Pick<Observation, "gates" | "artifacts">; evidence?: InlineEvidence[] | undefined },
 ): Promise<void> {
   const { stub, caller, loopId, teamId } = opened;
-  const cited = [
-    ...body.observation.gates.flatMap((gate) => (gate.log ? [{ what: `the log of gate "${gate.name}"`, ...gate.log }] : [])),
-    ...(body.observation.artifacts ?? []).map((ref) => ({ what: `artifact "${ref.name}"`, ...ref })),
-  ];
+  const cited = citedBy(body.observation);
   if (body.evidence) {
     const allowed = await stub.mayUseLease({ caller, lease_id: leaseId });
     if (!allowed.ok) throw refusalError(allowed);
     await storeInlineEvidence(c.env, { loopId, teamId }, body.evidence, cited);
   }
   const inline = new Set(body.evidence?.map((file) => file.sha256));
-  const [missing] = await unverifiedIn(
+  await requireStored(
     c.env,
     { loopId, teamId },
     cited.filter((ref) => !inline.has(ref.sha256)),
   );
+}
+
+/** Every log and file an observation cites as a gate's log or an artifact, named for an error. */
+function citedBy(observation: Pick<Observation, "gates" | "artifacts">) {
+  return [
+    ...observation.gates.flatMap((gate) => (gate.log ? [{ what: `the log of gate "${gate.name}"`, ...gate.log }] : [])),
+    ...(observation.artifacts ?? []).map((ref) => ({ what: `artifact "${ref.name}"`, ...ref })),
+  ];
+}
+
+async function requireStored(env: Env, loop: { loopId: string; teamId: string }, cited: ReturnType<typeof citedBy>): Promise<void> {
+  const [missing] = await unverifiedIn(env, loop, cited);
   if (missing) throw new ApiError(422, "artifact_missing", `${missing.what} (${missing.sha256}) is not stored; upload it first`);
+}
+
+/** An observation outside a lease (a recheck): everything it cites must have been uploaded and recorded first. */
+export async function requireStoredEvidence(
+  env: Env,
+  opened: { loopId: string; teamId: string },
+  observation: Pick<Observation, "gates" | "artifacts">,
+): Promise<void> {
+  await requireStored(env, opened, citedBy(observation));
 }
 
 leaseRoutes.post("/:leaseId/report", async (c) => {
@@ -112,6 +130,7 @@ leaseRoutes.post("/:leaseId/baseline", async (c) => {
     lease_id: leaseId,
     fencing_token: body.fencing_token,
     observation: body.observation,
+    doctor: body.doctor,
     request_hash: sha256Hex(canonicalJson(body)),
   });
   if (!answer.ok) throw refusalError(answer);

@@ -17,6 +17,8 @@ import {
   type CancelResponse,
   MAX_WAIT_MS,
   type ConfirmResponse,
+  RecheckRequest,
+  type RecheckResponse,
 } from "#shared/wire/api.js";
 import { unverifiedIn } from "../artifacts/artifact-store.js";
 import { storeInlineEvidence } from "../artifacts/inline-evidence.js";
@@ -28,6 +30,7 @@ import { listLoops } from "../db/loop-list.js";
 import { readJson, readParam } from "../http/validate.js";
 import { newLoopRefusal, teamLimits } from "../team-limits.js";
 import { Sha256 } from "#shared/wire/observation.js";
+import { requireStoredEvidence } from "./leases.js";
 
 /** Loop routes of DESIGN §8, mounted at `/v1/loops`. */
 export const loopRoutes = new Hono<AuthEnv>();
@@ -51,6 +54,7 @@ loopRoutes.post("/", async (c) => {
     t0: body.t0,
     t0_commit: body.t0_commit,
     repository: body.repository,
+    doctor: body.doctor,
     wait_ms: waitMs,
     ...(refuseNew === null ? {} : { refuse_new: refuseNew }),
   });
@@ -202,4 +206,17 @@ loopRoutes.post("/:id/confirm", async (c) => {
   const response: ConfirmResponse =
     answer.answer.status === "recorded" ? { ...answer.answer, loop: answer.loop } : { ...answer.answer, ttl_ms: leaseTtlMs(c.env) };
   return c.json(response);
+});
+
+// A best's gates re-run (DESIGN §6.5): on resume before the next agent run, or every
+// determinism.recheck_every iterations. Authorized and its evidence checked before the loop hears of it.
+loopRoutes.post("/:id/rechecks", async (c) => {
+  const opened = await openLoop(c, c.req.param("id"), "evaluate");
+  const body = await readJson(c, RecheckRequest);
+  requireClaimable(c.get("principal"), body.labels);
+  await requireStoredEvidence(c.env, opened, body.observation);
+  const answer = await opened.stub.recheck({ caller: opened.caller, ...body, request_hash: sha256Hex(canonicalJson(body)) });
+  if (!answer.ok) throw refusalError(answer);
+  const response: RecheckResponse = { changed: answer.changed, loop: answer.loop, replayed: answer.replayed };
+  return c.json(response, answer.replayed ? 200 : 201);
 });
