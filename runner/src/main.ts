@@ -92,11 +92,13 @@ const labelsOption = (command: Command, what: string) => command.option("--label
 /** What `run` and `step` add: a new loop on request, and the labels this machine evaluates with. */
 const loopOptions = (command: Command) =>
   labelsOption(
-    contractOptions(command).option(
-      "--new",
-      "start another loop even when one is recorded for this contract (t0 at HEAD, which must be a commit you made)",
-      false,
-    ),
+    contractOptions(command)
+      .option("--new", "start another loop even when one is recorded for this contract (t0 at HEAD, which must be a commit you made)", false)
+      .option(
+        "--skip-doctor",
+        "start a new loop without its precondition (the check run again in fresh clones and in one clone, and on the contract's doctor.mutate tree, before the first agent run); the loop's receipt records that it was skipped",
+        false,
+      ),
     "this command evaluates its own candidates only when they satisfy the contract's evaluate.labels (else `loopwarden work` runners do)",
   );
 
@@ -111,6 +113,7 @@ interface ContractFlags {
   tap?: string;
   scope?: string[];
   new?: boolean;
+  skipDoctor?: boolean;
   labels?: string;
 }
 

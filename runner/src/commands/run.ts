@@ -27,6 +27,7 @@ import {
   type Session,
 } from "../loop/session.js";
 import { enterLoopBranch, openSession } from "../loop/loop-opening.js";
+import { recheckBeforeAgent } from "../loop/recheck.js";
 import { dropCloneAhead, dropPreparedClone, prepareClone } from "../evaluation/clone.js";
 import type { AgentRun } from "#shared/engine/index.js";
 import type { AgentConfinement } from "#shared/wire/confinement.js";
@@ -197,8 +198,12 @@ export async function runLoop(options: RunOptions): Promise<number> {
     if (session.loop.status === "running") progress(mode, contract.scope ? scopeLine(contract) : paint(scopeLine(contract), "yellow"));
 
     let ran = 0;
+    const runningAtStart = session.loop.status === "running";
     while (session.loop.status === "running" && !(options.once && ran > 0)) {
       const iteration = session.loop.iteration + 1;
+      // The check must still give the best's recorded outcome: re-run on resume and when due (DESIGN §6.5).
+      session.loop = await recheckBeforeAgent(session, iteration, ran === 0 && session.resumed);
+      if (session.loop.status !== "running") break;
       const command = contract.agent.run;
       // No live line while the agent runs: its own output, streamed to stderr, is the progress.
       progress(mode, `[${iteration}] running the agent${unconfined ? " UNCONFINED" : ""}: ${command}`);
@@ -256,7 +261,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
     }
     await workingTreeRestored(session);
     if (ran > 0) await maintainAfterCandidates(session);
-    if (ran === 0 && session.resumed && session.loop.halt) progress(mode, HALTED_BEFORE);
+    if (ran === 0 && session.resumed && session.loop.halt && !runningAtStart) progress(mode, HALTED_BEFORE);
     // A halted optimize loop's gain over t0 is measured once, here (DESIGN §6.3); a run that resumes a
     // halted loop whose confirm is missing (interrupted) measures it then. Measured where the contract's
     // candidates are: a run without the evaluation labels leaves it to the `work` runner that halted it.

@@ -4,6 +4,8 @@ import {
   BaselineReportResponse,
   CancelResponse,
   ConfirmResponse,
+  RecheckResponse,
+  type RecheckRequest,
   type CancelRequest,
   type ConfirmRequest,
   CreateLoopResponse,
@@ -73,6 +75,11 @@ export class Client extends ArtifactTransfers {
   /** `POST /v1/loops/:id/confirm`: a confirm measurement of t0 against the best (cumulative readings). */
   confirm(loopId: string, body: ConfirmRequest) {
     return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/confirm`, ConfirmResponse, body);
+  }
+
+  /** `POST /v1/loops/:id/rechecks`: a re-run of the best's gates, judged against its recorded outcome. */
+  recheck(loopId: string, body: RecheckRequest) {
+    return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/rechecks`, RecheckResponse, body);
   }
 
   /** `POST /v1/loops/:id/cancel`: the loop halted as `cancelled` (or as it was, when it already was). */

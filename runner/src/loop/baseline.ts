@@ -14,6 +14,7 @@ import { liveStatus, paint, progress, type OutputMode } from "../output.js";
 import { stageBaselineFiles, type PendingFiles } from "./pending-create.js";
 import { MetricLog, sampleAlone } from "../evaluation/sampling.js";
 import path from "node:path";
+import { measurePrecondition } from "./precondition.js";
 
 // Measuring t0 (DESIGN §2): the gates, the guard readings and, in optimize mode, the metric's own
 // readings, in a clean clone of the commit. Either the loop's creator measures it (`run`, `step`) before
@@ -85,6 +86,17 @@ export async function measureLeasedBaseline(ctx: JobContext, lease: Lease, label
       const metricLog = new MetricLog();
       const evaluation = await measureIn(clone, loaded, lease.job.commit, note, metricLog);
       lost.signal.throwIfAborted();
+      // The precondition, where t0 is measured (DESIGN §6.5): the coordinator decides from the record.
+      const doctor = await measurePrecondition({
+        repo: ctx.repo,
+        commit: lease.job.commit,
+        loaded,
+        t0: evaluation.observation,
+        mode,
+        label: `${label}   precondition`,
+        signal: lost.signal,
+      });
+      lost.signal.throwIfAborted();
       const { inline, uploaded } = inlineLogs(client, evaluation.logs);
       const logErrors = await storeLogs(client, lease.loop_id, { ...evaluation, logs: uploaded }, warn);
       const files = await storeReportFiles(client, lease.loop_id, {
@@ -104,7 +116,7 @@ export async function measureLeasedBaseline(ctx: JobContext, lease: Lease, label
           ...(files.refs.length > 0 ? { artifacts: files.refs } : {}),
           ...(errors.length > 0 ? { artifact_errors: errors } : {}),
         };
-        return client.reportBaseline(lease.lease_id, { fencing_token: lease.fencing_token, observation, ...(inlined ? { evidence: inlined } : {}) });
+        return client.reportBaseline(lease.lease_id, { fencing_token: lease.fencing_token, observation, doctor, ...(inlined ? { evidence: inlined } : {}) });
       };
       liveStatus(mode, `${label} reporting the baseline`);
       try {

@@ -25,10 +25,14 @@ import { hideFromZones } from "../zones/sandbox.js";
 import type { FullObservation } from "#shared/wire/observation.js";
 import type { LoopSummary } from "#shared/wire/api.js";
 import type { Session } from "./session-type.js";
+import type { DoctorRecord } from "#shared/wire/doctor.js";
+import { measurePrecondition } from "./precondition.js";
 
 // Opening a repository's loop (DESIGN §6.6), for `run` and `step`: the loop recorded for the contract is
 // resumed, or a new one created from a baseline measured at HEAD (with the on-demand coordinator started
 // meanwhile), and the working tree put on the loop's branch. session.ts drives it from there.
+
+const SKIPPED: DoctorRecord = { status: "skipped" };
 
 function newRunnerId(): string {
   return `${os
@@ -51,6 +55,8 @@ async function prepareCreation(
     labels: Labels;
     /** The recorded loop awaiting its baseline whose creation this must finish (never a new one). */
     resuming?: string | undefined;
+    /** `--skip-doctor`: no precondition; the loop's first event (and so its receipt) says it was skipped. */
+    skipDoctor?: boolean | undefined;
   },
   mode: OutputMode,
 ): Promise<{ pending: PendingCreate; startedFrom: string | null }> {
@@ -94,16 +100,24 @@ async function prepareCreation(
       contract: loaded.contract,
       t0_commit: t0Commit,
       repository: await repositoryName(repo),
+      // The runner that measures t0 runs the precondition too, unless it is skipped here.
+      ...(options.skipDoctor ? { doctor: SKIPPED } : {}),
     };
     return { pending: await savePendingCreate(repo, source, { request, logs: [] }), startedFrom };
   }
   const baseline = await timed("t0", () => measureBaseline(repo, source, t0Commit, loaded, mode));
+  // The precondition (DESIGN §6.5): t0's run is its first; the coordinator decides from the record.
+  const doctor = options.skipDoctor
+    ? SKIPPED
+    : await timed("precondition", () => measurePrecondition({ repo, commit: t0Commit, loaded, t0: baseline.observation, mode }));
+  if (options.skipDoctor) progress(mode, "precondition skipped (--skip-doctor): the loop's receipt records that its check was not checked");
   pending = await savePendingCreate(repo, source, {
     request: {
       idempotency_key: `run-${randomBytes(16).toString("hex")}`,
       contract: loaded.contract,
       t0: { commit: t0Commit, observation: baseline.observation },
       repository: await repositoryName(repo),
+      doctor,
     },
     logs: baseline.logs,
     ...(baseline.files ? { files: baseline.files } : {}),
@@ -126,6 +140,8 @@ export async function openSession(
       cwd: string;
       purpose: "run" | "step";
       labels?: string | undefined;
+      /** `--skip-doctor`: a new loop starts without the precondition (its receipt says so). */
+      skipDoctor?: boolean | undefined;
       /** Checks a new loop's contract before anything runs (its zones, DESIGN §6.7): a refusal creates no loop. */
       preflight?: ((contract: Contract) => Promise<void>) | undefined;
     },
