@@ -4,6 +4,7 @@ import { Confirmation, Halt, Verdict } from "../engine/events.js";
 import type { LoopState } from "../engine/state-types.js";
 import { GitCommit, Sha256 } from "../wire/observation.js";
 import { ConfinementAttestation, confinementAttestation } from "./confinement.js";
+import { OracleAttestation, oracleAttestation } from "./oracle.js";
 
 // What a receipt attests (DESIGN §9): an in-toto Statement v1 (github.com/in-toto/attestation,
 // spec/v1/statement.md) whose subjects are the best commit and the baseline commit, and whose predicate
@@ -57,6 +58,8 @@ export const ReceiptPredicate = z.strictObject({
    * none and only the protected set guarded the check. Absent from receipts signed before scopes.
    */
   scope: z.array(z.string()).nullable().optional(),
+  /** What the check was held to (DESIGN §6.5): its precondition and flake monitor. Absent from receipts signed before them. */
+  oracle: OracleAttestation.optional(),
 });
 export type ReceiptPredicate = z.infer<typeof ReceiptPredicate>;
 
@@ -84,8 +87,10 @@ function confirmationOf(state: LoopState): Confirmation | null {
   return confirm;
 }
 
-/** A statement as this version issues it: its predicate always attests the zones' confinement and the scope. */
-export type IssuedStatement = ReceiptStatement & { predicate: { confinement: ConfinementAttestation; scope: string[] | null } };
+/** A statement as this version issues it: its predicate always attests the zones' confinement, the scope and the check's precondition. */
+export type IssuedStatement = ReceiptStatement & {
+  predicate: { confinement: ConfinementAttestation; scope: string[] | null; oracle: OracleAttestation };
+};
 
 /** The statement of a loop's state at `head` (the fold of its log up to there). */
 export function receiptStatement(state: LoopState, head: ChainHead, issuance: Issuance): IssuedStatement {
@@ -135,6 +140,7 @@ export function receiptStatement(state: LoopState, head: ChainHead, issuance: Is
       },
       confinement: confinementAttestation(state.confinement),
       scope: state.contract.scope ?? null,
+      oracle: oracleAttestation(state),
     },
   };
 }

@@ -1,6 +1,6 @@
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
+import { loopEvents, makeRepo, runCli, sharedCoordinator } from "../support/cli.js";
 
 // A task_list loop (DESIGN §6.1): each task is done only when its own check passes; a candidate is
 // promoted when it completes a task and undoes none.
@@ -45,14 +45,23 @@ describe("a task_list loop", () => {
     expect(JSON.parse(status.stdout)).toMatchObject({ loop: { mode: "task_list", t0: { failing: 2 }, best: { candidate_id: "c2", failing: 0 } } });
   });
 
-  it("refuses a task without its own check, naming check_inadequate", async () => {
+  it("accepts a task without its own check and halts check_inadequate at once, naming the task, recorded and signed", async () => {
     const repo = makeRepo(path.join(tmp.dir, "no-check"), {
       "notes.mjs": "export const done = [];\n",
+      "checks/task.mjs": "import { done } from '../notes.mjs';\nprocess.exit(done.includes(process.argv[2]) ? 0 : 1);\n",
       "agent.mjs": "\n",
-      "loop.yaml": contract(["  - { id: dates, title: parse dates }"]),
+      "loop.yaml": contract(["  - { id: dates, title: parse dates, check: node checks/task.mjs dates }", "  - { id: times, title: parse times }"]),
     });
     const result = await runCli(["--json", "--server", coordinator.url, "run"], { cwd: repo });
-    expect(result.code).toBe(2);
-    expect(JSON.parse(result.stdout).errors[0]).toContain("tasks[0].check: every task needs its own check command (a task without one is check_inadequate)");
+    expect(result.code, result.stderr).toBe(15);
+    const outcome = JSON.parse(result.stdout) as { loop_id: string; halt_reason: string; iteration: number; receipt_url: string };
+    expect(outcome).toMatchObject({ halt_reason: "check_inadequate", iteration: 0 });
+    const events = await loopEvents(coordinator.url, outcome.loop_id);
+    expect(events.map((event) => event.type)).toEqual(["loop_created", "halted", "receipt_issued"]);
+    const halted = events[1];
+    expect(halted?.type === "halted" && halted.data.detail).toContain("task times has no check of its own");
+    const verified = await runCli(["--json", "verify", outcome.receipt_url], { cwd: repo });
+    expect(verified.code, verified.stdout).toBe(0);
+    expect(JSON.parse(verified.stdout)).toMatchObject({ valid: true, halt_reason: "check_inadequate", exit_class: 15 });
   });
 });

@@ -49,7 +49,7 @@ export async function verifyCommand(
       valid: result.ok,
       ...(predicate ? { loop_id: predicate.loop_id, iteration: predicate.iterations.total } : {}),
       ...(predicate?.halt ? { halt_reason: predicate.halt.halt_reason, exit_class: predicate.halt.exit_class } : {}),
-      ...(predicate ? { confinement: predicate.confinement, scope: predicate.scope } : {}),
+      ...(predicate ? { confinement: predicate.confinement, scope: predicate.scope, oracle: predicate.oracle } : {}),
       receipt: isUrl ? receipt : { envelope: receipt, events: options.events, key: options.key },
       key: result.key?.kid ?? null,
       // Which key verified it (its fingerprint, the RFC 7638 thumbprint), and whence that key came.
@@ -77,6 +77,9 @@ export async function verifyCommand(
                 }`
               : paint("confinement: not attested (the receipt predates the zones' records)", "yellow"),
             scopeClaim(predicate.scope, attested),
+            predicate.oracle
+              ? `${attested ? "check:" : "check (as the receipt claims; not verified):"} ${predicate.oracle.precondition === "measured" ? predicate.oracle.summary : paint(predicate.oracle.summary, "yellow")}`
+              : paint("check: precondition not attested (the receipt predates preconditions)", "yellow"),
           ]
         : []),
       result.ok

@@ -1,7 +1,7 @@
 import { html } from "hono/html";
 import { BASELINE_ID, HALT_MEANINGS, type CandidateState, type LoopState } from "#shared/engine/index.js";
 import type { ArtifactRef } from "#shared/wire/observation.js";
-import type { ConfinementAttestation, ReceiptStatement } from "#shared/receipts/index.js";
+import type { ConfinementAttestation, OracleAttestation, ReceiptStatement } from "#shared/receipts/index.js";
 import { formatInterval, formatPercent } from "#shared/format-percent.js";
 import { storedFilesOf } from "#shared/explain/gate-failure.js";
 import { metricChart } from "./chart.js";
@@ -114,6 +114,15 @@ function confinementLine(confinement: ConfinementAttestation | undefined) {
   return html`<p class="confinement unconfined" data-confinement="unconfined"><strong>⚠ Not every run was confined:</strong> ${confinement.summary}. An agent that is not walled off could reach what decides (the gates, the runner's state and keys): these verdicts are worth only what it could not touch.</p>`;
 }
 
+/** What the check was held to (DESIGN §6.5): marked when its precondition was skipped or not recorded. */
+function oracleParagraph(oracle: OracleAttestation | undefined) {
+  if (!oracle) {
+    return html`<p class="confinement unconfined" data-oracle="unattested"><strong>⚠ Precondition not attested:</strong> this receipt was signed before coordinators recorded a loop's precondition.</p>`;
+  }
+  if (oracle.precondition === "measured") return html`<p class="confinement" data-oracle="measured"><strong>Check:</strong> ${oracle.summary}.</p>`;
+  return html`<p class="confinement unconfined" data-oracle="${oracle.precondition}"><strong>⚠ Check not checked first:</strong> ${oracle.summary}.</p>`;
+}
+
 /** What a candidate could change (DESIGN §6.4): the scope, or, marked, that only the protected set guarded the check. */
 function scopeParagraph(scope: string[] | null | undefined) {
   if (scope === undefined) {
@@ -185,6 +194,7 @@ ${predicate.objective ? html`<p>${predicate.objective}</p>` : ""}
 <p><strong>${halt ? `Halted: ${halt.halt_reason}` : "Still running"}</strong>${halt ? html` (exit ${halt.exit_class}) — ${HALT_MEANINGS[halt.halt_reason]}. <span class="muted">${halt.detail}</span>` : ""}</p>
 ${confinementLine(predicate.confinement)}
 ${scopeParagraph(predicate.scope)}
+${oracleParagraph(predicate.oracle)}
 
 <section id="verification" data-receipt="${receiptId}">
 <h2>Verification</h2>
