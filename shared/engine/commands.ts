@@ -20,7 +20,7 @@ import { compareSamples } from "./statistics.js";
 import { percentValue, type Labels } from "../wire/contract.js";
 import { canonicalJson } from "../canonical-json.js";
 import { applyEvent, BASELINE_ID, recheckChanges, recheckRunName, recordedStandingOf } from "./state.js";
-import { type BestState, type LeaseState, type LoopState, type RequeuedReport } from "./state-types.js";
+import { MAX_RECHECK_IDS, type BestState, type LeaseState, type LoopState, type RequeuedReport } from "./state-types.js";
 import { labelsSatisfy } from "./labels.js";
 import { compactTests, deltaProblem } from "./test-sets.js";
 import { isDeltaTests } from "../wire/observation.js";
@@ -433,9 +433,10 @@ export interface Recheck {
   labels?: Labels | undefined;
 }
 
-/** What a recheck answers: the ids whose outcome differed from the best's recorded one, and the halt it caused, if any. */
+/** What a recheck answers: the ids whose outcome differed from the best's recorded one (the first MAX_RECHECK_IDS, and how many), and the halt it caused, if any. */
 export interface RecheckAnswer {
   changed: string[];
+  changed_count: number;
   halt: Halt | null;
   replayed: boolean;
 }
@@ -452,7 +453,7 @@ export function recheckBest(state: LoopState, input: Recheck & { by: string }, c
   const earlier = state.rechecks[input.idempotency_key];
   if (earlier) {
     if (earlier.request_hash !== context.request_hash) return refuse("idempotency_conflict", "this idempotency key was used with a different recheck");
-    return { ok: true, events: [], value: { changed: [], halt: state.halt, replayed: true } };
+    return { ok: true, events: [], value: { changed: earlier.changed, changed_count: earlier.changed_count, halt: state.halt, replayed: true } };
   }
   if (state.halt) return refuse("loop_halted", `the loop has halted (${state.halt.halt_reason})`);
   // Re-run only where the loop's candidates are measured: on a runner the contract's evaluate.labels admit (DESIGN §11).
@@ -485,7 +486,7 @@ export function recheckBest(state: LoopState, input: Recheck & { by: string }, c
   const changed = recheckChanges(state, input.candidate_id, observation);
   const halt = recheckHalt(state, input.candidate_id, input.purpose, changed);
   const events: EventDraft[] = halt ? [reported, { type: "halted", at: context.at, data: halt }] : [reported];
-  return { ok: true, events, value: { changed, halt, replayed: false } };
+  return { ok: true, events, value: { changed: changed.slice(0, MAX_RECHECK_IDS), changed_count: changed.length, halt, replayed: false } };
 }
 
 /**

@@ -5,7 +5,7 @@ import type { EventDraft, Halt, Verdict } from "./events.js";
 import { exitCodeFor, type HaltReason } from "../wire/halt-reasons.js";
 import { checkGuards } from "./guards.js";
 import { compareSamples } from "./statistics.js";
-import { BASELINE_ID, loopAfterVerdict, median, sameTreeKey } from "./state.js";
+import { BASELINE_ID, loopAfterVerdict, median, reportSample, sameTreeKey } from "./state.js";
 import { monitorHalt } from "./flake-monitor.js";
 import { type LoopState } from "./state-types.js";
 import { changedOutcomes, regressedTests, standingOf, type TestStanding } from "./test-sets.js";
@@ -106,8 +106,11 @@ export function decide(
     return { verdict, events: withHalt(state, verdictEvent, now) };
   }
   // The same tree measured twice must give the same outcomes (DESIGN §6.5): no verdict rests on a run
-  // that flipped, and the flake monitor decides whether the check can still be trusted.
-  const known = state.monitor ? state.candidates[candidateId]?.report?.known_outcome : null;
+  // that flipped, and the flake monitor decides whether the check can still be trusted. Judged on the
+  // loop before the report is recorded, as the coordinator decides it: the report's own sample is added
+  // here as the fold will add it (under the candidate's current lease, the only one a report is taken on).
+  const sample = state.monitor ? reportSample(state, candidateId, state.candidates[candidateId]?.lease?.lease_id, now) : null;
+  const known = sample?.known;
   if (known && known.changed.length > 0) {
     const verdict: Verdict = {
       candidate_id: candidateId,
@@ -119,7 +122,7 @@ export function decide(
       regressed: [],
     };
     const verdictEvent: EventDraft = { type: "verdict", at, data: verdict };
-    const untrusted = monitorHalt(contract, state.monitor);
+    const untrusted = monitorHalt(contract, sample?.monitor ?? null);
     return { verdict, events: untrusted ? [verdictEvent, { type: "halted", at, data: untrusted }] : withHalt(state, verdictEvent, now) };
   }
   // A log from before the flake monitor: any flip halts, as it did then.

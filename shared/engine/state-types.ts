@@ -185,7 +185,19 @@ export interface LoopState {
   /** How long t0's gates and tasks took in all (what decides whether the best is re-run by default). */
   t0_check_ms: number;
   /** The rechecks of a best reported (`recheck_reported`), by idempotency key: a retry answers the same. */
-  rechecks: Record<string, { request_hash: string; candidate_id: string }>;
+  rechecks: Record<string, RecordedRecheck>;
   /** The iteration count when a best was last re-run; null before any recheck. */
   last_recheck_iteration: number | null;
+}
+
+/** The most changed ids a recorded recheck keeps for its retries' answer (its count covers them all). */
+export const MAX_RECHECK_IDS = 100;
+
+/** A recheck as recorded, for a retry with its idempotency key: what it was, and what it changed. */
+export interface RecordedRecheck {
+  request_hash: string;
+  candidate_id: string;
+  /** The first MAX_RECHECK_IDS ids whose outcome differed from the recorded one, sorted. */
+  changed: string[];
+  changed_count: number;
 }

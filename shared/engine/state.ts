@@ -3,9 +3,9 @@ import type { GateResult, Observation } from "../wire/observation.js";
 import type { EventDraft, Verdict } from "./events.js";
 import { baselineGuards } from "./guards.js";
 import { changedOutcomes, gatePassed, standingOf, testBaseOf, type TestStanding } from "./test-sets.js";
-import { monitorAtCreation, withSample } from "./flake-monitor.js";
+import { monitorAtCreation, withSample, type FlakeMonitor } from "./flake-monitor.js";
 import { confinementAtCreation, countAgentRun, countEvaluation, type ConfinementSummary } from "./confinement-summary.js";
-import type { CandidateState, GateSummary, LoopState } from "./state-types.js";
+import { MAX_RECHECK_IDS, type CandidateState, type GateSummary, type LoopState } from "./state-types.js";
 
 /** The gates of an observation as the state keeps them, judged by the contract's gates (derived on every fold: no event records it). */
 function gateSummariesOf(contract: Contract, gates: readonly GateResult[]): GateSummary[] {
@@ -254,9 +254,8 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       const { data } = event;
       countEvaluation(ownConfinement(state), data.observation.exec_zone);
       const tests = standingOf(state.contract, data.observation, state.t0_base);
-      const known = knownOutcomeOf(state, data.candidate_id, data.lease_id, tests);
-      if (known && state.monitor)
-        state.monitor = withSample(state.monitor, { run: `${data.candidate_id}, a re-run of ${known.against}'s tree`, changed: known.changed });
+      const { known, monitor } = reportSample(state, data.candidate_id, data.lease_id, tests);
+      state.monitor = monitor;
       return updateCandidate(state, data.candidate_id, {
         report: {
           known_outcome: known,
@@ -314,7 +313,12 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       const { data } = event;
       const changed = recheckChanges(state, data.candidate_id, data.observation);
       if (state.monitor) state.monitor = withSample(state.monitor, { run: recheckRunName(data.candidate_id, data.purpose, state.iterations), changed });
-      own(state, "rechecks")[data.idempotency_key] = { request_hash: data.request_hash, candidate_id: data.candidate_id };
+      own(state, "rechecks")[data.idempotency_key] = {
+        request_hash: data.request_hash,
+        candidate_id: data.candidate_id,
+        changed: changed.slice(0, MAX_RECHECK_IDS),
+        changed_count: changed.length,
+      };
       state.last_recheck_iteration = state.iterations;
       return state;
     }
@@ -341,11 +345,33 @@ export function recheckChanges(state: LoopState, candidateId: string, observatio
 }
 
 /**
+ * What a report of `candidateId` under `leaseId` that measured `tests` tells the flake monitor, from the
+ * loop before the report is recorded: the known outcome it was compared with (null when none was known)
+ * and the monitor with its sample. What the fold records and what `decide` judges the report by, so the
+ * coordinator (which decides before it records) and a verifier agree.
+ */
+export function reportSample(
+  state: LoopState,
+  candidateId: string,
+  leaseId: string | undefined,
+  tests: TestStanding,
+): { known: { against: string; changed: string[] } | null; monitor: FlakeMonitor | null } {
+  const known = knownOutcomeOf(state, candidateId, leaseId, tests);
+  if (!known || !state.monitor) return { known, monitor: state.monitor };
+  return { known, monitor: withSample(state.monitor, { run: `${candidateId}, a re-run of ${known.against}'s tree`, changed: known.changed }) };
+}
+
+/**
  * Whether a report measured a tree whose outcome was already known, and what differed: the candidate's
  * own earlier report under another lease, else the report of another candidate with the same parent and
  * change. A further report on the same lease (more metric pairs) measures nothing new: null.
  */
-function knownOutcomeOf(state: LoopState, candidateId: string, leaseId: string, tests: TestStanding): { against: string; changed: string[] } | null {
+function knownOutcomeOf(
+  state: LoopState,
+  candidateId: string,
+  leaseId: string | undefined,
+  tests: TestStanding,
+): { against: string; changed: string[] } | null {
   const candidate = state.candidates[candidateId];
   if (!candidate) return null;
   if (candidate.report) {

@@ -135,9 +135,8 @@ export function rederive(events: readonly LoopEvent[]): { ok: true; state: LoopS
       return { ok: false, detail: `event ${event.seq}: recorded ${describeDraft(draft)}, which the engine did not produce here` };
     }
     try {
-      const before = producedBefore(state, draft);
+      const produced = producedBefore(state, draft);
       state = fold.apply(draft);
-      const produced = before ?? producedAfter(state, draft);
       if (produced) expected = produced;
     } catch (error) {
       return { ok: false, detail: `event ${event.seq}: cannot be applied (${(error as Error).message})` };
@@ -149,8 +148,9 @@ export function rederive(events: readonly LoopEvent[]): { ok: true; state: LoopS
 }
 
 /**
- * The events the engine appends right after a creation or a proposal, computed from the loop before it
- * (the command is re-run and must produce the recorded event first); null for any other event. Leases
+ * The events the engine appends right after a creation, a proposal, a report (its verdict and halt) or
+ * a recheck, computed from the loop before it, as the engine's command computed them (the command is
+ * re-run and must produce the recorded event first); null for any other event. Leases
  * are checked against the same loop: a lease names the best of its time, a report is judged only when
  * its comparison is not stale, a re-queue only when it is (nothing is promoted on stale evidence), and a
  * release only of a lease that was out, under its own fencing token.
@@ -195,7 +195,9 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     const lease = state.candidates[data.candidate_id]?.lease;
     const unnamed = lease?.lease_id === data.lease_id ? unnamedComparison(state, lease, data.observation) : null;
     if (unnamed) throw new Error(`the engine refuses this report: ${unnamed}`);
-    return null;
+    // Decided on the loop before the report is recorded, as `reportObservation` decides it: whether the
+    // report measured a tree already measured (and so feeds the flake monitor) is read from that loop.
+    return decide(state, state.contract, data.candidate_id, data.observation, draft.at).events;
   }
   if (state && draft.type === "lease_requeued") {
     const { data } = draft;
@@ -241,12 +243,6 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     return [];
   }
   return null;
-}
-
-/** The verdict (and halt) the engine gives a reported observation, from the loop with the report recorded; null for any other event. */
-function producedAfter(state: LoopState, draft: EventDraft): EventDraft[] | null {
-  if (draft.type !== "observation_reported") return null;
-  return decide(state, state.contract, draft.data.candidate_id, draft.data.observation, draft.at).events;
 }
 
 /**
@@ -351,10 +347,11 @@ export async function verifyReceipt(input: {
 }
 
 /** Predicate fields that receipts signed by earlier coordinators lack, and what they are called. */
-const LATER_FIELDS = ["confinement", "scope"] as const;
+const LATER_FIELDS = ["confinement", "scope", "oracle"] as const;
 const LATER_FIELD_NAMES: Record<(typeof LATER_FIELDS)[number], { since: string; what: string }> = {
   confinement: { since: "zones", what: "confinement" },
   scope: { since: "scopes", what: "scope" },
+  oracle: { since: "preconditions", what: "precondition" },
 };
 
 /**

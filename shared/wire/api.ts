@@ -404,8 +404,14 @@ export const RecheckRequest = z.strictObject({
 });
 export type RecheckRequest = z.infer<typeof RecheckRequest>;
 
-/** `POST /v1/loops/:id/rechecks` answer: the ids whose outcome differed from the recorded one, and the loop after it. */
-export const RecheckResponse = z.object({ changed: z.array(z.string()), loop: LoopSummary, replayed: z.boolean() });
+/** `POST /v1/loops/:id/rechecks` answer: the ids whose outcome differed from the recorded one, and the loop after it (a retry answers the same ids). */
+export const RecheckResponse = z.object({
+  /** The first 100 ids whose outcome differed from the recorded one, sorted; `changed_count` counts them all. */
+  changed: z.array(z.string()).max(100),
+  changed_count: z.number().int().min(0),
+  loop: LoopSummary,
+  replayed: z.boolean(),
+});
 export type RecheckResponse = z.infer<typeof RecheckResponse>;
 
 /** `POST /v1/loops/:id/confirm` answer: more pairs wanted, or the measurement recorded (with the loop after it). */

@@ -529,9 +529,11 @@ describe("receipts say how each zone was confined", async () => {
       const human = await verifyFiles(log, false);
       expect(human.code).toBe(0);
       const lines = human.out.trimEnd().split("\n");
-      expect(lines.at(-3)).toMatch(/^confinement: the agent ran UNCONFINED in 2 of 2 runs \(isolation: none/);
+      expect(lines.at(-4)).toMatch(/^confinement: the agent ran UNCONFINED in 2 of 2 runs \(isolation: none/);
       // This loop's contract names no scope: the verifier says so, beside the confinement.
-      expect(lines.at(-2)).toBe("scope: none — only the default protected set guarded the check");
+      expect(lines.at(-3)).toBe("scope: none — only the default protected set guarded the check");
+      // Nor did its creator send a precondition record (DESIGN §6.5): said too.
+      expect(lines.at(-2)).toMatch(/^check: precondition not recorded/);
       expect(lines.at(-1)).toMatch(/^valid: final receipt of loop /);
       const json = await verifyFiles(log, true);
       const result = JSON.parse(json.out) as { valid: boolean; confinement: { fully_confined: boolean; summary: string } };

@@ -51,6 +51,12 @@ describe("rechecks of the best over the API", () => {
       loop: { status: string; halt: { halt_reason: string; exit_class: number; detail: string }; receipt_id?: string };
     }>(await postJson(`/v1/loops/${loopId}/rechecks`, recheckBody("recheck-drift", ["parse.empty", "parse.nested"])), 201);
     expect(answer.changed).toEqual(["parse.nested"]);
+    // A retry (the answer was lost) is told what the recheck changed, not that nothing did.
+    const retried = await json<{ changed: string[]; changed_count: number; replayed: boolean }>(
+      await postJson(`/v1/loops/${loopId}/rechecks`, recheckBody("recheck-drift", ["parse.empty", "parse.nested"])),
+      200,
+    );
+    expect(retried).toMatchObject({ changed: ["parse.nested"], changed_count: 1, replayed: true });
     expect(answer.loop).toMatchObject({ status: "halted", halt: { halt_reason: "check_flaky", exit_class: 14 } });
     expect(answer.loop.halt.detail).toContain("parse.nested");
     expect(answer.loop.halt.detail).toContain("on resume");

@@ -69,9 +69,9 @@ export async function recheckBeforeAgent(session: Session, iteration: number, re
     }),
   );
   const took = formatDuration(Math.round(performance.now() - started));
-  if (answer.changed.length === 0) progress(mode, `[${iteration}] the best's gates gave its recorded outcome again (${took})`);
+  if (answer.changed_count === 0) progress(mode, `[${iteration}] the best's gates gave its recorded outcome again (${took})`);
   else {
-    const shown = answer.changed.slice(0, 5).join(", ") + (answer.changed.length > 5 ? `, and ${answer.changed.length - 5} more` : "");
+    const shown = answer.changed.slice(0, 5).join(", ") + (answer.changed_count > 5 ? `, and ${answer.changed_count - 5} more` : "");
     progress(mode, `[${iteration}] ${paint("the best's gates gave another outcome", "yellow")} than recorded for ${shown} (${took})`);
   }
   return answer.loop;

@@ -344,7 +344,9 @@ export class LoopObject extends DurableObject<Env> {
    * Records a re-run of a best's gates (DESIGN §6.5) and what it changed against that best's recorded
    * outcome: on resume any change halts the loop, a periodic one feeds its flake monitor.
    */
-  async recheck(input: Recheck & { caller: Caller; request_hash: string }): Promise<Answer<{ changed: string[]; replayed: boolean; loop: LoopSummary }>> {
+  async recheck(
+    input: Recheck & { caller: Caller; request_hash: string },
+  ): Promise<Answer<{ changed: string[]; changed_count: number; replayed: boolean; loop: LoopSummary }>> {
     const state = this.admit(input.caller);
     if (!state) return this.absent(input.caller);
     const { caller, request_hash: requestHash, ...recheck } = input;
@@ -354,7 +356,8 @@ export class LoopObject extends DurableObject<Env> {
     if ("ok" in appended) return appended;
     if (outcome.value.halt && !outcome.value.replayed) await this.receipts.issueFinal();
     await this.scheduleAlarm();
-    return { ok: true, changed: outcome.value.changed, replayed: outcome.value.replayed, loop: this.summary() };
+    const { changed, changed_count: changedCount, replayed } = outcome.value;
+    return { ok: true, changed, changed_count: changedCount, replayed, loop: this.summary() };
   }
 
   /** A page of the loop's dashboard, rendered from its state (dashboard/views.ts). */

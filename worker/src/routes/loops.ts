@@ -217,6 +217,6 @@ loopRoutes.post("/:id/rechecks", async (c) => {
   await requireStoredEvidence(c.env, opened, body.observation);
   const answer = await opened.stub.recheck({ caller: opened.caller, ...body, request_hash: sha256Hex(canonicalJson(body)) });
   if (!answer.ok) throw refusalError(answer);
-  const response: RecheckResponse = { changed: answer.changed, loop: answer.loop, replayed: answer.replayed };
+  const response: RecheckResponse = { changed: answer.changed, changed_count: answer.changed_count, loop: answer.loop, replayed: answer.replayed };
   return c.json(response, answer.replayed ? 200 : 201);
 });
