@@ -303,9 +303,12 @@ program
   .description(
     "check contract, the zones (sandbox, the agent's network, variables and mounts), git, working tree, coordinator (with --server), and that the gates are deterministic, free of side effects and (with --mutate) adequate",
   )
-  .option("--mutate <cmd>", "a command that breaks the code: the gates must turn red on the tree it leaves (else exit 15 check_inadequate)")
+  .option(
+    "--mutate <cmd>",
+    "a command that breaks the code: the gates must turn red on the tree it leaves (else exit 15 check_inadequate); default: the contract's doctor.mutate",
+  )
   .option("--unconfined", "check and run the gates without their zone (DESIGN §6.7), as `isolation: none` does")
-  .option("--runs <n>", "runs of the determinism probe (default 3)", positiveInt)
+  .option("--runs <n>", "runs of the determinism probe (default: the contract's doctor.runs, or ⌈3/R⌉ for its doctor.max_flake_rate R, else 3)", positiveInt)
   .action(async (options: { mutate?: string; runs?: number }) => {
     const { doctorCommand } = await import("./commands/doctor.js");
     exitCode = await doctorCommand({ ...globals(), ...options, cwd: process.cwd() });

@@ -217,10 +217,12 @@ export type DeterminismSpec = z.infer<typeof DeterminismSpec>;
  */
 export const DoctorSpec = z
   .strictObject({
-    /** A command that breaks the code, run in a fresh clone of t0: the gates must fail on what it leaves. */
+    /** A command that breaks the code, run in a fresh clone of t0: the gates must fail on what it leaves (and `doctor` runs it when --mutate is not given). */
     mutate: Command.optional(),
     runs: z.number().int().min(1).max(1_000).optional(),
-    max_flake_rate: FlakeRate.optional(),
+    max_flake_rate: FlakeRate.refine((text) => percentValue(text) >= 0.003, {
+      message: "must be at least 0.3%: it asks for ⌈3/R⌉ runs, and the precondition makes at most 1,000",
+    }).optional(),
   })
   .refine((doctor) => doctor.runs === undefined || doctor.max_flake_rate === undefined, { message: "give either runs or max_flake_rate, not both" });
 export type DoctorSpec = z.infer<typeof DoctorSpec>;

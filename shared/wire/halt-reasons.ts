@@ -43,9 +43,10 @@ export const HALT_MEANINGS: Record<HaltReason, string> = {
   blocked_path_modified: "a candidate changed a path outside the scope, or a protected file (a test, the contract, CI or a lockfile)",
   metric_integrity_violation: "a candidate weakened the measurement: tests disappeared, or coverage fell",
   objective_unverified: "the outcome could not be verified",
-  check_flaky: "the same change gave different test outcomes: the check is not deterministic",
+  check_flaky:
+    "the check gave other outcomes for a tree it had measured (in the precondition, in the loop, or re-running the best): it is not deterministic, or what it depends on changed",
   check_has_side_effects: "the check changes its own outcome when re-run in the same place",
-  check_inadequate: "the check cannot tell a broken change from a good one",
+  check_inadequate: "the check cannot tell a broken change from a good one (it stayed green on a mutated tree, or a task has no check)",
   escalation_pending: "a judgment is pending",
   no_progress_detected: "no candidate was promoted for `stop.no_progress` iterations in a row",
   oscillation_detected: "candidates keep breaking a test that already passes",

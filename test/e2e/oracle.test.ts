@@ -1,4 +1,4 @@
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { monitorLowerBound } from "#shared/determinism/flake-rate.js";
@@ -74,6 +74,8 @@ describe("a check that is checked", () => {
     });
     const halted = events[1];
     expect(halted?.type === "halted" && halted.data.detail).toContain("stayed green on the mutated tree");
+    // A record that halts its loop is not kept for reuse: the next creation measures the check again.
+    expect(existsSync(path.join(repo, ".loopwarden", "doctor")) ? readdirSync(path.join(repo, ".loopwarden", "doctor")) : []).toEqual([]);
     // The receipt re-derives the halt from the recorded precondition, and says what was measured.
     const verified = await runCli(["--json", "verify", outcome.receipt_url ?? ""], { cwd: repo });
     expect(verified.code, verified.stdout).toBe(0);
@@ -163,6 +165,8 @@ describe("a check that is checked", () => {
     const first = await run(repo, "--once");
     expect(first.code, first.stderr).toBe(0);
     expect(outcomeOf(first.stdout)).toMatchObject({ iteration: 1 });
+    // The precondition passed: its record is kept for the next loop of this contract on this tree.
+    expect(readdirSync(path.join(repo, ".loopwarden", "doctor"))).toHaveLength(1);
     // Days later the dependency moved: the best's recorded outcome no longer holds.
     writeFileSync(switchFile, "2.0.0");
     const resumed = await run(repo, "--once");

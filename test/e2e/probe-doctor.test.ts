@@ -105,6 +105,18 @@ describe("probe and doctor", () => {
     expect(checkNamed(json, "coordinator")).toMatchObject({ status: "skip", detail: expect.stringContaining("on demand") });
   });
 
+  it("doctor without --mutate runs the contract's doctor.mutate, as many times as its doctor.runs says", async () => {
+    const repo = repoWith({
+      "loop.yaml": contract(["  - name: unit", "    run: echo all good"], ["doctor: { mutate: echo broken > src.txt, runs: 2 }"]),
+      "src.txt": "good\n",
+    });
+    const result = await cli(repo, "doctor");
+    expect(result.code, result.stderr).toBe(15);
+    const json = one(result.stdout);
+    expect(checkNamed(json, "adequacy")).toMatchObject({ status: "fail", halt_reason: "check_inadequate" });
+    expect(checkNamed(json, "determinism")?.detail).toMatch(/^2 run\(s\) in fresh clones agree/);
+  });
+
   it("doctor on adequate, deterministic gates exits 0; each check is one line", async () => {
     const repo = repoWith({ "loop.yaml": contract(["  - name: unit", "    run: grep -q good src.txt"]), "src.txt": "good\n" });
     const result = await runCli(["doctor", "--mutate", "echo broken > src.txt", "--runs", "2"], { cwd: repo });

@@ -17,6 +17,7 @@ import type { LoadedContract } from "../contract/contract-file.js";
 import { emitResult, liveStatus, paint, progress, type OutputMode } from "../output.js";
 import { resolveContract } from "../contract/contract-resolution.js";
 import { formatRate, probeCommit, probeRuns } from "./probe.js";
+import { preconditionRuns } from "../loop/precondition.js";
 import { formatList } from "#shared/format-list.js";
 import { trackedFiles } from "../evaluation/protected-files.js";
 import { scopeCoverage, scopeLine } from "../contract/scope.js";
@@ -33,7 +34,7 @@ export interface DoctorOptions extends OutputMode {
   state?: string | undefined;
   /** A command that breaks the code, run in a fresh clone before the gates (the mutation canary). */
   mutate?: string | undefined;
-  /** Runs of the determinism probe (default 3). */
+  /** Runs of the determinism probe (default: as many as the contract's doctor key gives a new loop's precondition, 3 unless it says). */
   runs?: number | undefined;
 }
 
@@ -49,7 +50,6 @@ export interface DoctorCheck {
   halt_reason?: HaltReason;
 }
 
-const DEFAULT_DOCTOR_RUNS = 3;
 /** Time limit of the --mutate command. */
 const MUTATE_TIMEOUT_MS = 10 * 60_000;
 const execFileAsync = promisify(execFile);
@@ -108,7 +108,8 @@ function scopeCheck(contract: Contract, tracked: readonly string[]): DoctorCheck
  * `check_has_side_effects`, 2 for an invalid contract, 1 for a runtime problem, else 0.
  */
 export async function doctorCommand(options: DoctorOptions): Promise<number> {
-  const runs = probeRuns({ runs: options.runs }, DEFAULT_DOCTOR_RUNS);
+  // Checked before anything runs (a usage error); without --runs, the contract's doctor key decides below.
+  const runsFlag = options.runs === undefined ? undefined : probeRuns({ runs: options.runs });
   const checks: DoctorCheck[] = [];
   const errors: string[] = [];
   let exitCode = 0;
@@ -221,6 +222,8 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
     const logsRoot = path.join(repo, ".loopwarden", "doctor");
 
     // Determinism: a short probe in fresh clones, as evaluations run.
+    // As many runs as a new loop's precondition makes (doctor.runs or doctor.max_flake_rate), unless --runs says.
+    const runs = runsFlag ?? preconditionRuns(loaded);
     progress(options, `determinism: ${runs} run(s) of the gates at ${short(head)}, each in a fresh clone…`);
     const probe = await probeCommit({ repo, commit: head, contract, runs, mode: options, logsDir: path.join(logsRoot, "determinism"), label: "determinism" });
     const flipped = new Set(probe.flipping.map((flip) => flip.id));
@@ -270,13 +273,13 @@ export async function doctorCommand(options: DoctorOptions): Promise<number> {
       report({ check: "side effects", status: "ok", detail: "a rerun in the same clone gives the same outcome" });
     }
 
-    // Adequacy: the gates must catch a change that breaks the code.
-    if (!options.mutate) {
+    // Adequacy: the gates must catch a change that breaks the code (--mutate, else the contract's doctor.mutate).
+    const mutate = options.mutate ?? contract.doctor?.mutate;
+    if (!mutate) {
       report({ check: "adequacy", status: "skip", detail: 'pass --mutate "<command that breaks the code>" to check that the gates catch a broken change' });
     } else if (passingIn(probe.sets).length === 0) {
       report({ check: "adequacy", status: "warn", detail: "nothing passes at HEAD, so no broken change could turn anything red; make the gates pass first" });
     } else {
-      const mutate = options.mutate;
       progress(options, `adequacy: \`${mutate}\` in a fresh clone, then the gates…`);
       const green = passingIn(probe.sets);
       const outcome = await withClone(repo, head, "doctor-mutant", async (clone) => {

@@ -5,6 +5,7 @@ import { runsForFlakeRate } from "#shared/determinism/flake-rate.js";
 import { changedTests, compareRuns, outcomeReader } from "#shared/determinism/flips.js";
 import { formatDuration } from "#shared/duration.js";
 import { testSetsOf, type TestSets } from "#shared/engine/test-sets.js";
+import { doctorHalt } from "#shared/engine/flake-monitor.js";
 import { percentValue } from "#shared/wire/contract.js";
 import { DoctorRecord, MAX_DOCTOR_IDS, type DoctorMutation } from "#shared/wire/doctor.js";
 import type { FullObservation } from "#shared/wire/observation.js";
@@ -107,7 +108,8 @@ async function runMutation(clone: Clone, loaded: LoadedContract, command: string
  * The precondition's record for a new loop whose t0 (`t0`, measured as run 1) is at `commit`: reused
  * from `.loopwarden/doctor/` for the same contract hash and tree, else measured — `preconditionRuns - 1`
  * more runs in fresh clones, the last run's gates once more in its clone, and the contract's mutation —
- * and kept there. A record whose findings halt the loop is kept too: the engine decides, at creation.
+ * and kept there when the loop may start on it (the engine decides, at creation; a record that halts it
+ * is measured again by the next creation).
  */
 export async function measurePrecondition(params: {
   repo: string;
@@ -189,6 +191,8 @@ export async function measurePrecondition(params: {
     ...(mutation ? { mutation } : {}),
     duration_ms: Math.round(performance.now() - started),
   };
-  await saveRecord(file, record);
+  // Only a record the loop may start on is reused: a check found wanting is measured afresh next time
+  // (its environment may have been fixed), never halted again from a cache.
+  if (doctorHalt(contract, record) === null) await saveRecord(file, record);
   return record;
 }
