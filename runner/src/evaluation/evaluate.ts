@@ -9,7 +9,7 @@ import { withClone, type Clone } from "./clone.js";
 import { requireNetworkIsolation, runCommand, type CommandResult } from "../process/exec.js";
 import { execConfinement, execZone } from "../zones/isolation.js";
 import { requireSandbox } from "../zones/sandbox.js";
-import { readCoverage, readGuardsBeforeGates, type GuardSources } from "./guard-readings.js";
+import { clearCoverageReport, readGuardsAfterGates, readGuardsBeforeGates, type GuardSources } from "./guard-readings.js";
 import { parseJUnit, parseMetrics, parseTap, type TestReport } from "./parsers/index.js";
 import type { Evaluation, GateHooks, GateProgress } from "./evaluation.js";
 
@@ -175,17 +175,18 @@ export interface EvaluationOptions extends GateHooks {
 /**
  * Evaluates the commit checked out in `clone`: its gates (`runGates`) and, when `guards` is given, the
  * guard readings of DESIGN §6.4 — the protected files and the contract file as committed, before any
- * gate runs, and the coverage the gates left.
+ * gate runs, and the coverage the gates left (with `changed_lines`, which changed lines none ran).
  */
 export async function evaluateIn(clone: Clone, options: EvaluationOptions): Promise<Evaluation> {
   const guards = options.guards;
   if (!guards) return withTasks(clone, options, await runGates(clone, options.contract, options));
   // Taken when the clone was made ahead (the same contract's readings, of the same untouched checkout).
   const before = await (clone.guardsBefore ?? readGuardsBeforeGates(clone.dir, options.contract, guards));
+  await clearCoverageReport(clone.dir, options.contract);
   const evaluation = await withTasks(clone, options, await runGates(clone, options.contract, options));
-  const coverage = await readCoverage(clone.dir, options.contract);
-  if (coverage.note) options.onNote?.(coverage.note);
-  evaluation.observation.guards = { ...before, coverage_percent: coverage.percent };
+  const after = await readGuardsAfterGates(clone.dir, options.contract, guards);
+  for (const note of after.notes) options.onNote?.(note);
+  evaluation.observation.guards = { ...before, ...after.readings };
   return evaluation;
 }
 

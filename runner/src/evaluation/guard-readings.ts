@@ -1,12 +1,14 @@
-import { readFile } from "node:fs/promises";
+import { mkdir, readFile, rm } from "node:fs/promises";
 import path from "node:path";
 import { parseDocument } from "yaml";
 import { sha256Hex } from "#shared/hash.js";
 import { Contract } from "#shared/wire/contract.js";
-import { MAX_CHANGED_PATHS, type ChangedPaths, type GuardReadings } from "#shared/wire/observation.js";
+import { MAX_CHANGED_PATHS, type ChangedLines, type ChangedPaths, type GuardReadings } from "#shared/wire/observation.js";
 import { JobRefused } from "../errors.js";
 import { changedPaths } from "../process/git-commits.js";
+import { git } from "../process/git.js";
 import { contractHash } from "../contract/contract-file.js";
+import { readChangedLines } from "./changed-lines.js";
 import { parseLcov } from "./parsers/index.js";
 import { protectedFiles } from "./protected-files.js";
 
@@ -69,15 +71,61 @@ export async function readGuardsBeforeGates(clone: string, contract: Contract, s
   return { protected_files: protectedFiles, contract: contractFile, ...(changedPaths ? { changed_paths: changedPaths } : {}) };
 }
 
-/** Line coverage from the contract's lcov file after the gates ran; null when there is none to read. */
-export async function readCoverage(clone: string, contract: Contract): Promise<{ percent: number | null; note?: string }> {
-  const lcov = contract.guards?.coverage?.lcov;
-  if (!lcov) return { percent: null };
-  const text = await readFile(path.join(clone, lcov), "utf8").catch(() => null);
+/**
+ * Before the gates run, when the contract reads changed lines: removes any lcov report the checkout
+ * holds (a copy committed to the repository must not stand in for this run's, which would say lines
+ * ran that no gate ran) and makes its directory, as for test reports.
+ */
+export async function clearCoverageReport(clone: string, contract: Contract): Promise<void> {
+  const coverage = contract.guards?.coverage;
+  if (!coverage?.changed_lines) return;
+  const report = path.join(clone, coverage.lcov);
+  await rm(report, { force: true });
+  await mkdir(path.dirname(report), { recursive: true });
+}
+
+/** Line coverage from lcov text; null, with a note, when it cannot be read. */
+function coverageOf(text: string | null, lcov: string): { percent: number | null; note?: string } {
   if (text === null) return { percent: null, note: `${lcov}: no coverage report was written` };
   try {
     return { percent: parseLcov(text, lcov).percent };
   } catch (error) {
     return { percent: null, note: (error as Error).message };
   }
+}
+
+/**
+ * The changed-lines reading (`guards.coverage.changed_lines`) of a candidate: the lines its commit
+ * changed since its parent, judged on the report `text`. The parent is the commit's first: the best the
+ * runner committed it onto, which the coordinator records as its parent (when the best moved while the
+ * agent ran, the two differ and the engine refuses the reading). Known from the clone alone, it serves an
+ * evaluation begun before its lease as well. None for t0 (`baseline`), which is judged against nothing.
+ */
+async function candidateChangedLines(clone: string, lcov: string, text: string | null, baseline: string): Promise<ChangedLines | null> {
+  const [commit, parent] = (await git(clone, ["rev-list", "--parents", "-n", "1", "HEAD"])).trim().split(" ");
+  if (commit === undefined || parent === undefined || commit === baseline) return null;
+  return readChangedLines(clone, parent, commit, { path: lcov, text });
+}
+
+/** The guard readings taken after the gates ran, from the report they wrote, and notes on what could not be read. */
+export interface GuardReadingsAfterGates {
+  readings: Pick<GuardReadings, "coverage_percent" | "changed_lines">;
+  notes: string[];
+}
+
+/**
+ * The readings the gates leave in `clone`: line coverage from the contract's lcov file (null when there
+ * is none to read) and, when the contract asks (`changed_lines`) and the commit is a candidate, which of
+ * the lines it changed no gate executed.
+ */
+export async function readGuardsAfterGates(clone: string, contract: Contract, sources: GuardSources): Promise<GuardReadingsAfterGates> {
+  const coverage = contract.guards?.coverage;
+  if (!coverage) return { readings: { coverage_percent: null }, notes: [] };
+  const text = await readFile(path.join(clone, coverage.lcov), "utf8").catch(() => null);
+  const { percent, note } = coverageOf(text, coverage.lcov);
+  const changedLines = coverage.changed_lines ? await candidateChangedLines(clone, coverage.lcov, text, sources.baseline) : null;
+  return {
+    readings: { coverage_percent: percent, ...(changedLines ? { changed_lines: changedLines } : {}) },
+    notes: note === undefined ? [] : [note],
+  };
 }
