@@ -1,14 +1,18 @@
 // `npm run bench:stats`: measures the sequential comparison of shared/engine/statistics.ts by
 // simulation — false promotes under pure noise, promotions of real improvements, pairs per decision —
-// next to a fixed-size design with the same error rates and a greedy single-sample rule. Writes
+// next to a fixed-size design with the same error rates and a greedy single-sample rule, then the
+// in-loop flake monitor of shared/engine/flake-monitor.ts (false halts, samples until a halt). Writes
 // bench/results/statistics.md and prints it. Seeded, so a run on any machine gives the same figures
 // (only the timing line differs).
 import { writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { clopperPearsonUpper } from "#shared/determinism/flake-rate.js";
+import { clopperPearsonUpper, monitorLowerBound } from "#shared/determinism/flake-rate.js";
+import { monitorHalt, withSample, type FlakeMonitor } from "#shared/engine/flake-monitor.js";
 import { compareSamples } from "#shared/engine/statistics.js";
+import { Contract, DEFAULT_MAX_FLAKE_RATE, percentValue } from "#shared/wire/contract.js";
+import { mulberry32 } from "../test/support/prng.js";
 import { readingSource, simulate, type Noise, type Scenario, type SimulationSummary } from "../test/support/statistics-simulation.js";
 
 const COMPARISONS = 10_000;
@@ -198,6 +202,162 @@ out();
 }
 out();
 
+// ---- 5. the in-loop flake monitor ----
+// Each simulated loop feeds the real monitor (`withSample`) one Bernoulli sample at a time and asks the
+// real `monitorHalt` after each, as the engine does. The answer depends only on (deviations, samples),
+// so it is memoised per target: the same pair is never bisected twice, and every answer is the real one.
+const MONITOR_LOOPS = 4_000;
+const MONITOR_HORIZON = 1_000;
+const MONITOR_SEED = 28_001;
+const MONITOR_TARGETS = [DEFAULT_MAX_FLAKE_RATE, "5%"] as const;
+const DEVIATION = ["gate:unit"] as const;
+const count = (value: number) => value.toLocaleString("en");
+
+/** A minimal contract holding its check to `maxFlakeRate`; the default one names none, so the default applies. */
+function monitoredContract(maxFlakeRate: string): Contract {
+  return Contract.parse({
+    name: "flake-monitor bench",
+    mode: "check_fixpoint",
+    gates: [{ name: "unit", run: "npm test" }],
+    agent: { run: "agent --one-change" },
+    ...(maxFlakeRate === DEFAULT_MAX_FLAKE_RATE ? {} : { determinism: { max_flake_rate: maxFlakeRate } }),
+  });
+}
+
+/** Whether the monitor halts: `monitorHalt` on the contract, memoised on (deviations, samples). */
+function haltTest(contract: Contract): (monitor: FlakeMonitor) => boolean {
+  const known = new Map<number, boolean>();
+  return (monitor) => {
+    const key = monitor.deviations * (MONITOR_HORIZON + 1) + monitor.samples;
+    let halts = known.get(key);
+    if (halts === undefined) known.set(key, (halts = monitorHalt(contract, monitor) !== null));
+    return halts;
+  };
+}
+
+/** The sample at which the monitor halts when `deviates(i)` says which samples (from 1) deviate, or null within the horizon. */
+function samplesUntilHalt(halts: (monitor: FlakeMonitor) => boolean, deviates: (sample: number) => boolean): number | null {
+  let monitor: FlakeMonitor = { samples: 0, deviations: 0, flips: {}, flips_untracked: 0 };
+  for (let sample = 1; sample <= MONITOR_HORIZON; sample++) {
+    monitor = withSample(monitor, { run: `run ${sample}`, changed: deviates(sample) ? DEVIATION : [] });
+    if (halts(monitor)) return sample;
+  }
+  return null;
+}
+
+interface MonitorCell {
+  seed: number;
+  /** Samples until the halt of each loop that halted within the horizon, ascending. */
+  halts: number[];
+}
+
+let monitorSeed = MONITOR_SEED;
+function simulateMonitor(halts: (monitor: FlakeMonitor) => boolean, flakeRate: number): MonitorCell {
+  const seed = monitorSeed++;
+  const uniform = mulberry32(seed);
+  const halted: number[] = [];
+  for (let loop = 0; loop < MONITOR_LOOPS; loop++) {
+    const at = samplesUntilHalt(halts, () => uniform() < flakeRate);
+    if (at !== null) halted.push(at);
+  }
+  return { seed, halts: halted.sort((a, b) => a - b) };
+}
+
+/** A quantile of the samples until a halt over every loop, a loop that never halted counting as beyond the horizon. */
+function haltQuantile(cell: MonitorCell, q: number): string {
+  const rank = Math.ceil(q * MONITOR_LOOPS) - 1;
+  const value = cell.halts[rank];
+  return value === undefined ? `> ${count(MONITOR_HORIZON)}` : String(value);
+}
+
+out(`## 5. The in-loop flake monitor (\`check_flaky\`): ${count(MONITOR_LOOPS)} loops of up to ${count(MONITOR_HORIZON)} samples each`);
+out();
+out(
+  "While a loop runs, every run whose outcome was already known — a re-run of the best-so-far, a tree evaluated again, the " +
+    "precondition's extra runs — is one sample of the check's stability: it deviated (some outcome flipped) or it did not. " +
+    "The monitor (shared/engine/flake-monitor.ts) counts them, and after each sample it halts the loop `check_flaky` when " +
+    "`monitorLowerBound(deviations, samples)` is above the contract's `determinism.max_flake_rate` (default " +
+    `${DEFAULT_MAX_FLAKE_RATE}). That bound is the exact Clopper-Pearson lower bound on the flake rate at the n-th look's ` +
+    "share of the error, α·6/(π²·n²) with α = 5%: the shares sum to 5% over every look there will ever be, so a check " +
+    "whose flake rate is at or below the target is halted with probability at most 5% however long the loop runs.",
+);
+out();
+out(
+  `Simulated here: each loop draws up to ${count(MONITOR_HORIZON)} samples, each deviating with the true flake rate ` +
+    "independently of the others, feeds them one at a time to the real `withSample` and asks the real `monitorHalt` (with a " +
+    `minimal contract) after each, stopping at the first halt. ${count(MONITOR_LOOPS)} loops per row, one mulberry32 stream ` +
+    `per row (test/support/prng.ts), seeded ${MONITOR_SEED} for the first row and one more for each row after it, in table ` +
+    "order; the seed is in each row. Figures in brackets are exact (Clopper-Pearson) 95% bounds on the true rate given the " +
+    "simulated count.",
+);
+out();
+out(`### 5a. False halts within ${count(MONITOR_HORIZON)} samples: a check at or below its target`);
+out();
+out("| max_flake_rate | true flake rate | seed | loops halted | false-halt rate | of them at the first sample | guarantee (every look) |");
+out("|---|---|---|---|---|---|---|");
+/** The most false halts among the rows at a true rate of exactly the target. */
+let mostAtTarget = 0;
+let atFirstSample = { first: 0, all: 0 };
+const monitorCases = MONITOR_TARGETS.map((maxFlakeRate) => {
+  const halts = haltTest(monitoredContract(maxFlakeRate));
+  // Every sample deviating is the fastest any sequence can halt: no loop halts before it.
+  return { maxFlakeRate, target: percentValue(maxFlakeRate), halts, fastest: samplesUntilHalt(halts, () => true) };
+});
+for (const { maxFlakeRate, target, halts } of monitorCases) {
+  for (const flakeRate of [0, target / 2, target]) {
+    const cell = simulateMonitor(halts, flakeRate);
+    const halted = cell.halts.length;
+    const first = cell.halts.filter((sample) => sample === 1).length;
+    if (flakeRate === target) mostAtTarget = Math.max(mostAtTarget, halted);
+    if (maxFlakeRate === DEFAULT_MAX_FLAKE_RATE && flakeRate === target) atFirstSample = { first, all: halted };
+    out(
+      `| ${maxFlakeRate}${maxFlakeRate === DEFAULT_MAX_FLAKE_RATE ? " (default)" : ""} | ${pct(flakeRate, 1)} | ${cell.seed} | ` +
+        `${count(halted)} of ${count(MONITOR_LOOPS)} | ${pct(halted / MONITOR_LOOPS)} (≤ ${pct(clopperPearsonUpper(halted, MONITOR_LOOPS))}) | ${halted === 0 ? "–" : count(first)} | ≤ 5% |`,
+    );
+  }
+}
+out();
+out(
+  "At a true flake rate of 0% no sample ever deviates, and the monitor never halts a loop without a deviation " +
+    "(`monitorHalt` answers null while `deviations` is 0): 0 halts out of every loop, at any horizon. At the target itself " +
+    `the false-halt rate is at most ${pct(mostAtTarget / MONITOR_LOOPS)} (≤ ${pct(clopperPearsonUpper(mostAtTarget, MONITOR_LOOPS))}), below the 5% the union bound allows: ` +
+    "the bound spends its error over every look there could ever be, most of them beyond this horizon. The spending is " +
+    `front-loaded, though: the first look spends 6/π² ≈ 61% of the 5%, so at the default ${DEFAULT_MAX_FLAKE_RATE} one deviation ` +
+    `in the very first sample halts the loop (1 of 1 bounds the rate from below by ${pct(monitorLowerBound(1, 1))}); ` +
+    `${atFirstSample.first} of the ${atFirstSample.all} false halts at a true ${DEFAULT_MAX_FLAKE_RATE} are that one. In a loop ` +
+    "whose precondition ran, those first samples are the precondition's extra runs, where any deviation halts the loop " +
+    "anyway (`doctorHalt`); with the precondition skipped, it is the loop's first run whose outcome was known.",
+);
+out();
+out(`### 5b. Samples until the halt: a check flakier than its target`);
+out();
+out(
+  "| max_flake_rate | true flake rate | seed | halted within " +
+    `${count(MONITOR_HORIZON)} | min | median | p90 | max | evenly spread deviations | every sample deviates |`,
+);
+out("|---|---|---|---|---|---|---|---|---|---|");
+for (const { maxFlakeRate, target, halts, fastest } of monitorCases) {
+  for (const flakeRate of [0.05, 0.1, 0.2].filter((rate) => rate > target)) {
+    const cell = simulateMonitor(halts, flakeRate);
+    const every = Math.round(1 / flakeRate);
+    const evenly = samplesUntilHalt(halts, (sample) => sample % every === 0);
+    out(
+      `| ${maxFlakeRate}${maxFlakeRate === DEFAULT_MAX_FLAKE_RATE ? " (default)" : ""} | ${pct(flakeRate, 0)} | ${cell.seed} | ` +
+        `${pct(cell.halts.length / MONITOR_LOOPS, 1)} | ${cell.halts[0] ?? "–"} | ${haltQuantile(cell, 0.5)} | ${haltQuantile(cell, 0.9)} | ` +
+        `${cell.halts.length === MONITOR_LOOPS ? String(cell.halts.at(-1)) : `> ${count(MONITOR_HORIZON)}`} | ` +
+        `${evenly ?? `> ${count(MONITOR_HORIZON)}`} (every ${every}th sample) | ${fastest ?? "–"} |`,
+    );
+  }
+}
+out();
+out(
+  "Samples are counted from the loop's first known outcome. **Every sample deviates** is the deterministic minimum: the " +
+    `smallest n at which n deviations in n samples already halt, ${monitorCases.map(({ maxFlakeRate, fastest }) => `${fastest} at ${maxFlakeRate}`).join(" and ")} ` +
+    `(n deviations in n samples bound the rate from below by the look's error to the power 1/n: ${pct(monitorLowerBound(1, 1))} ` +
+    `after the first sample, ${pct(monitorLowerBound(2, 2))} after the second); no sequence of samples halts sooner, so the seeded ` +
+    "minimum is never below it. **Evenly spread deviations** is the deterministic sequence at that rate, every (1/rate)-th sample deviating.",
+);
+out();
 out(`Run time: ${((performance.now() - started) / 1000).toFixed(0)} s.`);
 
 const text = lines.join("\n") + "\n";
