@@ -452,7 +452,11 @@ describe("recheckBest: a re-run of a best's gates", () => {
     const harness = loop();
     const from = harness.events.length;
     const outcome = recheck(harness, recheckOf([A, B], { purpose: "resume" }));
-    expect(outcome).toEqual({ ok: true, events: [expect.objectContaining({ type: "recheck_reported" })], value: { changed: [], changed_count: 0, halt: null, replayed: false } });
+    expect(outcome).toEqual({
+      ok: true,
+      events: [expect.objectContaining({ type: "recheck_reported" })],
+      value: { changed: [], changed_count: 0, halt: null, replayed: false },
+    });
     expect(harness.typesSince(from)).toEqual(["recheck_reported"]);
     expect(harness.events.at(-1)).toMatchObject({
       type: "recheck_reported",
