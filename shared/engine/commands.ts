@@ -293,15 +293,14 @@ export function reportObservation(
   if (state.halt) return refuse("loop_halted", `the loop has halted (${state.halt.halt_reason})`);
   // Recorded as a difference from t0's collected set whatever form it came in (DESIGN §8), so the log
   // grows with what changed, not with the suite; a difference that does not fit this loop's set is refused.
-  const { tests } = input.observation;
-  const problem = isDeltaTests(tests) ? deltaProblem(tests, state.t0_base) : null;
-  if (problem) return refuse("invalid_observation", problem);
+  const recorded = asRecorded(state, input.observation);
+  if ("problem" in recorded) return refuse("invalid_observation", recorded.problem);
   const requeue = requeueIfStale(state, { ...input, compared_to: input.observation.compared_to });
   if (requeue) return { ok: true, events: [requeue], value: requeuedAnswer(candidate.candidate_id, requeue.data) };
   // Checked after the re-queue: a report whose best has moved is not judged whatever it names.
   const unnamed = unnamedComparison(state, candidate.lease, input.observation);
   if (unnamed) return refuse("invalid_observation", unnamed);
-  const observation = isDeltaTests(tests) ? input.observation : { ...input.observation, tests: compactTests(tests, state.t0_base) };
+  const { observation } = recorded;
   const reported: EventDraft = {
     type: "observation_reported",
     at: input.at,
@@ -465,10 +464,9 @@ export function recheckBest(state: LoopState, input: Recheck & { by: string }, c
   if (!recorded || commit === undefined)
     return refuse("not_a_best", `${input.candidate_id} is neither t0 nor a promoted candidate: only a best's recorded outcome is known`);
   if (commit !== input.commit) return refuse("invalid_observation", `${input.candidate_id} is commit ${commit.slice(0, 12)}, not ${input.commit.slice(0, 12)}`);
-  const { tests } = input.observation;
-  const problem = isDeltaTests(tests) ? deltaProblem(tests, state.t0_base) : null;
-  if (problem) return refuse("invalid_observation", problem);
-  const observation = isDeltaTests(tests) ? input.observation : { ...input.observation, tests: compactTests(tests, state.t0_base) };
+  const asDelta = asRecorded(state, input.observation);
+  if ("problem" in asDelta) return refuse("invalid_observation", asDelta.problem);
+  const { observation } = asDelta;
   const reported: EventDraft = {
     type: "recheck_reported",
     at: context.at,
@@ -507,4 +505,16 @@ export function recheckHalt(state: LoopState, candidateId: string, purpose: "res
     };
   }
   return monitorHalt(state.contract, withSample(state.monitor, { run: recheckRunName(candidateId, purpose, state.iterations), changed }));
+}
+
+/**
+ * An observation as the log records it (DESIGN §8): its tests a difference from t0's collected set,
+ * whatever form they came in, so the log grows with what changed, not with the suite; or why a
+ * difference sent does not fit this loop's set.
+ */
+function asRecorded(state: LoopState, observation: Observation): { observation: Observation } | { problem: string } {
+  const { tests } = observation;
+  if (!isDeltaTests(tests)) return { observation: { ...observation, tests: compactTests(tests, state.t0_base) } };
+  const problem = deltaProblem(tests, state.t0_base);
+  return problem ? { problem } : { observation };
 }

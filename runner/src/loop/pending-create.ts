@@ -9,6 +9,7 @@ import { UserError } from "../errors.js";
 import { MAX_NAME_LENGTH, TooManyArtifactFiles, contentTypeOf, matchArtifacts, uploadArtifactFiles } from "../evaluation/artifact-files.js";
 import type { Client } from "../coordinator/client.js";
 import type { Evaluation } from "../evaluation/evaluation.js";
+import { readJsonFile } from "./json-file.js";
 
 // A loop's creation, kept on disk from before its request is sent until the loop is recorded in the
 // workspace (DESIGN §6.6). A runner killed in between sends the very same request again — the same
@@ -105,16 +106,8 @@ export async function savePendingCreate(repo: string, source: string, pending: P
 /** The creation of a contract source left in flight by an interrupted runner, or null. */
 export async function loadPendingCreate(repo: string, source: string): Promise<PendingCreate | null> {
   const dir = dirOf(repo, source);
-  const text = await readFile(path.join(dir, "request.json"), "utf8").catch(() => null);
-  if (text === null) return null;
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    return null;
-  }
-  const parsed = CreateLoopRequest.safeParse(json);
-  if (!parsed.success) return null;
+  const request = await readJsonFile(path.join(dir, "request.json"), CreateLoopRequest);
+  if (!request) return null;
   const names = (await readdir(path.join(dir, "logs")).catch((): string[] => [])).filter((name) => name.endsWith(".json")).sort();
   const logs: Evaluation["logs"] = [];
   for (const name of names) {
@@ -125,7 +118,7 @@ export async function loadPendingCreate(repo: string, source: string): Promise<P
   const refs = await readFile(path.join(dir, "files.json"), "utf8")
     .then((text) => z.array(ArtifactRef).parse(JSON.parse(text)))
     .catch(() => null);
-  return { request: parsed.data, logs, ...(refs ? { files: { dir: path.join(dir, "files"), refs } } : {}) };
+  return { request, logs, ...(refs ? { files: { dir: path.join(dir, "files"), refs } } : {}) };
 }
 
 /**

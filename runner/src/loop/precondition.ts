@@ -1,4 +1,4 @@
-import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { mkdir, rename, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { z } from "zod";
 import { runsForFlakeRate } from "#shared/determinism/flake-rate.js";
@@ -17,6 +17,7 @@ import { runCommand } from "../process/exec.js";
 import { dirtyPaths, git, shortCommit } from "../process/git.js";
 import { liveStatus, progress, type OutputMode } from "../output.js";
 import { execZone } from "../zones/isolation.js";
+import { readJsonFile } from "./json-file.js";
 
 // The precondition of a new loop (DESIGN §6.5, docs/design.md): before its first agent run, the check
 // must give t0's outcome again in fresh clones, give it twice in one clone (no side effects), and — when
@@ -49,17 +50,9 @@ function cachePath(repo: string, contractHash: string, tree: string): string {
 
 /** The cached record for this contract and tree, marked as reused; null when there is none or it is unreadable (measured again). */
 async function cachedRecord(file: string, tree: string): Promise<MeasuredRecord | null> {
-  const text = await readFile(file, "utf8").catch(() => null);
-  if (text === null) return null;
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    return null;
-  }
-  const parsed = CachedRecord.safeParse(json);
-  if (!parsed.success) return null;
-  const { record, measured_at: measuredAt } = parsed.data;
+  const cached = await readJsonFile(file, CachedRecord);
+  if (!cached) return null;
+  const { record, measured_at: measuredAt } = cached;
   if (record.status !== "measured" || record.tree !== tree) return null;
   return { ...record, cached_from: measuredAt };
 }
