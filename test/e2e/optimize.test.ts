@@ -140,5 +140,66 @@ describe("an optimize loop", () => {
     const [t0Ms, fasterMs] = [Number(rows[1]?.[1]), Number(rows[2]?.[1])];
     expect(t0Ms).toBeGreaterThan(100);
     expect(fasterMs).toBeLessThan(t0Ms * 0.7);
+
+    // candidates.jsonl and benchmark.csv carry the metric as the verdicts recorded it, not only in their detail text.
+    const jsonl = await runCli(["--server", coordinator.url, "export", "--format", "candidates.jsonl"], { cwd: repo });
+    expect(jsonl.code, jsonl.stderr).toBe(0);
+    const lines = jsonl.stdout
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as { candidate_id: string; metric: Record<string, unknown> | null });
+    expect(lines.map((line) => line.candidate_id)).toEqual(["c1", "c2"]);
+    for (const [line, verdict] of lines.map((line, index) => [line, finals[index]] as const)) {
+      expect(line.metric).toEqual({
+        name: "work_ms",
+        median: verdict?.metric?.candidate_median,
+        estimate: verdict?.metric?.estimate,
+        interval: verdict?.metric?.interval,
+        level: verdict?.metric?.level,
+        pairs: verdict?.metric?.pairs,
+        secondary: { rss_mb: expect.any(Number) },
+      });
+    }
+    const csv = await runCli(["--server", coordinator.url, "export", "--format", "benchmark.csv"], { cwd: repo });
+    expect(csv.code, csv.stderr).toBe(0);
+    const [header, ...records] = csv.stdout
+      .split("\r\n")
+      .slice(0, -1)
+      .map((line) => line.split(","));
+    expect(header?.slice(0, 9)).toEqual([
+      "candidate_id",
+      "commit",
+      "status",
+      "work_ms",
+      "work_ms_estimate",
+      "work_ms_ci_low",
+      "work_ms_ci_high",
+      "work_ms_pairs",
+      "rss_mb",
+    ]);
+    const byColumn = (record: string[] | undefined) => Object.fromEntries((header ?? []).map((name, index) => [name, record?.[index]]));
+    const [t0Row, ...candidateRows] = records.map(byColumn);
+    // t0 first, at the median of its own readings, the same figure results.tsv shows; it was never compared.
+    // (t0's readings are taken alone and record no secondary metric, so its rss_mb cell is not checked.)
+    const t0Readings = [...(created.data.t0.observation.samples?.candidate ?? [])].sort((a, b) => a - b);
+    expect(t0Row).toMatchObject({ candidate_id: "t0", status: "baseline", work_ms_estimate: "", work_ms_ci_low: "", work_ms_pairs: "" });
+    expect(Number(t0Row?.work_ms)).toBe(t0Readings[2]);
+    expect(Number(t0Row?.work_ms)).toBeCloseTo(t0Ms, 5);
+    expect(candidateRows.map((row) => [row.candidate_id, row.status])).toEqual([
+      ["c1", "promoted"],
+      ["c2", "rejected"],
+    ]);
+    for (const [row, verdict] of candidateRows.map((row, index) => [row, finals[index]] as const)) {
+      // An early rejection can come before any interval: its cells are then empty.
+      const figure = (cell: string | undefined) => (cell === "" ? null : Number(cell));
+      expect([row.work_ms, row.work_ms_estimate, row.work_ms_ci_low, row.work_ms_ci_high, row.work_ms_pairs].map(figure)).toEqual([
+        verdict?.metric?.candidate_median,
+        verdict?.metric?.estimate,
+        verdict?.metric?.interval?.[0] ?? null,
+        verdict?.metric?.interval?.[1] ?? null,
+        verdict?.metric?.pairs,
+      ]);
+      expect(Number(row.rss_mb)).toBeGreaterThan(0);
+    }
   });
 });

@@ -11,6 +11,7 @@ import {
   type Verdict,
 } from "#shared/engine/index.js";
 import type { AgentReport } from "#shared/wire/agent-report.js";
+import type { Contract } from "#shared/wire/contract.js";
 import type { GateResult, Observation } from "#shared/wire/observation.js";
 
 // `loopwarden export`: a loop's history as files a spreadsheet, pandas or autoresearch's tooling open
@@ -88,6 +89,52 @@ function gateNames(state: LoopState, observations: readonly Observation[]): stri
 
 const gateOf = (observation: Observation, name: string): GateResult | undefined => observation.gates.find((gate) => gate.name === name);
 
+// ——— the loop's metric (a contract with `metric`) ———
+
+/** What an export says of the loop's metric for one evaluated candidate. */
+export interface MetricFigures {
+  /** The contract's `metric.name`. */
+  name: string;
+  /** The median of the candidate's readings: what it is kept at if promoted; null when none was read. */
+  median: number | null;
+  /** The verdict's relative improvement over the best-so-far (0.08: 8% better); null when it compared none. */
+  estimate: number | null;
+  /** The verdict's interval of that improvement, at `level`; null before the first look or without a comparison. */
+  interval: number[] | null;
+  level: number | null;
+  /** The pairs (best, candidate) the verdict judged on; without a comparison, the complete pairs the observation holds. */
+  pairs: number;
+  /** Each of the contract's `secondary` metrics, in its order: the median of the candidate's readings, or null. */
+  secondary: Record<string, number | null>;
+}
+
+type Samples = NonNullable<Observation["samples"]>;
+
+/** The median of each secondary metric's readings of the measured commit (`candidate`: t0 itself for t0). */
+function secondaryMedians(contract: Contract, samples: Samples | undefined): Record<string, number | null> {
+  return Object.fromEntries((contract.secondary ?? []).map(({ name }) => [name, median(samples?.secondary?.[name]?.candidate ?? [])]));
+}
+
+/**
+ * A candidate's metric figures, from the observation its verdict was given on: the comparison exactly as
+ * the verdict records it (a final one, else the last `need_samples` answer while it is still measured);
+ * null without a metric in the contract or without an observation.
+ */
+function metricFiguresOf(contract: Contract, candidate: CandidateState, observation: Observation | null): MetricFigures | null {
+  if (!contract.metric || !observation) return null;
+  const samples = observation.samples;
+  const compared = (candidate.verdict ?? candidate.pending)?.metric;
+  return {
+    name: contract.metric.name,
+    median: compared?.candidate_median ?? median(samples?.candidate ?? []),
+    estimate: compared?.estimate ?? null,
+    interval: compared?.interval ?? null,
+    level: compared?.level ?? null,
+    pairs: compared?.pairs ?? Math.min(samples?.best.length ?? 0, samples?.candidate.length ?? 0),
+    secondary: secondaryMedians(contract, samples),
+  };
+}
+
 // ——— candidates.jsonl ———
 
 /** One line of `candidates.jsonl`. */
@@ -104,6 +151,8 @@ export interface CandidateLine {
   failing_before: number | null;
   failing_after: number | null;
   regressed: string[];
+  /** The loop's metric (`MetricFigures`); null in a loop without one and for a candidate never evaluated. */
+  metric: MetricFigures | null;
   agent: AgentRun | null;
   /** What the agent reported about its run (model, sampling, cost, context files pinned by hash, description). */
   agent_report: AgentReport | null;
@@ -124,7 +173,7 @@ export interface CandidateLine {
   artifacts: { name: string; sha256: string; size: number }[];
 }
 
-function candidateLine(record: CandidateRecord): CandidateLine {
+function candidateLine(contract: Contract, record: CandidateRecord): CandidateLine {
   const { candidate, observation } = record;
   const verdict = candidate.verdict;
   return {
@@ -140,6 +189,7 @@ function candidateLine(record: CandidateRecord): CandidateLine {
     failing_before: verdict?.failing_before ?? null,
     failing_after: verdict?.failing_after ?? null,
     regressed: verdict?.regressed ?? [],
+    metric: metricFiguresOf(contract, candidate, observation),
     agent: candidate.agent,
     agent_report: candidate.agent_report,
     agent_report_error: record.agent_report_error,
@@ -163,7 +213,7 @@ function candidateLine(record: CandidateRecord): CandidateLine {
 const countsOf = (tests: TestStanding) => ({ passing: tests.passing_count, failing: tests.failing.length });
 
 function candidatesTable(history: History): CandidateLine[] {
-  return history.records.map(candidateLine);
+  return history.records.map((record) => candidateLine(history.state.contract, record));
 }
 
 /** `candidates.jsonl`: one JSON object per candidate (the baseline is not a candidate), in proposal order. */
@@ -187,13 +237,35 @@ export function csvRecord(fields: readonly string[]): string {
 
 const numberField = (value: number | undefined | null) => (value === undefined || value === null ? "" : String(value));
 
+/** A row's metric cells: a candidate's figures, or t0's readings (never compared, so no pairs). */
+type MetricCells = Omit<MetricFigures, "name" | "level" | "pairs"> & { pairs: number | null };
+
 /** The rows of `benchmark.csv`, header first. */
 function benchmarkTable(history: History): string[][] {
-  const rows: { id: string; commit: string; status: string; observation: Observation; tests: TestStanding }[] = [
-    { id: BASELINE_ID, commit: history.state.t0.commit, status: "baseline", observation: history.t0, tests: history.state.t0 },
+  const { contract } = history.state;
+  const t0Metric: MetricCells | null = contract.metric
+    ? {
+        median: median(history.t0.samples?.candidate ?? []),
+        estimate: null,
+        interval: null,
+        pairs: null,
+        secondary: secondaryMedians(contract, history.t0.samples),
+      }
+    : null;
+  const rows: { id: string; commit: string; status: string; observation: Observation; tests: TestStanding; metric: MetricCells | null }[] = [
+    { id: BASELINE_ID, commit: history.state.t0.commit, status: "baseline", observation: history.t0, tests: history.state.t0, metric: t0Metric },
     ...history.records.flatMap(({ candidate, observation }) =>
       observation && candidate.report
-        ? [{ id: candidate.candidate_id, commit: candidate.commit, status: candidate.status, observation, tests: candidate.report.tests }]
+        ? [
+            {
+              id: candidate.candidate_id,
+              commit: candidate.commit,
+              status: candidate.status,
+              observation,
+              tests: candidate.report.tests,
+              metric: metricFiguresOf(contract, candidate, observation),
+            },
+          ]
         : [],
     ),
   ];
@@ -207,10 +279,27 @@ function benchmarkTable(history: History): string[][] {
     for (const row of rows) for (const name of Object.keys(gateOf(row.observation, gate)?.metrics ?? {})) names.add(name);
     return [...names].sort().map((metric) => ({ gate, metric }));
   });
+  // The loop's metric, when the contract has one, right after the status: it is what the loop optimises.
+  const primary = contract.metric?.name;
+  const secondaries = (contract.secondary ?? []).map(({ name }) => name);
+  const loopMetricHeader =
+    primary === undefined ? [] : [primary, `${primary}_estimate`, `${primary}_ci_low`, `${primary}_ci_high`, `${primary}_pairs`, ...secondaries];
+  const loopMetricCells = (metric: MetricCells | null) =>
+    primary === undefined
+      ? []
+      : [
+          numberField(metric?.median),
+          numberField(metric?.estimate),
+          numberField(metric?.interval?.[0]),
+          numberField(metric?.interval?.[1]),
+          numberField(metric?.pairs),
+          ...secondaries.map((name) => numberField(metric?.secondary[name])),
+        ];
   const header = [
     "candidate_id",
     "commit",
     "status",
+    ...loopMetricHeader,
     ...metricColumns.map(({ gate, metric }) => `${gate}.${metric}`),
     ...gates.map((gate) => `${gate}.duration_ms`),
     "failing",
@@ -222,6 +311,7 @@ function benchmarkTable(history: History): string[][] {
       row.id,
       row.commit,
       row.status,
+      ...loopMetricCells(row.metric),
       ...metricColumns.map(({ gate, metric }) => numberField(gateOf(row.observation, gate)?.metrics?.[metric])),
       ...gates.map((gate) => numberField(gateOf(row.observation, gate)?.duration_ms)),
       String(row.tests.failing.length),
@@ -232,9 +322,12 @@ function benchmarkTable(history: History): string[][] {
 
 /**
  * `benchmark.csv`: one row per evaluated commit (t0, then every candidate with an observation):
- * `candidate_id, commit, status`, one `<gate>.<metric>` column per METRIC reading any gate printed,
- * one `<gate>.duration_ms` per gate, then the `failing` and `passing` test counts. A gate that did not
- * run, or did not print a metric, leaves its cell empty.
+ * `candidate_id, commit, status`; with a metric in the contract, `<metric>` (the median of the commit's
+ * readings), `<metric>_estimate`, `<metric>_ci_low`, `<metric>_ci_high` (the verdict's comparison with
+ * the best-so-far, empty where none was made), `<metric>_pairs` (the pairs it judged on, else those
+ * measured; empty for t0, measured alone) and one column per secondary metric (its median reading); one `<gate>.<metric>` column per METRIC reading any gate
+ * printed, one `<gate>.duration_ms` per gate, then the `failing` and `passing` test counts. A gate that
+ * did not run, or did not print a metric, leaves its cell empty.
  */
 export function benchmarkCsv(events: readonly EventDraft[]): string {
   return benchmarkTable(historyOf(events)).map(csvRecord).join("");

@@ -1,10 +1,10 @@
 import { describe, expect, it } from "vitest";
-import type { EventDraft } from "#shared/engine/index.js";
+import { foldEvents, type EventDraft, type Verdict } from "#shared/engine/index.js";
 import { sha256Hex } from "#shared/hash.js";
 import { Contract } from "#shared/wire/contract.js";
 import type { GateResult, Observation } from "#shared/wire/observation.js";
-import { benchmarkCsv, candidatesJsonl, csvRecord, exportLoop, resultsTsv, tsvField } from "../../../runner/src/loop/export-formats.js";
-import { AGENT_FAILED, AGENT_OK, LoopHarness, TEST_IDS, commitOf } from "../engine-harness.js";
+import { benchmarkCsv, candidatesJsonl, csvRecord, exportLoop, resultsTsv, tsvField, type CandidateLine } from "../../../runner/src/loop/export-formats.js";
+import { AGENT_FAILED, AGENT_OK, LoopHarness, TEST_IDS, commitOf, observationOf, optimizeLoop, readings } from "../engine-harness.js";
 
 // A realistic history driven through the shared engine: a unit gate with per-test ids, a benchmark
 // gate and a soft lint gate that only run once the unit gate passes, a reclaimed lease, a regression
@@ -160,6 +160,7 @@ describe("candidates.jsonl", () => {
         failing_before: 5,
         failing_after: 4,
         regressed: [],
+        metric: null,
         agent: { exit_code: 0, timed_out: false, duration_ms: 1_000 },
         agent_report: null,
         agent_report_error: null,
@@ -181,6 +182,7 @@ describe("candidates.jsonl", () => {
         failing_before: 4,
         failing_after: 5,
         regressed: [TRICKY],
+        metric: null,
         agent: null,
         agent_report: null,
         agent_report_error: null,
@@ -202,6 +204,7 @@ describe("candidates.jsonl", () => {
         failing_before: 4,
         failing_after: null,
         regressed: [],
+        metric: null,
         agent: { exit_code: 2, timed_out: false, duration_ms: 1_000 },
         agent_report: null,
         agent_report_error: "the agent report is not valid JSON",
@@ -223,6 +226,7 @@ describe("candidates.jsonl", () => {
         failing_before: 4,
         failing_after: null,
         regressed: [],
+        metric: null,
         agent: { exit_code: 0, timed_out: false, duration_ms: 1_000 },
         agent_report: null,
         agent_report_error: null,
@@ -244,6 +248,7 @@ describe("candidates.jsonl", () => {
         failing_before: 4,
         failing_after: 0,
         regressed: [],
+        metric: null,
         agent: { exit_code: 0, timed_out: false, duration_ms: 42_000 },
         agent_report: REPORT,
         agent_report_error: null,
@@ -281,6 +286,7 @@ describe("candidates.jsonl", () => {
       reason: null,
       failing_after: null,
       regressed: [],
+      metric: null,
       gates: [],
       tests: null,
       artifacts: [],
@@ -369,6 +375,158 @@ describe("results.tsv", () => {
     expect(tsvField('say "hi"')).toBe('say "hi"');
     // pandas and Python's csv read an opening quote as quoting: written quoted, it reads back as it was.
     expect(tsvField('"quoted" first\tthen')).toBe('"""quoted"" first then"');
+  });
+});
+
+// An optimize loop with a secondary metric (rss_mb, lower, at most 10% worse), t0 reading 100 ms and
+// about 500 MB: c1 is undecided on 3 pairs, then promoted on 8; c2 is fast but breaks a test; c3's agent
+// fails; c4 is faster still but 37% fatter (secondary_regressed); c5 is still being measured.
+const RSS = { name: "rss_mb", direction: "lower", max_regression: "10%" } as const;
+
+function optimizeHistory(): LoopHarness {
+  const loop = optimizeLoop({ secondary: [RSS] });
+  const [created] = loop.events;
+  if (created?.type !== "loop_created") throw new Error("the log starts with loop_created");
+  created.data.t0.observation.samples = { best: [], candidate: readings(100, 5), secondary: { rss_mb: { best: [], candidate: readings(500, 5, 2) } } };
+  loop.state = foldEvents([created]) ?? loop.state;
+  const measured = (best: string, ms: [number[], number[]], rss: [number[], number[]], failing: string[] = []): Observation => ({
+    ...observationOf(failing),
+    samples: { best: ms[0], candidate: ms[1], secondary: { rss_mb: { best: rss[0], candidate: rss[1] } } },
+    compared_to: commitOf(best),
+  });
+  propose(loop, "c1");
+  const c1 = lease(loop);
+  report(loop, measured("t0", [readings(100, 3), readings(70, 3, 3)], [readings(500, 3), readings(510, 3, 1)]), c1);
+  report(loop, measured("t0", [readings(100, 8), readings(70, 8, 3)], [readings(500, 8), readings(510, 8, 1)]), c1);
+  propose(loop, "c2");
+  report(loop, measured("c1", [readings(70, 5), readings(60, 5, 1)], [readings(510, 5), readings(505, 5, 2)], ["suite.a"]));
+  propose(loop, "c3", { agent: AGENT_FAILED });
+  propose(loop, "c4");
+  report(loop, measured("c1", [readings(70, 8), readings(50, 8, 2)], [readings(510, 8), readings(700, 8, 3)]));
+  propose(loop, "c5");
+  report(loop, measured("c1", [readings(70, 3), readings(69, 3, 4)], [readings(510, 3), readings(512, 3, 1)]));
+  return loop;
+}
+
+/** The median, computed here rather than by the engine's own function. */
+function middle(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const half = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? (sorted[half] ?? Number.NaN) : ((sorted[half - 1] ?? Number.NaN) + (sorted[half] ?? Number.NaN)) / 2;
+}
+
+/** The last verdict of each candidate in the log (final or need_samples), by candidate id. */
+function lastVerdicts(events: readonly EventDraft[]): Map<string, Verdict> {
+  return new Map(events.flatMap((event) => (event.type === "verdict" ? [[event.data.candidate_id, event.data] as const] : [])));
+}
+
+describe("the loop's metric in an optimize loop's exports", () => {
+  it("candidates.jsonl: each evaluated candidate's metric is its verdict's estimate, interval and pairs, with its median readings", () => {
+    const loop = optimizeHistory();
+    const verdicts = lastVerdicts(loop.events);
+    expect([...verdicts].map(([id, verdict]) => [id, verdict.decision, verdict.reason])).toEqual([
+      ["c1", "promoted", "improved"],
+      ["c2", "rejected", "regressed"],
+      ["c3", "rejected", "agent_failed"],
+      ["c4", "rejected", "secondary_regressed"],
+      ["c5", "need_samples", "undecided"],
+    ]);
+    const lines = candidatesJsonl(loop.events)
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as CandidateLine);
+    const metricOf = (id: string) => lines.find((line) => line.candidate_id === id)?.metric;
+    // Compared with the best-so-far: the figures are the verdict's, the final one's for c1 (not its
+    // 3-pair answer), and the last answer's for c5, still being measured.
+    for (const id of ["c1", "c4", "c5"]) {
+      const compared = verdicts.get(id)?.metric;
+      if (!compared) throw new Error(`${id}'s verdict compared nothing`);
+      expect(metricOf(id)).toEqual({
+        name: "parse_ms",
+        median: compared.candidate_median,
+        estimate: compared.estimate,
+        interval: compared.interval,
+        level: compared.level,
+        pairs: compared.pairs,
+        secondary: { rss_mb: expect.any(Number) },
+      });
+    }
+    expect(metricOf("c1")).toMatchObject({ pairs: 8, median: middle(readings(70, 8, 3)), secondary: { rss_mb: middle(readings(510, 8, 1)) } });
+    expect(metricOf("c1")?.estimate).toBeGreaterThan(0.3);
+    expect(metricOf("c1")?.interval?.[0]).toBeGreaterThan(0.3);
+    // c4's gain is real, and its line shows the secondary reading that cost it the promotion.
+    expect(metricOf("c4")?.estimate).toBeGreaterThan(0.3);
+    expect(metricOf("c4")?.secondary.rss_mb).toBe(middle(readings(700, 8, 3)));
+    // Three pairs is before the first look: an estimate so far, no interval yet.
+    expect(metricOf("c5")).toMatchObject({ pairs: 3, interval: null, level: null });
+    expect(lines.find((line) => line.candidate_id === "c5")).toMatchObject({ status: "leased", decision: null });
+    // c2 was measured but rejected on its tests: its readings, and no comparison.
+    expect(metricOf("c2")).toEqual({
+      name: "parse_ms",
+      median: middle(readings(60, 5, 1)),
+      estimate: null,
+      interval: null,
+      level: null,
+      pairs: 5,
+      secondary: { rss_mb: middle(readings(505, 5, 2)) },
+    });
+    // The agent failed: nothing was measured.
+    expect(metricOf("c3")).toBeNull();
+  });
+
+  it("benchmark.csv: t0 first with its own readings, then a metric, estimate, interval, pairs and secondary column per evaluated commit", () => {
+    const loop = optimizeHistory();
+    const verdicts = lastVerdicts(loop.events);
+    const [header, ...rows] = readCsv(benchmarkCsv(loop.events));
+    expect(header).toEqual([
+      "candidate_id",
+      "commit",
+      "status",
+      "parse_ms",
+      "parse_ms_estimate",
+      "parse_ms_ci_low",
+      "parse_ms_ci_high",
+      "parse_ms_pairs",
+      "rss_mb",
+      "unit.duration_ms",
+      "failing",
+      "passing",
+    ]);
+    const cells = (row: readonly string[] | undefined) => Object.fromEntries((header ?? []).map((name, index) => [name, row?.[index]]));
+    // c3 (the agent failed) was never evaluated.
+    expect(rows.map((row) => [row[0], row[2]])).toEqual([
+      ["t0", "baseline"],
+      ["c1", "promoted"],
+      ["c2", "rejected"],
+      ["c4", "rejected"],
+      ["c5", "leased"],
+    ]);
+    // t0 was measured alone: its median readings, no comparison and no pairs.
+    expect(cells(rows[0])).toMatchObject({
+      parse_ms: String(middle(readings(100, 5))),
+      parse_ms_estimate: "",
+      parse_ms_ci_low: "",
+      parse_ms_ci_high: "",
+      parse_ms_pairs: "",
+      rss_mb: String(middle(readings(500, 5, 2))),
+    });
+    for (const row of rows.slice(1)) {
+      const line = cells(row);
+      const compared = verdicts.get(line.candidate_id ?? "")?.metric;
+      const interval = compared?.interval ?? null;
+      expect(line).toMatchObject({
+        parse_ms: expect.stringMatching(/^\d/),
+        parse_ms_estimate: compared ? String(compared.estimate) : "",
+        parse_ms_ci_low: interval ? String(interval[0]) : "",
+        parse_ms_ci_high: interval ? String(interval[1]) : "",
+        rss_mb: expect.stringMatching(/^\d/),
+      });
+      if (compared) expect(Number(line.parse_ms)).toBe(compared.candidate_median);
+    }
+    expect(cells(rows[1])).toMatchObject({ parse_ms_pairs: "8", rss_mb: String(middle(readings(510, 8, 1))) });
+    expect(Number(cells(rows[1]).parse_ms_ci_low)).toBeGreaterThan(0.3);
+    // c2, rejected on its tests, keeps its readings and leaves the comparison empty.
+    expect(cells(rows[2])).toMatchObject({ parse_ms: String(middle(readings(60, 5, 1))), parse_ms_estimate: "", parse_ms_pairs: "5" });
   });
 });
 
