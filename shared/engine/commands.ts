@@ -3,6 +3,7 @@ import type { Observation } from "../wire/observation.js";
 import type { Halt } from "../wire/event-parts.js";
 import { decide, decideUnevaluated, haltAfter } from "./decide.js";
 import type { AgentReport } from "../wire/agent-report.js";
+import type { ContextManifest, ReviewRequest } from "../wire/review.js";
 import type {
   AgentRun,
   Baseline,
@@ -104,6 +105,8 @@ export interface Proposal {
   agent_report?: AgentReport | null | undefined;
   agent_report_error?: string | undefined;
   bundle?: BundleRef | undefined;
+  review_request?: ReviewRequest | undefined;
+  context?: ContextManifest | undefined;
 }
 
 /** Registers a candidate. A failed agent run or an empty change is rejected at once, without a job. */
@@ -137,6 +140,8 @@ export function proposeCandidate(
       ...(proposal.agent_report ? { agent_report: proposal.agent_report } : {}),
       ...(proposal.agent_report_error ? { agent_report_error: proposal.agent_report_error } : {}),
       ...(proposal.bundle ? { bundle: proposal.bundle } : {}),
+      ...(proposal.review_request ? { review_request: proposal.review_request } : {}),
+      ...(proposal.context ? { context: proposal.context } : {}),
       idempotency_key: proposal.idempotency_key,
       request_hash: context.request_hash,
     },

@@ -3,7 +3,7 @@ import { percentValue, type Contract } from "../wire/contract.js";
 import type { ChangedLines, Observation } from "../wire/observation.js";
 import type { EventDraft, Halt, Verdict } from "./events.js";
 import { exitCodeFor, type HaltReason } from "../wire/halt-reasons.js";
-import { checkGuards } from "./guards.js";
+import { checkGuards, type Approvals } from "./guards.js";
 import { compareSamples } from "./statistics.js";
 import { BASELINE_ID, loopAfterVerdict, median, reportSample, sameTreeKey } from "./state.js";
 import { monitorHalt } from "./flake-monitor.js";
@@ -76,6 +76,15 @@ function decideCheckFixpoint(state: LoopState, candidateId: string, now: TestSta
 }
 
 /**
+ * What a person approved that the guards apply to this candidate (docs/design.md §6.8): the protected
+ * files promoted candidates changed with an approval, and its own acknowledged files.
+ */
+function approvalsFor(state: LoopState, candidateId: string): Approvals {
+  const review = state.candidates[candidateId]?.review;
+  return { changes: state.approved_changes, files: review?.decision === "ack" ? review.files : [] };
+}
+
+/**
  * `decide(state, contract, observation) → { verdict, events }` (DESIGN §6): the verdict on one evaluated
  * candidate, and the events that record it (the verdict, then a halt when one follows).
  */
@@ -88,7 +97,7 @@ export function decide(
 ): { verdict: Verdict; events: EventDraft[] } {
   const now = standingOf(contract, observation, state.t0_base);
   // Guards first (invariant 2): a violation is never promoted, whatever the gates say.
-  const violation = checkGuards(contract, state.t0_guards, state.t0_base, observation);
+  const violation = checkGuards(contract, state.t0_guards, state.t0_base, observation, approvalsFor(state, candidateId));
   if (violation) {
     const verdict: Verdict = {
       candidate_id: candidateId,
@@ -356,7 +365,7 @@ function mutuallyExclusivePair(recent: LoopState["regressions_since_promotion"])
 export function decideUnevaluated(
   state: LoopState,
   candidateId: string,
-  reason: "agent_failed" | "no_change",
+  reason: "agent_failed" | "no_change" | "review_rejected",
   detail: string,
   at: string,
 ): { verdict: Verdict; events: EventDraft[] } {

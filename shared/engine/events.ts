@@ -214,6 +214,48 @@ const RecheckReported = z.strictObject({
   }),
 });
 
+/**
+ * A person's answer to a candidate's review request (`POST …/candidates/:id/review`, admin or review
+ * scope): `ack` lets exactly the requested files change for that candidate, which then joins the queue
+ * and is judged; `reject` rejects it (`review_rejected`, the verdict that follows). Who answered is the
+ * token's id (or `owner`), never the agent's: no agent holds such a token.
+ */
+const ReviewDecided = z.strictObject({
+  type: z.literal("review_decided"),
+  at,
+  data: z.strictObject({
+    candidate_id: z.string(),
+    decision: z.enum(["ack", "reject"]),
+    by: z.string().min(1).max(100),
+    note: z.string().max(2_000),
+    /** The files the answer covers: the request's. */
+    files: z.array(z.string()).max(100),
+  }),
+});
+
+/** Nobody answered a review request within `stop.review_timeout`: the `halted` (`human_required`) after it is the engine's answer. */
+const ReviewTimedOut = z.strictObject({
+  type: z.literal("review_timed_out"),
+  at,
+  data: z.strictObject({ candidate_id: z.string(), deadline: at }),
+});
+
+/**
+ * The runner could not fit even the first tier of the agent's context in `agent.context.budget`
+ * (docs/design.md §6.9): the agent was not run; the `halted` (`context_budget_unsatisfiable`) after it is the engine's answer.
+ */
+const ContextUnsatisfiable = z.strictObject({
+  type: z.literal("context_unsatisfiable"),
+  at,
+  data: z.strictObject({
+    tier: z.literal("stack_trace"),
+    needed: z.number().int().min(1),
+    budget: z.number().int().min(1),
+    runner_id: z.string().min(1).max(100),
+    by: z.string().min(1).max(100),
+  }),
+});
+
 /** The body of an event before it is sealed into the chain. */
 export const EventDraft = z.discriminatedUnion("type", [
   LoopCreated,
@@ -231,6 +273,9 @@ export const EventDraft = z.discriminatedUnion("type", [
   ConfirmMeasured,
   CancelRequested,
   RecheckReported,
+  ReviewDecided,
+  ReviewTimedOut,
+  ContextUnsatisfiable,
 ]);
 export type EventDraft = z.infer<typeof EventDraft>;
 export type EventType = EventDraft["type"];
@@ -254,5 +299,8 @@ export const LoopEvent = z.discriminatedUnion("type", [
   ConfirmMeasured.extend(sealed),
   CancelRequested.extend(sealed),
   RecheckReported.extend(sealed),
+  ReviewDecided.extend(sealed),
+  ReviewTimedOut.extend(sealed),
+  ContextUnsatisfiable.extend(sealed),
 ]);
 export type LoopEvent = z.infer<typeof LoopEvent>;

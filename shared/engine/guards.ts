@@ -88,16 +88,55 @@ export interface GuardViolation {
  * (more paths changed than a reading holds) cannot show the change stays inside: it is refused as well,
  * so no candidate succeeds on a scope nobody checked.
  */
-function scopeBreach(scope: readonly string[], t0Commit: string, after: GuardReadings | undefined): string | null {
+function scopeBreach(scope: readonly string[], t0Commit: string, after: GuardReadings | undefined, approved: readonly string[]): string | null {
   const changed = after?.changed_paths;
   if (!changed) return "the observation does not say which paths the candidate changed, though the contract has a scope";
   if (changed.against !== t0Commit) return `the changed paths were read against ${changed.against.slice(0, 12)}, not t0's commit ${t0Commit.slice(0, 12)}`;
-  const outside = outOfScope(scope, changed.paths);
+  // A path a person approved the change of is admitted as it is named, outside the scope's globs too.
+  const admitted = new Set(approved);
+  const outside = outOfScope(scope, admitted.size === 0 ? changed.paths : changed.paths.filter((path) => !admitted.has(path)));
   if (outside.length > 0) return `changed ${outside.length} path(s) outside the scope (${formatList([...scope])}): ${formatList(outside)}`;
   if (changed.total > changed.paths.length) {
     return `changed ${changed.total} paths since t0, more than the ${changed.paths.length} a scope check reads; split the change`;
   }
   return null;
+}
+
+/**
+ * What a person approved (docs/design.md §6.8): `changes`, the protected files promoted candidates changed
+ * with an approval, as they left them (null: deleted); `files`, those the candidate judged now may change
+ * because its own request was acknowledged.
+ */
+export interface Approvals {
+  changes: Readonly<Record<string, string | null>>;
+  files: readonly string[];
+}
+
+/** No approval: the guards hold a candidate to t0's readings. */
+export const NO_APPROVALS: Approvals = { changes: {}, files: [] };
+
+function approvedPaths(approved: Approvals): string[] {
+  return [...Object.keys(approved.changes), ...approved.files];
+}
+
+/** t0's readings with the approved changes of promoted candidates in place of the files they changed. */
+function approvedBaseline(before: GuardReadings, approved: Approvals): GuardReadings {
+  if (Object.keys(approved.changes).length === 0 && approved.files.length === 0) return before;
+  const files = { ...before.protected_files };
+  for (const [file, hash] of Object.entries(approved.changes)) {
+    if (hash === null) delete files[file];
+    else files[file] = hash;
+  }
+  for (const file of approved.files) delete files[file];
+  return { ...before, protected_files: files };
+}
+
+/** Readings without the files a candidate's acknowledged request lets change. */
+function withoutFiles(after: GuardReadings, files: readonly string[]): GuardReadings {
+  if (files.length === 0) return after;
+  const kept = { ...after.protected_files };
+  for (const file of files) delete kept[file];
+  return { ...after, protected_files: kept };
 }
 
 function protectedChanges(before: GuardReadings, after: GuardReadings): string | null {
@@ -156,18 +195,24 @@ function shrunkTestSet(t0: BaselineGuards, base: TestBase, observation: Observat
  * taken because an earlier gate failed) is skipped: such a candidate cannot succeed anyway, because a
  * gate that did not run is a failing test.
  */
-export function checkGuards(contract: Contract, t0: BaselineGuards, base: TestBase, observation: Observation): GuardViolation | null {
+export function checkGuards(
+  contract: Contract,
+  t0: BaselineGuards,
+  base: TestBase,
+  observation: Observation,
+  approved: Approvals = NO_APPROVALS,
+): GuardViolation | null {
   const before = t0.guards;
   const after = observation.guards;
   if (contract.scope) {
-    const breach = scopeBreach(contract.scope, t0.commit, after);
+    const breach = scopeBreach(contract.scope, t0.commit, after, approvedPaths(approved));
     if (breach) return { halt_reason: "blocked_path_modified", detail: breach };
   }
   if (before && !after) {
     return { halt_reason: "metric_integrity_violation", detail: "the observation carries no guard readings, though t0's did" };
   }
   if (before && after) {
-    const changes = protectedChanges(before, after);
+    const changes = protectedChanges(approvedBaseline(before, approved), withoutFiles(after, approved.files));
     if (changes) return { halt_reason: "blocked_path_modified", detail: changes };
   }
 

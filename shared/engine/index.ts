@@ -9,6 +9,7 @@ export * from "./flake-monitor.js";
 export * from "./guards.js";
 export * from "../wire/halt-reasons.js";
 export * from "./labels.js";
+export * from "./review-commands.js";
 export * from "./scope.js";
 export * from "./state.js";
 export * from "./state-types.js";

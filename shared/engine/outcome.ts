@@ -19,7 +19,9 @@ export interface EngineError {
     | "confirm_recorded"
     | "labels_unsatisfied"
     | "awaiting_baseline"
-    | "not_a_best";
+    | "not_a_best"
+    | "candidate_not_found"
+    | "not_awaiting_review";
   message: string;
 }
 

@@ -8,12 +8,22 @@ import type { TestBase, TestStanding } from "./test-sets.js";
 import type { ConfinementSummary } from "./confinement-summary.js";
 import type { DoctorRecord } from "../wire/doctor.js";
 import type { FlakeMonitor } from "./flake-monitor.js";
+import type { ContextManifest, ReviewRequest } from "../wire/review.js";
 
 // The shape of a loop's state (DESIGN §6): what the fold (state.ts) builds from the events, and what every
 // decision reads. Types only.
 
-/** Where a candidate is in its life: waiting for a runner, being evaluated, or decided. */
-export type CandidateStatus = "queued" | "leased" | "promoted" | "rejected";
+/** Where a candidate is in its life: waiting for a person's review, waiting for a runner, being evaluated, or decided. */
+export type CandidateStatus = "awaiting_review" | "queued" | "leased" | "promoted" | "rejected";
+
+/** A person's answer to a candidate's review request (`review_decided`). */
+export interface ReviewAnswer {
+  decision: "ack" | "reject";
+  by: string;
+  note: string;
+  at: string;
+  files: string[];
+}
 
 /** A runner's current claim on a candidate's evaluation. */
 export interface LeaseState {
@@ -83,6 +93,17 @@ export interface CandidateState {
   requeued: RequeuedReport[];
   /** Leases their runners gave back (`lease_released`), oldest first: a retry of a release answers the same. */
   released: { lease_id: string; fencing_token: number }[];
+  /** What its agent asked a person to allow (protected files it changes, and why); null without a request. */
+  review_request: ReviewRequest | null;
+  /** The person's answer to that request; null while it waits, or without a request. */
+  review: ReviewAnswer | null;
+  /**
+   * For an acknowledged candidate, what its report read of the approved files (sha256, null: deleted):
+   * what the guards compare later candidates with once it is promoted.
+   */
+  approved_readings: Record<string, string | null> | null;
+  /** The context the runner gave the agent run that produced it; null when none was recorded. */
+  context: ContextManifest | null;
 }
 
 /** How one gate of a report ended, and its log. */
@@ -188,6 +209,14 @@ export interface LoopState {
   rechecks: Record<string, RecordedRecheck>;
   /** The iteration count when a best was last re-run; null before any recheck. */
   last_recheck_iteration: number | null;
+  /**
+   * Protected files whose change a person approved, by path, as the promoted candidate that changed them
+   * left them (sha256; null: deleted): the guards compare with these instead of t0's readings, and the
+   * scope admits them (docs/design.md §6.8). Empty until an acknowledged candidate is promoted.
+   */
+  approved_changes: Record<string, string | null>;
+  /** Every answer to a review request, in order, with its candidate: what a receipt shows of who approved what. */
+  reviews: (ReviewAnswer & { candidate_id: string })[];
 }
 
 /** The most changed ids a recorded recheck keeps for its retries' answer (its count covers them all). */

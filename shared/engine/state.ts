@@ -5,7 +5,7 @@ import { baselineGuards } from "./guards.js";
 import { changedOutcomes, gatePassed, standingOf, testBaseOf, type TestStanding } from "./test-sets.js";
 import { monitorAtCreation, withSample, type FlakeMonitor } from "./flake-monitor.js";
 import { confinementAtCreation, countAgentRun, countEvaluation, type ConfinementSummary } from "./confinement-summary.js";
-import { MAX_RECHECK_IDS, type CandidateState, type GateSummary, type LoopState } from "./state-types.js";
+import { MAX_RECHECK_IDS, type CandidateState, type GateSummary, type LoopState, type ReviewAnswer } from "./state-types.js";
 
 /** The gates of an observation as the state keeps them, judged by the contract's gates (derived on every fold: no event records it). */
 function gateSummariesOf(contract: Contract, gates: readonly GateResult[]): GateSummary[] {
@@ -97,6 +97,17 @@ export function applyEvent(state: LoopState | null, event: EventDraft): LoopStat
   return applyInPlace(state === null ? null : writable(state), event);
 }
 
+/**
+ * For a candidate a person acknowledged, what its report read of the files they approved (sha256 of the
+ * protected file; null: not among them, e.g. deleted): what the guards hold later candidates to once it
+ * is promoted (docs/design.md §6.8). Null for any other candidate.
+ */
+function approvedReadings(candidate: CandidateState | undefined, observation: Observation): Record<string, string | null> | null {
+  if (candidate?.review?.decision !== "ack") return null;
+  const read = observation.guards?.protected_files ?? {};
+  return Object.fromEntries(candidate.review.files.map((file) => [file, read[file] ?? null]));
+}
+
 /** `applyEvent` on a state a fold owns (from `writable`), writing its containers in place. */
 function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
   if (event.type === "loop_created") {
@@ -145,6 +156,8 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       t0_check_ms: [...data.t0.observation.gates, ...(data.t0.observation.tasks ?? [])].reduce((sum, gate) => sum + gate.duration_ms, 0),
       rechecks: {},
       last_recheck_iteration: null,
+      approved_changes: {},
+      reviews: [],
     };
     // Its containers are new: the fold owns them from the start.
     OWNED.set(
@@ -180,13 +193,17 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
         idempotency_key: data.idempotency_key,
         request_hash: data.request_hash,
         proposed_at: event.at,
-        status: "queued",
+        status: data.review_request ? "awaiting_review" : "queued",
         lease: null,
         report: null,
         verdict: null,
         pending: null,
         requeued: [],
         released: [],
+        review_request: data.review_request ?? null,
+        review: null,
+        approved_readings: null,
+        context: data.context ?? null,
       };
       own(state, "candidates")[data.candidate_id] = candidate;
       own(state, "candidate_order").push(data.candidate_id);
@@ -256,7 +273,9 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       const tests = standingOf(state.contract, data.observation, state.t0_base);
       const { known, monitor } = reportSample(state, data.candidate_id, data.lease_id, tests);
       state.monitor = monitor;
+      const approved = approvedReadings(state.candidates[data.candidate_id], data.observation);
       return updateCandidate(state, data.candidate_id, {
+        ...(approved ? { approved_readings: approved } : {}),
         report: {
           known_outcome: known,
           lease_id: data.lease_id,
@@ -277,6 +296,8 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       // Not final: the candidate stays leased while the runner measures more pairs.
       if (verdict.decision === "need_samples") return updateCandidate(state, verdict.candidate_id, { pending: verdict });
       const next = updateCandidate(state, verdict.candidate_id, { status: verdict.decision, verdict, pending: null, lease: null });
+      // A promoted candidate's approved change to protected files is what they are compared with from now on.
+      if (verdict.decision === "promoted" && candidate.approved_readings) next.approved_changes = { ...next.approved_changes, ...candidate.approved_readings };
       // Few candidates are unsettled at once (those in the queue or out on a lease): a scan of them is short.
       const unsettled = own(next, "unsettled");
       const at = unsettled.indexOf(verdict.candidate_id);
@@ -307,8 +328,17 @@ function applyInPlace(state: LoopState | null, event: EventDraft): LoopState {
       state.final_receipt_outdated = state.final_receipt !== null;
       return state;
     case "cancel_requested":
+    case "review_timed_out":
+    case "context_unsatisfiable":
       // An input: the `halted` event the engine answers it with changes the state.
       return state;
+    case "review_decided": {
+      const { data } = event;
+      const review: ReviewAnswer = { decision: data.decision, by: data.by, note: data.note, at: event.at, files: data.files };
+      state.reviews = [...state.reviews, { candidate_id: data.candidate_id, ...review }];
+      // An acknowledged candidate joins the queue in its place; a rejected one is settled by the verdict that follows.
+      return updateCandidate(state, data.candidate_id, { review, ...(data.decision === "ack" ? { status: "queued" as const } : {}) });
+    }
     case "recheck_reported": {
       const { data } = event;
       const changed = recheckChanges(state, data.candidate_id, data.observation);

@@ -7,9 +7,16 @@ import { failureLine, failureOf } from "./gate-failure.js";
 /** What to do about a halt: raise a limit, fix the setup, or do not retry as is (what it means: HALT_MEANINGS). */
 const ADVICE: Record<HaltReason, { next: string; retry: "raise_limit" | "fix_then_retry" | "do_not_retry" | "done" }> = {
   success_condition_met: { next: "review and merge the loop's branch", retry: "done" },
-  human_required: { next: "look at the evidence, then acknowledge", retry: "fix_then_retry" },
+  human_required: {
+    next: "nobody answered a candidate's request to change protected files in time: read it (loopwarden review), decide whether the change is right, and start a new loop with a longer stop.review_timeout if answers take longer",
+    retry: "fix_then_retry",
+  },
   no_actionable_tasks: { next: "add or unblock tasks", retry: "fix_then_retry" },
   cancelled: { next: "a person stopped it on purpose: start a new loop (run --new) when you want one", retry: "do_not_retry" },
+  context_budget_unsatisfiable: {
+    next: "raise agent.context.budget (the halt says how many tokens the first tier needs), or make the failing output shorter, then start a new loop",
+    retry: "raise_limit",
+  },
   max_iterations_reached: { next: "", retry: "raise_limit" },
   blocked_path_modified: {
     next: "tell the agent its scope and the files that are off limits (program.md); widen the scope in loop.yaml only by your own decision, then start a new loop",

@@ -5,6 +5,7 @@ import type { LoopState } from "../engine/state-types.js";
 import { GitCommit, Sha256 } from "../wire/observation.js";
 import { ConfinementAttestation, confinementAttestation } from "./confinement.js";
 import { OracleAttestation, oracleAttestation } from "./oracle.js";
+import { ContextManifest } from "../wire/review.js";
 
 // What a receipt attests (DESIGN §9): an in-toto Statement v1 (github.com/in-toto/attestation,
 // spec/v1/statement.md) whose subjects are the best commit and the baseline commit, and whose predicate
@@ -43,6 +44,8 @@ export const ReceiptPredicate = z.strictObject({
     metric: z.number().nullable(),
     /** The verdict that promoted it, with its evidence; null while the best is t0. */
     verdict: Verdict.nullable(),
+    /** The context its agent run was given (docs/design.md §6.9), file by file; absent when none was recorded. */
+    context: ContextManifest.optional(),
   }),
   /**
    * The confirm measurement of t0 against the best (DESIGN §6.3), interleaved on one runner: the only
@@ -60,6 +63,24 @@ export const ReceiptPredicate = z.strictObject({
   scope: z.array(z.string()).nullable().optional(),
   /** What the check was held to (DESIGN §6.5): its precondition and flake monitor. Absent from receipts signed before them. */
   oracle: OracleAttestation.optional(),
+  /**
+   * Every answer a person gave to a candidate's request to change protected files (docs/design.md §6.8):
+   * who, which files, what they said, and where the candidate ended. Absent when no agent asked.
+   */
+  reviews: z
+    .array(
+      z.strictObject({
+        candidate_id: z.string(),
+        decision: z.enum(["ack", "reject"]),
+        by: z.string(),
+        at: z.string(),
+        note: z.string(),
+        files: z.array(z.string()),
+        why: z.string(),
+        status: z.string(),
+      }),
+    )
+    .optional(),
 });
 export type ReceiptPredicate = z.infer<typeof ReceiptPredicate>;
 
@@ -130,6 +151,7 @@ export function receiptStatement(state: LoopState, head: ChainHead, issuance: Is
         passing: state.best.passing_count,
         metric: state.best.metric,
         verdict: best?.verdict ?? null,
+        ...(best?.context ? { context: best.context } : {}),
       },
       confirm: confirmationOf(state),
       iterations: {
@@ -141,6 +163,20 @@ export function receiptStatement(state: LoopState, head: ChainHead, issuance: Is
       confinement: confinementAttestation(state.confinement),
       scope: state.contract.scope ?? null,
       oracle: oracleAttestation(state),
+      ...(state.reviews.length > 0
+        ? {
+            reviews: state.reviews.map((review) => ({
+              candidate_id: review.candidate_id,
+              decision: review.decision,
+              by: review.by,
+              at: review.at,
+              note: review.note,
+              files: review.files,
+              why: state.candidates[review.candidate_id]?.review_request?.why ?? "",
+              status: state.candidates[review.candidate_id]?.status ?? "unknown",
+            })),
+          }
+        : {}),
     },
   };
 }

@@ -3,6 +3,7 @@ import { canonicalJson } from "../canonical-json.js";
 import { sha256Hex } from "../hash.js";
 import { verifyChain, type ChainHead } from "../engine/chain.js";
 import { cancelLoop, confirmBest, createLoop, proposeCandidate, recheckBest, requeueIfStale, unnamedComparison } from "../engine/commands.js";
+import { haltContextUnsatisfiable, reviewCandidate, reviewTimeouts } from "../engine/review-commands.js";
 import { releaseLease } from "../engine/lease-commands.js";
 import { formatLabels, labelsSatisfy } from "../engine/labels.js";
 import { decide } from "../engine/decide.js";
@@ -174,6 +175,10 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     return rest;
   }
   if (state && draft.type === "lease_granted") {
+    // A candidate waiting for a person's answer is nobody's job until it is acknowledged.
+    if (state.candidates[draft.data.candidate_id]?.status === "awaiting_review") {
+      throw new Error(`the lease hands out ${draft.data.candidate_id}, which awaited a person's review`);
+    }
     const named = draft.data.compare_to;
     // Absent from leases granted before leases named what they compare against.
     if (named && (named.candidate_id !== state.best.candidate_id || named.commit !== state.best.commit)) {
@@ -223,6 +228,27 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     const [recomputed, ...rest] = cancelled.events;
     if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("the engine records this cancel differently");
     return rest;
+  }
+  if (state && draft.type === "review_decided") {
+    // A person's answer: the verdict after a rejection must be the engine's, and only a request is answered.
+    const { candidate_id, decision, note, by } = draft.data;
+    const reviewed = reviewCandidate(state, { candidate_id, decision, note, by, at: draft.at });
+    if (!reviewed.ok) throw new Error(`the engine refuses this review (${reviewed.error.message})`);
+    const [recomputed, ...rest] = reviewed.events;
+    if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("the engine records this review differently");
+    return rest;
+  }
+  if (state && draft.type === "review_timed_out") {
+    // Only a request that waited out stop.review_timeout times out, and the halt is the engine's.
+    const [recomputed, ...rest] = reviewTimeouts(state, draft.at);
+    if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("no review request had timed out by then");
+    return rest;
+  }
+  if (state && draft.type === "context_unsatisfiable") {
+    const { at, data } = draft;
+    const halted = haltContextUnsatisfiable(state, { ...data, at });
+    if (!halted.ok) throw new Error(`the engine refuses this context report (${halted.error.message})`);
+    return halted.events.slice(1);
   }
   if (state && draft.type === "recheck_reported") {
     // A re-run of a best: judged against that best's recorded outcome, the halt (if any) the engine's.
@@ -366,7 +392,13 @@ function checkScope(state: LoopState, events: readonly LoopEvent[]): ReceiptChec
   const reported = new Map<string, ChangedPaths | undefined>();
   let promoted = 0;
   let bestPaths = 0;
+  // Paths a person approved the change of (docs/design.md §6.8): admitted for their candidate, and for
+  // every candidate after it was promoted, as the engine admits them.
+  const acked = new Map<string, string[]>();
+  const approved = new Set<string>();
+  let approvedCount = 0;
   for (const event of events) {
+    if (event.type === "review_decided" && event.data.decision === "ack") acked.set(event.data.candidate_id, event.data.files);
     if (event.type === "observation_reported") reported.set(event.data.candidate_id, event.data.observation.guards?.changed_paths);
     if (event.type !== "verdict" || event.data.decision === "need_samples") continue;
     const changed = reported.get(event.data.candidate_id);
@@ -376,7 +408,11 @@ function checkScope(state: LoopState, events: readonly LoopEvent[]): ReceiptChec
     if (!changed) return { check: "scope", ok: false, detail: `${where} without a reading of the paths it changed` };
     if (changed.against !== state.t0.commit)
       return { check: "scope", ok: false, detail: `${where} on paths read against ${changed.against.slice(0, 12)}, not t0` };
-    const outside = outOfScope(scope, changed.paths);
+    const own = new Set(acked.get(event.data.candidate_id) ?? []);
+    const outside = outOfScope(
+      scope,
+      changed.paths.filter((path) => !approved.has(path) && !own.has(path)),
+    );
     if (outside.length > 0 || changed.total > changed.paths.length) {
       return {
         check: "scope",
@@ -386,11 +422,13 @@ function checkScope(state: LoopState, events: readonly LoopEvent[]): ReceiptChec
     }
     promoted++;
     bestPaths = changed.total;
+    for (const path of own) approved.add(path);
+    approvedCount = approved.size;
   }
   return {
     check: "scope",
     ok: true,
-    detail: `${formatList(scope)}: the changed paths of ${promoted} promoted candidate(s) re-checked, all inside it${promoted > 0 ? ` (the last one changes ${bestPaths} path(s) since t0)` : ""}`,
+    detail: `${formatList(scope)}: the changed paths of ${promoted} promoted candidate(s) re-checked, all inside it${approvedCount > 0 ? ` or approved by a person (${approvedCount} path(s))` : ""}${promoted > 0 ? ` (the last one changes ${bestPaths} path(s) since t0)` : ""}`,
   };
 }
 

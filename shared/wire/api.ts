@@ -65,6 +65,8 @@ export const LoopSummary = z.object({
   head: z.object({ seq: z.number().int(), hash: Sha256 }),
   /** The final receipt's id, once the halted loop's receipt is issued (`/r/<id>`). */
   receipt_id: z.string().optional(),
+  /** The candidates waiting for a person's answer to their review request (`loopwarden review`); absent when none waits. */
+  awaiting_review: z.array(z.string()).optional(),
 });
 export type LoopSummary = z.infer<typeof LoopSummary>;
 
@@ -209,7 +211,7 @@ export const CandidateView = z.object({
   candidate_id: z.string(),
   parent: z.string(),
   commit: GitCommit,
-  status: z.enum(["queued", "leased", "promoted", "rejected"]),
+  status: z.enum(["awaiting_review", "queued", "leased", "promoted", "rejected"]),
   verdict: Verdict.nullable(),
 });
 export type CandidateView = z.infer<typeof CandidateView>;
@@ -376,6 +378,26 @@ export type CancelRequest = z.infer<typeof CancelRequest>;
 /** `POST /v1/loops/:id/cancel` answer: the loop, halted; `replayed` when it was cancelled already. */
 export const CancelResponse = z.object({ loop: LoopSummary, replayed: z.boolean() });
 export type CancelResponse = z.infer<typeof CancelResponse>;
+
+/** `POST /v1/loops/:id/candidates/:candidateId/review` answer: the candidate as it now is, and the loop. */
+export const ReviewResponse = z.object({ candidate: CandidateView, loop: LoopSummary, replayed: z.boolean() });
+export type ReviewResponse = z.infer<typeof ReviewResponse>;
+
+/**
+ * `POST /v1/loops/:id/context-unsatisfiable`: the first tier of the agent's context needs `needed` tokens,
+ * over the contract's `budget` (docs/design.md §6.9). The loop halts `context_budget_unsatisfiable`.
+ */
+export const ContextUnsatisfiableRequest = z.strictObject({
+  runner_id: RunnerId,
+  tier: z.literal("stack_trace"),
+  needed: z.number().int().min(1).max(1_000_000_000),
+  budget: z.number().int().min(1),
+});
+export type ContextUnsatisfiableRequest = z.infer<typeof ContextUnsatisfiableRequest>;
+
+/** `POST /v1/loops/:id/context-unsatisfiable` answer: the loop, halted. */
+export const ContextUnsatisfiableResponse = z.object({ loop: LoopSummary });
+export type ContextUnsatisfiableResponse = z.infer<typeof ContextUnsatisfiableResponse>;
 
 /** `POST /v1/loops/:id/confirm`: t0 and the best measured interleaved by a runner (cumulative readings). */
 export const ConfirmRequest = z.strictObject({

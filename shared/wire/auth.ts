@@ -5,8 +5,12 @@ import { Labels } from "./contract.js";
 
 // Messages of the tenancy routes (DESIGN §11): teams, and the tokens of a team.
 
-/** What a token may do. `admin` includes the others; `propose` and `evaluate` include `read`. */
-export const Scope = z.enum(["admin", "propose", "evaluate", "read"]);
+/**
+ * What a token may do. `admin` includes the others; `propose`, `evaluate` and `review` include `read`.
+ * `review` answers candidates' requests to change protected files (`loopwarden ack` / `reject`): give it
+ * to the people who decide, never to a runner, whose token an agent could come to hold.
+ */
+export const Scope = z.enum(["admin", "propose", "evaluate", "review", "read"]);
 export type Scope = z.infer<typeof Scope>;
 
 /** Team ids: `tm_` and 16 hex digits. */
@@ -51,7 +55,7 @@ export const CreateTokenRequest = z.strictObject({
   scopes: z
     .array(Scope)
     .min(1)
-    .max(4)
+    .max(5)
     .refine((scopes) => new Set(scopes).size === scopes.length, "lists a scope twice"),
   /** Restricts the token to one loop of the team. */
   loop_id: LoopId.optional(),

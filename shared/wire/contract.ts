@@ -131,7 +131,22 @@ export const StopConditions = z.strictObject({
   max_iterations: z.number().int().min(1).max(100_000).default(50),
   no_progress: z.number().int().min(1).max(100_000).default(10),
   budget: z.strictObject({ wall: Duration.optional(), cost_usd: z.number().positive().optional() }).optional(),
+  /**
+   * How long a candidate whose agent asked to change protected files waits for a person's answer
+   * (`loopwarden ack` / `reject`) before the loop halts `human_required` (default 24h, DEFAULT_REVIEW_TIMEOUT).
+   * Optional without a default, so a contract without it hashes as before.
+   */
+  review_timeout: Duration.optional(),
 });
+
+/** How long a review request waits without `stop.review_timeout`. */
+export const DEFAULT_REVIEW_TIMEOUT = "24h";
+
+/** The agent's context budget (tokens) without `agent.context.budget`. */
+export const DEFAULT_CONTEXT_BUDGET = 32_000;
+
+/** The most tokens a context budget may name. */
+export const MAX_CONTEXT_BUDGET = 2_000_000;
 
 /** An environment variable's name. */
 const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "is not a variable name; use letters, digits and '_'");
@@ -171,6 +186,12 @@ export const AgentSpec = z.strictObject({
    * it on stdout, the agent gets it as `env`, and `revoke` gets it as `env` too.
    */
   credentials: z.strictObject({ env: EnvName, mint: Command, revoke: Command }).optional(),
+  /**
+   * What the runner tells the agent before each run (docs/agent.md): `budget` is the ceiling in tokens of
+   * the context it builds (DEFAULT_CONTEXT_BUDGET without one). A budget the first tier does not fit in
+   * halts the loop `context_budget_unsatisfiable` before the agent runs.
+   */
+  context: z.strictObject({ budget: z.number().int().min(1).max(MAX_CONTEXT_BUDGET) }).optional(),
 });
 
 /**

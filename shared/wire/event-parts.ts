@@ -3,6 +3,7 @@ import { AgentReport } from "./agent-report.js";
 import { AgentConfinement } from "./confinement.js";
 import { HALT_REASONS } from "./halt-reasons.js";
 import { FullObservation, GitCommit, Sha256 } from "./observation.js";
+import { ContextManifest, ReviewRequest } from "./review.js";
 
 // The parts of the engine's events that the API carries too: a baseline, a proposal's fields, a verdict,
 // a halt, a confirm measurement. Here, in wire, so that wire/api.ts names them without importing the
@@ -57,6 +58,13 @@ export const ProposalFields = {
    * runner in another checkout gets the commit (it checks the commit id before evaluating).
    */
   bundle: BundleRef.optional(),
+  /**
+   * The agent's request to change protected files (docs/design.md §6.8): the candidate waits for a
+   * person's `ack` or `reject` (`awaiting_review`) instead of being evaluated. Absent without one.
+   */
+  review_request: ReviewRequest.optional(),
+  /** The context the runner built for the agent run (§6.9), pinned file by file. Absent from runners before it, and from `step`. */
+  context: ContextManifest.optional(),
 };
 
 /** A verdict on one candidate (DESIGN §2). */
@@ -78,6 +86,7 @@ export const Verdict = z.strictObject({
     "no_samples",
     "secondary_regressed",
     "check_inadequate",
+    "review_rejected",
   ]),
   detail: z.string(),
   failing_before: z.number().int().min(0),

@@ -4,6 +4,7 @@ export const HALT_EXIT_CODES = {
   human_required: 11,
   no_actionable_tasks: 11,
   cancelled: 11,
+  context_budget_unsatisfiable: 11,
   max_iterations_reached: 12,
   blocked_path_modified: 13,
   metric_integrity_violation: 13,
@@ -36,9 +37,12 @@ export function exitCodeFor(reason: HaltReason): number {
 /** What each halt means, in plain words (for `explain` and the receipt page). */
 export const HALT_MEANINGS: Record<HaltReason, string> = {
   success_condition_met: "every gate passes on the best candidate",
-  human_required: "the loop needs a person's decision",
+  human_required:
+    "the loop needs a person's decision: a candidate asked to change protected files and nobody answered (`loopwarden review`) within stop.review_timeout",
   no_actionable_tasks: "no task is left that the agent can act on",
   cancelled: "a person cancelled the loop (`loopwarden cancel`, or the API): nothing is decided after it",
+  context_budget_unsatisfiable:
+    "the agent's context could not fit agent.context.budget even at its first tier (the failing tests' output and the files their stack traces name): the agent was not run",
   max_iterations_reached: "the loop used all its iterations",
   blocked_path_modified: "a candidate changed a path outside the scope, or a protected file (a test, the contract, CI or a lockfile)",
   metric_integrity_violation: "a candidate weakened the measurement: tests disappeared, or coverage fell",

@@ -88,6 +88,13 @@ function loopRoutes(loop: { loopId: string; leaseId: string; fencing: number; up
     ["POST", "/v1/loops/:id/receipts", `/v1/loops/${loopId}/receipts`, {}],
     ["POST", "/v1/loops/:id/confirm", `/v1/loops/${loopId}/confirm`, { candidate_id: "c1", samples: { t0: [1], best: [1] } }],
     ["POST", "/v1/loops/:id/cancel", `/v1/loops/${loopId}/cancel`, { reason: "intruder" }],
+    ["POST", "/v1/loops/:id/candidates/:candidateId/review", `/v1/loops/${loopId}/candidates/c1/review`, { decision: "ack", note: "intruder" }],
+    [
+      "POST",
+      "/v1/loops/:id/context-unsatisfiable",
+      `/v1/loops/${loopId}/context-unsatisfiable`,
+      { runner_id: "intruder", tier: "stack_trace", needed: 100_000_000, budget: 32_000 },
+    ],
     [
       "POST",
       "/v1/loops/:id/rechecks",
@@ -493,7 +500,7 @@ describe("tokens", { timeout: 60_000 }, () => {
     const recovered = await createToken(env.OWNER_TOKEN ?? "", { scopes: ["admin"], team_id: team.team_id });
     expect(recovered.team_id).toBe(team.team_id);
     const whoami = await json<{ owner: boolean; team_id: string; scopes: string[] }>(await call("/v1/whoami", {}, recovered.token), 200);
-    expect(whoami).toMatchObject({ owner: false, team_id: team.team_id, scopes: ["admin", "propose", "evaluate", "read"] });
+    expect(whoami).toMatchObject({ owner: false, team_id: team.team_id, scopes: ["admin", "propose", "evaluate", "review", "read"] });
     // A team admin naming another team is refused.
     const other = await createTeam("zeta-other");
     expect((await postJson("/v1/tokens", { scopes: ["read"], team_id: other.team_id }, team.admin)).status).toBe(403);

@@ -104,7 +104,8 @@ function attemptOn(method: string, pattern: string, target: Target): Attempt {
     .replace(":leaseId", pattern.endsWith("/baseline") ? target.baselineLeaseId : target.leaseId)
     .replace(":sha256", pattern.includes("/uploads/") ? UPLOAD_SHA : PAYLOAD_SHA)
     .replace(":uploadId", encodeURIComponent(target.uploadId))
-    .replace(":part", "1");
+    .replace(":part", "1")
+    .replace(":candidateId", "c1");
   const evidence = [{ sha256: PAYLOAD_SHA, base64: base64(PAYLOAD) }];
   const log = { sha256: PAYLOAD_SHA, size: PAYLOAD.length, name: "gate-unit.log", content_type: "text/plain; charset=utf-8" };
   const bodies: Record<string, unknown> = {
@@ -121,6 +122,8 @@ function attemptOn(method: string, pattern: string, target: Target): Attempt {
     "POST /v1/loops/:id/receipts": {},
     "POST /v1/loops/:id/confirm": { candidate_id: "c1", samples: { t0: [1], best: [1] } },
     "POST /v1/loops/:id/cancel": { reason: "intruder" },
+    "POST /v1/loops/:id/candidates/:candidateId/review": { decision: "ack", note: "intruder approves" },
+    "POST /v1/loops/:id/context-unsatisfiable": { runner_id: "intruder", tier: "stack_trace", needed: 100_000_000, budget: 32_000 },
     "POST /v1/loops/:id/rechecks": {
       idempotency_key: "intruder-recheck",
       candidate_id: "t0",
@@ -180,7 +183,7 @@ describe("authorization before any side effect, on every route (DESIGN §11)", {
     const intruder = await createTeam("intruders-team");
     const loop = await victimLoop(victim.admin, "victim-loop");
     const other = await victimLoop(victim.admin, "victim-other");
-    const otherLoopOnly = await createToken(victim.admin, { scopes: ["propose", "evaluate"], loop_id: other.loopId });
+    const otherLoopOnly = await createToken(victim.admin, { scopes: ["propose", "evaluate", "review"], loop_id: other.loopId });
     const readOnly = await createToken(victim.admin, { scopes: ["read"] });
     const otherRunner = await createToken(victim.admin, { scopes: ["evaluate"] });
     const nobodys = { ...loop, loopId: `lp_${"9".repeat(24)}`, leaseId: `lp_${"9".repeat(24)}-L1`, baselineLeaseId: `lp_${"9".repeat(24)}-B1` };
@@ -224,6 +227,48 @@ describe("authorization before any side effect, on every route (DESIGN §11)", {
     expect(response.status, await response.clone().text()).toBe(201);
     const stored = await env.DB.prepare("SELECT sha256 FROM artifacts WHERE loop_id = ?").bind(loop.loopId).all<{ sha256: string }>();
     expect(stored.results.map((row) => row.sha256)).toContain(PAYLOAD_SHA);
+  });
+});
+
+describe("only a person answers a review request (docs/design.md §6.8)", { timeout: 60_000 }, () => {
+  it("a runner's propose and evaluate token, and a read token, cannot ack a candidate (403, nothing changed); a review token can, and is recorded as who approved", async () => {
+    const team = await createTeam("reviewers");
+    const runner = await createToken(team.admin, { scopes: ["propose", "evaluate"] });
+    const reader = await createToken(team.admin, { scopes: ["read"] });
+    const reviewer = await createToken(team.admin, { scopes: ["review"] });
+    const loopId = (await json<{ loop: { loop_id: string } }>(await postJson("/v1/loops", createLoopBody("reviewed", ["parse.empty"]), team.admin), 201)).loop
+      .loop_id;
+    const proposed = await json<{ candidate: { candidate_id: string; status: string }; loop: { awaiting_review?: string[] } }>(
+      await postJson(
+        `/v1/loops/${loopId}/candidates`,
+        { ...candidateBody("reviewed"), review_request: { files: ["test/parse.test.js"], why: "the test expects the wrong error message" } },
+        runner,
+      ),
+      201,
+    );
+    expect(proposed.candidate.status).toBe("awaiting_review");
+    expect(proposed.loop.awaiting_review).toEqual([proposed.candidate.candidate_id]);
+    // Nothing to lease while it waits: a runner finds no job.
+    expect((await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "r1" }, runner)).status).toBe(204);
+
+    await drainOutbox(loopId);
+    const before = await snapshot([loopId]);
+    const path = `/v1/loops/${loopId}/candidates/${proposed.candidate.candidate_id}/review`;
+    for (const token of [runner, reader]) {
+      const refused = await postJson(path, { decision: "ack", note: "looks right to me" }, token);
+      expect(refused.status).toBe(403);
+    }
+    expect(await snapshot([loopId])).toEqual(before);
+
+    const acked = await json<{ candidate: { status: string } }>(await postJson(path, { decision: "ack", note: "the message changed in v2" }, reviewer), 201);
+    expect(acked.candidate.status).toBe("queued");
+    const events = parseJsonl(await ndjson(await call(`/v1/loops/${loopId}/events`, {}, reviewer))) as { type: string; data: { by?: string } }[];
+    const decided = events.find((event) => event.type === "review_decided");
+    expect(decided?.data.by).toMatch(/^tk_[0-9a-f]{16}$/);
+    // Answered once: another answer is refused, and the same one again changes nothing.
+    expect((await postJson(path, { decision: "reject", note: "changed my mind" }, reviewer)).status).toBe(409);
+    expect((await postJson(path, { decision: "ack", note: "the message changed in v2" }, reviewer)).status).toBe(200);
+    expect((await postJson(`/v1/loops/${loopId}/leases`, { runner_id: "r1" }, runner)).status).toBe(200);
   });
 });
 

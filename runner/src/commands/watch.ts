@@ -19,7 +19,8 @@ export function describeEvent(event: LoopEvent, state: LoopState | null = null):
     case "candidate_proposed": {
       const agent = event.data.agent;
       const run = agent ? `agent ${agent.timed_out ? "timed out" : `exit ${agent.exit_code ?? "signal"}`} in ${formatDuration(agent.duration_ms)}` : "via step";
-      return `${prefix} ${event.data.candidate_id} proposed at ${event.data.commit.slice(0, 10)} (${run}${event.data.empty ? ", no change" : ""})`;
+      const review = event.data.review_request ? `; asks a person to allow its change to ${event.data.review_request.files.join(", ")}` : "";
+      return `${prefix} ${event.data.candidate_id} proposed at ${event.data.commit.slice(0, 10)} (${run}${event.data.empty ? ", no change" : ""})${review}`;
     }
     case "lease_granted":
       return `${prefix} ${event.data.candidate_id} leased to ${event.data.runner_id} (token ${event.data.fencing_token})`;
@@ -68,6 +69,12 @@ export function describeEvent(event: LoopEvent, state: LoopState | null = null):
       return `${prefix} cancel requested by ${event.data.by}${event.data.reason ? `: ${event.data.reason}` : ""}`;
     case "recheck_reported":
       return `${prefix} ${event.data.candidate_id}'s gates re-run${event.data.purpose === "resume" ? " on resume" : ""} by ${event.data.runner_id}`;
+    case "review_decided":
+      return `${prefix} ${event.data.candidate_id}'s change to ${event.data.files.join(", ")} ${event.data.decision === "ack" ? paint("approved", "green") : paint("refused", "red")} by ${event.data.by}: ${event.data.note}`;
+    case "review_timed_out":
+      return `${prefix} nobody answered ${event.data.candidate_id}'s review request by ${event.data.deadline}`;
+    case "context_unsatisfiable":
+      return `${prefix} the agent's context needs ${event.data.needed} tokens, over the budget of ${event.data.budget}: the agent was not run`;
   }
 }
 

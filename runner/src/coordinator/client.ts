@@ -3,6 +3,9 @@ import {
   ArtifactList,
   BaselineReportResponse,
   CancelResponse,
+  ContextUnsatisfiableResponse,
+  ReviewResponse,
+  type ContextUnsatisfiableRequest,
   ConfirmResponse,
   RecheckResponse,
   type RecheckRequest,
@@ -29,6 +32,7 @@ import {
 } from "#shared/wire/api.js";
 import { Identity, TeamCreated, TeamList, TokenCreated, TokenList, TokenRevoked, type CreateTeamRequest, type CreateTokenRequest } from "#shared/wire/auth.js";
 import type { Contract } from "#shared/wire/contract.js";
+import type { ReviewDecisionRequest } from "#shared/wire/review.js";
 import { CoordinatorError } from "../errors.js";
 import { ArtifactTransfers } from "./artifact-transfers.js";
 
@@ -80,6 +84,16 @@ export class Client extends ArtifactTransfers {
   /** `POST /v1/loops/:id/rechecks`: a re-run of the best's gates, judged against its recorded outcome. */
   recheck(loopId: string, body: RecheckRequest) {
     return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/rechecks`, RecheckResponse, body);
+  }
+
+  /** `POST /v1/loops/:id/candidates/:candidateId/review`: a person's answer to a candidate's review request (admin or review scope). */
+  reviewCandidate(loopId: string, candidateId: string, body: ReviewDecisionRequest) {
+    return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/candidates/${encodeURIComponent(candidateId)}/review`, ReviewResponse, body);
+  }
+
+  /** `POST /v1/loops/:id/context-unsatisfiable`: the agent's context cannot fit its budget; the loop halts. */
+  contextUnsatisfiable(loopId: string, body: ContextUnsatisfiableRequest) {
+    return this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/context-unsatisfiable`, ContextUnsatisfiableResponse, body);
   }
 
   /** `POST /v1/loops/:id/cancel`: the loop halted as `cancelled` (or as it was, when it already was). */

@@ -52,7 +52,7 @@ export const RECEIPT_READER: Caller = { owner: true, team_id: OWNER_TEAM, token_
 export type AuthVariables = { principal: Principal };
 export type AuthEnv = { Bindings: Env; Variables: AuthVariables };
 
-const ALL_SCOPES: readonly Scope[] = ["admin", "propose", "evaluate", "read"];
+const ALL_SCOPES: readonly Scope[] = ["admin", "propose", "evaluate", "review", "read"];
 const TEAM_TOKEN = /^lwt_([0-9a-f]{16})_[A-Za-z0-9_-]{43}$/;
 
 async function sha256(text: string): Promise<Uint8Array> {
@@ -76,11 +76,11 @@ function unauthorized(code: string, message: string): ApiError {
   return new ApiError(401, code, message, undefined, { "WWW-Authenticate": 'Bearer realm="loopwarden"' });
 }
 
-/** The scopes a token row grants, expanded: `admin` includes every other scope, `propose` and `evaluate` include `read`. */
+/** The scopes a token row grants, expanded: `admin` includes every other scope, `propose`, `evaluate` and `review` include `read`. */
 export function grantedScopes(scopes: readonly Scope[]): Scope[] {
   if (scopes.includes("admin")) return [...ALL_SCOPES];
   const granted = new Set(scopes);
-  if (granted.has("propose") || granted.has("evaluate")) granted.add("read");
+  if (granted.has("propose") || granted.has("evaluate") || granted.has("review")) granted.add("read");
   return ALL_SCOPES.filter((scope) => granted.has(scope));
 }
 

@@ -51,6 +51,9 @@ const REFUSAL_STATUS: Record<Refusal["code"], ContentfulStatusCode> = {
   awaiting_baseline: 409,
   // A recheck names a candidate whose outcome is not a best's (neither t0 nor promoted): nothing to compare it with.
   not_a_best: 422,
+  candidate_not_found: 404,
+  // The candidate asked for no review, or its request was answered already: the answer stands.
+  not_awaiting_review: 409,
   // A limit of the loop's storage, not a fault of the request's form, and no retry can help: not a 5xx
   // the runner retries (500, 502-504), but one it reports as it is.
   storage_limit: 507,

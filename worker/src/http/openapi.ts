@@ -2,6 +2,7 @@ import { z } from "zod";
 import { VERSION } from "#shared/version.js";
 import * as api from "#shared/wire/api.js";
 import * as auth from "#shared/wire/auth.js";
+import * as review from "#shared/wire/review.js";
 
 // The API's OpenAPI 3.1 document (DESIGN §8), served at GET /v1/openapi.json. Its schemas are generated
 // from the very zod schemas the worker validates requests with and the runner parses answers with
@@ -15,7 +16,7 @@ interface Operation {
   path: string;
   summary: string;
   /** The token scope it needs; `public` for none. */
-  scope: "read" | "propose" | "evaluate" | "propose or evaluate" | "admin" | "owner" | "any token" | "public";
+  scope: "read" | "propose" | "evaluate" | "review" | "propose or evaluate" | "admin" | "owner" | "any token" | "public";
   request?: z.ZodType;
   /** A body that is not JSON: the bytes of an artifact or a part. */
   binaryRequest?: boolean;
@@ -85,6 +86,22 @@ const OPERATIONS: Operation[] = [
     scope: "evaluate",
     request: api.RecheckRequest,
     responses: { 201: api.RecheckResponse, 200: api.RecheckResponse },
+  },
+  {
+    method: "post",
+    path: "/v1/loops/{id}/candidates/{candidateId}/review",
+    summary: "a person's answer (ack or reject) to a candidate's request to change protected files; admin or review scope",
+    scope: "review",
+    request: review.ReviewDecisionRequest,
+    responses: { 201: api.ReviewResponse, 200: api.ReviewResponse },
+  },
+  {
+    method: "post",
+    path: "/v1/loops/{id}/context-unsatisfiable",
+    summary: "the agent's context cannot fit agent.context.budget at its first tier: the loop halts context_budget_unsatisfiable",
+    scope: "propose",
+    request: api.ContextUnsatisfiableRequest,
+    responses: { 201: api.ContextUnsatisfiableResponse },
   },
   {
     method: "post",

@@ -4,9 +4,13 @@ import {
   confirmBest,
   createLoop,
   expireLeases,
+  haltContextUnsatisfiable,
   nextLeaseDeadline,
+  nextReviewDeadline,
   proposeCandidate,
   recheckBest,
+  reviewCandidate,
+  reviewTimeouts,
   type Baseline,
   type Recheck,
   type ChainHead,
@@ -95,11 +99,14 @@ export class LoopObject extends DurableObject<Env> {
     return this.store.teamId;
   }
 
-  /** Sets the alarm to the next thing it must do: drain the outbox now, or reclaim the next lease. */
+  /** Sets the alarm to the next thing it must do: drain the outbox now, reclaim the next lease, or time out the oldest review request. */
   private async scheduleAlarm(retryDrainInMs = 0): Promise<void> {
     const pending = this.store.hasSchema() && this.sql.exec("SELECT 1 FROM outbox LIMIT 1").toArray().length > 0;
     const deadline = this.state ? nextLeaseDeadline(this.state) : (this.baseline.pending?.lease?.expires_at ?? null);
-    const candidates = [pending ? Date.now() + retryDrainInMs : null, deadline ? Date.parse(deadline) : null].filter((time): time is number => time !== null);
+    const review = this.state ? nextReviewDeadline(this.state) : null;
+    const candidates = [pending ? Date.now() + retryDrainInMs : null, deadline ? Date.parse(deadline) : null, review ? Date.parse(review) : null].filter(
+      (time): time is number => time !== null,
+    );
     if (candidates.length === 0) {
       await this.ctx.storage.deleteAlarm();
       return;
@@ -317,6 +324,57 @@ export class LoopObject extends DurableObject<Env> {
     return { ok: true, loop: this.summary(), replayed: outcome.value.replayed };
   }
 
+  /**
+   * A person's answer to a candidate's request to change protected files (docs/design.md §6.8): `ack`
+   * queues it to be judged with exactly those files allowed to change, `reject` rejects it. The route
+   * checked the admin or review scope first; who answered is recorded from the token, never the body.
+   */
+  async review(input: {
+    caller: Caller;
+    candidate_id: string;
+    decision: "ack" | "reject";
+    note: string;
+  }): Promise<Answer<{ loop: LoopSummary; candidate: CandidateView; replayed: boolean }>> {
+    const state = this.admit(input.caller);
+    if (!state) return this.absent(input.caller);
+    const outcome = reviewCandidate(state, {
+      candidate_id: input.candidate_id,
+      decision: input.decision,
+      note: input.note,
+      by: holderOf(input.caller),
+      at: new Date().toISOString(),
+    });
+    if (!outcome.ok) return { ok: false, ...outcome.error };
+    const appended = this.store.tryAppend(outcome.events);
+    if ("ok" in appended) return appended;
+    await this.receipts.issueFinal();
+    await this.scheduleAlarm();
+    return { ok: true, loop: this.summary(), candidate: viewCandidate(this.store.state ?? state, input.candidate_id), replayed: outcome.value.replayed };
+  }
+
+  /**
+   * A runner's report that the agent's context cannot fit its budget even at the first tier (§6.9): the
+   * loop halts `context_budget_unsatisfiable` before any agent run, when the engine accepts the figures.
+   */
+  async contextUnsatisfiable(input: {
+    caller: Caller;
+    tier: "stack_trace";
+    needed: number;
+    budget: number;
+    runner_id: string;
+  }): Promise<Answer<{ loop: LoopSummary }>> {
+    const state = this.admit(input.caller);
+    if (!state) return this.absent(input.caller);
+    const { caller, ...report } = input;
+    const outcome = haltContextUnsatisfiable(state, { ...report, by: holderOf(caller), at: new Date().toISOString() });
+    if (!outcome.ok) return { ok: false, ...outcome.error };
+    const appended = this.store.tryAppend(outcome.events);
+    if ("ok" in appended) return appended;
+    await this.receipts.issueFinal();
+    await this.scheduleAlarm();
+    return { ok: true, loop: this.summary() };
+  }
+
   /** Records a runner's confirm measurement of t0 against the best (DESIGN §6.3), or asks for more pairs. */
   async confirm(input: {
     caller: Caller;
@@ -407,11 +465,17 @@ export class LoopObject extends DurableObject<Env> {
     return this.receipts.sign(input.kind);
   }
 
-  /** Reclaims expired leases (a pending baseline's too), drains the outbox to D1, issues a halted loop's missing receipt, then re-arms for whatever is next. */
+  /**
+   * Reclaims expired leases (a pending baseline's too), halts `human_required` on a review request nobody
+   * answered in time, drains the outbox to D1, issues a halted loop's missing receipt, then re-arms for
+   * whatever is next.
+   */
   override async alarm(): Promise<void> {
     if (this.state) {
+      const now = new Date().toISOString();
+      this.store.append(expireLeases(this.state, now));
+      this.store.append(reviewTimeouts(this.state, now));
       await this.receipts.issueFinal();
-      this.store.append(expireLeases(this.state, new Date().toISOString()));
     } else if (this.baseline.pending) this.baseline.expire(new Date().toISOString());
     else return;
     let drained = true;

@@ -1,4 +1,4 @@
-import type { ChainHead, LoopState } from "#shared/engine/index.js";
+import { awaitingReview, type ChainHead, type LoopState } from "#shared/engine/index.js";
 import type { CandidateView, Lease, LoopSummary } from "#shared/wire/api.js";
 
 /** The API's summary of a loop (DESIGN §8 `GET /v1/loops/:id`). */
@@ -17,7 +17,13 @@ export function summarizeLoop(state: LoopState, head: ChainHead): LoopSummary {
     halt: state.halt,
     head,
     ...(state.final_receipt ? { receipt_id: state.final_receipt } : {}),
+    ...awaitingField(state),
   };
+}
+
+function awaitingField(state: LoopState): { awaiting_review?: string[] } {
+  const waiting = awaitingReview(state).map((candidate) => candidate.candidate_id);
+  return waiting.length > 0 ? { awaiting_review: waiting } : {};
 }
 
 /** The API's view of one candidate. */

@@ -19,7 +19,11 @@ import {
   type ConfirmResponse,
   RecheckRequest,
   type RecheckResponse,
+  ContextUnsatisfiableRequest,
+  type ContextUnsatisfiableResponse,
+  type ReviewResponse,
 } from "#shared/wire/api.js";
+import { ReviewDecisionRequest } from "#shared/wire/review.js";
 import { unverifiedIn } from "../artifacts/artifact-store.js";
 import { storeInlineEvidence } from "../artifacts/inline-evidence.js";
 import { ApiError, refusalError } from "../http/http-errors.js";
@@ -206,6 +210,27 @@ loopRoutes.post("/:id/confirm", async (c) => {
   const response: ConfirmResponse =
     answer.answer.status === "recorded" ? { ...answer.answer, loop: answer.loop } : { ...answer.answer, ttl_ms: leaseTtlMs(c.env) };
   return c.json(response);
+});
+
+// A person's answer to a candidate's request to change protected files (docs/design.md §6.8): admin or
+// review scope, checked before the loop hears of it. Who answered is the token's, never the body's.
+loopRoutes.post("/:id/candidates/:candidateId/review", async (c) => {
+  const { stub, caller } = await openLoop(c, c.req.param("id"), "review");
+  const body = await readJson(c, ReviewDecisionRequest);
+  const answer = await stub.review({ caller, candidate_id: c.req.param("candidateId"), ...body });
+  if (!answer.ok) throw refusalError(answer);
+  const response: ReviewResponse = { candidate: answer.candidate, loop: answer.loop, replayed: answer.replayed };
+  return c.json(response, answer.replayed ? 200 : 201);
+});
+
+// The agent's context cannot fit its budget (§6.9): the runner says so instead of running the agent.
+loopRoutes.post("/:id/context-unsatisfiable", async (c) => {
+  const { stub, caller } = await openLoop(c, c.req.param("id"), "propose");
+  const body = await readJson(c, ContextUnsatisfiableRequest);
+  const answer = await stub.contextUnsatisfiable({ caller, ...body });
+  if (!answer.ok) throw refusalError(answer);
+  const response: ContextUnsatisfiableResponse = { loop: answer.loop };
+  return c.json(response, 201);
 });
 
 // A best's gates re-run (DESIGN §6.5): on resume before the next agent run, or every
