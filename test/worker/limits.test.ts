@@ -156,7 +156,7 @@ describe("state at scale", () => {
     expect(created.status, await created.clone().text()).toBe(201);
     expect(((await created.json()) as { loop: { t0: { failing: number } } }).loop.t0.failing).toBe(61);
     expect(await largestRow(loopId)).toBeLessThan(256 * 1024);
-  });
+  }, 120_000);
 
   it("a loop of a small suite keeps answering through 10,000 events, and its largest row stays small", async () => {
     const loop = await createLoop("long", ["parse.empty"], { stop: { max_iterations: 100_000, no_progress: 100_000 } });

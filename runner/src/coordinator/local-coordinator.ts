@@ -184,7 +184,7 @@ export async function startLocalCoordinator(options: {
   }
   const signalListeners = (signal: NodeJS.Signals) => new Set(process.listeners(signal));
   const before = { SIGINT: signalListeners("SIGINT"), SIGTERM: signalListeners("SIGTERM") };
-  const mf = new Miniflare({
+  const launch = () => new Miniflare({
     host: "127.0.0.1",
     port,
     // No request.cf lookup over the network, no inspector: nothing but the worker itself.
@@ -222,16 +222,32 @@ export async function startLocalCoordinator(options: {
   // shutdown short (the agent's and gates' process groups left running). The runner's shutdown stops
   // this coordinator itself, so those handlers go; Miniflare's exit hook, which stops workerd when the
   // process exits, stays.
-  for (const signal of ["SIGINT", "SIGTERM"] as const) {
-    for (const listener of process.listeners(signal)) if (!before[signal].has(listener)) process.off(signal, listener);
-  }
-  const stop = async () => {
-    await mf.dispose();
-    await rm(path.join(stateDir, "coordinator.json"), { force: true });
+  const dropSignalHandlers = () => {
+    for (const signal of ["SIGINT", "SIGTERM"] as const) {
+      for (const listener of process.listeners(signal)) if (!before[signal].has(listener)) process.off(signal, listener);
+    }
   };
+  // A start that fails inside the runtime (seen on a loaded machine as an assertion in Miniflare's
+  // synchronous proxy while the migrations ran) is tried once more, the first failure written to the
+  // log; a second failure is the command's error.
+  const start = async (): Promise<Miniflare> => {
+    const instance = launch();
+    dropSignalHandlers();
+    try {
+      await instance.ready;
+      await applyD1Migrations(instance, config, stateDir);
+      return instance;
+    } catch (error) {
+      await instance.dispose().catch(() => undefined);
+      throw error;
+    }
+  };
+  let mf: Miniflare | undefined;
   try {
-    await mf.ready;
-    await applyD1Migrations(mf, config, stateDir);
+    mf = await start().catch(async (error: unknown) => {
+      log.write(`${new Date().toISOString()} loopwarden: the coordinator's start failed, trying once more: ${(error as Error).stack ?? String(error)}\n`);
+      return start();
+    });
     const url = `http://127.0.0.1:${port}`;
     if (!(await new Client(url).isHealthy())) throw new Error(`the local coordinator at ${url} does not answer /healthz (log: ${log.file})`);
     const runtimePid = await runtimeChildPid();
@@ -240,9 +256,15 @@ export async function startLocalCoordinator(options: {
     // while the worker has logged nothing (it logs warnings and errors only).
     log.write(`${new Date().toISOString()} loopwarden ${VERSION}: coordinator listening on ${url} (pid ${process.pid})\n`);
     await writeFile(path.join(stateDir, "coordinator.json"), JSON.stringify(record));
+    const running = mf;
+    const stop = async () => {
+      await running.dispose();
+      await rm(path.join(stateDir, "coordinator.json"), { force: true });
+    };
     return { url, pid: process.pid, runtimePid, owner, stop };
   } catch (error) {
-    await mf.dispose().catch(() => undefined);
+    log.write(`${new Date().toISOString()} loopwarden: the coordinator did not start: ${(error as Error).stack ?? String(error)}\n`);
+    await mf?.dispose().catch(() => undefined);
     throw new Error(`the local coordinator did not start (log: ${log.file}): ${(error as Error).message}`);
   }
 }
