@@ -213,6 +213,34 @@ program
   });
 
 program
+  .command("review")
+  .description(
+    "show the candidates whose agent asked to change protected files: which files, why, until when the request waits (stop.review_timeout), and the diff; then answer with ack or reject (default: this repository's current loop)",
+  )
+  .argument("[loop]", "loop id")
+  .action(async (loop: string | undefined) => {
+    const { reviewCommand } = await import("./commands/review.js");
+    exitCode = await reviewCommand(loop, { ...globals(), cwd: process.cwd() });
+  });
+
+for (const decision of ["ack", "reject"] as const) {
+  program
+    .command(decision)
+    .description(
+      decision === "ack"
+        ? "approve a candidate's request to change protected files: exactly those files may change for it, and it is evaluated and judged; recorded with who approved (needs the admin or review scope, which no runner's token should have)"
+        : "refuse a candidate's request to change protected files: it is rejected (review_rejected) and the loop goes on; recorded with who refused (needs the admin or review scope)",
+    )
+    .argument("<candidate>", "candidate id (c3), as review lists it")
+    .requiredOption("--note <text>", "why, recorded in the signed log and shown in the receipt")
+    .option("--loop <id>", "the loop (default: this repository's current loop)")
+    .action(async (candidate: string, options: { note: string; loop?: string }) => {
+      const { answerReview } = await import("./commands/review.js");
+      exitCode = await answerReview(decision, candidate, { ...globals(), ...options, cwd: process.cwd() });
+    });
+}
+
+program
   .command("logs")
   .description(
     "print the stored output of a candidate's (or t0's) gate: by default the latest evaluated candidate's first failing gate, a hard one before a soft one, or its last gate when every gate passed (default loop: this repository's)",

@@ -2,7 +2,7 @@ import { useCommandHelper } from "../process/spawner.js";
 import { mkdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { parseDuration } from "#shared/duration.js";
-import { HALT_EXIT_CODES, labelsSatisfy } from "#shared/engine/index.js";
+import { contextBudget, HALT_EXIT_CODES, labelsSatisfy } from "#shared/engine/index.js";
 import type { LoopSummary, ProposeCandidateRequest } from "#shared/wire/api.js";
 import type { Connection, ServerOptions } from "../coordinator/connect.js";
 import type { CommandResult } from "../process/exec.js";
@@ -10,7 +10,9 @@ import { isHaltedMeanwhile, UserError } from "../errors.js";
 import { currentBranch } from "../process/git.js";
 import { loopBranch, type Diff } from "../process/git-commits.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
-import { agentEnv, readAgentReport, writeAgentContext } from "../loop/agent-context.js";
+import { agentEnv, readAgentReport, readReviewRequest, writeAgentContext, type AgentFiles } from "../loop/agent-context.js";
+import type { ContextManifest } from "#shared/wire/review.js";
+import { buildAgentContext, manifestOf } from "../loop/context-input.js";
 import { commitWorkspace, maintainAfterCandidates } from "../loop/candidate-commits.js";
 import type { ContractOptions } from "../contract/contract-resolution.js";
 import { confirmAgainstT0 } from "../loop/confirm-job.js";
@@ -122,7 +124,8 @@ async function proposeFromWorkspace(
   iteration: number,
   agent: CommandResult,
   confinement: AgentConfinement,
-  reportFile: string,
+  files: AgentFiles,
+  context: ContextManifest | null,
 ): Promise<ProposeCandidateRequest> {
   // The last rejection's return to the best commit, overlapped with this agent run, is done first.
   await workingTreeRestored(session);
@@ -138,11 +141,15 @@ async function proposeFromWorkspace(
   // The candidate's clone is begun while it is committed (the agent's zone is gone with every process
   // it started, so nothing of it can touch the clone): only its checkout waits for the commit, and its
   // evaluation begins as soon as the commit exists.
-  const evaluatesOwn = evaluatesOwnCandidate(session, agentRun);
+  // A request to change protected files holds the candidate for a person's answer (docs/design.md §6.8):
+  // it is not evaluated until then.
+  const review = await readReviewRequest(files.requests);
+  if (review.error) progress(session.mode, `[${iteration}] ${review.error}; not sent, so the candidate is judged as it is`);
+  const evaluatesOwn = evaluatesOwnCandidate(session, agentRun) && !review.request;
   if (evaluatesOwn) prepareClone(session.repo);
   let begun: string | null = null;
   try {
-    const report = await readAgentReport(workspace.dir, reportFile);
+    const report = await readAgentReport(workspace.dir, files.report);
     if (report.error) progress(session.mode, `[${iteration}] ${report.error}; not recorded`);
     const begin = (commit: string, diff: Diff) => {
       begun = commit;
@@ -150,7 +157,7 @@ async function proposeFromWorkspace(
     };
     const { commit, key, diff } = await timed("commit", () => commitWorkspace(session, workspace, iteration, agentRun, evaluatesOwn ? begin : undefined));
     const proposer = { kind: "command" as const, command: session.loaded.contract.agent.run };
-    return await timed("bundle", () => buildProposal(session, { commit, key, diff, proposer, agent: agentRun, report }));
+    return await timed("bundle", () => buildProposal(session, { commit, key, diff, proposer, agent: agentRun, report, review: review.request, context }));
   } catch (error) {
     // A candidate whose evaluation began but that is never proposed (its branch could not move) is not evaluated on.
     if (begun !== null) await dropCloneAhead(session.repo, begun);
@@ -215,7 +222,23 @@ export async function runLoop(options: RunOptions): Promise<number> {
       if (!unconfined && evaluatesOwnCandidate(session, null)) prepareClone(session.repo);
       let proposal: ProposeCandidateRequest;
       try {
-        const files = await timed("context", async () => writeAgentContext(session.repo, await stateAtHead(session), workspace.dir));
+        const state = await stateAtHead(session);
+        const files = await timed("context", () => writeAgentContext(session.repo, state, workspace.dir));
+        // What the agent is told of where to look, within its budget (docs/agent.md); a budget the first
+        // tier does not fit in halts the loop before the agent runs.
+        const built = await timed("context", () => buildAgentContext(session, state, workspace.dir, files.context));
+        if (built.status === "unsatisfiable") {
+          progress(mode, `[${iteration}] the agent's context needs ${built.needed} tokens for its first tier, over agent.context.budget ${built.budget}: the agent is not run`);
+          const answer = await session.client.contextUnsatisfiable(session.loop.loop_id, {
+            runner_id: session.workspace.runner_id,
+            tier: built.tier,
+            needed: built.needed,
+            budget: built.budget,
+          });
+          session.loop = answer.loop;
+          break;
+        }
+        const context = manifestOf(built, contextBudget(state));
         const zoned = await timed("agent", () =>
           runAgentInZone({
             repo: session.repo,
@@ -232,7 +255,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
         for (const host of zoned.confinement.hosts ?? []) {
           if (!host.allowed) progress(mode, `[${iteration}] the agent asked for ${host.host}:${host.port}, which agent.network.allow does not list: refused`);
         }
-        proposal = await proposeFromWorkspace(session, workspace, iteration, agent, zoned.confinement, files.report);
+        proposal = await proposeFromWorkspace(session, workspace, iteration, agent, zoned.confinement, files, context);
       } finally {
         removeWorkspace(workspace).catch(() => undefined);
         // Unless the candidate's clone took it (an agent run that threw leaves it unused).

@@ -49,7 +49,7 @@ export async function verifyCommand(
       valid: result.ok,
       ...(predicate ? { loop_id: predicate.loop_id, iteration: predicate.iterations.total } : {}),
       ...(predicate?.halt ? { halt_reason: predicate.halt.halt_reason, exit_class: predicate.halt.exit_class } : {}),
-      ...(predicate ? { confinement: predicate.confinement, scope: predicate.scope, oracle: predicate.oracle } : {}),
+      ...(predicate ? { confinement: predicate.confinement, scope: predicate.scope, oracle: predicate.oracle, reviews: predicate.reviews ?? [] } : {}),
       receipt: isUrl ? receipt : { envelope: receipt, events: options.events, key: options.key },
       key: result.key?.kid ?? null,
       // Which key verified it (its fingerprint, the RFC 7638 thumbprint), and whence that key came.
@@ -80,6 +80,18 @@ export async function verifyCommand(
             predicate.oracle
               ? `${attested ? "check:" : "check (as the receipt claims; not verified):"} ${predicate.oracle.precondition === "measured" ? predicate.oracle.summary : paint(predicate.oracle.summary, "yellow")}`
               : paint("check: precondition not attested (the receipt predates preconditions)", "yellow"),
+            // Who let which protected file change (docs/design.md §6.8): every approval is a person's, named.
+            ...(predicate.reviews ?? []).map(
+              (review) =>
+                `${attested ? "review:" : "review (as the receipt claims; not verified):"} ${review.candidate_id}: change to ${review.files.join(", ")} ${
+                  review.decision === "ack" ? paint("approved", "yellow") : "refused"
+                } by ${review.by} at ${review.at} (now ${review.status}): ${review.note}`,
+            ),
+            ...(predicate.best.context
+              ? [
+                  `context: the best's agent run was given ${predicate.best.context.files.length} file(s), ${predicate.best.context.tokens} of ${predicate.best.context.budget} tokens (context.md ${predicate.best.context.context_sha256.slice(0, 12)})`,
+                ]
+              : []),
           ]
         : []),
       result.ok

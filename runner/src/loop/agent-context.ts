@@ -3,6 +3,7 @@ import path from "node:path";
 import { BASELINE_ID, type LoopState, type Verdict } from "#shared/engine/index.js";
 import { sha256Hex } from "#shared/hash.js";
 import { AgentReportFile, type AgentReport } from "#shared/wire/agent-report.js";
+import { ReviewRequest } from "#shared/wire/review.js";
 import { git } from "../process/git.js";
 
 // What the agent is told before each run, and what it may report afterwards (issue "the agent's side").
@@ -14,6 +15,10 @@ export interface AgentFiles {
   lastVerdict: string;
   history: string;
   report: string;
+  /** Where the agent may ask a person to allow a change to protected files (docs/agent.md). */
+  requests: string;
+  /** The context directory the runner builds before the run (`context.md` and the files it names). */
+  context: string;
 }
 
 /** The last verdict as the agent reads it. */
@@ -93,6 +98,8 @@ export async function writeAgentContext(repo: string, state: LoopState, workTree
     lastVerdict: path.join(dir, "last-verdict.json"),
     history: path.join(dir, "history.jsonl"),
     report: path.join(dir, "report.json"),
+    requests: path.join(dir, "requests.json"),
+    context: path.join(dir, "context"),
   };
   const commitOf = (id: string) => (id === BASELINE_ID ? state.t0.commit : (state.candidates[id]?.commit ?? state.t0.commit));
   const lines: HistoryLine[] = [];
@@ -116,7 +123,7 @@ export async function writeAgentContext(repo: string, state: LoopState, workTree
   await writeFile(files.best, `${JSON.stringify(best, null, 2)}\n`);
   await writeFile(files.lastVerdict, `${JSON.stringify(last, null, 2)}\n`);
   await writeFile(files.history, lines.map((line) => `${JSON.stringify(line)}\n`).join(""));
-  await rm(files.report, { force: true });
+  await Promise.all([rm(files.report, { force: true }), rm(files.requests, { force: true })]);
   return files;
 }
 
@@ -129,7 +136,31 @@ export function agentEnv(files: AgentFiles, loopId: string, iteration: number): 
     LOOPWARDEN_LAST_VERDICT: files.lastVerdict,
     LOOPWARDEN_HISTORY: files.history,
     LOOPWARDEN_AGENT_REPORT: files.report,
+    LOOPWARDEN_REQUESTS: files.requests,
+    LOOPWARDEN_CONTEXT: files.context,
   };
+}
+
+/**
+ * Reads the request the agent wrote to change protected files, if any (docs/design.md §6.8), validated:
+ * which files, and why. Only a request: nothing the agent writes anywhere approves it. An invalid one
+ * is not sent; the reason is answered, so it is never silent.
+ */
+export async function readReviewRequest(file: string): Promise<{ request: ReviewRequest | null; error?: string }> {
+  const text = await readFile(file, "utf8").catch(() => null);
+  if (text === null) return { request: null };
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return { request: null, error: "the review request is not valid JSON" };
+  }
+  const parsed = ReviewRequest.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    return { request: null, error: `the review request is invalid: ${issue?.path.join(".") || "(request)"}: ${issue?.message ?? "invalid"}` };
+  }
+  return { request: parsed.data };
 }
 
 /**

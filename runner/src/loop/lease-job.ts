@@ -306,7 +306,12 @@ export async function evaluateUntilDecided(
     const state = session.folded?.state;
     if (state?.halt) throw new LoopHaltedMeanwhile(`the loop halted (${state.halt.halt_reason}) before ${candidateId} was decided`);
     const holder = candidate?.lease?.runner_id;
-    const line = holder ? `${candidateId} is being evaluated by runner ${holder}` : `waiting for ${wanted} to evaluate ${candidateId}`;
+    const request = candidate?.status === "awaiting_review" ? candidate.review_request : null;
+    const line = request
+      ? `${candidateId} asks a person to allow its change to ${request.files.join(", ")}: loopwarden review shows it; loopwarden ack ${candidateId} --note … or reject ${candidateId} --note … answers it`
+      : holder
+        ? `${candidateId} is being evaluated by runner ${holder}`
+        : `waiting for ${wanted} to evaluate ${candidateId}`;
     const now = Date.now();
     waitingSince ??= now;
     if (line !== said.line || now - said.at >= WAITING_LINE_MS) {

@@ -2,6 +2,7 @@ import { mkdir, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { labelsSatisfy, LoopEvent, type AgentRun, type BundleRef, type Proposer, type Verdict } from "#shared/engine/index.js";
 import type { AgentReport } from "#shared/wire/agent-report.js";
+import type { ContextManifest, ReviewRequest } from "#shared/wire/review.js";
 import type { InlineEvidence, ProposeCandidateRequest } from "#shared/wire/api.js";
 import { cloneAhead, dropCloneAhead, evaluationStarted, type Clone } from "../evaluation/clone.js";
 import { contractFileOf } from "../contract/contract-file.js";
@@ -76,10 +77,15 @@ export async function buildProposal(
     report?: { report: AgentReport | null; error?: string };
     /** Its change from the best commit, when already taken (`commitCandidate`). */
     diff?: Diff;
+    /** The agent's request to change protected files: the candidate then waits for a person, unevaluated. */
+    review?: ReviewRequest | null;
+    /** The context the agent run was given. */
+    context?: ContextManifest | null;
   },
 ): Promise<ProposeCandidateRequest> {
   const failed = agentFailed(candidate.agent);
-  const evaluatesOwn = evaluatesOwnCandidate(session, candidate.agent);
+  // A candidate that asks for a review is evaluated only once a person acknowledged it: no lease now.
+  const evaluatesOwn = evaluatesOwnCandidate(session, candidate.agent) && !candidate.review;
   if (evaluatesOwn) beginOwnEvaluation(session, candidate.commit, candidate.diff);
   // Its one-line summary for the agent's history is ready by the next iteration.
   void diffSummary(session.repo, session.loop.best.commit, candidate.commit);
@@ -110,6 +116,8 @@ export async function buildProposal(
       agent: candidate.agent,
       ...(candidate.report?.report ? { agent_report: candidate.report.report } : {}),
       ...(candidate.report?.error ? { agent_report_error: candidate.report.error } : {}),
+      ...(candidate.review ? { review_request: candidate.review } : {}),
+      ...(candidate.context ? { context: candidate.context } : {}),
       ...(bundled ? { bundle: bundled.bundle } : {}),
       ...(bundled?.evidence ? { evidence: bundled.evidence } : {}),
       ...(evaluatesOwn && !diff.empty ? { lease: { runner_id: session.workspace.runner_id, labels: session.labels } } : {}),
