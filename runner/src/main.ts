@@ -309,6 +309,30 @@ contractOptions(
   exitCode = await replayCommand(receipt, { ...globals(), ...options, cwd: process.cwd() });
 });
 
+labelsOption(
+  contractOptions(
+    program
+      .command("reexecute")
+      .description(
+        "verify a receipt, then RE-RUN its loop: the live agent loop again from the receipt's t0, with its contract (this checkout's at t0, or the flags given, hashing to the receipt's) and its agent, as a new loop with its own receipt, in a fresh clone of this repository; compares the outcomes, never bytes (an agent is not deterministic): the halt reason, the final failing set, the metric within the original's interval, the iterations shown; exit 0 match, 13 differs. replay only re-checks the recorded best, with no agent; reexecute spends the agent's budget again (max_iterations agent runs at most), so it runs only with --confirm (without it: prints what it would run, exit 2)",
+      )
+      .argument("<receipt>", "a receipt URL (…/r/<id>) or a saved envelope file")
+      .option("--confirm", "run it: the agent runs again and spends its budget", false)
+      .option("--events <file>", "the log the receipt file signs (JSONL), for a receipt file")
+      .option("--key <file>", "verify against this public key (a JWK) or key set instead of the coordinator's published keys")
+      .option(
+        "--key-fingerprint <kid>",
+        "accept only a signature by the key with this RFC 7638 thumbprint (the kid verify prints), wherever the key set came from",
+      ),
+  ),
+  "passed to the re-run's `run`",
+).action(
+  async (receipt: string, options: ContractFlags & { confirm: boolean; unconfined?: boolean; events?: string; key?: string; keyFingerprint?: string }) => {
+    const { reexecuteCommand } = await import("./commands/reexecute.js");
+    exitCode = await reexecuteCommand(receipt, { ...globals(), ...options, cwd: process.cwd() });
+  },
+);
+
 function flakeRate(value: string): number {
   const parsed = Number(value);
   if (!Number.isFinite(parsed) || parsed <= 0 || parsed >= 1) throw new InvalidArgumentError("must be a fraction between 0 and 1, e.g. 0.05 for 5%");

@@ -1,7 +1,7 @@
-import { cpSync, readFileSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ROOT, makeRepo, runCli, startCoordinator, tempDir, type CliResult, type TestCoordinator } from "../support/cli.js";
+import { ROOT, api, makeRepo, runCli, startCoordinator, tempDir, type CliResult, type TestCoordinator } from "../support/cli.js";
 import { verifyIndependently } from "../support/independent-verifier.js";
 
 // Receipts end to end (DESIGN §9): the demo loop converges against a running local coordinator, which
@@ -91,6 +91,65 @@ describe("a loop's receipt, verified by anyone", () => {
     const edited = await runCli(["verify", reSigned, "--events", events, "--key", keys], { cwd: tmp.dir });
     expect(edited.code).toBe(13);
     expect(edited.stdout).toContain("INVALID: signature: no signature verifies with a published key");
+  });
+
+  // reexecute (docs/receipts.md): the live agent loop again from the receipt's t0, compared by outcome.
+  const demoFlags = ["--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"];
+  const loopIds = async () =>
+    (((await (await api(`${coordinator.url}/v1/loops`)).json()) as { loops: { loop_id: string }[] }).loops ?? []).map((loop) => loop.loop_id).sort();
+  // Each reexecute gets a temporary directory of its own, to see that its clone is gone when it ends.
+  const ownTmp = (name: string) => {
+    const dir = path.join(tmp.dir, name);
+    mkdirSync(dir);
+    return { env: { TMPDIR: dir }, left: () => readdirSync(dir, { recursive: true }).filter((entry) => String(entry).includes("reexecute-")) };
+  };
+
+  it("reexecute without --confirm says what it would run, exits 2 and creates nothing", async () => {
+    const before = await loopIds();
+    const state = readFileSync(path.join(repo, ".loopwarden", "state.json"), "utf8");
+    const own = ownTmp("tmp-plan");
+    const plan = await runCli(["--server", coordinator.url, "reexecute", receiptUrl, ...demoFlags], { cwd: repo, env: own.env });
+    expect(plan.code, plan.stderr).toBe(2);
+    expect(plan.stdout + plan.stderr).toContain("agent:          node agent.mjs");
+    expect(plan.stdout + plan.stderr).toContain("add --confirm to run it");
+    expect(await loopIds()).toEqual(before);
+    expect(readFileSync(path.join(repo, ".loopwarden", "state.json"), "utf8")).toBe(state);
+    expect(own.left()).toEqual([]);
+  });
+
+  it("reexecute --confirm runs the demo's loop again as a new loop and reports a match: the same halt and failing set", async () => {
+    const before = await loopIds();
+    const own = ownTmp("tmp-rerun");
+    const rerun = await runCli(["--json", "--server", coordinator.url, "reexecute", receiptUrl, ...demoFlags, "--confirm"], { cwd: repo, env: own.env });
+    expect(rerun.code, rerun.stderr).toBe(0);
+    const answer = JSON.parse(rerun.stdout) as {
+      match: boolean;
+      loop_id: string;
+      receipt_url: string;
+      original: { loop_id: string; halt_reason: string };
+      reexecuted: { halt_reason: string; failing: string[] };
+      comparisons: { part: string; match: boolean; counts: boolean }[];
+    };
+    expect(answer).toMatchObject({ match: true, original: { halt_reason: "success_condition_met" }, reexecuted: { halt_reason: "success_condition_met", failing: [] } });
+    expect(answer.comparisons.filter((comparison) => comparison.counts).map((comparison) => [comparison.part, comparison.match])).toEqual([
+      ["halt", true],
+      ["failing", true],
+    ]);
+    // A new loop with its own receipt, which verifies; the user's checkout is not where it ran.
+    expect(answer.loop_id).not.toBe(answer.original.loop_id);
+    expect(await loopIds()).toEqual([...before, answer.loop_id].sort());
+    expect((await runCli(["verify", answer.receipt_url], { cwd: tmp.dir })).code).toBe(0);
+    expect(own.left()).toEqual([]);
+  }, 180_000);
+
+  it("reexecute runs only the receipt's own contract: other flags are refused before anything runs", async () => {
+    const before = await loopIds();
+    const refused = await runCli(["--server", coordinator.url, "reexecute", receiptUrl, "--check", "node -e 'process.exit(0)'", "--exec", "node agent.mjs", "--confirm"], {
+      cwd: repo,
+    });
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain("reexecute runs only a contract of this checkout");
+    expect(await loopIds()).toEqual(before);
   });
 
   it("refuses what is not a receipt as a usage error", async () => {
