@@ -1,5 +1,6 @@
 import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
+import type { z } from "zod";
 import { BASELINE_ID, type LoopState, type Verdict } from "#shared/engine/index.js";
 import { sha256Hex } from "#shared/hash.js";
 import { AgentReportFile, type AgentReport } from "#shared/wire/agent-report.js";
@@ -142,25 +143,34 @@ export function agentEnv(files: AgentFiles, loopId: string, iteration: number): 
 }
 
 /**
+ * A JSON file the agent may have written, validated by `schema`: null without one; an invalid one is
+ * answered with the reason (`what` names it), so it is never silent and never used.
+ */
+async function readAgentFile<T>(file: string, schema: z.ZodType<T>, what: string): Promise<{ value: T | null; error?: string }> {
+  const text = await readFile(file, "utf8").catch(() => null);
+  if (text === null) return { value: null };
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return { value: null, error: `the ${what} is not valid JSON` };
+  }
+  const parsed = schema.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    return { value: null, error: `the ${what} is invalid: ${issue?.path.join(".") || `(${what})`}: ${issue?.message ?? "invalid"}` };
+  }
+  return { value: parsed.data };
+}
+
+/**
  * Reads the request the agent wrote to change protected files, if any (docs/design.md §6.8), validated:
  * which files, and why. Only a request: nothing the agent writes anywhere approves it. An invalid one
  * is not sent; the reason is answered, so it is never silent.
  */
 export async function readReviewRequest(file: string): Promise<{ request: ReviewRequest | null; error?: string }> {
-  const text = await readFile(file, "utf8").catch(() => null);
-  if (text === null) return { request: null };
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    return { request: null, error: "the review request is not valid JSON" };
-  }
-  const parsed = ReviewRequest.safeParse(json);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    return { request: null, error: `the review request is invalid: ${issue?.path.join(".") || "(request)"}: ${issue?.message ?? "invalid"}` };
-  }
-  return { request: parsed.data };
+  const { value, error } = await readAgentFile(file, ReviewRequest, "review request");
+  return error === undefined ? { request: value } : { request: null, error };
 }
 
 /**
@@ -168,20 +178,9 @@ export async function readReviewRequest(file: string): Promise<{ request: Review
  * sha256 of its content now. An invalid report is not recorded; the reason is, so it is never silent.
  */
 export async function readAgentReport(repo: string, file: string): Promise<{ report: AgentReport | null; error?: string }> {
-  const text = await readFile(file, "utf8").catch(() => null);
-  if (text === null) return { report: null };
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    return { report: null, error: "the agent report is not valid JSON" };
-  }
-  const parsed = AgentReportFile.safeParse(json);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    return { report: null, error: `the agent report is invalid: ${issue?.path.join(".") || "(report)"}: ${issue?.message ?? "invalid"}` };
-  }
-  const { context_files: contextPaths, ...rest } = parsed.data;
+  const { value, error } = await readAgentFile(file, AgentReportFile, "agent report");
+  if (value === null) return error === undefined ? { report: null } : { report: null, error };
+  const { context_files: contextPaths, ...rest } = value;
   const report: AgentReport = { ...rest };
   if (contextPaths) {
     report.context_files = await Promise.all(
