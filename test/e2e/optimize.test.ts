@@ -180,8 +180,11 @@ describe("an optimize loop", () => {
     const byColumn = (record: string[] | undefined) => Object.fromEntries((header ?? []).map((name, index) => [name, record?.[index]]));
     const [t0Row, ...candidateRows] = records.map(byColumn);
     // t0 first, at the median of its own readings, the same figure results.tsv shows; it was never compared.
-    // (t0's readings are taken alone and record no secondary metric, so its rss_mb cell is not checked.)
     const t0Readings = [...(created.data.t0.observation.samples?.candidate ?? [])].sort((a, b) => a - b);
+    // Its secondary metric too, read in the same runs as its metric (one reading a run), at their median.
+    const t0Rss = [...(created.data.t0.observation.samples?.secondary?.rss_mb?.candidate ?? [])].sort((a, b) => a - b);
+    expect(t0Rss).toHaveLength(t0Readings.length);
+    expect(Number(t0Row?.rss_mb)).toBe(t0Rss[2]);
     expect(t0Row).toMatchObject({ candidate_id: "t0", status: "baseline", work_ms_estimate: "", work_ms_ci_low: "", work_ms_pairs: "" });
     expect(Number(t0Row?.work_ms)).toBe(t0Readings[2]);
     expect(Number(t0Row?.work_ms)).toBeCloseTo(t0Ms, 5);

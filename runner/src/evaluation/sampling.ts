@@ -105,13 +105,22 @@ export async function samplePairs(
   return samples;
 }
 
-/** `runs` readings of one commit alone (the baseline's), each run's output added to `log` when given. */
+/**
+ * `runs` readings of one commit alone (the baseline's), each run's output added to `log` when given; its
+ * secondary metrics' readings too, as `candidate` series with no `best` (what an export's t0 row shows).
+ */
 export async function sampleAlone(clone: Clone, contract: Contract, runs: number, log?: MetricLog): Promise<PairedSamples> {
   const samples: PairedSamples = { best: [], candidate: [] };
   for (let run = 0; run < runs && samples.error === undefined; run++) {
     const reading = await measureMetric(clone, contract, log && { into: log, label: `reading ${run + 1}` });
     if ("error" in reading) samples.error = reading.error;
-    else samples.candidate.push(reading.value);
+    else {
+      samples.candidate.push(reading.value);
+      for (const [name, value] of Object.entries(reading.secondary)) {
+        samples.secondary ??= {};
+        (samples.secondary[name] ??= { best: [], candidate: [] }).candidate.push(value);
+      }
+    }
   }
   return samples;
 }
