@@ -82,9 +82,11 @@ describe("the agent's context", () => {
 
     const receiptUrl = (JSON.parse(run.stdout) as { receipt_url: string }).receipt_url;
     const receipt = (await (await fetch(`${receiptUrl}.json`)).json()) as { payload: string };
-    const predicate = (JSON.parse(Buffer.from(receipt.payload, "base64").toString("utf8")) as {
-      predicate: { best: { candidate_id: string; context?: { files: { path: string; tier: string; sha256: string }[]; tokens: number; budget: number } } };
-    }).predicate;
+    const predicate = (
+      JSON.parse(Buffer.from(receipt.payload, "base64").toString("utf8")) as {
+        predicate: { best: { candidate_id: string; context?: { files: { path: string; tier: string; sha256: string }[]; tokens: number; budget: number } } };
+      }
+    ).predicate;
     expect(predicate.best.candidate_id).toBe("c1");
     const context = predicate.best.context;
     expect(context?.budget).toBe(32_000);

@@ -130,7 +130,11 @@ describe("a loop's receipt, verified by anyone", () => {
       reexecuted: { halt_reason: string; failing: string[] };
       comparisons: { part: string; match: boolean; counts: boolean }[];
     };
-    expect(answer).toMatchObject({ match: true, original: { halt_reason: "success_condition_met" }, reexecuted: { halt_reason: "success_condition_met", failing: [] } });
+    expect(answer).toMatchObject({
+      match: true,
+      original: { halt_reason: "success_condition_met" },
+      reexecuted: { halt_reason: "success_condition_met", failing: [] },
+    });
     expect(answer.comparisons.filter((comparison) => comparison.counts).map((comparison) => [comparison.part, comparison.match])).toEqual([
       ["halt", true],
       ["failing", true],
@@ -144,9 +148,12 @@ describe("a loop's receipt, verified by anyone", () => {
 
   it("reexecute runs only the receipt's own contract: other flags are refused before anything runs", async () => {
     const before = await loopIds();
-    const refused = await runCli(["--server", coordinator.url, "reexecute", receiptUrl, "--check", "node -e 'process.exit(0)'", "--exec", "node agent.mjs", "--confirm"], {
-      cwd: repo,
-    });
+    const refused = await runCli(
+      ["--server", coordinator.url, "reexecute", receiptUrl, "--check", "node -e 'process.exit(0)'", "--exec", "node agent.mjs", "--confirm"],
+      {
+        cwd: repo,
+      },
+    );
     expect(refused.code).toBe(2);
     expect(refused.stderr).toContain("reexecute runs only a contract of this checkout");
     expect(await loopIds()).toEqual(before);

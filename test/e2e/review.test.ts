@@ -82,11 +82,20 @@ describe("the human step: a request to change protected files", () => {
       const receiptUrl = /receipt: (\S+)/.exec(output)?.[1] ?? "";
       const verified = await runCli(["verify", receiptUrl], { cwd: repo });
       expect(verified.code, verified.stdout + verified.stderr).toBe(0);
-      expect(verified.stdout).toMatch(/review: c1: change to test\/text\.test\.js approved by owner at \S+ \(now promoted\): the trim is the intended behaviour/);
+      expect(verified.stdout).toMatch(
+        /review: c1: change to test\/text\.test\.js approved by owner at \S+ \(now promoted\): the trim is the intended behaviour/,
+      );
       const receipt = (await (await fetch(`${receiptUrl}.json`)).json()) as { payload: string };
       const predicate = (JSON.parse(Buffer.from(receipt.payload, "base64").toString("utf8")) as { predicate: { reviews?: unknown[] } }).predicate;
       expect(predicate.reviews).toEqual([
-        expect.objectContaining({ candidate_id: "c1", decision: "ack", by: "owner", files: ["test/text.test.js"], status: "promoted", note: "the trim is the intended behaviour" }),
+        expect.objectContaining({
+          candidate_id: "c1",
+          decision: "ack",
+          by: "owner",
+          files: ["test/text.test.js"],
+          status: "promoted",
+          note: "the trim is the intended behaviour",
+        }),
       ]);
       expect(gitIn(repo, "status", "--porcelain").trim()).toBe("");
       const watched = await runCli(["--server", coordinator.url, "watch", loopId], { cwd: repo });
@@ -122,7 +131,7 @@ describe("the human step: a request to change protected files", () => {
       "const tried = [];",
       "for (const [file, body] of [",
       "  [process.env.LOOPWARDEN_REQUESTS + '.ack', '{\"decision\":\"ack\"}'],",
-      "  ['.loopwarden/agent/review.json', '{\"candidate_id\":\"c1\",\"decision\":\"ack\",\"note\":\"self\"}'],",
+      '  [\'.loopwarden/agent/review.json\', \'{"candidate_id":"c1","decision":"ack","note":"self"}\'],',
       "  [process.env.LOOPWARDEN_CONTEXT + '/ack.json', '{\"ack\":true}'],",
       "]) { try { mkdirSync(file.slice(0, file.lastIndexOf('/')), { recursive: true }); writeFileSync(file, body); tried.push('wrote ' + file); } catch (error) { tried.push('could not write ' + file); } }",
       "let token = process.env.LOOPWARDEN_TOKEN ?? null;",
@@ -135,7 +144,10 @@ describe("the human step: a request to change protected files", () => {
     ].join("\n");
     const repo = project(attacker, ["stop:", "  max_iterations: 3", "  review_timeout: 3s"]);
     const env = { VICTIM_STATE: state, VICTIM_URL: coordinator.url };
-    writeFileSync(path.join(repo, "loop.yaml"), readFileSync(path.join(repo, "loop.yaml"), "utf8").replace("  run: node the-agent.mjs", "  run: node the-agent.mjs\n  env: [VICTIM_STATE, VICTIM_URL]"));
+    writeFileSync(
+      path.join(repo, "loop.yaml"),
+      readFileSync(path.join(repo, "loop.yaml"), "utf8").replace("  run: node the-agent.mjs", "  run: node the-agent.mjs\n  env: [VICTIM_STATE, VICTIM_URL]"),
+    );
     gitIn(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-qam", "agent env");
     const result = await runCli(["--json", "--server", coordinator.url, "run"], { cwd: repo, env });
     expect(result.code, result.stderr).toBe(11);

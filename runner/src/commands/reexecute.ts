@@ -231,7 +231,12 @@ function compareMetric(original: LoopState, rerun: LoopState): Comparison {
     const rerunVerdict = rerun.candidates[rerun.best.candidate_id]?.verdict?.metric;
     const [low, high] = [verdict.interval[0] ?? 0, verdict.interval[1] ?? 0];
     if (!rerunVerdict) {
-      return { part: "metric", match: false, counts: true, detail: `${metric.name}: the re-run promoted nothing (its best is t0), the original's best was promoted by${formatInterval(verdict.interval)}` };
+      return {
+        part: "metric",
+        match: false,
+        counts: true,
+        detail: `${metric.name}: the re-run promoted nothing (its best is t0), the original's best was promoted by${formatInterval(verdict.interval)}`,
+      };
     }
     const inside = rerunVerdict.estimate >= low && rerunVerdict.estimate <= high;
     return {
@@ -337,8 +342,7 @@ export async function reexecuteCommand(receipt: string, options: ReexecuteOption
     throw new UserError(`the receipt's t0 commit ${t0} is not in this repository: reexecute runs in a clone of the loop's repository that has it`);
   });
   const coordinator =
-    (options.server ?? process.env.LOOPWARDEN_SERVER) ||
-    `the local coordinator (state: ${options.state ? path.resolve(options.state) : defaultStateDir()})`;
+    (options.server ?? process.env.LOOPWARDEN_SERVER) || `the local coordinator (state: ${options.state ? path.resolve(options.state) : defaultStateDir()})`;
   const originalReceipt = isReceiptUrl(receipt) ? receiptBase(receipt).href : path.resolve(options.cwd, receipt);
   // A contract file named by an absolute path in this repository is the clone's same file.
   const contractFile =
@@ -355,7 +359,12 @@ export async function reexecuteCommand(receipt: string, options: ReexecuteOption
     if (!options.confirm) {
       emitResult(
         options,
-        { status: "error", loop_id: predicate.loop_id, plan, errors: ["reexecute runs the agent again and spends its budget: add --confirm to run it; nothing was run"] },
+        {
+          status: "error",
+          loop_id: predicate.loop_id,
+          plan,
+          errors: ["reexecute runs the agent again and spends its budget: add --confirm to run it; nothing was run"],
+        },
         [...planLines(plan, predicate.loop_id), "nothing was run: reexecute runs the agent again and spends its budget; add --confirm to run it"],
       );
       return 2;
@@ -381,10 +390,14 @@ export async function reexecuteCommand(receipt: string, options: ReexecuteOption
           () => "cancelled",
           () => "left running",
         );
-        throw new UserError(`the re-run ended before its loop ${loopId} halted (exit ${ran.code}${ran.lastError ? `: ${ran.lastError.replace(/^loopwarden: /, "")}` : ""}); the loop is ${cancelled}`);
+        throw new UserError(
+          `the re-run ended before its loop ${loopId} halted (exit ${ran.code}${ran.lastError ? `: ${ran.lastError.replace(/^loopwarden: /, "")}` : ""}); the loop is ${cancelled}`,
+        );
       }
       if (ran.code !== HALT_EXIT_CODES[summary.halt.halt_reason]) {
-        throw new UserError(`the re-run's loop ${loopId} halted (${summary.halt.halt_reason}), but its run exited ${ran.code}${ran.lastError ? `: ${ran.lastError.replace(/^loopwarden: /, "")}` : ""}`);
+        throw new UserError(
+          `the re-run's loop ${loopId} halted (${summary.halt.halt_reason}), but its run exited ${ran.code}${ran.lastError ? `: ${ran.lastError.replace(/^loopwarden: /, "")}` : ""}`,
+        );
       }
       const rerun = foldEvents((await connection.client.eventLines(loopId)).map((line) => LoopEvent.parse(JSON.parse(line))));
       if (!rerun) throw new UserError(`the re-run's loop ${loopId} has no events`);

@@ -28,7 +28,9 @@ async function diffOf(cwd: string, state: LoopState, candidateId: string): Promi
   try {
     const repo = await repoRoot(cwd);
     const diff = await git(repo, ["diff", "--no-ext-diff", "--no-color", parent, candidate.commit]);
-    return diff.length > DIFF_SHOWN ? `${diff.slice(0, DIFF_SHOWN)}\n… (git diff ${parent.slice(0, 12)} ${candidate.commit.slice(0, 12)} shows the rest)\n` : diff;
+    return diff.length > DIFF_SHOWN
+      ? `${diff.slice(0, DIFF_SHOWN)}\n… (git diff ${parent.slice(0, 12)} ${candidate.commit.slice(0, 12)} shows the rest)\n`
+      : diff;
   } catch {
     return `(commit ${candidate.commit.slice(0, 12)} is not in this repository: run review where the loop runs, or fetch it)\n`;
   }
@@ -67,7 +69,9 @@ export async function reviewCommand(loopArg: string | undefined, options: Review
       );
     }
     for (const review of state.reviews) {
-      lines.push(`${review.candidate_id}: ${review.decision === "ack" ? "approved" : "refused"} by ${review.by} at ${review.at} (${review.files.join(", ")}): ${review.note}`);
+      lines.push(
+        `${review.candidate_id}: ${review.decision === "ack" ? "approved" : "refused"} by ${review.by} at ${review.at} (${review.files.join(", ")}): ${review.note}`,
+      );
     }
     emitResult(options, { status: "ok", loop_id: loopId, awaiting: requests, reviews: state.reviews }, lines);
     return 0;

@@ -228,7 +228,10 @@ export async function runLoop(options: RunOptions): Promise<number> {
         // tier does not fit in halts the loop before the agent runs.
         const built = await timed("context", () => buildAgentContext(session, state, workspace.dir, files.context));
         if (built.status === "unsatisfiable") {
-          progress(mode, `[${iteration}] the agent's context needs ${built.needed} tokens for its first tier, over agent.context.budget ${built.budget}: the agent is not run`);
+          progress(
+            mode,
+            `[${iteration}] the agent's context needs ${built.needed} tokens for its first tier, over agent.context.budget ${built.budget}: the agent is not run`,
+          );
           const answer = await session.client.contextUnsatisfiable(session.loop.loop_id, {
             runner_id: session.workspace.runner_id,
             tier: built.tier,

@@ -184,40 +184,41 @@ export async function startLocalCoordinator(options: {
   }
   const signalListeners = (signal: NodeJS.Signals) => new Set(process.listeners(signal));
   const before = { SIGINT: signalListeners("SIGINT"), SIGTERM: signalListeners("SIGTERM") };
-  const launch = () => new Miniflare({
-    host: "127.0.0.1",
-    port,
-    // No request.cf lookup over the network, no inspector: nothing but the worker itself.
-    cf: false,
-    log: new FileLog(LogLevel.WARN),
-    handleRuntimeStdio(stdout: Readable, stderr: Readable) {
-      log.follow(stdout, "worker");
-      log.follow(stderr, "worker");
-    },
-    defaultPersistRoot: path.join(stateDir, "data", "v3"),
-    workers: [
-      {
-        name: config.name,
-        compatibilityDate: config.compatibilityDate,
-        compatibilityFlags: config.compatibilityFlags,
-        // The module given whole: Miniflare then does not parse a megabyte of JavaScript to find imports.
-        modulesRoot: BUNDLE_DIR,
-        modules: [{ type: "ESModule", path: BUNDLE_FILE, contents }],
-        durableObjects: config.durableObjects,
-        d1Databases: config.d1Databases,
-        r2Buckets: config.r2Buckets,
-        ratelimits: config.ratelimits,
-        // The receipt signing key and the owner token, secrets when deployed, are this state directory's own here.
-        bindings: {
-          ...(config.bindings as Record<string, never>),
-          RECEIPT_SIGNING_KEY: signingKey,
-          OWNER_TOKEN: owner.token,
-          // LOOPWARDEN_LEASE_TTL, LOOPWARDEN_S3_* and the like override or add to wrangler.toml's (ENV_SETTINGS).
-          ...envSettings(process.env),
-        },
+  const launch = () =>
+    new Miniflare({
+      host: "127.0.0.1",
+      port,
+      // No request.cf lookup over the network, no inspector: nothing but the worker itself.
+      cf: false,
+      log: new FileLog(LogLevel.WARN),
+      handleRuntimeStdio(stdout: Readable, stderr: Readable) {
+        log.follow(stdout, "worker");
+        log.follow(stderr, "worker");
       },
-    ],
-  });
+      defaultPersistRoot: path.join(stateDir, "data", "v3"),
+      workers: [
+        {
+          name: config.name,
+          compatibilityDate: config.compatibilityDate,
+          compatibilityFlags: config.compatibilityFlags,
+          // The module given whole: Miniflare then does not parse a megabyte of JavaScript to find imports.
+          modulesRoot: BUNDLE_DIR,
+          modules: [{ type: "ESModule", path: BUNDLE_FILE, contents }],
+          durableObjects: config.durableObjects,
+          d1Databases: config.d1Databases,
+          r2Buckets: config.r2Buckets,
+          ratelimits: config.ratelimits,
+          // The receipt signing key and the owner token, secrets when deployed, are this state directory's own here.
+          bindings: {
+            ...(config.bindings as Record<string, never>),
+            RECEIPT_SIGNING_KEY: signingKey,
+            OWNER_TOKEN: owner.token,
+            // LOOPWARDEN_LEASE_TTL, LOOPWARDEN_S3_* and the like override or add to wrangler.toml's (ENV_SETTINGS).
+            ...envSettings(process.env),
+          },
+        },
+      ],
+    });
   // Miniflare exits the process from its own SIGINT/SIGTERM handlers, which would cut the runner's
   // shutdown short (the agent's and gates' process groups left running). The runner's shutdown stops
   // this coordinator itself, so those handlers go; Miniflare's exit hook, which stops workerd when the

@@ -111,7 +111,8 @@ export function looksLikeTest(file: string): boolean {
 
 const JS_FILE = /\.(?:[cm]?[jt]sx?)$/;
 const JS_EXTENSIONS = [".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".mts", ".cts"];
-const JS_IMPORT = /(?:^|[^\w.$])(?:import|export)\s[^'"`;]*?\sfrom\s*['"]([^'"\n]+)['"]|(?:^|[^\w.$])import\s*['"]([^'"\n]+)['"]|\brequire\(\s*['"]([^'"\n]+)['"]\s*\)|\bimport\(\s*['"]([^'"\n]+)['"]\s*\)/g;
+const JS_IMPORT =
+  /(?:^|[^\w.$])(?:import|export)\s[^'"`;]*?\sfrom\s*['"]([^'"\n]+)['"]|(?:^|[^\w.$])import\s*['"]([^'"\n]+)['"]|\brequire\(\s*['"]([^'"\n]+)['"]\s*\)|\bimport\(\s*['"]([^'"\n]+)['"]\s*\)/g;
 
 /** The tracked files a JavaScript/TypeScript file imports by a relative specifier. */
 function jsImports(file: string, text: string, tracked: ReadonlySet<string>): string[] {
@@ -152,7 +153,10 @@ function pythonImports(file: string, text: string, tracked: ReadonlySet<string>)
   for (const match of text.matchAll(/^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([\w*, \t]+)/gm)) {
     const dots = (match[1] ?? "").length;
     const dotted = match[2] ?? "";
-    const names = (match[3] ?? "").split(",").map((name) => name.trim().split(/\s+/)[0] ?? "").filter((name) => name && name !== "*");
+    const names = (match[3] ?? "")
+      .split(",")
+      .map((name) => name.trim().split(/\s+/)[0] ?? "")
+      .filter((name) => name && name !== "*");
     const bases = dots > 0 ? [path.posix.normalize(path.posix.join(here, ...Array<string>(dots - 1).fill("..")))] : roots;
     for (const base of bases) {
       const module = dotted ? moduleFile(base, dotted) : null;
@@ -262,7 +266,9 @@ export async function buildContext(input: ContextInput, outDir: string): Promise
     if (input.last) parts.push(section(`The last candidate, ${input.last.candidate_id}: ${input.last.verdict}`, fenced(input.last.diff || "(no change)")));
     tiers.forEach((tier, index) => {
       const tokens = tier.files.reduce((sum, file) => sum + file.tokens, 0);
-      const title = { stack_trace: "Files the stack traces name", import_closure: "What the failing tests import", dependents: "Files that import those" }[tier.tier];
+      const title = { stack_trace: "Files the stack traces name", import_closure: "What the failing tests import", dependents: "Files that import those" }[
+        tier.tier
+      ];
       if (index < included) {
         const lines = tier.files.map((file) => `- files/${file.path} — ${why.get(file.path) ?? tier.tier}`).join("\n");
         parts.push(section(title, lines || "None."));
@@ -272,7 +278,8 @@ export async function buildContext(input: ContextInput, outDir: string): Promise
     });
     return parts.join("");
   };
-  const total = (included: number) => estimateTokens(render(included)) + tiers.slice(0, included).reduce((sum, tier) => sum + tier.files.reduce((s, f) => s + f.tokens, 0), 0);
+  const total = (included: number) =>
+    estimateTokens(render(included)) + tiers.slice(0, included).reduce((sum, tier) => sum + tier.files.reduce((s, f) => s + f.tokens, 0), 0);
 
   const needed = total(1);
   if (needed > input.budget) return { status: "unsatisfiable", tier: "stack_trace", needed, budget: input.budget };

@@ -68,11 +68,16 @@ export async function contextInputFor(session: Session, state: LoopState, workTr
   let lastPart: ContextInput["last"] = null;
   if (last?.verdict) {
     const parent = last.parent === BASELINE_ID ? state.t0.commit : (state.candidates[last.parent]?.commit ?? state.t0.commit);
-    const diff = await git(session.repo, ["diff", "--no-ext-diff", "--no-color", parent, last.commit]).catch(() => "(the diff could not be read from this repository)");
+    const diff = await git(session.repo, ["diff", "--no-ext-diff", "--no-color", parent, last.commit]).catch(
+      () => "(the diff could not be read from this repository)",
+    );
     lastPart = {
       candidate_id: last.candidate_id,
       verdict: `${last.verdict.decision} (${last.verdict.reason}): ${last.verdict.detail}`,
-      diff: diff.length > DIFF_BYTES ? `${diff.slice(0, DIFF_BYTES)}\n… (the diff goes on; git diff ${parent.slice(0, 12)} ${last.commit.slice(0, 12)} shows it whole)` : diff,
+      diff:
+        diff.length > DIFF_BYTES
+          ? `${diff.slice(0, DIFF_BYTES)}\n… (the diff goes on; git diff ${parent.slice(0, 12)} ${last.commit.slice(0, 12)} shows it whole)`
+          : diff,
     };
   }
   return {

@@ -40,7 +40,8 @@ const JS_PROJECT = {
   "src/util.js": "export const pad = (s) => ` ${s} `;\n",
   "src/index.js": "import { deep } from './a/b/c/deep.js';\nexport const run = (x) => deep(x);\n",
   "src/unrelated.js": "export const nothing = 1;\n",
-  "test/deep.test.js": "import { deep } from '../src/a/b/c/deep.js';\nimport { pad } from '../src/util.js';\nimport test from 'node:test';\ntest('deep', () => deep(pad(null)));\n",
+  "test/deep.test.js":
+    "import { deep } from '../src/a/b/c/deep.js';\nimport { pad } from '../src/util.js';\nimport test from 'node:test';\ntest('deep', () => deep(pad(null)));\n",
 };
 
 /** A Node test runner's failure, as a clone elsewhere printed it: the stack names the deep file under that clone's path. */
@@ -110,7 +111,9 @@ describe("the agent's context", () => {
     expect(built.files.map((file) => file.tier)).toEqual(["stack_trace", "stack_trace"]);
     expect(built.tiers.find((tier) => tier.tier === "import_closure")).toMatchObject({ files: 1, included: false });
     expect(built.tokens).toBeLessThanOrEqual(budget);
-    expect(readFileSync(path.join(out, "context.md"), "utf8")).toMatch(/## What the failing tests import\n\nLeft out for the budget: 1 file\(s\), about \d+ tokens\./);
+    expect(readFileSync(path.join(out, "context.md"), "utf8")).toMatch(
+      /## What the failing tests import\n\nLeft out for the budget: 1 file\(s\), about \d+ tokens\./,
+    );
     expect(existsSync(path.join(out, "files", "src", "util.js"))).toBe(false);
   });
 
