@@ -39,7 +39,8 @@ export function nextReviewDeadline(state: LoopState): string | null {
  * A person's answer to a candidate's request (admin or review scope; `by` is their token's id, or
  * `owner`). `ack` lets exactly the requested files change for that candidate: it joins the queue and is
  * judged as any other. `reject` rejects it (`review_rejected`). The same answer again is `replayed`;
- * another answer to an answered request, or an answer to a candidate that asked for none, is refused.
+ * another answer to an answered request, an answer to a candidate that asked for none, or to one that
+ * was decided without waiting (its agent failed, it changed nothing), is refused.
  */
 export function reviewCandidate(
   state: LoopState,
@@ -55,6 +56,12 @@ export function reviewCandidate(
     return refuse("not_awaiting_review", `${input.candidate_id}'s request was answered already (${candidate.review.decision} by ${candidate.review.by})`);
   }
   if (state.halt) return refuse("loop_halted", `the loop has halted (${state.halt.halt_reason}); its halt stands`);
+  // A candidate rejected at once (its agent failed, it changed nothing) carries its request but waits for
+  // nobody: an ack would put a settled candidate back in the queue for a second verdict.
+  if (candidate.status !== "awaiting_review") {
+    const settled = candidate.verdict ? `${candidate.verdict.decision}: ${candidate.verdict.reason}` : candidate.status;
+    return refuse("not_awaiting_review", `${input.candidate_id} was decided already (${settled}): nothing is there to approve`);
+  }
   const decided: EventDraft = {
     type: "review_decided",
     at: input.at,
