@@ -542,6 +542,38 @@ describe("the loop's pages", () => {
     expect(live).toContain(`data-head="${head.seq}"`);
   });
 
+  it("shows a candidate's request to change protected files, where it waits and then who answered, and the context the runner gave its agent", async () => {
+    const token = owner();
+    const { loopId } = await runningLoop(token, "review");
+    const context = {
+      context_sha256: "c".repeat(64),
+      files: [{ path: "src/a/b/c/deep.js", sha256: "d".repeat(64), tier: "stack_trace" }],
+      tokens: 812,
+      budget: 32_000,
+      left_out: ["dependents"],
+    };
+    const request = { files: ["test/parse.test.js"], why: "the test expects the wrong error message" };
+    await json(await postJson(`/v1/loops/${loopId}/candidates`, { ...candidateBody("review-1"), review_request: request, context }, token), 201);
+    const cookie = await loginAs(token);
+
+    const waiting = await pageOf(`/loops/${loopId}/candidates/c1`, cookie);
+    expect(waiting).toContain("awaiting a person&#39;s review");
+    expect(waiting).toContain("<code>test/parse.test.js</code>");
+    expect(waiting).toContain("the test expects the wrong error message");
+    expect(/<p data-review="awaiting">(.*?)<\/p>/s.exec(waiting)?.[1]).toMatch(
+      /until \S+Z, then the loop halts <code>human_required<\/code>.*loopwarden ack c1/s,
+    );
+    expect(/<p data-context="1">(.*?)<\/p>/s.exec(waiting)?.[1]).toMatch(/1 file\(s\), about 812 of 32000 tokens.*left out for the budget: dependents/s);
+    expect(waiting).toContain("<code>src/a/b/c/deep.js</code></td><td>stack_trace</td>");
+    // The loop's page names its status too, not "queued".
+    expect(await pageOf(`/loops/${loopId}/candidates`, cookie)).toContain("awaiting a person&#39;s review");
+
+    await json(await postJson(`/v1/loops/${loopId}/candidates/c1/review`, { decision: "ack", note: "the message changed in v2" }, token), 201);
+    const answered = await pageOf(`/loops/${loopId}/candidates/c1`, cookie);
+    expect(/<p data-review="ack">(.*?)<\/p>/s.exec(answered)?.[1]).toMatch(/^Approved by <code>owner<\/code> at \S+: the message changed in v2$/);
+    expect(answered).not.toContain('data-review="awaiting"');
+  });
+
   it("shows a rejected candidate's failing tests, and answers an unknown candidate 404", async () => {
     const { loopId } = await evaluatedLoop("candidate");
     const cookie = await loginAs(owner());

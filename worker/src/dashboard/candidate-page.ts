@@ -1,5 +1,5 @@
 import { html } from "hono/html";
-import { BASELINE_ID, isDerivedTestId, type CandidateState, type LoopEvent, type LoopState } from "#shared/engine/index.js";
+import { addMs, BASELINE_ID, isDerivedTestId, reviewTimeoutMs, type CandidateState, type LoopEvent, type LoopState } from "#shared/engine/index.js";
 import { gateOutcome, storedFilesOf } from "#shared/explain/gate-failure.js";
 import { formatInterval, formatPercent } from "#shared/format-percent.js";
 import type { ArtifactRef, Observation } from "#shared/wire/observation.js";
@@ -9,7 +9,7 @@ import { candidateHref, candidateLink, labelsText, statusWord } from "./page-par
 // The dashboard's candidate page (docs/dashboard.md): what changed, how each gate ended and which tests
 // failed or regressed, the samples and interval an optimize verdict rests on, the guard readings, the
 // stored files (downloads; an SVG shown inline as an image, where it cannot run script), the agent's run,
-// report and context, and how its zones were confined. Read from the folded state and the candidate's own
+// report and context, its request to change protected files and the answer, and how its zones were confined. Read from the folded state and the candidate's own
 // events (its proposal and last observation), never from the whole log.
 
 /** How many test ids a list names before it counts the rest. */
@@ -145,13 +145,49 @@ ${report?.agent?.model ? html`<li>Model: <code>${report.agent.model}</code>${rep
 ${report?.cost?.usd === undefined ? "" : html`<li>Reported cost: $${report.cost.usd.toFixed(4)}</li>`}
 ${report?.description ? html`<li>Its description: ${report.description}</li>` : ""}
 </ul>
+${contextSection(candidate)}
 ${
   report?.context_files && report.context_files.length > 0
-    ? html`<h3>Context manifest</h3><table><tr><th>path</th><th>sha256</th></tr>${report.context_files.map(
+    ? html`<h3>Files the agent says it read</h3><table><tr><th>path</th><th>sha256</th></tr>${report.context_files.map(
         (file) => html`<tr><td><code>${file.path}</code></td><td>${file.sha256 ? html`<code>${file.sha256.slice(0, 16)}…</code>` : "unread"}</td></tr>`,
       )}</table>`
     : ""
 }`;
+}
+
+/** The context the runner built for its agent run (docs/design.md §6.9), file by file, as its proposal recorded it. */
+function contextSection(candidate: CandidateState) {
+  const context = candidate.context;
+  if (!context) return "";
+  return html`<h3>Context the runner gave it</h3>
+<p data-context="${context.files.length}">${context.files.length} file(s), about ${context.tokens} of ${context.budget} tokens; <code>context.md</code> <code>${context.context_sha256.slice(0, 16)}…</code>${
+    context.left_out.length > 0 ? `; left out for the budget: ${context.left_out.join(", ")}` : ""
+  }.</p>
+${
+  context.files.length > 0
+    ? html`<table><tr><th>path</th><th>tier</th><th>sha256</th></tr>${context.files.map(
+        (file) => html`<tr><td><code>${file.path}</code></td><td>${file.tier}</td><td><code>${file.sha256.slice(0, 16)}…</code></td></tr>`,
+      )}</table>`
+    : ""
+}`;
+}
+
+/**
+ * Its agent's request to change protected files and a person's answer (docs/design.md §6.8): what it asks
+ * and why, then who answered and how, or until when it waits. Answered with `loopwarden ack` / `reject`.
+ */
+function reviewSection(state: LoopState, candidate: CandidateState) {
+  const request = candidate.review_request;
+  if (!request) return "";
+  const review = candidate.review;
+  const answer = review
+    ? html`<p data-review="${review.decision}">${review.decision === "ack" ? "Approved" : "Refused"} by <code>${review.by}</code> at ${review.at}: ${review.note}</p>`
+    : candidate.status === "awaiting_review"
+      ? html`<p data-review="awaiting">Waits for a person's answer until ${addMs(candidate.proposed_at, reviewTimeoutMs(state))}, then the loop halts <code>human_required</code>. Answer with <code>loopwarden ack ${candidate.candidate_id} --note …</code> or <code>loopwarden reject ${candidate.candidate_id} --note …</code>.</p>`
+      : html`<p data-review="unanswered" class="muted">Not answered: the candidate was decided without waiting for one.</p>`;
+  return html`<h2>Review</h2>
+<p>Its agent asks to change ${request.files.map((file, index) => html`${index > 0 ? ", " : ""}<code>${file}</code>`)}. Its reason, in the agent's words: ${request.why}</p>
+${answer}`;
 }
 
 /** A candidate's page. `events` are its own events, in order. */
@@ -167,6 +203,7 @@ export function candidatePage(state: LoopState, candidate: CandidateState, event
 <h1>${candidate.candidate_id}: <span class="${candidate.status}">${statusWord(candidate)}</span></h1>
 <p>Commit <code>${candidate.commit}</code>, from ${candidate.parent === BASELINE_ID ? "t0" : candidateLink(loopId, candidate.parent)}. Change <code>${candidate.diff_sha256.slice(0, 16)}…</code>${candidate.empty ? " (no change)" : ""}.</p>
 ${verdict ? html`<p data-verdict="${verdict.decision}">${verdict.detail}</p>` : ""}
+${reviewSection(state, candidate)}
 <h2>Gates</h2>
 ${evaluatedBy(events)}
 ${

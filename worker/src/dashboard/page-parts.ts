@@ -21,6 +21,7 @@ export function statusWord(candidate: CandidateState): string {
   const verdict = candidate.verdict;
   if (verdict) return `${verdict.decision} (${verdict.reason})`;
   if (candidate.status === "leased") return `being evaluated by ${candidate.lease?.runner_id ?? "a runner"}`;
+  if (candidate.status === "awaiting_review") return "awaiting a person's review";
   return candidate.pending ? "needs more samples" : "queued";
 }
 
