@@ -10,9 +10,10 @@ const code = (text: string) => `\`${text}\``;
 /**
  * The starter `program.md`: what the agent is told to do in each run, in the spirit of autoloop's
  * program.md — the objective, the files in scope and off limits, how to read where it starts, the last
- * verdict and the history (`LOOPWARDEN_BEST`, `LOOPWARDEN_LAST_VERDICT`, `LOOPWARDEN_HISTORY`), one
- * focused change per run, never a direction already rejected, and the report it may write
- * (`LOOPWARDEN_AGENT_REPORT`).
+ * verdict and the history (`LOOPWARDEN_BEST`, `LOOPWARDEN_LAST_VERDICT`, `LOOPWARDEN_HISTORY`), where
+ * to look (`LOOPWARDEN_CONTEXT`), how to ask a person for a change to a protected file
+ * (`LOOPWARDEN_REQUESTS`), one focused change per run, never a direction already rejected, and the
+ * report it may write (`LOOPWARDEN_AGENT_REPORT`).
  */
 export function starterProgram(options: {
   name: string;
@@ -108,9 +109,26 @@ Failures are data: read them before you change anything.
 For example: \`cat "$LOOPWARDEN_BEST" "$LOOPWARDEN_LAST_VERDICT"; tail -n 20 "$LOOPWARDEN_HISTORY"\`. \`LOOPWARDEN_ITERATION\`
 holds the number of this run (from 1) and \`LOOPWARDEN_LOOP_ID\` the loop's id.
 
+## Where to look
+
+\`$LOOPWARDEN_CONTEXT\` is a directory the runner wrote for this run from the last evaluation. Start with
+its \`context.md\`: the failing tests (those that passed at the best so far marked regressed), the tail of
+each failing gate's output, the last candidate's verdict and diff, and the files to read, each with why
+(named by a stack trace, imported by a failing test, importing one of those). A copy of each is under
+\`files/\`, at its path in the repository; edit the repository's own file, never the copy.
+
+## When a test or another protected file is wrong
+
+Do not edit it to make your change pass. If you are sure it is wrong (it asserts behaviour the objective
+contradicts), make your change, including the fix to that file, and ask a person to allow it: write a
+JSON file at the path in \`$LOOPWARDEN_REQUESTS\`,
+\`{ "files": ["test/parse.test.js"], "why": "what is wrong with it, in one or two sentences" }\`.
+Your change then waits, unevaluated, until a person approves or refuses exactly those files; nothing you
+write anywhere else answers it. Ask rarely: a refused request is a rejected run.
+
 ## Each run
 
-1. Read where you start, the last verdict and the history.
+1. Read where you start, the last verdict, the history and \`context.md\`.
 2. Choose one failing test, or one idea, to work on. **Do not retry a direction that was rejected**:
    when the history shows a rejected change like the one you have in mind (the same files in
    \`diff_summary\`, the same idea in \`description\`), try something else.

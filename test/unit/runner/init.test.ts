@@ -8,6 +8,7 @@ import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
 import { Lexer, parse as parseYaml } from "yaml";
 import { DEFAULT_PROTECTED_GLOBS, inScope } from "#shared/engine/index.js";
 import { AgentReportFile } from "#shared/wire/agent-report.js";
+import { ReviewRequest } from "#shared/wire/review.js";
 import { AGENT_PRESET_NAMES, AGENT_PRESETS, agentPreset } from "../../../runner/src/commands/agent-presets.js";
 import { initCommand, starterContract, starterExec, starterProtectedFiles, yamlString } from "../../../runner/src/commands/init.js";
 import { starterProgram } from "../../../runner/src/commands/init-program.js";
@@ -501,6 +502,16 @@ describe("starterProgram", () => {
     expect(intro).toContain("You run in a sandbox: your workspace is a fresh clone of the best commit so far");
     expect(intro).toContain("only the hosts `ci/loop.yaml` allows (`agent.network`) through the proxy in `HTTP_PROXY`/`HTTPS_PROXY`");
     expect(intro).toContain("`$HOME` and `/tmp` are empty and private to this run");
+  });
+
+  it("points the agent at its context, and shows a request to change a protected file that the runner accepts", () => {
+    expect(program).toContain("`$LOOPWARDEN_CONTEXT` is a directory");
+    expect(program).toContain("`context.md`");
+    const request = /`(\{ "files": .*? \})`/.exec(program)?.[1];
+    expect(request, "the request example").toBeDefined();
+    const parsed = ReviewRequest.safeParse(JSON.parse(request ?? ""));
+    expect(parsed.success, parsed.error?.message).toBe(true);
+    expect(program).toContain("path in `$LOOPWARDEN_REQUESTS`");
   });
 
   it("shows a report example that the runner accepts", () => {
