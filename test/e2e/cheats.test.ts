@@ -187,9 +187,13 @@ describe("cheating agents against real test runners", () => {
     return dir;
   };
 
-  /** Runs the loop to its halt; checks the exit code, the halt reason and (the coordinator's) halt detail; answers the loop id. */
+  /**
+   * Runs the loop to its halt; checks the exit code, the halt reason and (the coordinator's) halt detail;
+   * answers the loop id. Without the precondition (--skip-doctor): these loops are about the guards, and
+   * its three more gate runs per loop were half this file's time; test/e2e/oracle.test.ts covers it.
+   */
   const expectHalt = async (repo: string, exitCode: number, haltReason: string, detail: RegExp, env: NodeJS.ProcessEnv = {}): Promise<string> => {
-    const result = await runCli(["--json", "--server", coordinator.url, "run"], { cwd: repo, env: { ...NO_NPM_ENV, ...env } });
+    const result = await runCli(["--json", "--server", coordinator.url, "run", "--skip-doctor"], { cwd: repo, env: { ...NO_NPM_ENV, ...env } });
     expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(exitCode);
     const output = JSON.parse(result.stdout.trim()) as { loop_id: string };
     expect(output).toMatchObject({ status: "halted", halt_reason: haltReason, exit_class: exitCode });
