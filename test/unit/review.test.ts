@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { foldEvents, haltContextUnsatisfiable, nextReviewDeadline, reviewCandidate, reviewTimeouts, type GuardReadings } from "#shared/engine/index.js";
+import { foldEvents, haltContextUnsatisfiable, nextReviewDeadline, reviewCandidate, reviewTimeouts } from "#shared/engine/index.js";
 import { sha256Hex } from "#shared/hash.js";
 import type { ContractInput } from "#shared/wire/contract.js";
-import type { FullObservation, Observation } from "#shared/wire/observation.js";
+import type { FullObservation, GuardReadings, Observation } from "#shared/wire/observation.js";
 import { AGENT_FAILED, LoopHarness, TEST_IDS } from "./engine-harness.js";
 
 // The human step and the context budget in the engine (docs/design.md §6.8, §6.9): an agent may only ask
