@@ -31,9 +31,15 @@ describe("a lost lease", () => {
     const harness = new LoopHarness(["suite.a"]);
     let reports = 0;
     let heartbeats = 0;
+    // Seen running while the job is in hand: the shell and its child.
+    let seen = 0;
     const client = {
       heartbeat: async () => {
         heartbeats++;
+        // The lease is lost once the gate and its child run: on a loaded machine the clone and the zone
+        // can take longer than the first heartbeat's second, and a lease lost before the gate started
+        // would test nothing of how it is stopped.
+        for (const started = Date.now(); seen < 2 && Date.now() - started < 60_000;) await new Promise((resolve) => setTimeout(resolve, 20));
         throw new CoordinatorError(409, "stale_lease", "the lease was reclaimed or superseded; stop this job");
       },
       report: async () => {
@@ -54,8 +60,6 @@ describe("a lost lease", () => {
     };
     const folded = foldEvents(harness.events);
     if (!folded) throw new Error("no state");
-    // Seen running while the job is in hand: the shell and its child.
-    let seen = 0;
     const watching = setInterval(() => (seen = Math.max(seen, processesWith(marker).filter((line) => !line.includes("pgrep")).length)), 20);
     const result = await evaluateLease(
       { client, loop: { loop_id: lease.loop_id }, folded: { seq: harness.events.length, state: folded }, repo, loaded, mode: { json: false, quiet: true } },
