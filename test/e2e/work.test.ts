@@ -69,7 +69,8 @@ describe("loopwarden work", () => {
 
     // The single-runner reference: the same contract, with `run` holding the label itself.
     const single = makeRepo(path.join(tmp.dir, "single"), optimizeProject());
-    const reference = await runCli(["--json", "--server", coordinator.url, "run", "--labels", "pool=shared"], { cwd: single });
+    // --skip-doctor: this reference is compared on its halt and verdicts only; oracle.test.ts covers the precondition.
+    const reference = await runCli(["--json", "--server", coordinator.url, "run", "--labels", "pool=shared", "--skip-doctor"], { cwd: single });
     expect(reference.code, reference.stderr).toBe(12);
     const referenceHalt = (JSON.parse(reference.stdout) as { halt_reason: string }).halt_reason;
 
@@ -238,7 +239,8 @@ function calcProject(name: string, title: string): Record<string, string> {
 async function queueableLoop(dir: string, name: string, url: string): Promise<{ loopId: string; checkout: string; t0: string; title: string }> {
   const title = `lw-gate-${name}-${randomBytes(4).toString("hex")}`;
   const proposer = makeRepo(path.join(dir, "proposer"), calcProject(name, title));
-  const created = await runCli(["--server", url, "run", "--once", "--labels", "pool=shared"], { cwd: proposer });
+  // --skip-doctor: these tests are about the runner's jobs; oracle.test.ts covers the precondition.
+  const created = await runCli(["--server", url, "run", "--once", "--labels", "pool=shared", "--skip-doctor"], { cwd: proposer });
   expect(created.code, created.stderr).toBe(0);
   const checkout = path.join(dir, "runner");
   execFileSync("git", ["clone", "-q", proposer, checkout]);
