@@ -35,7 +35,8 @@ describe("a runner crash mid-evaluation", () => {
   it("resumes the same loop without a duplicate candidate", async () => {
     const { repo, check, marker } = makeLevelProject(tmp.dir);
     coordinator = await startCoordinator(path.join(tmp.dir, "state"));
-    const args = ["--server", coordinator.url, "run", "--check", check, "--exec", "node agent.mjs", "--max-iterations", "5"];
+    // --skip-doctor: this file tests resuming a loop; oracle.test.ts covers the precondition.
+    const args = ["--server", coordinator.url, "run", "--skip-doctor", "--check", check, "--exec", "node agent.mjs", "--max-iterations", "5"];
     // The runners' temporary directory is this test's own: any runner that starts removes the clones of
     // runner processes that no longer exist, so another test's runner, started in the shared one while
     // this one lies dead, would remove the very clone this test looks at.
@@ -134,7 +135,8 @@ describe("interrupt, then run again with other flags", () => {
     });
     const cli = (...args: string[]) => runCli(["--json", "--server", coordinator.url, ...args], { cwd: repo });
 
-    const first = startCli(["--server", coordinator.url, "run", "--max-iterations", "3"], { cwd: repo, env: { RERUN_HOLD: "1" } });
+    // --skip-doctor: this file tests resuming a loop; oracle.test.ts covers the precondition.
+    const first = startCli(["--server", coordinator.url, "run", "--skip-doctor", "--max-iterations", "3"], { cwd: repo, env: { RERUN_HOLD: "1" } });
     await waitFor(() => dirsHolding(clonesOf(first.pid ?? 0), "gate.started").length > 0 || first.exitCode !== null, "the first candidate's evaluation");
     expect(first.exitCode, first.output()).toBeNull();
     first.kill("SIGINT");
@@ -172,7 +174,8 @@ describe("interrupt, then run again with other flags", () => {
     expect(refused.stderr).not.toContain("now follows");
     expect(recordedLoopId(repo, "loop.yaml")).toBe(loopId);
     gitIn(repo, "switch", "-q", "main");
-    const other = await human("run", "--new", "--max-iterations", "1");
+    // --skip-doctor: this file tests resuming a loop; oracle.test.ts covers the precondition.
+    const other = await human("run", "--new", "--skip-doctor", "--max-iterations", "1");
     const newLoop = recordedLoopId(repo, "loop.yaml");
     expect(newLoop).not.toBe(loopId);
     expect(other.stderr).toContain(`--new: loop ${loopId} is left as it is on its coordinator; this repository now follows loop ${newLoop}`);
@@ -191,7 +194,8 @@ describe("a runner crash while the working tree goes back to the best commit", (
     const { repo, check } = makeLevelProject(tmp.dir);
     const git = (...args: string[]) => gitIn(repo, ...args).trim();
     const t0 = git("rev-parse", "HEAD");
-    const args = ["--server", coordinator.url, "run", "--check", check, "--exec", "node agent.mjs", "--max-iterations", "5"];
+    // --skip-doctor: this file tests resuming a loop; oracle.test.ts covers the precondition.
+    const args = ["--server", coordinator.url, "run", "--skip-doctor", "--check", check, "--exec", "node agent.mjs", "--max-iterations", "5"];
     const crashed = await runCli(args, { cwd: repo, env: { LOOPWARDEN_FAULT: "restore-begun" } });
     expect(crashed.code, crashed.stderr).toBeNull();
     const loopId = recordedLoopId(repo);
@@ -228,7 +232,8 @@ describe("a run resumed after its candidate was judged elsewhere", () => {
     // The contract wants a runner with pool=shared, which the laptop is not. Its t0 is measured by a
     // runner with the label (here a run given it, stopped as soon as the coordinator has created the loop:
     // the next run sends that creation again and follows the loop, baseline/t0 test in baseline-lease.test).
-    const creator = await runCli([...args, "--labels", "pool=shared"], { cwd: repo, env: { LOOPWARDEN_FAULT: "create-answered" } });
+    // --skip-doctor: this file tests resuming a loop; oracle.test.ts covers the precondition.
+    const creator = await runCli([...args, "--labels", "pool=shared", "--skip-doctor"], { cwd: repo, env: { LOOPWARDEN_FAULT: "create-answered" } });
     expect(creator.code, creator.stderr).toBeNull();
     // The run proposes c1 and waits, saying so (stderr is a pipe here, not a terminal) within 35 s, as issue 26 asks.
     const first = startCli(args, { cwd: repo });
@@ -266,7 +271,8 @@ describe("a runner crash right after the loop is created", () => {
     async (point) => {
       const name = `crash-${point}`;
       const repo = makeRepo(path.join(tmp.dir, name), { "README.md": "x\n" });
-      const args = ["--server", coordinator.url, "run", "--check", "true", "--exec", "true", "--name", name];
+      // --skip-doctor: this file tests resuming a loop; oracle.test.ts covers the precondition.
+      const args = ["--server", coordinator.url, "run", "--skip-doctor", "--check", "true", "--exec", "true", "--name", name];
       const crashed = await runCli(args, { cwd: repo, env: { LOOPWARDEN_FAULT: point } });
       expect(crashed.code).toBeNull();
       expect(existsSync(path.join(repo, ".loopwarden", "state.json"))).toBe(false);
