@@ -100,7 +100,8 @@ describe("the scope against cheats the default protected set does not name", () 
    * halt detail.
    */
   const runToHalt = async (repo: string, exitCode: number, haltReason: string, args: string[] = []) => {
-    const result = await runCli(["--server", coordinator.url, "run", ...args], { cwd: repo, env: NO_NPM_ENV });
+    // --skip-doctor: this file tests the scope guard; oracle.test.ts covers the precondition.
+    const result = await runCli(["--server", coordinator.url, "run", "--skip-doctor", ...args], { cwd: repo, env: NO_NPM_ENV });
     expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(exitCode);
     const loopId = recordedLoopId(repo, args.includes("--check") ? "flags" : "loop.yaml");
     const summary = LoopSummary.parse(await (await api(`${coordinator.url}/v1/loops/${loopId}`)).json());
