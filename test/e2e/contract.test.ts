@@ -132,7 +132,8 @@ describe("a loop.yaml contract", () => {
     gitIn(repo, "add", "-A");
     gitIn(repo, "commit", "-qm", "contract");
 
-    const result = await cli(repo, "run");
+    // --skip-doctor: this test is about per-test progress; oracle.test.ts covers the precondition.
+    const result = await cli(repo, "run", "--skip-doctor");
     expect(result.code, result.stderr).toBe(10);
     expect(one(result.stdout)).toMatchObject({ status: "halted", halt_reason: "success_condition_met", iteration: 3 });
 
@@ -162,12 +163,13 @@ describe("a loop.yaml contract", () => {
     gitIn(repo, "add", "-A");
     gitIn(repo, "commit", "-qm", "contract");
 
-    const nothing = await cli(repo, "step");
+    // --skip-doctor (on each step; only the one that creates the loop runs it): this test is about step; oracle.test.ts covers the precondition.
+    const nothing = await cli(repo, "step", "--skip-doctor");
     expect(nothing.code).toBe(2);
 
     const source = path.join(repo, "src", "text.js");
     writeFileSync(source, readFileSync(source, "utf8").replace('return text.split(" ").length;', "return 0;"));
-    const partial = await cli(repo, "step");
+    const partial = await cli(repo, "step", "--skip-doctor");
     expect(partial.code, partial.stderr).toBe(0);
     expect(one(partial.stdout)).toMatchObject({ status: "running", iteration: 1 });
     // Rejected (the check still fails): the tree is back at the baseline.
@@ -178,7 +180,7 @@ describe("a loop.yaml contract", () => {
       .replace("replace(/\\b\\w/,", "replace(/\\b\\w/g,")
       .replace('split(" ").length', "split(/\\s+/).filter(Boolean).length");
     writeFileSync(source, fixed);
-    const done = await cli(repo, "step");
+    const done = await cli(repo, "step", "--skip-doctor");
     expect(done.code, done.stderr).toBe(10);
     expect(one(done.stdout)).toMatchObject({ status: "halted", halt_reason: "success_condition_met", iteration: 2 });
   });
