@@ -29,7 +29,8 @@ describe("artifacts and logs", () => {
       ),
     );
 
-    const run = await runCli(["--server", coordinator.url, "run"], { cwd: repo });
+    // --skip-doctor: this file tests artifacts and logs; oracle.test.ts covers the precondition.
+    const run = await runCli(["--server", coordinator.url, "run", "--skip-doctor"], { cwd: repo });
     expect(run.code, run.stderr).toBe(10);
     // The rejection names the failing gate and points at its output.
     expect(run.stderr).toMatch(/c1 rejected/);
@@ -152,7 +153,8 @@ describe("artifacts and logs", () => {
     );
     // Killed once the coordinator answered the creation, before anything t0 cites was uploaded: the next
     // run finishes the creation from what was kept on disk, files included (the t0 clone is long gone).
-    const crashed = await runCli(["--server", coordinator.url, "run"], { cwd: repo, env: { LOOPWARDEN_FAULT: "create-answered" } });
+    // --skip-doctor: this file tests artifacts and logs; oracle.test.ts covers the precondition.
+    const crashed = await runCli(["--server", coordinator.url, "run", "--skip-doctor"], { cwd: repo, env: { LOOPWARDEN_FAULT: "create-answered" } });
     expect(crashed.code).toBeNull();
     const run = await runCli(["--server", coordinator.url, "run"], { cwd: repo });
     expect(run.code, run.stderr).toBe(10);
@@ -231,7 +233,8 @@ describe("artifacts and logs", () => {
       ].join("\n"),
       ".gitignore": ".loopwarden/\n",
     });
-    const run = await runCli(["--server", coordinator.url, "run"], { cwd: repo });
+    // --skip-doctor: this file tests artifacts and logs; oracle.test.ts covers the precondition.
+    const run = await runCli(["--server", coordinator.url, "run", "--skip-doctor"], { cwd: repo });
     expect(run.code, run.stderr).not.toBeNull();
     expect(run.stderr).toMatch(/c1 rejected \(regressed\)/);
     const line = run.stderr.split("\n").find((text) => text.includes("its output: loopwarden logs c1")) ?? "";
