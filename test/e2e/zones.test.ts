@@ -88,7 +88,8 @@ describe("hostile agents in the agent zone", () => {
     });
   }
 
-  const run = (repo: string) => runCli(["--json", "--server", coordinator.url, "run"], { cwd: repo });
+  // --skip-doctor: this file tests the zones against hostile agents; oracle.test.ts covers the precondition.
+  const run = (repo: string) => runCli(["--json", "--server", coordinator.url, "run", "--skip-doctor"], { cwd: repo });
 
   it("a detached process left to patch the evaluation clones is gone with the agent's run, and nothing converges", async () => {
     // It touches README.md, and leaves a process (setsid, nohup) that fixes value.txt in every clone it
@@ -213,7 +214,8 @@ if (process.env.LEAKED_SECRET !== undefined) { console.error("a variable the con
       .replace("${OUTSIDE}", String(outsidePort))
       .replace("${MODEL}", String(modelPort));
     const repo = project("honest", agent, ["  env: [MODEL_KEY]", "  network:", `    allow: [127.0.0.1:${modelPort}]`].join("\n"));
-    const result = await runCli(["--server", coordinator.url, "run"], {
+    // --skip-doctor: this file tests the zones against hostile agents; oracle.test.ts covers the precondition.
+    const result = await runCli(["--server", coordinator.url, "run", "--skip-doctor"], {
       cwd: repo,
       env: { MODEL_KEY: "key-by-name", LEAKED_SECRET: "not-named" },
     });
@@ -258,7 +260,8 @@ if (process.env.LEAKED_SECRET !== undefined) { console.error("a variable the con
       ),
     );
     gitIn(repo, "commit", "-qam", "a slow agent");
-    const runner = startCli(["--server", coordinator.url, "run"], { cwd: repo, env: { HOLD: "1" } });
+    // --skip-doctor: this file tests the zones against hostile agents; oracle.test.ts covers the precondition.
+    const runner = startCli(["--server", coordinator.url, "run", "--skip-doctor"], { cwd: repo, env: { HOLD: "1" } });
     try {
       // The agent itself, not bubblewrap's command line (which names it too, before the zone is set up).
       await waitFor(() => processesWith(`${MARKER}-killed`).some((line) => /^\d+ node /.test(line)), "the agent to start");
