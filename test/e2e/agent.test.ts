@@ -55,7 +55,10 @@ describe("the agent's side of the loop", () => {
 
   it("the agent reads the tree it starts from, the last verdict and the history, and skips a direction that was rejected", async () => {
     const repo = project();
-    const result = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs"], { cwd: repo });
+    // --skip-doctor: this file tests what the agent is given and reports; oracle.test.ts covers the precondition.
+    const result = await runCli(["--json", "--server", coordinator.url, "run", "--skip-doctor", "--check", "node check.mjs", "--exec", "node agent.mjs"], {
+      cwd: repo,
+    });
     expect(result.code, result.stderr).toBe(10);
     const output = JSON.parse(result.stdout) as { loop_id: string; iteration: number };
     expect(output.iteration).toBe(2);
@@ -94,7 +97,10 @@ describe("the agent's side of the loop", () => {
 
   it("records the agent's report with its candidate: model, sampling, cost, and context files pinned by hash", async () => {
     const repo = project();
-    const result = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs"], { cwd: repo });
+    // --skip-doctor: this file tests what the agent is given and reports; oracle.test.ts covers the precondition.
+    const result = await runCli(["--json", "--server", coordinator.url, "run", "--skip-doctor", "--check", "node check.mjs", "--exec", "node agent.mjs"], {
+      cwd: repo,
+    });
     expect(result.code, result.stderr).toBe(10);
     const { loop_id: loopId } = JSON.parse(result.stdout) as { loop_id: string };
     const proposed = (await eventsOf(loopId)).filter((event) => event.type === "candidate_proposed");
@@ -120,7 +126,10 @@ describe("the agent's side of the loop", () => {
       "agent.mjs":
         "import { writeFileSync } from 'node:fs';\nwriteFileSync('value.txt', '7\\n');\nwriteFileSync(process.env.LOOPWARDEN_AGENT_REPORT, JSON.stringify({ cost: { usd: -1 } }));\n",
     });
-    const result = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs"], { cwd: repo });
+    // --skip-doctor: this file tests what the agent is given and reports; oracle.test.ts covers the precondition.
+    const result = await runCli(["--json", "--server", coordinator.url, "run", "--skip-doctor", "--check", "node check.mjs", "--exec", "node agent.mjs"], {
+      cwd: repo,
+    });
     expect(result.code, result.stderr).toBe(10);
     const { loop_id: loopId } = JSON.parse(result.stdout) as { loop_id: string };
     const proposed = (await eventsOf(loopId)).find((event) => event.type === "candidate_proposed");
@@ -151,7 +160,8 @@ describe("the agent's side of the loop", () => {
     writeFileSync(path.join(repo, ".gitignore"), ".loopwarden/\n");
     gitIn(repo, "add", "-A");
     gitIn(repo, "commit", "-qm", "budget");
-    const result = await runCli(["--json", "--server", coordinator.url, "run"], { cwd: repo, env: { AGENT_COST: "0.6" } });
+    // --skip-doctor: this file tests what the agent is given and reports; oracle.test.ts covers the precondition.
+    const result = await runCli(["--json", "--server", coordinator.url, "run", "--skip-doctor"], { cwd: repo, env: { AGENT_COST: "0.6" } });
     expect(result.code, result.stderr).toBe(18);
     expect(JSON.parse(result.stdout)).toMatchObject({ halt_reason: "budget_exceeded", exit_class: 18, iteration: 2 });
   });
@@ -177,10 +187,9 @@ describe("the agent's side of the loop", () => {
   /** Runs the cheating agent for two iterations, checks the log holds nothing of its own, and answers how each run was confined and what its candidate says it got. */
   async function runCheat(...flags: string[]) {
     const repo = project({ "agent.mjs": cheat() });
-    const result = await runCli(
-      ["--json", "--server", coordinator.url, "run", "--check", "node check.mjs", "--exec", "node agent.mjs", "--max-iterations", "2", ...flags],
-      { cwd: repo },
-    );
+    // --skip-doctor: this file tests what the agent is given and reports; oracle.test.ts covers the precondition.
+    const args = ["--json", "--server", coordinator.url, "run", "--skip-doctor", "--check", "node check.mjs", "--exec", "node agent.mjs"];
+    const result = await runCli([...args, "--max-iterations", "2", ...flags], { cwd: repo });
     expect(result.code, result.stderr).not.toBe(10);
     const loopId = (JSON.parse(result.stdout) as { loop_id: string }).loop_id;
     const events = await eventsOf(loopId);
