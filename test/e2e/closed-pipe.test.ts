@@ -55,9 +55,13 @@ describe("every command that prints, into a pipe whose reader has gone", () => {
         "",
       ].join("\n"),
     });
-    const run = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], {
-      cwd: repo,
-    });
+    // --skip-doctor: this file tests closed pipes; oracle.test.ts covers the precondition.
+    const run = await runCli(
+      ["--json", "--server", coordinator.url, "run", "--skip-doctor", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"],
+      {
+        cwd: repo,
+      },
+    );
     expect(run.code, run.stderr).toBe(10);
     receiptUrl = (JSON.parse(run.stdout) as { receipt_url?: string }).receipt_url ?? "";
   }, 120_000);

@@ -34,7 +34,8 @@ describe("the warm local coordinator", () => {
   beforeAll(async () => {
     cpSync(path.join(ROOT, "examples", "demo"), repo, { recursive: true });
     makeRepo(repo, {});
-    run = await runCli(["--json", "--state", state, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], {
+    // --skip-doctor: this file tests the warm coordinator; oracle.test.ts covers the precondition.
+    run = await runCli(["--json", "--state", state, "run", "--skip-doctor", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], {
       cwd: repo,
       env: warm,
     });
