@@ -14,7 +14,8 @@ describe("halts and refusals", () => {
       "check.mjs": "import { readFileSync } from 'node:fs';\nprocess.exit(readFileSync('value.txt', 'utf8').trim() === 'fixed' ? 0 : 1);\n",
       "value.txt": "broken\n",
     });
-  const run = (repo: string, ...args: string[]) => runCli(["--json", "--server", coordinator.url, "run", ...args], { cwd: repo });
+  // --skip-doctor: this file tests halts and refusals after creation; oracle.test.ts covers the precondition.
+  const run = (repo: string, ...args: string[]) => runCli(["--json", "--server", coordinator.url, "run", "--skip-doctor", ...args], { cwd: repo });
   const parse = (stdout: string) => JSON.parse(stdout.trim()) as Record<string, unknown>;
 
   it("a baseline that already passes halts success_condition_met at once (10)", async () => {
