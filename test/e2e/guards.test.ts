@@ -29,7 +29,8 @@ describe("guards through the CLI", () => {
     return makeRepo(repo, {});
   };
   const run = async (repo: string) => {
-    const result = await runCli(["--json", "--server", coordinator.url, "run"], { cwd: repo });
+    // --skip-doctor: this file tests the guards; oracle.test.ts covers the precondition.
+    const result = await runCli(["--json", "--server", coordinator.url, "run", "--skip-doctor"], { cwd: repo });
     return { ...result, output: JSON.parse(result.stdout.trim()) as Record<string, unknown> };
   };
 
