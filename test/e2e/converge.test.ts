@@ -17,7 +17,11 @@ describe("a flag-only loop converges end to end", () => {
   beforeAll(async () => {
     cpSync(path.join(ROOT, "examples", "demo"), repo, { recursive: true });
     makeRepo(repo, {});
-    result = await runCli(["--json", "--state", state, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], { cwd: repo });
+    // --skip-doctor: this file tests convergence and the stored state; oracle.test.ts covers the precondition.
+    result = await runCli(
+      ["--json", "--state", state, "run", "--skip-doctor", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"],
+      { cwd: repo },
+    );
   });
   afterAll(() => tmp.cleanup());
 

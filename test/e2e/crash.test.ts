@@ -21,7 +21,8 @@ describe("a coordinator crash mid-loop", () => {
   it("loses nothing: the runner retries, the loop resumes, every candidate appears once", async () => {
     const { repo, check } = makeLevelProject(tmp.dir);
     coordinator = await startCoordinator(path.join(tmp.dir, "state"));
-    const runner = startCli(["--server", coordinator.url, "run", "--check", check, "--exec", "node agent.mjs", "--max-iterations", "5"], {
+    // --skip-doctor: this file tests a coordinator crash mid-loop; oracle.test.ts covers the precondition.
+    const runner = startCli(["--server", coordinator.url, "run", "--skip-doctor", "--check", check, "--exec", "node agent.mjs", "--max-iterations", "5"], {
       cwd: repo,
       env: { LEVEL_HOLD: "1" },
     });

@@ -34,7 +34,8 @@ describe("interrupting a run", () => {
     const marker = `lwinterrupt-term-${process.pid}`;
     const state = path.join(tmp.dir, "state");
     const repo = makeRepo(path.join(tmp.dir, "repo"), { "README.md": "x\n" });
-    const runner = startCli(["--state", state, "run", "--check", "false", "--exec", agentWithChild(marker)], { cwd: repo });
+    // --skip-doctor: this file tests interrupting a run; oracle.test.ts covers the precondition.
+    const runner = startCli(["--state", state, "run", "--skip-doctor", "--check", "false", "--exec", agentWithChild(marker)], { cwd: repo });
     await waitFor(() => processesWith(marker).length > 0, "the agent to start");
     const coordinator = JSON.parse(readFileSync(path.join(state, "coordinator.json"), "utf8")) as { pid: number; runtime_pid: number | null };
 
@@ -52,7 +53,8 @@ describe("interrupting a run", () => {
     const marker = `lwinterrupt-kill-${process.pid}`;
     const state = path.join(tmp.dir, "state-2");
     const repo = makeRepo(path.join(tmp.dir, "repo-2"), { "README.md": "x\n" });
-    const runner = startCli(["--state", state, "run", "--check", "false", "--exec", agentWithChild(marker)], { cwd: repo });
+    // --skip-doctor: this file tests interrupting a run; oracle.test.ts covers the precondition.
+    const runner = startCli(["--state", state, "run", "--skip-doctor", "--check", "false", "--exec", agentWithChild(marker)], { cwd: repo });
     await waitFor(() => processesWith(marker).length > 0, "the agent to start");
     const coordinator = JSON.parse(readFileSync(path.join(state, "coordinator.json"), "utf8")) as { pid: number; runtime_pid: number | null };
     runner.kill("SIGKILL");
