@@ -2,6 +2,7 @@ import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { freePort } from "../../runner/src/coordinator/free-port.js";
 import { isGoneWithin } from "../support/process.js";
+import { killListed, survivorsAfter } from "../support/zone-markers.js";
 import { ROOT, TEST_OWNER_TOKEN, exitOf, startCli, tempDir } from "../support/cli.js";
 
 // Ready means ready (DESIGN §12): `serve` on a fresh state directory listens before it has applied the
@@ -106,5 +107,30 @@ describe("a fresh local coordinator", () => {
       await exited;
       expect(await isGoneWithin(pid)).toBe(true);
     }
+  });
+
+  it("stopped by a signal while it starts, leaves no runtime behind serving its port", async () => {
+    const port = await freePort();
+    const url = `http://127.0.0.1:${port}`;
+    const serve = startCli(["--state", path.join(tmp.dir, "interrupted"), "serve", "--port", String(port)], { cwd: ROOT });
+    const pid = serve.pid;
+    if (pid === undefined) throw new Error("serve did not start");
+    const exited = exitOf(serve);
+    // The runtime listens before the migrations of a fresh state are applied (/healthz answers 503 until
+    // then), and serve listens for signals only once it is up: a Ctrl-C in between used to end serve by
+    // the signal's default action and leave workerd running on the port.
+    const deadline = Date.now() + 60_000;
+    while ((await statusOf(`${url}/healthz`)).status === "refused") {
+      if (serve.exitCode !== null || Date.now() > deadline) throw new Error(`serve never listened: ${serve.output()}`);
+      await new Promise((resolve) => setTimeout(resolve, 3));
+    }
+    process.kill(pid, "SIGINT");
+    const code = await exited;
+    const left = await survivorsAfter(`--socket-addr=entry=127.0.0.1:${port}`);
+    killListed(left);
+    expect(left).toEqual([]);
+    // Ended as a Ctrl-C ends it, whichever moment of the start it came at (never by the signal itself).
+    expect([0, 130]).toContain(code);
+    expect((await statusOf(`${url}/healthz`)).status).toBe("refused");
   });
 });
