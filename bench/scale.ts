@@ -23,7 +23,8 @@ const EVENT_MARKS = [10, 1_000, 10_000];
 
 const at = (sorted: number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? Number.NaN;
 const ms = (value: number) => `${value.toFixed(1)} ms`;
-const idsOf = (count: number) => Array.from({ length: count }, (_, index) => `tests/test_module_${index % 97}.py::TestClass::test_case_${index}[p]`);
+// Sorted, as the runner sends each list of outcomes (runner/src/evaluation/evaluate.ts).
+const idsOf = (count: number) => Array.from({ length: count }, (_, index) => `tests/test_module_${index % 97}.py::TestClass::test_case_${index}[p]`).sort();
 
 /** An observation of `ids`, the first `failing` of them failing. */
 function observationOf(ids: string[], failing: number): FullObservation {

@@ -23,6 +23,9 @@ function serialize(value: unknown): string | undefined {
       const record = value as Record<string, unknown> & { toJSON?: unknown };
       if (typeof record.toJSON === "function") return serialize((record.toJSON as () => unknown)());
       if (Array.isArray(value)) {
+        // An array of strings (a suite's test ids) is already canonical as JSON.stringify writes it: one
+        // native call instead of one per id.
+        if (value.every((element) => typeof element === "string")) return JSON.stringify(value);
         let out = "[";
         for (let index = 0; index < value.length; index++) {
           if (index > 0) out += ",";

@@ -3,7 +3,7 @@ import type { FullObservation, GuardReadings, Observation } from "../wire/observ
 import type { HaltReason } from "../wire/halt-reasons.js";
 import { formatList } from "../format-list.js";
 import { outOfScope } from "./scope.js";
-import { isDerivedTestId, shrinkageOf, type TestBase } from "./test-sets.js";
+import { isDerivedTestId, ranAmong, shrinkageOf, type TestBase } from "./test-sets.js";
 
 // Guards (DESIGN §6.4), checked against t0 before any success or promotion can fire (invariant 2).
 // The runner measures (file hashes, collected tests, coverage, the contract file); the engine compares.
@@ -71,8 +71,9 @@ export interface BaselineGuards {
 
 /** The guard baseline of t0: its commit and observation. */
 export function baselineGuards(commit: string, observation: FullObservation): BaselineGuards {
-  const ran = new Set([...observation.tests.passing, ...observation.tests.failing]);
-  const skipped = (observation.tests.skipped ?? []).filter((id) => !ran.has(id) && !isDerivedTestId(id));
+  const listed = (observation.tests.skipped ?? []).filter((id) => !isDerivedTestId(id));
+  const ran = ranAmong(observation.tests, listed);
+  const skipped = listed.filter((id) => !ran.has(id));
   return { commit, guards: observation.guards ?? null, skipped: [...new Set(skipped)].sort() };
 }
 

@@ -98,6 +98,37 @@ describe("compact test sets", () => {
     );
   });
 
+  it("gives t0's base and t0's own difference from it whatever order the runner sent the ids in (sorted lists are merged, others sorted)", () => {
+    // Outcomes with repeats across the lists, derived ids, and ids whose sort order differs from their
+    // numeric order ("t10" before "t2"), in the order given or sorted as the runner sends them.
+    const idArb = fc.oneof(fc.constantFrom(...UNIVERSE, "gate:unit", "task:a", "suite.t10", "suite.t2"), fc.string({ unit: "binary", maxLength: 4 }));
+    const listArb = fc.array(idArb, { maxLength: 12 });
+    fc.assert(
+      fc.property(listArb, listArb, listArb, (passingRaw, failingRaw, skippedRaw) => {
+        const failing = [...new Set(failingRaw)];
+        const passing = [...new Set(passingRaw)].filter((id) => !failing.includes(id));
+        const skipped = [...new Set(skippedRaw)];
+        const given: FullTests = { passing, failing, skipped };
+        const sorted: FullTests = { passing: [...passing].sort(), failing: [...failing].sort(), skipped: [...skipped].sort() };
+        const expectedIds = [...new Set([...passing, ...failing, ...skipped])].filter((id) => !id.startsWith("gate:") && !id.startsWith("task:")).sort();
+        for (const tests of [given, sorted]) {
+          const base = testBaseOf(tests);
+          expect(base.ids).toEqual(expectedIds);
+          expect(base.digest).toBe(testSetDigest(expectedIds));
+          expect([...base.has].sort()).toEqual(expectedIds);
+          // The same base again is the one computed before (a creation folds its event twice).
+          expect(testBaseOf(tests)).toBe(base);
+          // t0's own difference (the shortcut for the outcomes its base was made of) is the one a copy of
+          // them gets, read the long way against that base.
+          const copy: FullTests = { passing: [...tests.passing], failing: [...tests.failing], skipped: [...(tests.skipped ?? [])] };
+          expect(compactTests(tests, base)).toEqual(compactTests(copy, base));
+          expect(compactTests(tests, base)).toMatchObject({ added: [], removed: [] });
+        }
+      }),
+      { numRuns: 500 },
+    );
+  });
+
   it("names a test set by the sha256 of its sorted ids as a JSON array, so anyone can recompute it", () => {
     expect(testSetDigest(["a.first", "b.second"])).toBe(sha256Hex('["a.first","b.second"]'));
     const base = testBaseOf({ passing: ["b.second", "gate:unit"], failing: ["a.first"], skipped: ["a.first"] });

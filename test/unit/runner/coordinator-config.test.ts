@@ -10,11 +10,11 @@ import { ROOT } from "../../support/cli.js";
 // second copy to drift. What it cannot map is refused by name.
 
 describe("workerConfigOf", () => {
-  it("maps this project's wrangler.toml: name, compatibility date, the SQLite Durable Object, D1, R2 and the rate limits", () => {
+  it("maps this project's wrangler.toml: name, compatibility date and flags, the SQLite Durable Object, D1, R2 and the rate limits", () => {
     expect(workerConfigOf(readFileSync(path.join(ROOT, "wrangler.toml"), "utf8"))).toEqual({
       name: "loopwarden",
       compatibilityDate: "2026-04-20",
-      compatibilityFlags: [],
+      compatibilityFlags: ["nodejs_compat"],
       durableObjects: { LOOPS: { className: "LoopObject", useSQLite: true } },
       d1Databases: { DB: "00000000-0000-0000-0000-000000000000" },
       r2Buckets: { ARTIFACTS: "loopwarden-artifacts" },
