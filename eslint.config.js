@@ -2,7 +2,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["node_modules/", ".wrangler/", "dist/", "worker/worker-configuration.d.ts", "migrations/", "examples/**/node_modules/"] },
+  { ignores: ["node_modules/", ".wrangler/", ".tmp/", "dist/", "worker/worker-configuration.d.ts", "migrations/", "examples/**/node_modules/"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
