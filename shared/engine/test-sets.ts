@@ -2,6 +2,7 @@ import type { Contract, Gate } from "../wire/contract.js";
 import type { DeltaTests, FullObservation, FullTests, GateResult, Observation } from "../wire/observation.js";
 import { isDeltaTests } from "../wire/observation.js";
 import { sha256Hex } from "../hash.js";
+import { containsSorted, isStrictlyAscending, mergeSorted, sortedDifference } from "../sorted-ids.js";
 import { formatList } from "../format-list.js";
 
 // Test sets at the size of real suites (DESIGN §4 invariant 9, §8). t0's collected set is stored once
@@ -88,7 +89,16 @@ export interface TestBase {
   digest: string;
   /** Sorted and unique. */
   ids: readonly string[];
-  has: ReadonlySet<string>;
+}
+
+/**
+ * Whether the base collects `id`: a binary search of its sorted ids. Every lookup is of an id a difference
+ * names, so a hash set of the whole suite (40 ms to build for 100,000 ids, most of a large creation's
+ * fold, issue 30) would cost more than all of them. A function beside the base rather than a method of
+ * it: the base is part of the loop's state, plain data that can be cloned and compared.
+ */
+export function inBase(base: TestBase, id: string): boolean {
+  return containsSorted(base.ids, id);
 }
 
 /** The digest that names a test set: sha256 of the JSON array of its ids, sorted (UTF-16 order) and unique. */
@@ -111,34 +121,15 @@ export function testBaseOf(tests: FullTests): TestBase {
   const known = bases.get(tests);
   if (known) return known;
   const lists = [tests.passing, tests.failing, tests.skipped ?? []];
-  // The runner sends each list sorted: merged, they need no sort (150-200 ms for 100,000 ids).
-  const ids = lists.every(isStrictlyAscending) ? mergeSorted(lists) : [...new Set(lists.flat())].sort();
-  const collected = ids.filter((id) => !isDerivedTestId(id));
-  const base = { digest: testSetDigest(collected), ids: collected, has: new Set(collected) };
+  const collected = sortedIdsOf(lists).filter((id) => !isDerivedTestId(id));
+  const base = { digest: testSetDigest(collected), ids: collected };
   bases.set(tests, base);
   return base;
 }
 
-/** Whether ids are sorted (UTF-16 order, as `sort()` orders them) without repeats. */
-function isStrictlyAscending(ids: readonly string[]): boolean {
-  for (let index = 1; index < ids.length; index++) if (!((ids[index - 1] as string) < (ids[index] as string))) return false;
-  return true;
-}
-
-/** Sorted lists merged into one sorted list without repeats: linear. */
-function mergeSorted(lists: readonly (readonly string[])[]): string[] {
-  const merged: string[] = [];
-  const at = lists.map(() => 0);
-  for (;;) {
-    let next: string | undefined;
-    for (const [which, list] of lists.entries()) {
-      const id = list[at[which] as number];
-      if (id !== undefined && (next === undefined || id < next)) next = id;
-    }
-    if (next === undefined) return merged;
-    merged.push(next);
-    for (const [which, list] of lists.entries()) if (list[at[which] as number] === next) at[which] = (at[which] as number) + 1;
-  }
+/** The ids of several lists, sorted and unique: merged when each is sorted, as the runner sends them (a sort takes 150-200 ms for 100,000 ids). */
+function sortedIdsOf(lists: readonly (readonly string[])[]): readonly string[] {
+  return lists.every(isStrictlyAscending) ? mergeSorted(lists) : [...new Set(lists.flat())].sort();
 }
 
 /** Which of `ids` ran (are passing or failing): one pass over the outcomes, with a set of `ids` alone, however large the suite. */
@@ -168,15 +159,17 @@ export function compactTests(tests: FullTests, base: TestBase): DeltaTests {
       skipped: sortedUnique(skipped.filter((id) => !ran.has(id))),
     };
   }
-  const ran = new Set([...tests.passing, ...tests.failing].filter((id) => !isDerivedTestId(id)));
-  const skipped = new Set((tests.skipped ?? []).filter((id) => !isDerivedTestId(id) && !ran.has(id)));
-  const collected = new Set([...ran, ...skipped]);
+  const skippedIds = (tests.skipped ?? []).filter((id) => !isDerivedTestId(id));
+  const ran = ranAmong(tests, skippedIds);
+  // Both sides sorted: what was added and removed is one walk of the two, with no set of the suite.
+  const collected = sortedIdsOf([tests.passing, tests.failing, skippedIds]).filter((id) => !isDerivedTestId(id));
+  const { onlyA: added, onlyB: removed } = sortedDifference(collected, base.ids);
   return {
     base: base.digest,
-    added: sortedUnique([...collected].filter((id) => !base.has.has(id))),
-    removed: base.ids.filter((id) => !collected.has(id)),
+    added,
+    removed,
     failing: sortedUnique(tests.failing.filter((id) => !isDerivedTestId(id))),
-    skipped: [...skipped].sort(),
+    skipped: sortedUnique(skippedIds.filter((id) => !ran.has(id))),
   };
 }
 
@@ -189,13 +182,13 @@ export function deltaProblem(tests: DeltaTests, base: TestBase): string | null {
   if (tests.base !== base.digest) {
     return `the tests are a difference from test set ${tests.base.slice(0, 12)}, not from this loop's t0 collected set ${base.digest.slice(0, 12)}`;
   }
-  const alreadyThere = tests.added.filter((id) => base.has.has(id));
+  const alreadyThere = tests.added.filter((id) => inBase(base, id));
   if (alreadyThere.length > 0) return `${alreadyThere.length} added test(s) are already in t0's collected set: ${formatList(alreadyThere)}`;
-  const unknown = tests.removed.filter((id) => !base.has.has(id));
+  const unknown = tests.removed.filter((id) => !inBase(base, id));
   if (unknown.length > 0) return `${unknown.length} removed test(s) are not in t0's collected set: ${formatList(unknown)}`;
   const removed = new Set(tests.removed);
   const added = new Set(tests.added);
-  const collected = (id: string) => added.has(id) || (base.has.has(id) && !removed.has(id));
+  const collected = (id: string) => added.has(id) || (inBase(base, id) && !removed.has(id));
   const stray = sortedUnique([...tests.failing, ...tests.skipped].filter((id) => !isDerivedTestId(id) && !collected(id)));
   if (stray.length > 0) return `${stray.length} failing or skipped test(s) are not collected: ${formatList(stray)}`;
   return null;
@@ -216,8 +209,8 @@ function differenceOf(tests: FullTests | DeltaTests, base: TestBase): Difference
   const reported = (ids: readonly string[]) => new Set(ids.filter((id) => !isDerivedTestId(id)));
   const failing = reported(delta.failing);
   return {
-    added: new Set(delta.added.filter((id) => !isDerivedTestId(id) && !base.has.has(id))),
-    removed: new Set(delta.removed.filter((id) => base.has.has(id))),
+    added: new Set(delta.added.filter((id) => !isDerivedTestId(id) && !inBase(base, id))),
+    removed: new Set(delta.removed.filter((id) => inBase(base, id))),
     failing,
     skipped: new Set(delta.skipped.filter((id) => !isDerivedTestId(id) && !failing.has(id))),
   };
@@ -245,7 +238,7 @@ export function standingOf(contract: Contract, observation: Observation, base: T
   const failing = new Set([...difference.failing, ...derived.failing]);
   const notPassing = new Set<string>();
   for (const ids of [difference.failing, difference.skipped, difference.removed]) {
-    for (const id of ids) if (base.has.has(id)) notPassing.add(id);
+    for (const id of ids) if (inBase(base, id)) notPassing.add(id);
   }
   const extra = [...difference.added].filter((id) => !failing.has(id) && !difference.skipped.has(id));
   for (const id of derived.passing) if (!failing.has(id)) extra.push(id);
@@ -268,7 +261,7 @@ function outcomeReader(standing: TestStanding, base: TestBase): (id: string) => 
   const extra = new Set(standing.extra_passing);
   return (id) => {
     if (failing.has(id)) return "failed";
-    const passed = base.has.has(id) ? !notPassing.has(id) : extra.has(id);
+    const passed = inBase(base, id) ? !notPassing.has(id) : extra.has(id);
     return passed ? "passed" : "absent";
   };
 }
@@ -301,7 +294,7 @@ export function shrinkageOf(
   t0Skipped: ReadonlySet<string>,
 ): { nowSkipped: string[]; missing: string[]; collected: number } {
   const difference = differenceOf(observation.tests, base);
-  const nowSkipped = [...difference.skipped].filter((id) => base.has.has(id) && !t0Skipped.has(id) && !difference.removed.has(id)).sort();
+  const nowSkipped = [...difference.skipped].filter((id) => inBase(base, id) && !t0Skipped.has(id) && !difference.removed.has(id)).sort();
   return {
     nowSkipped,
     missing: [...difference.removed].sort(),

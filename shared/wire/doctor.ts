@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { TestId } from "./observation.js";
+import { testIdList } from "./observation.js";
 
 // What the precondition measured before a loop's first agent run (DESIGN §6.5): the runner's readings of
 // its check at t0 — never a verdict. The engine reads them at creation (`doctorHalt`) and decides whether
@@ -8,7 +8,7 @@ import { TestId } from "./observation.js";
 /** The most test ids one list of the record names; the count beside it says how many there were. */
 export const MAX_DOCTOR_IDS = 100;
 
-const Ids = z.array(TestId).max(MAX_DOCTOR_IDS);
+const Ids = testIdList(MAX_DOCTOR_IDS);
 
 /** A git tree id (SHA-1 or SHA-256 object format): what the precondition ran on, whatever the commit. */
 export const GitTree = z.string().regex(/^([0-9a-f]{40}|[0-9a-f]{64})$/, "must be a full git tree id");

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { containsSorted, isStrictlyAscending } from "../sorted-ids.js";
 import { ExecConfinement } from "./confinement.js";
 
 /** A lower-case hex SHA-256 digest. */
@@ -52,8 +53,43 @@ export const GateResult = z.strictObject({
 });
 export type GateResult = z.infer<typeof GateResult>;
 
+/** The longest test identifier accepted. */
+const MAX_TEST_ID_CHARS = 1_000;
+
 /** A test identifier (JUnit classname + name, or `gate:<name>` when a gate is its own one test). */
-export const TestId = z.string().min(1).max(1_000);
+export const TestId = z.string().min(1).max(MAX_TEST_ID_CHARS);
+
+/** How many bad ids one list's refusal names: a list of 100,000 bad ids is refused with a bounded answer. */
+const MAX_ID_ISSUES = 10;
+
+/**
+ * A list of at most `max` test ids, checked in one loop: `z.array(TestId)` ran zod's string schema and
+ * its two checks per element, 40-60 ms for a 100,000-id list, most of a large suite's creation (issue
+ * 30); this loop takes a few. The JSON Schema (openapi.ts) is given as metadata, what the array of
+ * `TestId` would have generated.
+ */
+export function testIdList(max: number) {
+  return z
+    .custom<string[]>()
+    .superRefine((value, ctx) => {
+      if (!Array.isArray(value)) {
+        ctx.addIssue({ code: "custom", message: "expected an array of test ids" });
+        return;
+      }
+      if (value.length > max) {
+        ctx.addIssue({ code: "custom", message: `at most ${max} test ids, not ${value.length}` });
+        return;
+      }
+      let issues = 0;
+      for (let index = 0; index < value.length && issues < MAX_ID_ISSUES; index++) {
+        const id: unknown = value[index];
+        if (typeof id === "string" && id.length >= 1 && id.length <= MAX_TEST_ID_CHARS) continue;
+        ctx.addIssue({ code: "custom", message: `a test id is a string of 1 to ${MAX_TEST_ID_CHARS} characters`, path: [index] });
+        issues++;
+      }
+    })
+    .meta({ type: "array", items: { type: "string", minLength: 1, maxLength: MAX_TEST_ID_CHARS }, maxItems: max });
+}
 
 /** The contract file as found in the evaluated commit: its hash, or why there is none. */
 export const ContractReading = z.union([z.strictObject({ hash: Sha256 }), z.strictObject({ error: z.enum(["missing", "invalid"]) })]);
@@ -116,7 +152,7 @@ export type GuardReadings = z.infer<typeof GuardReadings>;
 
 /** The most ids one list of a test report may hold: suites of 100,000 tests with room to grow (DESIGN §4 invariant 9). */
 export const MAX_TESTS = 250_000;
-const TestList = z.array(TestId).max(MAX_TESTS);
+const TestList = testIdList(MAX_TESTS);
 
 /**
  * Test outcomes in full: every reported id in the list of its outcome. t0's observation is sent and
@@ -190,15 +226,14 @@ const observationFields = {
 
 function noTestBothPassingAndFailing(observation: { tests: FullTests | DeltaTests }, ctx: z.RefinementCtx): void {
   if (isDeltaTests(observation.tests)) return;
-  // A set of the failing ids, the short list, and one pass over the passing ones.
-  const failing = new Set(observation.tests.failing);
-  if (failing.size === 0) return;
-  for (const id of observation.tests.passing) {
-    if (failing.has(id)) {
-      ctx.addIssue({ code: "custom", path: ["tests", "failing"], message: `test "${id}" is both passing and failing` });
-      return;
-    }
-  }
+  const { passing, failing } = observation.tests;
+  if (failing.length === 0) return;
+  // Passing ids sorted, as runners send them: each failing id (the short list) searched among them.
+  // Otherwise a set of the failing ids and one pass over the passing ones, each of them hashed.
+  const both = isStrictlyAscending(passing)
+    ? failing.find((id) => containsSorted(passing, id))
+    : ((failingSet) => passing.find((id) => failingSet.has(id)))(new Set(failing));
+  if (both !== undefined) ctx.addIssue({ code: "custom", path: ["tests", "failing"], message: `test "${both}" is both passing and failing` });
 }
 
 /**

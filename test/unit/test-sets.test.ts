@@ -4,6 +4,7 @@ import {
   changedOutcomes,
   compactTests,
   deltaProblem,
+  inBase,
   regressedTests,
   reportedCounts,
   shrinkageOf,
@@ -13,7 +14,8 @@ import {
   testSetsOf,
 } from "#shared/engine/index.js";
 import { sha256Hex } from "#shared/hash.js";
-import type { FullObservation, FullTests } from "#shared/wire/observation.js";
+import { z } from "zod";
+import { FullObservation, FullTests, MAX_TESTS } from "#shared/wire/observation.js";
 import { LoopHarness, contractOf, observationOf, passingIds } from "./engine-harness.js";
 
 // Compact test sets (DESIGN §8): a report is a difference from t0's collected set, and the engine
@@ -89,7 +91,7 @@ describe("compact test sets", () => {
         const t0Skipped = new Set(t0Tests.skipped);
         const collectedNow = UNIVERSE.filter((_, index) => run.outcomes[index] !== "absent");
         expect(shrinkageOf({ ...full, tests: compactTests(full.tests, base) }, base, t0Skipped)).toEqual({
-          nowSkipped: UNIVERSE.filter((id, index) => base.has.has(id) && !t0Skipped.has(id) && run.outcomes[index] === "skipped").sort(),
+          nowSkipped: UNIVERSE.filter((id, index) => inBase(base, id) && !t0Skipped.has(id) && run.outcomes[index] === "skipped").sort(),
           missing: base.ids.filter((id) => !collectedNow.includes(id)),
           collected: collectedNow.length,
         });
@@ -115,7 +117,8 @@ describe("compact test sets", () => {
           const base = testBaseOf(tests);
           expect(base.ids).toEqual(expectedIds);
           expect(base.digest).toBe(testSetDigest(expectedIds));
-          expect([...base.has].sort()).toEqual(expectedIds);
+          // Membership (a search of the sorted ids) answers for every id, collected or not.
+          for (const id of [...UNIVERSE, ...passingRaw, ...failing, ...skippedRaw, "gate:unit", ""]) expect(inBase(base, id)).toBe(expectedIds.includes(id));
           // The same base again is the one computed before (a creation folds its event twice).
           expect(testBaseOf(tests)).toBe(base);
           // t0's own difference (the shortcut for the outcomes its base was made of) is the one a copy of
@@ -180,5 +183,45 @@ describe("reports as differences", () => {
     expect(harness.events).toHaveLength(count);
     // The same lease still takes a well-formed report.
     expect(harness.report(leased.value, observationOf([]))).toMatchObject({ ok: true, value: { decision: "promoted" } });
+  });
+});
+
+describe("test id lists on the wire", () => {
+  const Tests = FullTests;
+
+  it("accepts ids of 1 to 1,000 characters and refuses anything else, naming the element", () => {
+    expect(Tests.safeParse({ passing: ["a", "x".repeat(1_000)], failing: [] }).success).toBe(true);
+    for (const bad of ["", "x".repeat(1_001), 7, null]) {
+      const parsed = Tests.safeParse({ passing: ["a", bad], failing: [] });
+      expect(parsed.success).toBe(false);
+      expect(parsed.error?.issues.map((issue) => issue.path)).toEqual([["passing", 1]]);
+    }
+    expect(Tests.safeParse({ passing: "a", failing: [] }).error?.issues[0]?.message).toBe("expected an array of test ids");
+  });
+
+  it("refuses a list over MAX_TESTS, and names at most ten bad ids of a list however many there are", () => {
+    const over = Tests.safeParse({ passing: Array.from({ length: MAX_TESTS + 1 }, (_, index) => `t${index}`), failing: [] });
+    expect(over.error?.issues.map((issue) => issue.message)).toEqual([`at most ${MAX_TESTS} test ids, not ${MAX_TESTS + 1}`]);
+    const many = Tests.safeParse({ passing: Array.from({ length: 5_000 }, () => ""), failing: [] });
+    expect(many.error?.issues).toHaveLength(10);
+  });
+
+  it("is described in JSON Schema as the array of strings it accepts", () => {
+    expect(z.toJSONSchema(Tests, { io: "input", unrepresentable: "any" })).toMatchObject({
+      properties: { passing: { type: "array", items: { type: "string", minLength: 1, maxLength: 1_000 }, maxItems: MAX_TESTS } },
+    });
+  });
+});
+
+describe("an observation's tests in full", () => {
+  const gates = [{ name: "unit", exit_code: 0, signal: null, timed_out: false, duration_ms: 1, log: null }];
+  const problem = (passing: string[], failing: string[]) => FullObservation.safeParse({ gates, tests: { passing, failing } }).error?.issues[0]?.message;
+
+  it("refuses a test both passing and failing, whether the passing ids come sorted (searched) or not (a set)", () => {
+    const sorted = Array.from({ length: 1_000 }, (_, index) => `t${String(index).padStart(4, "0")}`);
+    expect(problem(sorted, ["t0500"])).toBe('test "t0500" is both passing and failing');
+    expect(problem([...sorted].reverse(), ["zz", "t0999"])).toBe('test "t0999" is both passing and failing');
+    expect(problem(sorted, ["t0500x", "a"])).toBeUndefined();
+    expect(problem([...sorted].reverse(), ["t0500x"])).toBeUndefined();
   });
 });
