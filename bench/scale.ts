@@ -9,7 +9,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import { Client, CoordinatorError } from "../runner/src/coordinator/client.js";
-import { GZIP_ABOVE_BYTES } from "../runner/src/coordinator/transport.js";
+import { GZIP_ABOVE_BYTES, GZIP_LEVEL } from "../runner/src/coordinator/transport.js";
 import { startLocalCoordinator } from "../runner/src/coordinator/local-coordinator.js";
 import { compactTests, foldEvents, LoopEvent, testBaseOf } from "#shared/engine/index.js";
 import { sha256Hex } from "#shared/hash.js";
@@ -71,7 +71,8 @@ function baseOf(t0: FullObservation) {
 /** The bytes a JSON body puts on the wire: the runner gzips bodies over GZIP_ABOVE_BYTES. */
 const wireBytes = (body: unknown) => {
   const json = JSON.stringify(body);
-  return json.length > GZIP_ABOVE_BYTES ? gzipSync(json).length : Buffer.byteLength(json);
+  const bytes = Buffer.from(json);
+  return bytes.length > GZIP_ABOVE_BYTES ? gzipSync(bytes, { level: GZIP_LEVEL }).length : bytes.length;
 };
 const kib = (bytes: number) => (bytes < 10 * 1024 ? `${(bytes / 1024).toFixed(1)} KiB` : `${(bytes / 1024).toFixed(0)} KiB`);
 

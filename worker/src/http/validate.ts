@@ -1,3 +1,4 @@
+import { gunzipSync } from "node:zlib";
 import type { Context } from "hono";
 import type { z } from "zod";
 import { ApiError, issuesOf } from "./http-errors.js";
@@ -38,28 +39,23 @@ async function bodyText(c: Context): Promise<string> {
   const encoding = (c.req.header("Content-Encoding") ?? "identity").trim().toLowerCase();
   if (encoding === "identity") return c.req.text();
   if (encoding !== "gzip") throw new ApiError(415, "unsupported_encoding", `request bodies may be sent as they are or gzip-encoded, not ${encoding}`);
-  const stream = c.req.raw.body;
-  if (!stream) return "";
+  // The bytes sent are read whole (their own cap, bodyLimit in app.ts, holds them to a few MiB), then
+  // inflated by one native call that stops at the decompressed cap: a DecompressionStream read piece by
+  // piece into a string spent 80 ms of a 100,000-test creation in JavaScript (issue 30).
+  const compressed = new Uint8Array(await c.req.arrayBuffer());
+  if (compressed.byteLength === 0) return "";
   const cap = bodyCaps(c.req.method, c.req.path).decompressed;
-  const reader = stream.pipeThrough(new DecompressionStream("gzip")).getReader();
-  const decoder = new TextDecoder();
-  let text = "";
-  let size = 0;
+  let inflated: Uint8Array;
   try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) return text + decoder.decode();
-      size += value.byteLength;
-      if (size > cap) {
-        await reader.cancel();
-        throw new ApiError(413, "body_too_large", `a gzip-encoded body to this route may hold at most ${cap} bytes once decompressed`);
-      }
-      text += decoder.decode(value, { stream: true });
-    }
+    inflated = gunzipSync(compressed, { maxOutputLength: cap });
   } catch (error) {
-    if (error instanceof ApiError) throw error;
+    // Node says ERR_BUFFER_TOO_LARGE; workerd, a RangeError ("Memory limit exceeded").
+    if (error instanceof RangeError || (error as { code?: string }).code === "ERR_BUFFER_TOO_LARGE") {
+      throw new ApiError(413, "body_too_large", `a gzip-encoded body to this route may hold at most ${cap} bytes once decompressed`);
+    }
     throw new ApiError(400, "invalid_encoding", "the request body is not valid gzip");
   }
+  return new TextDecoder().decode(inflated);
 }
 
 /**
