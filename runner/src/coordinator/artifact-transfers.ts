@@ -1,9 +1,8 @@
-import { createHash } from "node:crypto";
-import { createReadStream, openAsBlob } from "node:fs";
 import { sha256Hex } from "#shared/hash.js";
 import { ArtifactIntentResponse, ArtifactStored, UploadedPart, type CompleteMultipartRequest, Health } from "#shared/wire/api.js";
 import type { ArtifactRef } from "#shared/wire/observation.js";
 import { CoordinatorError } from "../errors.js";
+import { hashFile, type Uploadable } from "./file-body.js";
 import { UploadRecords, type UploadRecord } from "./upload-records.js";
 import { isCoordinatorPath, Transport } from "./transport.js";
 
@@ -56,7 +55,8 @@ export class ArtifactTransfers extends Transport {
 
   /**
    * Uploads a file as a content-addressed artifact (DESIGN §10), streamed from disk: its digest is
-   * computed by reading it once, then it is sent whole or part by part, as the coordinator answers.
+   * computed by reading it once (the intent names it before a byte is sent), then it is sent whole or
+   * part by part, as the coordinator answers.
    * `onProgress` hears the bytes sent as they go. With `resumeIn`, a multipart upload is recorded there
    * while it is in progress, and one that a process before this one left unfinished is resumed.
    */
@@ -68,17 +68,15 @@ export class ArtifactTransfers extends Transport {
     onProgress?: (sent: number, total: number) => void,
     resumeIn?: string,
   ): Promise<ArtifactRef> {
-    const hash = createHash("sha256");
-    for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
-    const blob = await openAsBlob(file);
-    const ref: ArtifactRef = { sha256: hash.digest("hex"), size: blob.size, name, content_type: contentType };
-    return this.uploadBlob(loopId, ref, blob, onProgress, resumeIn);
+    const { sha256, body } = await hashFile(file);
+    const ref: ArtifactRef = { sha256, size: body.size, name, content_type: contentType };
+    return this.uploadBlob(loopId, ref, body, onProgress, resumeIn);
   }
 
   private async uploadBlob(
     loopId: string,
     ref: ArtifactRef,
-    blob: Blob,
+    blob: Uploadable,
     onProgress?: (sent: number, total: number) => void,
     resumeIn?: string,
   ): Promise<ArtifactRef> {
@@ -144,7 +142,13 @@ export class ArtifactTransfers extends Transport {
    * record are sent. False when the upload cannot be finished as recorded (storage no longer has it, a
    * presigned URL expired, a recorded part was not what storage kept): the caller starts afresh.
    */
-  private async resumeParts(ref: ArtifactRef, blob: Blob, record: UploadRecord, records: UploadRecords, onProgress?: (sent: number, total: number) => void) {
+  private async resumeParts(
+    ref: ArtifactRef,
+    blob: Uploadable,
+    record: UploadRecord,
+    records: UploadRecords,
+    onProgress?: (sent: number, total: number) => void,
+  ) {
     try {
       await this.sendParts({ ...ref, ...record }, blob, records, onProgress);
       return true;
@@ -165,7 +169,7 @@ export class ArtifactTransfers extends Transport {
    */
   private async sendParts(
     upload: Omit<UploadRecord, "version" | "pid" | "updated_at" | "server"> & { content_type?: string },
-    blob: Blob,
+    blob: Uploadable,
     records: UploadRecords | null,
     onProgress?: (sent: number, total: number) => void,
   ): Promise<void> {

@@ -1,4 +1,5 @@
 import { UserError } from "../errors.js";
+import type { BodySource } from "./file-body.js";
 
 // How the client tells a slow transfer from a dead one (DESIGN §10). A request is never timed whole: a
 // 90 MiB artifact on a slow link, a `complete` that re-reads GiBs, a long download all take as long as
@@ -25,8 +26,20 @@ export class BodySourceError extends Error {
   }
 }
 
-/** Request bodies are handed to the connection in pieces of this size: progress and the idle watch see each one. */
-export const BODY_PIECE_BYTES = 64 * 1024;
+/** The smallest and the largest piece a request body is handed to the connection in. */
+export const BODY_PIECE_MIN_BYTES = 64 * 1024;
+export const BODY_PIECE_MAX_BYTES = 1024 * 1024;
+
+/**
+ * The pieces a body of `size` bytes is handed to the connection in: progress and the idle watch see each
+ * one, so a body goes in at least 16 of them (64 KiB at the least), and in 1 MiB pieces from 16 MiB up:
+ * each piece costs fetch a write of its own, and a 500 MiB file went out 3–5× faster in 1 MiB pieces than
+ * in 64 KiB ones (issue 30).
+ */
+export function bodyPieceBytes(size: number): number {
+  const sixteenth = Math.floor(size / 16 / BODY_PIECE_MIN_BYTES) * BODY_PIECE_MIN_BYTES;
+  return Math.min(BODY_PIECE_MAX_BYTES, Math.max(BODY_PIECE_MIN_BYTES, sixteenth));
+}
 
 /** A duration as a message says it: `300 ms`, `60 s`, `1.5 s`. */
 export function describeWait(ms: number): string {
@@ -104,7 +117,8 @@ export class TransferWatch {
   }
 
   /** The request body as a stream of pieces: each one the connection asks for is progress. */
-  body(source: Blob): ReadableStream<Uint8Array> {
+  body(source: BodySource): ReadableStream<Uint8Array> {
+    const pieceBytes = bodyPieceBytes(source.size);
     let reader: ReadableStreamDefaultReader<Uint8Array> | null = null;
     let pending: Uint8Array = new Uint8Array(0);
     let offset = 0;
@@ -131,7 +145,7 @@ export class TransferWatch {
             pending = next.value;
             offset = 0;
           }
-          const piece = pending.subarray(offset, offset + BODY_PIECE_BYTES);
+          const piece = pending.subarray(offset, offset + pieceBytes);
           offset += piece.byteLength;
           sentBytes += piece.byteLength;
           controller.enqueue(piece);

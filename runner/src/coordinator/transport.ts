@@ -4,6 +4,7 @@ import { ErrorBody } from "#shared/wire/api.js";
 import { MAX_TIMEOUT_MS, parseDuration } from "#shared/duration.js";
 import { CoordinatorError, UserError } from "../errors.js";
 import { countRequest } from "../timings.js";
+import type { BodySource } from "./file-body.js";
 import type { TransferStalled } from "./transfer-watch.js";
 import { TransferWatch, type WatchOptions } from "./transfer-watch.js";
 
@@ -26,7 +27,14 @@ export const GZIP_LEVEL = 1;
  * With `LOOPWARDEN_TRACE_HTTP=1`, one line on stderr per request: method, path, status, the bytes sent
  * (as sent: gzip-encoded when compressed) and the time it took. For measuring what a loop costs on the wire.
  */
-function traceRequest(method: string, path: string, status: number | string, body: Blob | undefined, encoding: string | undefined, startedAt: number): void {
+function traceRequest(
+  method: string,
+  path: string,
+  status: number | string,
+  body: BodySource | undefined,
+  encoding: string | undefined,
+  startedAt: number,
+): void {
   if (process.env.LOOPWARDEN_TRACE_HTTP !== "1") return;
   process.stderr.write(
     `loopwarden http: ${method} ${path} ${status} sent ${body?.size ?? 0} B${encoding ? ` ${encoding}` : ""} in ${Math.round(performance.now() - startedAt)} ms\n`,
@@ -99,7 +107,7 @@ export class Transport {
   protected async send(
     method: string,
     path: string,
-    body?: string | Blob,
+    body?: string | BodySource,
     headers: Record<string, string> = {},
     request: RequestOptions = {},
   ): Promise<Response> {

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { writeFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import path from "node:path";
@@ -207,6 +207,58 @@ describe("Client transfers: dead is named", () => {
     const client = new Client(stub.url, { retryForMs: 5_000, idleTimeoutMs: 300 });
     await expect(client.getLoop(LOOP)).rejects.toMatchObject({ status: 404, code: "not_found" });
     expect(stub.seen).toHaveLength(2);
+  });
+});
+
+describe("Client uploads of files", () => {
+  const stub = stubServer();
+
+  it("a file larger than the buffers it is read into arrives byte-exact, its progress heard to the end", async () => {
+    // 5.5 MiB: read 1 MiB at a time into three buffers used in turn, so each is refilled while the upload goes on.
+    const bytes = bytesOf(5.5 * 1024 * 1024, 12);
+    let received: Buffer | null = null;
+    stub.handler = async (request, response, body) => {
+      if (request.method === "POST") return json(response, 200, { status: "upload", method: "PUT", url: `/v1/loops/${LOOP}/artifacts/${sha256(bytes)}` });
+      received = await body();
+      json(response, 201, stored(sha256(bytes), bytes.length));
+    };
+    const dir = tempDir("transfer-large");
+    const heard: number[] = [];
+    try {
+      const file = path.join(dir.dir, "profile.bin");
+      await writeFile(file, bytes);
+      await new Client(stub.url, { retryForMs: 0 }).uploadArtifactFile(LOOP, file, "profile.bin", "application/octet-stream", (sent) => heard.push(sent));
+    } finally {
+      dir.cleanup();
+    }
+    expect(received && sha256(received)).toBe(sha256(bytes));
+    expect(heard.at(-1)).toBe(bytes.length);
+  });
+
+  it("a file replaced by another of the same size after it was hashed is not sent: the error says it could not be read", async () => {
+    const dir = tempDir("transfer-replaced");
+    try {
+      const file = path.join(dir.dir, "profile.bin");
+      await writeFile(file, bytesOf(300 * 1024, 13));
+      stub.handler = async (request, response, body) => {
+        if (request.method === "POST") {
+          // As an editor or a build saves a file: other bytes written aside, then renamed over it.
+          await writeFile(`${file}.new`, bytesOf(300 * 1024, 14));
+          renameSync(`${file}.new`, file);
+          return json(response, 200, { status: "upload", method: "PUT", url: `/v1/loops/${LOOP}/artifacts/${"d".repeat(64)}` });
+        }
+        await body().catch(() => undefined);
+        json(response, 201, stored("d".repeat(64), 1));
+      };
+      const error = await new Client(stub.url, { retryForMs: 5_000 })
+        .uploadArtifactFile(LOOP, file, "profile.bin", "application/octet-stream")
+        .catch((caught: unknown) => caught);
+      expect(error).toBeInstanceOf(BodySourceError);
+      expect((error as Error).message).toMatch(/profile\.bin changed since it was hashed/);
+      expect(stub.seen.filter((line) => line.startsWith("PUT"))).toEqual([]);
+    } finally {
+      dir.cleanup();
+    }
   });
 });
 
