@@ -7,8 +7,9 @@
 // content-addressed store never answers "exists"; loopwarden and curl alternate. What is timed for
 // loopwarden is `Client.uploadArtifactFile` (runner/src/coordinator/client.ts), the call the runner makes for each of
 // a contract's `artifacts` files, on a loop created through the API: the sha256 pass over the file, the
-// upload intent, the PUT or parts, `complete`, and in S3 mode the intent asked again after a single PUT
-// (the coordinator verifies and records the object then). Each mode and size's first upload is
+// upload intent, the PUT or parts (PARALLEL_PARTS at a time), `complete`, and in S3 mode the intent asked
+// again after a single PUT (the coordinator verifies and records the object then); and the process's peak
+// RSS while it runs. Each mode and size's first upload is
 // downloaded through the coordinator and its sha256 compared, so the figures are of correct uploads.
 // Writes bench/results/artifacts.md. Prints figures; asserts nothing but the uploads' correctness. Goal
 // (the artifacts issue): the upload's throughput as a ratio to curl's floor, per mode and size.
@@ -21,6 +22,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
+import { PARALLEL_PARTS } from "../runner/src/coordinator/artifact-transfers.js";
 import { Client } from "../runner/src/coordinator/client.js";
 import { freePort } from "../runner/src/coordinator/free-port.js";
 import { ArtifactIntentResponse } from "#shared/wire/api.js";
@@ -38,8 +40,6 @@ const only = option("--only");
 const TRIAL = args.length > 0;
 /** The coordinator's split (worker/src/artifacts/artifact-limits.ts, typed for workerd): one PUT up to 95 MiB, else 64 MiB parts. */
 const PUT_MAX_BYTES = 95 * MiB;
-/** Parts the extra floor sends at once (the runner's own bound for files is 4 uploads at a time, runner/src/evaluation/artifact-files.ts). */
-const PARALLEL_PARTS = 4;
 const CONTENT_TYPE = "application/octet-stream";
 const BUCKET = "loopwarden-bench";
 // s3rver's built-in account.
@@ -248,6 +248,8 @@ interface Traced {
   /** The HTTP status, or the connection error's code when the request got no answer. */
   status: string;
   ms: number;
+  /** When the request ended (its trace line was written), on this process's clock. */
+  end: number;
 }
 
 /** A request that was answered with success, not one the client then sent again. */
@@ -267,21 +269,27 @@ function phaseOf(method: string, target: string, earlier: readonly Traced[]): st
  * Times `Client.uploadArtifactFile` (the runner's upload of a file), with its own per-request trace lines
  * (LOOPWARDEN_TRACE_HTTP=1, which it writes to stderr) taken aside for the breakdown of where the time went.
  */
-async function timedUpload(client: Client, loopId: string, file: string): Promise<{ ms: number; sha256: string; requests: Traced[] }> {
+async function timedUpload(client: Client, loopId: string, file: string): Promise<{ ms: number; sha256: string; requests: Traced[]; peakRssMiB: number }> {
   const requests: Traced[] = [];
+  // The process's resident memory, sampled while the upload runs: the client's buffers, and whatever else this process holds.
+  let peakRss = process.memoryUsage().rss;
+  const sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage().rss)), 10);
   const write = process.stderr.write;
   process.env.LOOPWARDEN_TRACE_HTTP = "1";
   process.stderr.write = ((chunk: unknown, ...rest: unknown[]) => {
     const match = typeof chunk === "string" ? /^loopwarden http: (\S+) (\S+) (.+) sent \d+ B(?: gzip)? in (\d+) ms\n$/.exec(chunk) : null;
     if (!match) return (write as (...all: unknown[]) => boolean).call(process.stderr, chunk, ...rest);
-    requests.push({ phase: phaseOf(match[1] ?? "", match[2] ?? "", requests), status: match[3] ?? "", ms: Number(match[4]) });
+    requests.push({ phase: phaseOf(match[1] ?? "", match[2] ?? "", requests), status: match[3] ?? "", ms: Number(match[4]), end: performance.now() });
     return true;
   }) as typeof process.stderr.write;
   try {
     const started = performance.now();
     const ref = await client.uploadArtifactFile(loopId, file, path.basename(file), CONTENT_TYPE);
-    return { ms: performance.now() - started, sha256: ref.sha256, requests };
+    const ms = performance.now() - started;
+    peakRss = Math.max(peakRss, process.memoryUsage().rss);
+    return { ms, sha256: ref.sha256, requests, peakRssMiB: peakRss / MiB };
   } finally {
+    clearInterval(sampler);
     process.stderr.write = write;
     delete process.env.LOOPWARDEN_TRACE_HTTP;
   }
@@ -311,6 +319,8 @@ interface Row {
   /** The floors: the same requests the runner is answered, and for multipart the extra ones. */
   floors: { name: string; ms: number[] }[];
   phases: Map<string, number[]>;
+  /** The process's peak RSS during each upload of loopwarden's, MiB. */
+  peakRss: number[];
   verified: string;
 }
 
@@ -338,6 +348,7 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
       loopwarden: [],
       floors: [],
       phases: new Map(),
+      peakRss: [],
       verified: "",
     };
     /** Runs a floor and records its time; one that fails (a dropped connection) is told in the notes and run once more, from a new intent. */
@@ -363,7 +374,8 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
       const upload = await timedUpload(client, loopId, mine);
       if (upload.sha256 !== digest) throw new Error(`the client hashed ${mine} as ${upload.sha256}; it was written as ${digest}`);
       row.loopwarden.push(upload.ms);
-      const local = upload.ms - upload.requests.reduce((sum, request) => sum + request.ms, 0);
+      row.peakRss.push(upload.peakRssMiB);
+      const local = upload.ms - wallTime(upload.requests);
       for (const [phase, ms] of [["outside requests", local] as const, ...summed(upload.requests)])
         row.phases.set(phase, [...(row.phases.get(phase) ?? []), ms]);
       if (repetition === 0) {
@@ -372,7 +384,7 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
         if (back.sha256 !== digest || back.size !== size) process.exitCode = 1;
         const counts = upload.requests.filter(isAnswered).map((request) => request.phase);
         row.how = multipart
-          ? `intent, ${counts.filter((phase) => phase === "parts").length} parts in sequence, complete`
+          ? `intent, ${counts.filter((phase) => phase === "parts").length} parts ${PARALLEL_PARTS} at a time, complete`
           : `intent, one PUT${counts.includes("intent again") ? ", intent again" : ""}`;
       }
       for (const request of upload.requests.filter((request) => !isAnswered(request))) {
@@ -443,11 +455,24 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
   }
 }
 
-/** A trace's request times added up by phase, in the order they first came. */
+/** The time during which at least one of `requests` was under way: parts sent at once count once. */
+function wallTime(requests: readonly Traced[]): number {
+  const spans = requests.map((request) => [request.end - request.ms, request.end] as const).sort((a, b) => a[0] - b[0]);
+  let total = 0;
+  let reached = Number.NEGATIVE_INFINITY;
+  for (const [start, end] of spans) {
+    if (end <= reached) continue;
+    total += end - Math.max(start, reached);
+    reached = end;
+  }
+  return total;
+}
+
+/** A trace's request times by phase, in the order they first came: each phase's wall time (parts sent at once count once). */
 function summed(requests: readonly Traced[]): [string, number][] {
-  const sums = new Map<string, number>();
-  for (const request of requests) sums.set(request.phase, (sums.get(request.phase) ?? 0) + request.ms);
-  return [...sums];
+  const phases = new Map<string, Traced[]>();
+  for (const request of requests) phases.set(request.phase, [...(phases.get(request.phase) ?? []), request]);
+  return [...phases].map(([phase, traced]) => [phase, wallTime(traced)]);
 }
 
 /** curl's own start and exit, which every floor includes (the runner's client is timed inside this process). */
@@ -536,18 +561,20 @@ for (const row of rows) {
 }
 say();
 say(
-  "Where loopwarden's time went (median ms over the repetitions; each request as the client's own trace times it, LOOPWARDEN_TRACE_HTTP=1). `outside requests` is the call's time less its requests': the sha256 pass over the file before anything is sent, and the client's own work between requests. `intent again` is S3 mode's second intent after a single PUT, in which the coordinator reads the object back from the store, checks its sha256 and records it; `complete` is where the coordinator completes a multipart upload and then reads the whole object back to check its sha256.",
+  `Where loopwarden's time went (median ms over the repetitions; each request as the client's own trace times it, LOOPWARDEN_TRACE_HTTP=1; a phase whose requests overlap, the parts sent ${PARALLEL_PARTS} at a time, counts the time during which at least one was under way). \`outside requests\` is the call's time less the time during which a request was under way: the sha256 pass over the file before anything is sent (the intent names the digest), and the client's own work between requests. \`intent again\` is S3 mode's second intent after a single PUT, in which the coordinator reads the object back from the store, checks its sha256 and records it; \`complete\` is where the coordinator completes a multipart upload and then reads the whole object back to check its sha256. \`peak RSS\` is this process's (the client's) resident memory at its highest while the upload ran, sampled every 10 ms, MiB (the most over the repetitions).`,
 );
 say();
 const PHASES = ["outside requests", "intent", "PUT", "parts", "complete", "intent again"];
-say(`| mode | file | load avg | ${PHASES.join(" | ")} | total |`);
-say(`|---|---:|---:|${PHASES.map(() => "---:").join("|")}|---:|`);
+say(`| mode | file | load avg | ${PHASES.join(" | ")} | total | peak RSS |`);
+say(`|---|---:|---:|${PHASES.map(() => "---:").join("|")}|---:|---:|`);
 for (const row of rows) {
   const cells = PHASES.map((phase) => {
     const values = row.phases.get(phase);
     return values ? String(Math.round(median(values))) : "–";
   });
-  say(`| ${row.mode} | ${row.sizeMiB} MiB | ${row.load.toFixed(1)} | ${cells.join(" | ")} | ${Math.round(median(row.loopwarden))} |`);
+  say(
+    `| ${row.mode} | ${row.sizeMiB} MiB | ${row.load.toFixed(1)} | ${cells.join(" | ")} | ${Math.round(median(row.loopwarden))} | ${Math.round(Math.max(...row.peakRss))} |`,
+  );
 }
 say();
 say("## Where each ratio comes from");
@@ -573,7 +600,7 @@ say();
 say("## Notes");
 say();
 say(
-  "- Goal (the artifacts issue): upload throughput for 10 MiB and 500 MiB files in both modes, as ratios to `curl -T` of the same file to the same endpoint. The issue sets no pass mark; these are the figures.",
+  "- Goal (issue 30, item 1): in both modes, at most 1.2× `curl -T` (the first floor) at 500 MiB and 1.5× at 10 MiB, in one run, and the client's peak RSS under 200 MiB at 500 MiB.",
 );
 say(
   "- The floor, binding mode: curl PUTs to the coordinator's own upload path, with the owner's token, the URL an intent answered for curl's file (one PUT to `/v1/loops/:id/artifacts/:sha256?name=…` at 10 MiB; at 500 MiB, the eight 64 MiB part URLs `…/uploads/:id/parts/:n`, the coordinator's limit for one request being 95 MiB). A file of other bytes has another digest, so its PUT is stored and checked as the runner's is (R2 refuses bytes that do not hash to the key) rather than answered as a duplicate. The intent is asked before the clock starts: the floor is the bytes' way through the worker into R2, nothing else. Curl's multipart uploads are aborted afterwards, never completed: `complete` (the whole object read back and hashed) is the coordinator's verification, counted in loopwarden's time and not in the floor's.",
@@ -582,7 +609,7 @@ say(
   `- The floor, S3 mode: the presigned URLs an intent answered for curl's file, straight to s3rver (one PUT at 10 MiB; the eight presigned UploadPart URLs at 500 MiB). At 500 MiB a second floor is one presigned PUT of the whole file (S3 takes up to 5 GiB in one PUT; the coordinator answers multipart above 95 MiB, the same split as binding mode): the ratio to it is the cost of uploading in parts at all, on top of the runner's own. The URL is presigned here as the worker presigns (length, content type and SHA-256 bound, the SHA-256 as the signed header curl sends), with \`requestChecksumCalculation: "WHEN_REQUIRED"\` as the worker's client has it (otherwise the URL demands checksum headers).`,
 );
 say(
-  `- The extra floor "${PARALLEL_PARTS} at a time" (run once per mode, in the first repetition, to keep the bench's time bounded) sends the same parts with \`curl --parallel --parallel-max ${PARALLEL_PARTS}\`: what sending a multipart upload's parts a few at once, rather than one after the other as the client does, could gain on this machine.`,
+  `- The extra floor "${PARALLEL_PARTS} at a time" (run once per mode, in the first repetition, to keep the bench's time bounded) sends the same parts with \`curl --parallel --parallel-max ${PARALLEL_PARTS}\`: as many at once as the client sends them (runner/src/coordinator/artifact-transfers.ts \`PARALLEL_PARTS\`): the floor for its own way of sending them.`,
 );
 say(
   `- Every curl figure is the \`curl\` command's wall time, its start and exit included (about ${curlStart.toFixed(0)} ms here, \`curl --version\`), with \`-H "Expect:"\`: for a body over 1 MiB curl would otherwise send \`Expect: 100-continue\` and wait for an answer to it before sending, which the runner's fetch never does. The runner's client is timed inside this process, so its figure has no process start.`,

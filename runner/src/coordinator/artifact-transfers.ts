@@ -36,6 +36,13 @@ function describeSize(bytes: number): string {
 /** The multipart uploads this process is sending now (by upload id): their records are never taken over. */
 const activeUploads = new Set<string>();
 
+/**
+ * How many parts of one multipart upload are sent at once (issue 30): one after the other, a part's
+ * request and its answer left the connection idle between parts, and one connection's throughput is all a
+ * single request gets; more at once would hold more of the file in flight for little more.
+ */
+export const PARALLEL_PARTS = 4;
+
 /** The largest artifact sent without an intent first, once the coordinator is known to store uploads itself. */
 const DIRECT_PUT_MAX_BYTES = 256 * 1024;
 
@@ -162,10 +169,12 @@ export class ArtifactTransfers extends Transport {
   }
 
   /**
-   * Sends a multipart upload's parts not yet in `upload.parts`, then completes it. Each part is sent
-   * (and on failure re-sent, by `send`'s retries) on its own: a part storage took is never sent again.
-   * With `records`, the upload and each part taken are recorded as they happen. Anything that fails
-   * aborts the upload, so no parts linger; when even the abort fails, the record stays for a later runner.
+   * Sends a multipart upload's parts not yet in `upload.parts`, PARALLEL_PARTS at a time, then completes
+   * it. Each part is sent (and on failure re-sent, by `send`'s retries) on its own: a part storage took is
+   * never sent again. A part that fails for good starts no other; the parts already on their way are
+   * finished (and recorded), so a runner that resumes the upload need not send them. With `records`, the
+   * upload and each part taken are recorded as they happen. Anything that fails aborts the upload, so no
+   * parts linger; when even the abort fails, the record stays for a later runner.
    */
   private async sendParts(
     upload: Omit<UploadRecord, "version" | "pid" | "updated_at" | "server"> & { content_type?: string },
@@ -176,7 +185,7 @@ export class ArtifactTransfers extends Transport {
     const { name, size, part_size: partSize, part_urls: partUrls } = upload;
     const done = new Map(upload.parts.map((part) => [part.part_number, part]));
     const key = { server: this.baseUrl, loop_id: upload.loop_id, sha256: upload.sha256, upload_id: upload.upload_id };
-    const record = () =>
+    const save = async () =>
       records?.save({
         ...key,
         size,
@@ -187,24 +196,58 @@ export class ArtifactTransfers extends Transport {
         abort_url: upload.abort_url,
         parts: [...done.values()].sort((a, b) => a.part_number - b.part_number),
       });
+    // One save after another, each writing the parts taken by then: saves at once could land out of order.
+    let saved: Promise<void> = Promise.resolve();
+    const record = () => (saved = saved.then(save, save));
+    // Progress: the bytes of the parts taken, and of those on their way, heard only as it grows (a part
+    // sent again starts from nothing).
+    const partLength = (index: number) => Math.min(partSize, size - index * partSize);
+    let taken = [...done.keys()].reduce((sum, number) => sum + Math.max(0, partLength(number - 1)), 0);
+    const sending = new Map<number, number>();
+    let heard = 0;
+    const hear = () => {
+      const sent = taken + [...sending.values()].reduce((sum, bytes) => sum + bytes, 0);
+      if (sent <= heard) return;
+      heard = sent;
+      onProgress?.(sent, size);
+    };
+    const sendPart = async (index: number, url: string) => {
+      const start = index * partSize;
+      const end = Math.min(start + partSize, size);
+      const what = `uploading part ${index + 1} of ${partUrls.length} of ${name} (${describeSize(size)})`;
+      const onSent = (sent: number) => {
+        sending.set(index, sent);
+        hear();
+      };
+      const response = await this.send("PUT", url, blob.slice(start, end), {}, { what, onSent });
+      if (!response.ok) await this.refusal(response, url, what);
+      // The coordinator answers the part's ETag as JSON; presigned storage in the ETag header.
+      const etag = isCoordinatorPath(url) ? (await this.parse(response, UploadedPart)).etag : (response.headers.get("ETag") ?? "");
+      if (!isCoordinatorPath(url)) await response.body?.cancel();
+      if (!etag) throw new Error(`storage answered part ${index + 1} of ${name} without an ETag`);
+      done.set(index + 1, { part_number: index + 1, etag });
+      sending.delete(index);
+      taken += end - start;
+      hear();
+      await record();
+    };
     activeUploads.add(upload.upload_id);
     try {
       await record();
-      for (const [index, url] of partUrls.entries()) {
-        if (done.has(index + 1)) continue;
-        const start = index * partSize;
-        const end = Math.min(start + partSize, size);
-        const what = `uploading part ${index + 1} of ${partUrls.length} of ${name} (${describeSize(size)})`;
-        const response = await this.send("PUT", url, blob.slice(start, end), {}, { what, onSent: (sent) => onProgress?.(start + sent, size) });
-        if (!response.ok) await this.refusal(response, url, what);
-        // The coordinator answers the part's ETag as JSON; presigned storage in the ETag header.
-        const etag = isCoordinatorPath(url) ? (await this.parse(response, UploadedPart)).etag : (response.headers.get("ETag") ?? "");
-        if (!isCoordinatorPath(url)) await response.body?.cancel();
-        if (!etag) throw new Error(`storage answered part ${index + 1} of ${name} without an ETag`);
-        done.set(index + 1, { part_number: index + 1, etag });
-        await record();
-        onProgress?.(end, size);
-      }
+      const waiting = [...partUrls.entries()].filter(([index]) => !done.has(index + 1));
+      let failure: { error: unknown } | null = null;
+      // PARALLEL_PARTS senders, each taking the next part waiting until none is left or one has failed.
+      const sender = async () => {
+        for (let next = waiting.shift(); next && !failure; next = waiting.shift()) {
+          try {
+            await sendPart(...next);
+          } catch (error) {
+            failure ??= { error };
+          }
+        }
+      };
+      await Promise.all(Array.from({ length: Math.min(PARALLEL_PARTS, waiting.length) }, sender));
+      if (failure) throw (failure as { error: unknown }).error;
       const parts = [...done.values()].sort((a, b) => a.part_number - b.part_number);
       // The coordinator re-reads the whole object to check its digest before it answers: that takes time.
       const complete = await this.send(

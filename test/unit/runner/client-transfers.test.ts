@@ -4,6 +4,7 @@ import { writeFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { PARALLEL_PARTS } from "../../../runner/src/coordinator/artifact-transfers.js";
 import { Client } from "../../../runner/src/coordinator/client.js";
 import { idleTimeoutFromEnv } from "../../../runner/src/coordinator/transport.js";
 import { UserError } from "../../../runner/src/errors.js";
@@ -326,6 +327,60 @@ describe("Client multipart uploads", () => {
     expect(Object.fromEntries(attempts)).toEqual({ intent: 1, "PUT /parts/1": 1, "PUT /parts/2": 2, "PUT /parts/3": 1, "POST /complete": 1 });
   });
 
+  it("parts go several at a time, never more than PARALLEL_PARTS, and complete byte-exact", async () => {
+    const bytes = bytesOf(8 * 64 * 1024 + 1000, 15);
+    const sha = sha256(bytes);
+    const base = `/v1/loops/${LOOP}/artifacts/${sha}/uploads/up-1`;
+    const received = new Map<number, Buffer>();
+    let inFlight = 0;
+    let most = 0;
+    const waiters: (() => void)[] = [];
+    stub.handler = async (request, response, body) => {
+      const url = (request.url ?? "").replace(/\?.*$/, "");
+      if (url.endsWith("/artifacts")) {
+        await body();
+        return json(response, 200, {
+          status: "multipart",
+          upload_id: "up-1",
+          part_size: 64 * 1024,
+          part_urls: Array.from({ length: 9 }, (_, index) => `${base}/parts/${index + 1}`),
+          complete_url: `${base}/complete`,
+          abort_url: base,
+        });
+      }
+      const part = /\/parts\/(\d+)$/.exec(url);
+      if (part) {
+        inFlight++;
+        most = Math.max(most, inFlight);
+        // Each part is held until PARALLEL_PARTS are in flight (or, for the last ones, a moment has passed):
+        // a client sending one part after another would show one at a time.
+        if (inFlight >= PARALLEL_PARTS) for (const wake of waiters.splice(0)) wake();
+        else await Promise.race([new Promise<void>((resolve) => waiters.push(resolve)), sleep(300)]);
+        received.set(Number(part[1]), await body());
+        inFlight--;
+        return json(response, 200, { part_number: Number(part[1]), etag: `etag-${part[1]}` });
+      }
+      const listed = (JSON.parse((await body()).toString()) as { parts: { part_number: number }[] }).parts;
+      const whole = Buffer.concat(listed.map((entry) => received.get(entry.part_number) ?? Buffer.alloc(0)));
+      if (sha256(whole) !== sha) return json(response, 400, { error: { code: "digest_mismatch", message: "no" } });
+      json(response, 201, stored(sha, bytes.length));
+    };
+    const heard: number[] = [];
+    const dir = tempDir("transfer-parallel");
+    try {
+      const file = path.join(dir.dir, "profile.bin");
+      await writeFile(file, bytes);
+      await new Client(stub.url, { retryForMs: 0 }).uploadArtifactFile(LOOP, file, "profile.bin", "application/octet-stream", (sent) => heard.push(sent));
+    } finally {
+      dir.cleanup();
+    }
+    expect(most).toBe(PARALLEL_PARTS);
+    expect(received.size).toBe(9);
+    // Progress of parts at once, heard as one total that never goes back, to the whole file.
+    expect(heard.every((sent, index) => index === 0 || sent > (heard[index - 1] ?? 0))).toBe(true);
+    expect(heard.at(-1)).toBe(bytes.length);
+  });
+
   it("a part whose sending outlasts the retries' budget and then fails is still retried: the budget counts from the failure", async () => {
     const bytes = bytesOf(200 * 1024, 5);
     const { attempts } = multipart(bytes, 100 * 1024, (what, attempt) => (what === "PUT /parts/1" && attempt === 1 ? "slow-then-503" : null));
@@ -346,9 +401,10 @@ describe("Client multipart uploads", () => {
   });
 
   it("an upload a process left unfinished (its abort failed too) is resumed by the next upload of the same bytes: only the missing parts are sent", async () => {
-    const bytes = bytesOf(400 * 1024, 7);
+    const bytes = bytesOf(600 * 1024, 7);
     const dir = path.join(records.dir, "resume");
-    // The first runner: part 3 fails for good, and so does telling the coordinator to abort.
+    // The first runner: part 3 fails for good, and so does telling the coordinator to abort. Parts 1 to 4
+    // went at once (PARALLEL_PARTS): those taken are recorded, and no part is started after the failure.
     let first = true;
     const { attempts } = multipart(bytes, 100 * 1024, (what) =>
       first && (what === "PUT /parts/3" || what === "DELETE /") ? { status: 503, code: "unavailable" } : null,
@@ -356,13 +412,14 @@ describe("Client multipart uploads", () => {
     await expect(uploadFile(new Client(stub.url, { retryForMs: 0 }), bytes, dir)).rejects.toMatchObject({ status: 503 });
     const [left] = readdirSync(dir);
     const record = JSON.parse(readFileSync(path.join(dir, left ?? ""), "utf8")) as { upload_id: string; parts: { part_number: number }[] };
-    expect(record.parts.map((part) => part.part_number)).toEqual([1, 2]);
+    expect(record.parts.map((part) => part.part_number)).toEqual([1, 2, 4]);
+    expect(attempts.get("PUT /parts/5")).toBeUndefined();
 
-    // The next runner (another client) resumes it: no intent, parts 3 and 4 only, then complete.
+    // The next runner (another client) resumes it: no intent, parts 3, 5 and 6 only, then complete.
     first = false;
     attempts.clear();
     await uploadFile(new Client(stub.url, { retryForMs: 0 }), bytes, dir);
-    expect(Object.fromEntries(attempts)).toEqual({ "PUT /parts/3": 1, "PUT /parts/4": 1, "POST /complete": 1 });
+    expect(Object.fromEntries(attempts)).toEqual({ "PUT /parts/3": 1, "PUT /parts/5": 1, "PUT /parts/6": 1, "POST /complete": 1 });
     expect(readdirSync(dir)).toEqual([]);
   });
 
@@ -406,12 +463,13 @@ describe("Client multipart uploads", () => {
     const bytes = bytesOf(300 * 1024, 10);
     const dir = path.join(records.dir, "short");
     // What the recorded parts make is not the file: the coordinator deletes it; the fresh upload goes through.
+    // The first runner's part 3 went with part 2 (PARALLEL_PARTS) and was recorded: the resumed upload sends part 2 alone.
     const attempts = await recordedThenResumed(bytes, dir, (what, attempt) =>
       what === "POST /complete" && attempt === 1 ? { status: 400, code: "size_mismatch" } : null,
     );
     expect(attempts).toEqual({
       "PUT /parts/2": 2,
-      "PUT /parts/3": 2,
+      "PUT /parts/3": 1,
       "POST /complete": 2,
       "DELETE /": 1,
       intent: 1,
