@@ -7,7 +7,7 @@
 // content-addressed store never answers "exists"; loopwarden and curl alternate. What is timed for
 // loopwarden is `Client.uploadArtifactFile` (runner/src/coordinator/client.ts), the call the runner makes for each of
 // a contract's `artifacts` files, on a loop created through the API: the sha256 pass over the file, the
-// upload intent, the PUT or parts (PARALLEL_PARTS at a time), `complete`, and in S3 mode the intent asked
+// upload intent, the PUT or parts (PARALLEL_PARTS at a time in S3 mode), `complete`, and in S3 mode the intent asked
 // again after a single PUT (the coordinator verifies and records the object then); and the process's peak
 // RSS while it runs. Each mode and size's first upload is
 // downloaded through the coordinator and its sha256 compared, so the figures are of correct uploads.
@@ -384,7 +384,7 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
         if (back.sha256 !== digest || back.size !== size) process.exitCode = 1;
         const counts = upload.requests.filter(isAnswered).map((request) => request.phase);
         row.how = multipart
-          ? `intent, ${counts.filter((phase) => phase === "parts").length} parts ${PARALLEL_PARTS} at a time, complete`
+          ? `intent, ${counts.filter((phase) => phase === "parts").length} parts ${mode === "s3" ? `${PARALLEL_PARTS} at a time` : "in sequence"}, complete`
           : `intent, one PUT${counts.includes("intent again") ? ", intent again" : ""}`;
       }
       for (const request of upload.requests.filter((request) => !isAnswered(request))) {
@@ -561,7 +561,7 @@ for (const row of rows) {
 }
 say();
 say(
-  `Where loopwarden's time went (median ms over the repetitions; each request as the client's own trace times it, LOOPWARDEN_TRACE_HTTP=1; a phase whose requests overlap, the parts sent ${PARALLEL_PARTS} at a time, counts the time during which at least one was under way). \`outside requests\` is the call's time less the time during which a request was under way: the sha256 pass over the file before anything is sent (the intent names the digest), and the client's own work between requests. \`intent again\` is S3 mode's second intent after a single PUT, in which the coordinator reads the object back from the store, checks its sha256 and records it; \`complete\` is where the coordinator completes a multipart upload and then reads the whole object back to check its sha256. \`peak RSS\` is this process's (the client's) resident memory at its highest while the upload ran, sampled every 10 ms, MiB (the most over the repetitions).`,
+  `Where loopwarden's time went (median ms over the repetitions; each request as the client's own trace times it, LOOPWARDEN_TRACE_HTTP=1; a phase whose requests overlap, S3 mode's parts sent ${PARALLEL_PARTS} at a time, counts the time during which at least one was under way). \`outside requests\` is the call's time less the time during which a request was under way: the sha256 pass over the file before anything is sent (the intent names the digest), and the client's own work between requests. \`intent again\` is S3 mode's second intent after a single PUT, in which the coordinator reads the object back from the store, checks its sha256 and records it; \`complete\` is where the coordinator completes a multipart upload and then reads the whole object back to check its sha256. \`peak RSS\` is this process's (the client's) resident memory at its highest while the upload ran, sampled every 10 ms, MiB (the most over the repetitions).`,
 );
 say();
 const PHASES = ["outside requests", "intent", "PUT", "parts", "complete", "intent again"];
@@ -609,7 +609,7 @@ say(
   `- The floor, S3 mode: the presigned URLs an intent answered for curl's file, straight to s3rver (one PUT at 10 MiB; the eight presigned UploadPart URLs at 500 MiB). At 500 MiB a second floor is one presigned PUT of the whole file (S3 takes up to 5 GiB in one PUT; the coordinator answers multipart above 95 MiB, the same split as binding mode): the ratio to it is the cost of uploading in parts at all, on top of the runner's own. The URL is presigned here as the worker presigns (length, content type and SHA-256 bound, the SHA-256 as the signed header curl sends), with \`requestChecksumCalculation: "WHEN_REQUIRED"\` as the worker's client has it (otherwise the URL demands checksum headers).`,
 );
 say(
-  `- The extra floor "${PARALLEL_PARTS} at a time" (run once per mode, in the first repetition, to keep the bench's time bounded) sends the same parts with \`curl --parallel --parallel-max ${PARALLEL_PARTS}\`: as many at once as the client sends them (runner/src/coordinator/artifact-transfers.ts \`PARALLEL_PARTS\`): the floor for its own way of sending them.`,
+  `- The extra floor "${PARALLEL_PARTS} at a time" (run once per mode, in the first repetition, to keep the bench's time bounded) sends the same parts with \`curl --parallel --parallel-max ${PARALLEL_PARTS}\`: as many at once as the client sends them to presigned storage (runner/src/coordinator/artifact-transfers.ts \`PARALLEL_PARTS\`): the floor for its own way of sending them in S3 mode. Through the coordinator (binding mode) the client sends them one at a time.`,
 );
 say(
   `- Every curl figure is the \`curl\` command's wall time, its start and exit included (about ${curlStart.toFixed(0)} ms here, \`curl --version\`), with \`-H "Expect:"\`: for a body over 1 MiB curl would otherwise send \`Expect: 100-continue\` and wait for an answer to it before sending, which the runner's fetch never does. The runner's client is timed inside this process, so its figure has no process start.`,

@@ -269,7 +269,12 @@ describe("Client multipart uploads", () => {
   afterAll(() => records.cleanup());
 
   /** A coordinator's multipart routes for `bytes` in parts of `partSize`; `fail` decides per request whether to answer an error. */
-  function multipart(bytes: Uint8Array, partSize: number, fail: (what: string, attempt: number) => { status: number; code: string } | "slow-then-503" | null) {
+  function multipart(
+    bytes: Uint8Array,
+    partSize: number,
+    fail: (what: string, attempt: number) => { status: number; code: string } | "slow-then-503" | null,
+    presigned = false,
+  ) {
     const sha = sha256(bytes);
     const base = `/v1/loops/${LOOP}/artifacts/${sha}/uploads/up-1`;
     const parts = Math.ceil(bytes.length / partSize);
@@ -294,7 +299,8 @@ describe("Client multipart uploads", () => {
           status: "multipart",
           upload_id: `up-${uploads}`,
           part_size: partSize,
-          part_urls: Array.from({ length: parts }, (_, index) => `${base}/parts/${index + 1}`),
+          // Presigned: whole URLs (to this same server), answered with the ETag header as storage answers.
+          part_urls: Array.from({ length: parts }, (_, index) => `${presigned ? stub.url : ""}${base}/parts/${index + 1}`),
           complete_url: `${base}/complete`,
           abort_url: base,
         });
@@ -302,6 +308,10 @@ describe("Client multipart uploads", () => {
       const part = /\/parts\/(\d+)$/.exec(url);
       if (part) {
         received.set(Number(part[1]), data);
+        if (presigned) {
+          response.writeHead(200, { ETag: `etag-${part[1]}` }).end();
+          return;
+        }
         return json(response, 200, { part_number: Number(part[1]), etag: `etag-${part[1]}` });
       }
       if (what === "POST /complete") {
@@ -327,7 +337,7 @@ describe("Client multipart uploads", () => {
     expect(Object.fromEntries(attempts)).toEqual({ intent: 1, "PUT /parts/1": 1, "PUT /parts/2": 2, "PUT /parts/3": 1, "POST /complete": 1 });
   });
 
-  it("parts go several at a time, never more than PARALLEL_PARTS, and complete byte-exact", async () => {
+  it("parts to presigned storage go several at a time, never more than PARALLEL_PARTS, and complete byte-exact", async () => {
     const bytes = bytesOf(8 * 64 * 1024 + 1000, 15);
     const sha = sha256(bytes);
     const base = `/v1/loops/${LOOP}/artifacts/${sha}/uploads/up-1`;
@@ -343,7 +353,7 @@ describe("Client multipart uploads", () => {
           status: "multipart",
           upload_id: "up-1",
           part_size: 64 * 1024,
-          part_urls: Array.from({ length: 9 }, (_, index) => `${base}/parts/${index + 1}`),
+          part_urls: Array.from({ length: 9 }, (_, index) => `${stub.url}${base}/parts/${index + 1}`),
           complete_url: `${base}/complete`,
           abort_url: base,
         });
@@ -358,7 +368,8 @@ describe("Client multipart uploads", () => {
         else await Promise.race([new Promise<void>((resolve) => waiters.push(resolve)), sleep(300)]);
         received.set(Number(part[1]), await body());
         inFlight--;
-        return json(response, 200, { part_number: Number(part[1]), etag: `etag-${part[1]}` });
+        response.writeHead(200, { ETag: `etag-${part[1]}` }).end();
+        return;
       }
       const listed = (JSON.parse((await body()).toString()) as { parts: { part_number: number }[] }).parts;
       const whole = Buffer.concat(listed.map((entry) => received.get(entry.part_number) ?? Buffer.alloc(0)));
@@ -401,13 +412,37 @@ describe("Client multipart uploads", () => {
   });
 
   it("an upload a process left unfinished (its abort failed too) is resumed by the next upload of the same bytes: only the missing parts are sent", async () => {
-    const bytes = bytesOf(600 * 1024, 7);
+    const bytes = bytesOf(400 * 1024, 7);
     const dir = path.join(records.dir, "resume");
-    // The first runner: part 3 fails for good, and so does telling the coordinator to abort. Parts 1 to 4
-    // went at once (PARALLEL_PARTS): those taken are recorded, and no part is started after the failure.
+    // The first runner: part 3 fails for good, and so does telling the coordinator to abort.
     let first = true;
     const { attempts } = multipart(bytes, 100 * 1024, (what) =>
       first && (what === "PUT /parts/3" || what === "DELETE /") ? { status: 503, code: "unavailable" } : null,
+    );
+    await expect(uploadFile(new Client(stub.url, { retryForMs: 0 }), bytes, dir)).rejects.toMatchObject({ status: 503 });
+    const [left] = readdirSync(dir);
+    const record = JSON.parse(readFileSync(path.join(dir, left ?? ""), "utf8")) as { upload_id: string; parts: { part_number: number }[] };
+    expect(record.parts.map((part) => part.part_number)).toEqual([1, 2]);
+
+    // The next runner (another client) resumes it: no intent, parts 3 and 4 only, then complete.
+    first = false;
+    attempts.clear();
+    await uploadFile(new Client(stub.url, { retryForMs: 0 }), bytes, dir);
+    expect(Object.fromEntries(attempts)).toEqual({ "PUT /parts/3": 1, "PUT /parts/4": 1, "POST /complete": 1 });
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it("parts to presigned storage go four at a time; an upload left unfinished keeps the parts on their way, and is resumed with the missing ones only", async () => {
+    const bytes = bytesOf(600 * 1024, 7);
+    const dir = path.join(records.dir, "resume-presigned");
+    // The first runner: part 3 fails for good, and so does telling the coordinator to abort. Parts 1 to 4
+    // went at once (PARALLEL_PARTS): those taken are recorded, and no part is started after the failure.
+    let first = true;
+    const { attempts } = multipart(
+      bytes,
+      100 * 1024,
+      (what) => (first && (what === "PUT /parts/3" || what === "DELETE /") ? { status: 503, code: "unavailable" } : null),
+      true,
     );
     await expect(uploadFile(new Client(stub.url, { retryForMs: 0 }), bytes, dir)).rejects.toMatchObject({ status: 503 });
     const [left] = readdirSync(dir);
@@ -463,13 +498,12 @@ describe("Client multipart uploads", () => {
     const bytes = bytesOf(300 * 1024, 10);
     const dir = path.join(records.dir, "short");
     // What the recorded parts make is not the file: the coordinator deletes it; the fresh upload goes through.
-    // The first runner's part 3 went with part 2 (PARALLEL_PARTS) and was recorded: the resumed upload sends part 2 alone.
     const attempts = await recordedThenResumed(bytes, dir, (what, attempt) =>
       what === "POST /complete" && attempt === 1 ? { status: 400, code: "size_mismatch" } : null,
     );
     expect(attempts).toEqual({
       "PUT /parts/2": 2,
-      "PUT /parts/3": 1,
+      "PUT /parts/3": 2,
       "POST /complete": 2,
       "DELETE /": 1,
       intent: 1,
