@@ -139,7 +139,7 @@ export async function logOf(loopId: string): Promise<{ events: number; head: { s
 
 /**
  * Runs the loop's alarm until its outbox is empty, so the D1 projection is complete. The alarm may
- * already be running on its own (it is set for "now" after every append), in which case
+ * already be running on its own (it is set for at most DRAIN_DELAY_MS after every append), in which case
  * runDurableObjectAlarm finds nothing scheduled and the drain is still in flight: wait for it.
  */
 export async function drainOutbox(loopId: string): Promise<void> {

@@ -18,7 +18,8 @@ import {
 } from "#shared/engine/index.js";
 import { sha256Hex } from "#shared/hash.js";
 import { Contract } from "#shared/wire/contract.js";
-import { outboxItemsFor, writeProjection, type OutboxItem } from "../../worker/src/db/projection.js";
+import { latestRows, outboxItemsFor, writeProjection, type OutboxItem } from "../../worker/src/db/projection.js";
+import { DRAIN_DELAY_MS } from "../../worker/src/loop/loop-receipts.js";
 import { LEASE_TTL_MS } from "../../worker/src/loop/lease-ttl.js";
 import { loopIdFor } from "../../worker/src/http/loop-access.js";
 import { OWNER_TEAM } from "../../worker/src/http/auth.js";
@@ -130,6 +131,40 @@ describe("LoopObject storage", () => {
     expect(drained).toEqual({ outbox: 0, alarm: null });
   });
 
+  it("drains a new loop's row at once, and the rows of later appends together within DRAIN_DELAY_MS (issue 30)", async () => {
+    const input = createInput("batched", [A, B]);
+    const stub = loopObject(input.loop_id);
+    const created = await runInDurableObject(stub, async (instance, state) => {
+      await instance.create(input);
+      return { alarm: await state.storage.getAlarm(), now: Date.now() };
+    });
+    // How the loop is listed (what TEAM_MAX_LOOPS counts) changed: due now.
+    expect(created.alarm).not.toBeNull();
+    expect(created.alarm ?? Number.POSITIVE_INFINITY).toBeLessThanOrEqual(created.now);
+    await drainOutbox(input.loop_id);
+
+    const proposed = await runInDurableObject(stub, async (instance, state) => {
+      const before = Date.now();
+      const answer = await instance.propose(proposeInput("batched"));
+      return { answer, before, alarm: await state.storage.getAlarm(), after: Date.now() };
+    });
+    expect(proposed.answer).toMatchObject({ ok: true, candidate: { candidate_id: "c1" } });
+    expect(proposed.alarm).toBeGreaterThanOrEqual(proposed.before + DRAIN_DELAY_MS);
+    expect(proposed.alarm).toBeLessThanOrEqual(proposed.after + DRAIN_DELAY_MS);
+    // A later append does not put the drain off: its rows go in the same batch.
+    const leased = await runInDurableObject(stub, async (instance, state) => {
+      const answer = await instance.lease({ caller: OWNER_CALLER, runner_id: "laptop", labels: {}, wait_ms: 0 });
+      return { answer, alarm: await state.storage.getAlarm() };
+    });
+    expect(leased.answer).toMatchObject({ ok: true, lease: { job: { candidate_id: "c1" } } });
+    expect(leased.alarm).toBe(proposed.alarm);
+    expect(await projectionRows(input.loop_id)).toEqual({ loops: 1, candidates: 0, events: 1 });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await projectionRows(input.loop_id)).toEqual({ loops: 1, candidates: 1, events: 3 });
+    const row = await env.DB.prepare("SELECT status, head_seq, runners FROM loops WHERE id = ?").bind(input.loop_id).first();
+    expect(row).toEqual({ status: "running", head_seq: 3, runners: 1 });
+  });
+
   it("stores nothing of a decision whose transaction fails part-way, and carries on from the same head", async () => {
     const input = createInput("atomic", [A]);
     const stub = loopObject(input.loop_id);
@@ -212,6 +247,18 @@ describe("writeProjection (the outbox → D1 drain)", () => {
     expect(rows.loops).toEqual([expect.objectContaining({ id: loopId, iteration: 1, best_candidate_id: "c1", head_seq: 5, status: "running" })]);
     expect(rows.candidates).toEqual([expect.objectContaining({ id: "c1", status: "promoted", reason: "fewer_failures", updated_seq: 5 })]);
     expect(rows.events.map((row) => row.type)).toEqual(["loop_created", "candidate_proposed", "lease_granted", "observation_reported", "verdict"]);
+  });
+
+  it("writes each loop and candidate row of a batch once, the newest, with every event (issue 30)", () => {
+    const { batches } = projectionBatches(`lp_${"5".repeat(24)}`);
+    const items = batches.flat();
+    const ofKind = (list: readonly OutboxItem[], kind: OutboxItem["kind"]) => list.filter((item) => item.kind === kind);
+    for (const given of [items, [...items].reverse()]) {
+      const kept = latestRows(given);
+      expect(ofKind(kept, "event")).toEqual(ofKind(given, "event"));
+      expect(ofKind(kept, "loop")).toEqual([ofKind(items, "loop").at(-1)]);
+      expect(ofKind(kept, "candidate")).toEqual([ofKind(items, "candidate").at(-1)]);
+    }
   });
 
   it("changes nothing when the same items are delivered again", async () => {

@@ -82,6 +82,31 @@ export function runnersLeasing(state: LoopState): number {
   return runners.size;
 }
 
+/** The D1 row a loop or candidate item replaces, and the event sequence it reflects (events and receipts are never replaced: null). */
+function replacedRow(item: OutboxItem): { row: string; seq: number } | null {
+  if (item.kind === "loop") return { row: `loop ${item.row.id}`, seq: item.row.updatedSeq };
+  if (item.kind === "candidate") return { row: `candidate ${item.row.loopId} ${item.row.id}`, seq: item.row.updatedSeq };
+  return null;
+}
+
+/**
+ * The items without the loop and candidate rows that another item of the batch supersedes: of each
+ * row, only the item with the highest `updated_seq` (the last of equals) is written, the one D1 would
+ * keep anyway. A drain that holds several appends then writes each row once (issue 30).
+ */
+export function latestRows(items: readonly OutboxItem[]): OutboxItem[] {
+  const newest = new Map<string, { seq: number; index: number }>();
+  items.forEach((item, index) => {
+    const replaced = replacedRow(item);
+    const kept = replaced && newest.get(replaced.row);
+    if (replaced && (!kept || replaced.seq >= kept.seq)) newest.set(replaced.row, { seq: replaced.seq, index });
+  });
+  return items.filter((item, index) => {
+    const replaced = replacedRow(item);
+    return replaced === null || newest.get(replaced.row)?.index === index;
+  });
+}
+
 /**
  * Writes outbox items to D1 in one batch. Upserts keyed by primary key, and a row only replaces one
  * from an older event sequence, so delivering the same items twice (an alarm retried after D1 took the
@@ -90,7 +115,7 @@ export function runnersLeasing(state: LoopState): number {
 export async function writeProjection(database: D1Database, items: readonly OutboxItem[]): Promise<void> {
   if (items.length === 0) return;
   const db = drizzle(database);
-  const statements: BatchItem<"sqlite">[] = items.map((item) => {
+  const statements: BatchItem<"sqlite">[] = latestRows(items).map((item) => {
     switch (item.kind) {
       case "event":
         return db.insert(eventsIndex).values(item.row).onConflictDoNothing();

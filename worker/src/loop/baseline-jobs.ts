@@ -88,6 +88,8 @@ export class BaselineJobs {
       this.pending = null;
       throw error;
     }
+    // Runners find the loop awaiting its baseline in the listing: its row is drained at once.
+    store.listingChanged = true;
     await this.host.scheduleAlarm();
     return { ok: true, created: true, awaiting_baseline: BaselineJobs.view(pending) };
   }

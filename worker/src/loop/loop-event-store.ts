@@ -21,6 +21,13 @@ export const EVENTS_IN_ANSWER = 100;
  */
 export const EVENT_PART_CHARS = 64_000;
 
+/**
+ * Events that change how the D1 projection lists the loop: its creation (which TEAM_MAX_LOOPS counts) and
+ * its halt (`GET /v1/loops?status=`). Their outbox rows are drained at once; the rest within
+ * DRAIN_DELAY_MS, several appends in one batch (issue 30).
+ */
+const LISTING_EVENTS: ReadonlySet<string> = new Set(["loop_created", "halted"]);
+
 /** An `events` row as read back: a body stored in parts has an empty `body` and its part count. */
 interface EventRow extends Record<string, SqlStorageValue> {
   seq: number;
@@ -56,6 +63,11 @@ export class LoopEventStore {
    * observation) without reading the log. Built by the fold at load, grown by every append.
    */
   private readonly candidateSeqs = new Map<string, number[]>();
+  /**
+   * Whether the outbox holds a change of how the loop is listed (its creation, its halt, a pending
+   * baseline's row): the alarm drains it at once. Cleared when a drain empties the outbox.
+   */
+  listingChanged = false;
   /** Long-polls waiting for the log to grow (a proposal, an expiry, a verdict): woken after every append. */
   private readonly waiting = new Set<() => void>();
 
@@ -149,6 +161,7 @@ export class LoopEventStore {
     }
     this.state = state;
     this.head = head;
+    if (sealed.some((event) => LISTING_EVENTS.has(event.type))) this.listingChanged = true;
     this.indexByCandidate(sealed);
     this.wake();
     return sealed;

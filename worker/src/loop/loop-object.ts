@@ -33,7 +33,7 @@ import { candidateLimitRefusal, interimReceiptLimitMessage, teamLimits } from ".
 import { NOT_FOUND, type Answer, type Refusal } from "./refusal.js";
 import { holderOf, LoopLeases } from "./loop-leases.js";
 import { BaselineJobs } from "./baseline-jobs.js";
-import { DRAIN_RETRY_MS, LoopReceipts, type SignedReceipt } from "./loop-receipts.js";
+import { DRAIN_DELAY_MS, DRAIN_RETRY_MS, LoopReceipts, type SignedReceipt } from "./loop-receipts.js";
 import { renderView, type DashboardView } from "../dashboard/views.js";
 import type { Viewer } from "../dashboard/layout.js";
 
@@ -99,19 +99,39 @@ export class LoopObject extends DurableObject<Env> {
     return this.store.teamId;
   }
 
-  /** Sets the alarm to the next thing it must do: drain the outbox now, reclaim the next lease, or time out the oldest review request. */
+  /** When the outbox is due to be drained (null: nothing to drain): an append never puts off a drain already due. */
+  private drainDue: number | null = null;
+  /** The alarm as this object last set it (undefined: not known, since the object woke or the alarm ran). */
+  private alarmAt: number | null | undefined = undefined;
+
+  /**
+   * Sets the alarm to the next thing it must do: drain the outbox (at once for a change of how the loop
+   * is listed, else within DRAIN_DELAY_MS), reclaim the next lease, or time out the oldest review request.
+   * An alarm already set to that time is not set again (issue 30: one storage write less per request).
+   */
   private async scheduleAlarm(retryDrainInMs = 0): Promise<void> {
-    const pending = this.store.hasSchema() && this.sql.exec("SELECT 1 FROM outbox LIMIT 1").toArray().length > 0;
+    // Only an object holding a loop, or a loop awaiting its baseline, has tables (and an outbox).
+    const pending = (this.state !== null || this.baseline.pending !== null) && this.sql.exec("SELECT 1 FROM outbox LIMIT 1").toArray().length > 0;
+    if (pending) {
+      const wait = Math.max(retryDrainInMs, this.store.listingChanged ? 0 : DRAIN_DELAY_MS);
+      this.drainDue = Math.min(this.drainDue ?? Number.POSITIVE_INFINITY, Date.now() + wait);
+    } else this.drainDue = null;
     const deadline = this.state ? nextLeaseDeadline(this.state) : (this.baseline.pending?.lease?.expires_at ?? null);
     const review = this.state ? nextReviewDeadline(this.state) : null;
-    const candidates = [pending ? Date.now() + retryDrainInMs : null, deadline ? Date.parse(deadline) : null, review ? Date.parse(review) : null].filter(
+    const candidates = [this.drainDue, deadline ? Date.parse(deadline) : null, review ? Date.parse(review) : null].filter(
       (time): time is number => time !== null,
     );
-    if (candidates.length === 0) {
-      await this.ctx.storage.deleteAlarm();
-      return;
+    const next = candidates.length === 0 ? null : Math.min(...candidates);
+    if (next === this.alarmAt) return;
+    // Noted before the await: a call that follows meanwhile sees the alarm this one is setting.
+    this.alarmAt = next;
+    try {
+      if (next === null) await this.ctx.storage.deleteAlarm();
+      else await this.ctx.storage.setAlarm(next);
+    } catch (error) {
+      this.alarmAt = undefined;
+      throw error;
     }
-    await this.ctx.storage.setAlarm(Math.min(...candidates));
   }
 
   /**
@@ -471,6 +491,9 @@ export class LoopObject extends DurableObject<Env> {
    * whatever is next.
    */
   override async alarm(): Promise<void> {
+    // This alarm is spent, and the outbox is drained now: whatever follows sets the next one.
+    this.alarmAt = undefined;
+    this.drainDue = null;
     if (this.state) {
       const now = new Date().toISOString();
       this.store.append(expireLeases(this.state, now));

@@ -14,6 +14,13 @@ import type { Refusal } from "./refusal.js";
 
 /** Outbox rows written to D1 per batch. */
 const DRAIN_BATCH = 50;
+/**
+ * How long an outbox row may wait for the alarm to drain it, unless it changes how the loop is listed
+ * (LoopEventStore.listingChanged): the rows of the appends within it go to D1 in one batch. Drained at
+ * every append, a decision's three requests cost three D1 batches and three alarms, 40% of the worker's
+ * CPU per decision under `npm run bench:load` (issue 30); the listing is then at most this far behind.
+ */
+export const DRAIN_DELAY_MS = 1_000;
 /** Delay before the alarm retries a failed drain by re-arming itself (the runtime also retries thrown alarms). */
 export const DRAIN_RETRY_MS = 5_000;
 
@@ -123,7 +130,10 @@ export class LoopReceipts {
     for (;;) {
       const rows = this.sql.exec<{ id: number; item: string }>("SELECT id, item FROM outbox ORDER BY id LIMIT ?", DRAIN_BATCH).toArray();
       const last = rows.at(-1);
-      if (!last) return;
+      if (!last) {
+        this.store.listingChanged = false;
+        return;
+      }
       await writeProjection(
         this.env.DB,
         rows.map((row) => JSON.parse(row.item) as OutboxItem),
