@@ -261,6 +261,29 @@ describe("writeProjection (the outbox → D1 drain)", () => {
     }
   });
 
+  it("writes every event of a batch longer than one statement's rows, once", async () => {
+    const loopId = `lp_${"6".repeat(24)}`;
+    const { batches } = projectionBatches(loopId);
+    const items = batches.flat();
+    // 40 more events of the loop (an outbox drained after a long wait holds many).
+    const more: OutboxItem[] = Array.from({ length: 40 }, (_, index) => ({
+      kind: "event",
+      row: {
+        loopId,
+        seq: 6 + index,
+        type: "lease_renewed",
+        at: new Date(Date.UTC(2026, 2, 1, 9, 1, index)).toISOString(),
+        hash: sha256Hex(`e${index}`),
+        candidateId: "c1",
+      },
+    }));
+    await writeProjection(env.DB, [...items, ...more]);
+    await writeProjection(env.DB, [...items, ...more]);
+    const rows = await projectionOf(loopId);
+    expect(rows.events.map((row) => row.seq)).toEqual(Array.from({ length: 45 }, (_, index) => index + 1));
+    expect(rows.loops).toEqual([expect.objectContaining({ id: loopId, head_seq: 5 })]);
+  });
+
   it("changes nothing when the same items are delivered again", async () => {
     const loopId = `lp_${"2".repeat(24)}`;
     const { batches } = projectionBatches(loopId);

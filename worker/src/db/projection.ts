@@ -1,5 +1,5 @@
 import { sql } from "drizzle-orm";
-import { drizzle } from "drizzle-orm/d1";
+import { drizzle, type DrizzleD1Database } from "drizzle-orm/d1";
 import type { BatchItem } from "drizzle-orm/batch";
 import type { BestState, LoopEvent, LoopState } from "#shared/engine/index.js";
 import { candidates, eventsIndex, loops, receipts, type CandidateRow, type EventIndexRow, type LoopRow, type ReceiptRow } from "./schema.js";
@@ -115,34 +115,56 @@ export function latestRows(items: readonly OutboxItem[]): OutboxItem[] {
 export async function writeProjection(database: D1Database, items: readonly OutboxItem[]): Promise<void> {
   if (items.length === 0) return;
   const db = drizzle(database);
-  const statements: BatchItem<"sqlite">[] = latestRows(items).map((item) => {
-    switch (item.kind) {
-      case "event":
-        return db.insert(eventsIndex).values(item.row).onConflictDoNothing();
-      case "receipt":
-        // A receipt never changes once issued: a re-delivery keeps the first.
-        return db.insert(receipts).values(item.row).onConflictDoNothing();
-      case "candidate": {
-        const { loopId: _loopId, id: _id, ...changes } = item.row;
-        return db
-          .insert(candidates)
-          .values(item.row)
-          .onConflictDoUpdate({
-            target: [candidates.loopId, candidates.id],
-            set: changes,
-            setWhere: sql`excluded.updated_seq >= ${candidates.updatedSeq}`,
-          });
-      }
-      case "loop": {
-        const { id: _id, ...changes } = item.row;
-        return db
-          .insert(loops)
-          .values(item.row)
-          .onConflictDoUpdate({ target: loops.id, set: changes, setWhere: sql`excluded.updated_seq >= ${loops.updatedSeq}` });
-      }
-    }
-  });
+  const latest = latestRows(items);
+  // The events' index rows go in as few statements as D1's bound parameters allow: building and
+  // running a statement per event was most of a drain's work in the worker (issue 30).
+  const events = latest.flatMap((item) => (item.kind === "event" ? [item.row] : []));
+  const statements: BatchItem<"sqlite">[] = [];
+  for (let start = 0; start < events.length; start += EVENT_ROWS_PER_STATEMENT) {
+    statements.push(
+      db
+        .insert(eventsIndex)
+        .values(events.slice(start, start + EVENT_ROWS_PER_STATEMENT))
+        .onConflictDoNothing(),
+    );
+  }
+  for (const item of latest) {
+    const statement = rowStatement(db, item);
+    if (statement) statements.push(statement);
+  }
   const [first, ...rest] = statements;
   if (!first) return;
   await db.batch([first, ...rest]);
+}
+
+/** D1 binds at most 100 parameters to a statement; an `events_index` row takes 6. */
+const EVENT_ROWS_PER_STATEMENT = 16;
+
+/** The upsert of one receipt, candidate or loop item (events are written together, above). */
+function rowStatement(db: DrizzleD1Database, item: OutboxItem): BatchItem<"sqlite"> | null {
+  switch (item.kind) {
+    case "event":
+      return null;
+    case "receipt":
+      // A receipt never changes once issued: a re-delivery keeps the first.
+      return db.insert(receipts).values(item.row).onConflictDoNothing();
+    case "candidate": {
+      const { loopId: _loopId, id: _id, ...changes } = item.row;
+      return db
+        .insert(candidates)
+        .values(item.row)
+        .onConflictDoUpdate({
+          target: [candidates.loopId, candidates.id],
+          set: changes,
+          setWhere: sql`excluded.updated_seq >= ${candidates.updatedSeq}`,
+        });
+    }
+    case "loop": {
+      const { id: _id, ...changes } = item.row;
+      return db
+        .insert(loops)
+        .values(item.row)
+        .onConflictDoUpdate({ target: loops.id, set: changes, setWhere: sql`excluded.updated_seq >= ${loops.updatedSeq}` });
+    }
+  }
 }
