@@ -16,11 +16,13 @@ import type { Refusal } from "./refusal.js";
 const DRAIN_BATCH = 50;
 /**
  * How long an outbox row may wait for the alarm to drain it, unless it changes how the loop is listed
- * (LoopEventStore.listingChanged): the rows of the appends within it go to D1 in one batch. Drained at
- * every append, a decision's three requests cost three D1 batches and three alarms, 40% of the worker's
- * CPU per decision under `npm run bench:load` (issue 30); the listing is then at most this far behind.
+ * (LoopEventStore.listingChanged): the rows of the appends within it go to D1 in one batch, so a loop
+ * costs D1 at most one batch per this long however fast it decides. Drained at every append, a
+ * decision's three requests cost three D1 batches and three alarms, 40% of the worker's CPU per
+ * decision under `npm run bench:load` (issue 30). A running loop's listing (its iteration, best,
+ * runners) is then at most this far behind its log; its creation and its halt are not.
  */
-export const DRAIN_DELAY_MS = 1_000;
+export const DRAIN_DELAY_MS = 5_000;
 /** Delay before the alarm retries a failed drain by re-arming itself (the runtime also retries thrown alarms). */
 export const DRAIN_RETRY_MS = 5_000;
 
