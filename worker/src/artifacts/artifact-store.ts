@@ -289,6 +289,8 @@ export function unverifiedIn<T extends { sha256: string; size: number; name?: st
   loop: { loopId: string; teamId: string },
   cited: readonly T[],
 ): Promise<T[]> {
+  // Most reports and proposals cite nothing stored (issue 30): no limits to read, no D1 session to open.
+  if (cited.length === 0) return Promise.resolve([]);
   const quotas = { quotaBytes: artifactLimits(env).quotaBytes, team: teamQuotaOf(env, loop.teamId) };
   return unverified(() => artifactStorage(env), drizzle(env.DB), loop.loopId, quotas, cited);
 }
