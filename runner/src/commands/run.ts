@@ -8,7 +8,7 @@ import type { Connection, ServerOptions } from "../coordinator/connect.js";
 import type { CommandResult } from "../process/exec.js";
 import { isHaltedMeanwhile, UserError } from "../errors.js";
 import { currentBranch } from "../process/git.js";
-import { loopBranch, type Diff } from "../process/git-commits.js";
+import { loopBranch } from "../process/git-commits.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { agentEnv, readAgentReport, readReviewRequest, writeAgentContext, type AgentFiles } from "../loop/agent-context.js";
 import type { ContextManifest } from "#shared/wire/review.js";
@@ -127,16 +127,20 @@ async function proposeFromWorkspace(
   files: AgentFiles,
   context: ContextManifest | null,
 ): Promise<ProposeCandidateRequest> {
-  // The last rejection's return to the best commit, overlapped with this agent run, is done first.
-  await workingTreeRestored(session);
-  // Keeping and reverting move only the loop's branch. A confined agent cannot reach the repository; an
-  // unconfined one could have switched it to one of the user's branches, which must then not move.
-  const branch = await currentBranch(session.repo);
-  if (branch !== loopBranch(session.loop.loop_id)) {
-    throw new UserError(
-      `the working tree is no longer on the loop's branch (it is on ${branch ?? "a detached HEAD"}); loopwarden stopped without committing or resetting anything. Switch back with git switch ${loopBranch(session.loop.loop_id)} and run again`,
-    );
-  }
+  // The last rejection's return to the best commit, overlapped with this agent run, is done before the
+  // branch moves to the candidate; the candidate's commit object, which needs neither the branch nor the
+  // working tree, is written meanwhile (issue 30). Keeping and reverting move only the loop's branch. A
+  // confined agent cannot reach the repository; an unconfined one could have switched it to one of the
+  // user's branches, which must then not move.
+  const beforeBranchMoves = async () => {
+    await workingTreeRestored(session);
+    const branch = await currentBranch(session.repo);
+    if (branch !== loopBranch(session.loop.loop_id)) {
+      throw new UserError(
+        `the working tree is no longer on the loop's branch (it is on ${branch ?? "a detached HEAD"}); loopwarden stopped without moving any branch or resetting anything. Switch back with git switch ${loopBranch(session.loop.loop_id)} and run again`,
+      );
+    }
+  };
   const agentRun: AgentRun = { exit_code: agent.exit_code, timed_out: agent.timed_out, duration_ms: agent.duration_ms, confinement };
   // The candidate's clone is begun while it is committed (the agent's zone is gone with every process
   // it started, so nothing of it can touch the clone): only its checkout waits for the commit, and its
@@ -151,11 +155,13 @@ async function proposeFromWorkspace(
   try {
     const report = await readAgentReport(workspace.dir, files.report);
     if (report.error) progress(session.mode, `[${iteration}] ${report.error}; not recorded`);
-    const begin = (commit: string, diff: Diff) => {
+    const onCommitted = (commit: string, change: { empty: boolean }) => {
       begun = commit;
-      beginOwnEvaluation(session, commit, diff);
+      beginOwnEvaluation(session, commit, change);
     };
-    const { commit, key, diff } = await timed("commit", () => commitWorkspace(session, workspace, iteration, agentRun, evaluatesOwn ? begin : undefined));
+    const { commit, key, diff } = await timed("commit", () =>
+      commitWorkspace(session, workspace, iteration, agentRun, evaluatesOwn ? { onCommitted, beforeBranchMoves } : { beforeBranchMoves }),
+    );
     const proposer = { kind: "command" as const, command: session.loaded.contract.agent.run };
     return await timed("bundle", () => buildProposal(session, { commit, key, diff, proposer, agent: agentRun, report, review: review.request, context }));
   } catch (error) {
@@ -226,7 +232,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
         const files = await timed("context", () => writeAgentContext(session.repo, state, workspace.dir));
         // What the agent is told of where to look, within its budget (docs/agent.md); a budget the first
         // tier does not fit in halts the loop before the agent runs.
-        const built = await timed("context", () => buildAgentContext(session, state, workspace.dir, files.context));
+        const built = await timed("context", () => buildAgentContext(session, state, workspace, files.context));
         if (built.status === "unsatisfiable") {
           progress(
             mode,

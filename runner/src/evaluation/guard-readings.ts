@@ -17,9 +17,14 @@ import { protectedFiles } from "./protected-files.js";
 // agent's working tree nor a gate's side effects can hide a change.
 
 /** sha256 of every protected tracked file (see `protectedFiles`), by path. */
-async function hashProtectedFiles(clone: string, contract: Contract, contractFile: string | null): Promise<Record<string, string>> {
+async function hashProtectedFiles(
+  clone: string,
+  contract: Contract,
+  contractFile: string | null,
+  tracked?: Promise<string[]>,
+): Promise<Record<string, string>> {
   const files: Record<string, string> = {};
-  for (const file of await protectedFiles(clone, contract, contractFile)) {
+  for (const file of await protectedFiles(clone, contract, contractFile, tracked)) {
     // A tracked symlink or submodule has no readable content here; its path still counts, as empty.
     const bytes = await readFile(path.join(clone, file)).catch(() => Buffer.alloc(0));
     files[file] = sha256Hex(bytes);
@@ -58,13 +63,15 @@ export type GuardReadingsBeforeGates = Omit<GuardReadings, "coverage_percent">;
 export interface GuardSources {
   contractFile: string | null;
   baseline: string;
+  /** The checked-out commit's files when listed already (`committedFiles`), else listed in the clone. */
+  tracked?: Promise<string[]> | undefined;
 }
 
 /** Readings taken right after checkout, before any gate runs; what changed since t0 only when the contract has a scope. */
 export async function readGuardsBeforeGates(clone: string, contract: Contract, sources: GuardSources): Promise<GuardReadingsBeforeGates> {
   // Apart from one another, so taken at once: the checkout they read stays untouched until they are done.
   const [protectedFiles, contractFile, changedPaths] = await Promise.all([
-    hashProtectedFiles(clone, contract, sources.contractFile),
+    hashProtectedFiles(clone, contract, sources.contractFile, sources.tracked),
     readContractFile(clone, sources.contractFile),
     contract.scope ? readChangedPaths(clone, sources.baseline) : null,
   ]);

@@ -15,6 +15,7 @@ import { stageBaselineFiles, type PendingFiles } from "./pending-create.js";
 import { MetricLog, sampleAlone } from "../evaluation/sampling.js";
 import path from "node:path";
 import { measurePrecondition } from "./precondition.js";
+import { rememberLogTails } from "./context-input.js";
 
 // Measuring t0 (DESIGN §2): the gates, the guard readings and, in optimize mode, the metric's own
 // readings, in a clean clone of the commit. Either the loop's creator measures it (`run`, `step`) before
@@ -53,6 +54,8 @@ export async function measureBaseline(
   return withClone(repo, commit, "t0", async (clone) => {
     const metricLog = new MetricLog();
     const evaluation = await measureIn(clone, loaded, commit, (text) => progress(mode, `baseline: ${text}`), metricLog);
+    // The first agent's context quotes t0's failing gates' logs from here, not downloaded back (issue 30).
+    rememberLogTails(evaluation.logs);
     // Matched after the metric ran, as a candidate's are: a benchmark may write the profile.
     const files = await stageBaselineFiles(repo, source, clone.dir, loaded.contract.artifacts ?? []);
     const logs = [...evaluation.logs];

@@ -3,7 +3,7 @@ import type { AgentRun } from "#shared/engine/index.js";
 import { UserError } from "../errors.js";
 import { progress } from "../output.js";
 import { readTrailers, shortCommit } from "../process/git.js";
-import { diffOf, loopBranch, maintainRepository, snapshotCandidate, snapshotWorkTree, type Diff } from "../process/git-commits.js";
+import { diffOf, loopBranch, maintainRepository, snapshotCandidate, snapshotWorkTree, type Diff, type SnapshotHooks } from "../process/git-commits.js";
 import type { Workspace } from "../zones/agent-zone.js";
 import type { Session } from "./session-type.js";
 
@@ -60,14 +60,14 @@ function candidateMessage(session: Session, iteration: number, key: string, agen
 /**
  * Commits the tree an agent left in its workspace (DESIGN §6.7) as a candidate on the loop branch, read
  * as data with the runner's own git (`snapshotWorkTree`), with the same trailers as `commitCandidate`;
- * `onCommitted` hears of the commit before the branch moves to it.
+ * `hooks.onCommitted` hears of the commit before the branch moves to it.
  */
 export async function commitWorkspace(
   session: Session,
   workspace: Workspace,
   iteration: number,
   agent: AgentRun | null,
-  onCommitted?: (commit: string, diff: Diff) => void,
+  hooks: SnapshotHooks = {},
 ): Promise<{ commit: string; key: string; diff: Diff }> {
   const key = `cand-${randomBytes(12).toString("hex")}`;
   const { commit, diff } = await snapshotWorkTree(
@@ -76,7 +76,7 @@ export async function commitWorkspace(
     workspace.index,
     candidateMessage(session, iteration, key, agent),
     session.loop.best.commit,
-    onCommitted,
+    hooks,
   );
   return { commit, key, diff };
 }

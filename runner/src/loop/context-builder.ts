@@ -21,6 +21,8 @@ export type ContextTier = "stack_trace" | "import_closure" | "dependents";
 export interface ContextInput {
   /** The agent's work tree (a clone of the best commit): files are read here; `git ls-files` says what exists. */
   tree: string;
+  /** The work tree's tracked files when already listed (`git ls-files` run ahead, issue 30); else listed here. */
+  tracked?: Promise<string[]>;
   /** Failing ids at the last evaluation, each marked regressed when it passed at the best. */
   failing: { id: string; regressed: boolean }[];
   /** Tails of the failing gates' logs (the test runner's output, with its stack traces). */
@@ -203,11 +205,16 @@ function fenced(text: string): string {
   return `${fence}\n${text.trimEnd()}\n${fence}`;
 }
 
+/** The tracked files of a work tree (`git ls-files`); none when git cannot list them. */
+export async function listTracked(tree: string): Promise<string[]> {
+  const listed = await git(tree, ["ls-files", "-z"]).catch(() => "");
+  return listed.split("\0").filter(Boolean);
+}
+
 /** Builds the context into `outDir` (cleared first), or answers that its first tier does not fit the budget. */
 export async function buildContext(input: ContextInput, outDir: string): Promise<ContextResult> {
   const realTree = await realpath(input.tree);
-  const listed = await git(input.tree, ["ls-files", "-z"]).catch(() => "");
-  const tracked = new Set(listed.split("\0").filter(Boolean));
+  const tracked = new Set(await (input.tracked ?? listTracked(input.tree)));
   const texts = new Map<string, string | null>();
   const textOf = async (file: string): Promise<string | null> => {
     if (!texts.has(file)) texts.set(file, await readTreeFile(input.tree, realTree, file));

@@ -15,6 +15,7 @@ import { liveStatus, paint, progress, type OutputMode } from "../output.js";
 import { MetricLog, samplePairs, type PairedSamples } from "../evaluation/sampling.js";
 import { boundedErrors, evidenceOf, evidenceRefusal, inlineLogs, storeLogs, storeReportFiles, type StoredFiles } from "../evaluation/artifact-files.js";
 import { timed } from "../timings.js";
+import { rememberLogTails } from "./context-input.js";
 import type { Session } from "./session-type.js";
 
 // A leased evaluation job (DESIGN §2): the candidate evaluated in a clean clone under heartbeats, its
@@ -91,6 +92,8 @@ export async function evaluateLease(
       }
       const evaluation = await timed("gates", () => begun?.result ?? evaluateIn(clone, { ...options, contract }));
       lost.signal.throwIfAborted();
+      // The next agent's context quotes the failing gates' logs from here, not downloaded back (issue 30).
+      rememberLogTails(evaluation.logs);
       // What could not be stored as it was (a refusal, a log kept as its tail) is evidence in the
       // report and a warning line, once each, never the end of the job.
       const warned = new Set<string>();

@@ -9,6 +9,7 @@ import { contractFileOf } from "../contract/contract-file.js";
 import { evaluateIn } from "../evaluation/evaluate.js";
 import type { GateHooks } from "../evaluation/evaluation.js";
 import { readGuardsBeforeGates } from "../evaluation/guard-readings.js";
+import { committedFiles, trackedFiles } from "../evaluation/protected-files.js";
 import { faultPoint } from "../fault.js";
 import { shortCommit } from "../process/git.js";
 import { diffOf, rejectedRef, revertTo, type Diff } from "../process/git-commits.js";
@@ -16,6 +17,7 @@ import { evaluateUntilDecided, verdictLine } from "./lease-job.js";
 import { progress } from "../output.js";
 import { failureLine } from "#shared/explain/gate-failure.js";
 import { diffSummary } from "./agent-context.js";
+import { candidateDiff } from "./context-input.js";
 import { timed } from "../timings.js";
 import { foldAnswered, stateAtHead } from "./event-log.js";
 import { proposalBundle, withBundleUploaded } from "./candidate-bundles.js";
@@ -51,18 +53,22 @@ export function evaluatesOwnCandidate(session: Session, agent: AgentRun | null):
 /**
  * Begins evaluating a candidate this runner evaluates itself (`evaluatesOwnCandidate`), before it is
  * proposed: its clone is made, its guards read as soon as it is checked out, and, when it is known to
- * change something (`diff`), its gates run while it is proposed. The proposal asks for the lease too,
+ * change something (`change`), its gates run while it is proposed. The proposal asks for the lease too,
  * which is this runner's, for this candidate, unless the loop halted or another job was queued first;
  * then the evaluation is stopped unused (decideCandidate gives the clone back, as it does when an empty
  * candidate is rejected unevaluated). The verdict is still the coordinator's, on what the leased job
  * reports (DESIGN §4, invariant 1).
  */
-export function beginOwnEvaluation(session: Session, commit: string, diff?: Diff): void {
+export function beginOwnEvaluation(session: Session, commit: string, change?: { empty: boolean }): void {
   const { contract } = session.loaded;
   const guards = { contractFile: contractFileOf(session.loaded), baseline: session.loop.t0.commit };
+  // Its files are listed from the commit while the clone is checked out, not from the checkout after it
+  // (issue 30: a git process fewer before the gates start); from the checkout should that fail.
+  const committed = committedFiles(session.repo, commit);
+  committed.catch(() => undefined);
   cloneAhead(session.repo, commit, {
-    readGuards: (dir) => readGuardsBeforeGates(dir, contract, guards),
-    ...(diff && !diff.empty ? { evaluate: (clone: Clone, hooks: GateHooks) => evaluateIn(clone, { contract, guards, ...hooks }) } : {}),
+    readGuards: (dir) => readGuardsBeforeGates(dir, contract, { ...guards, tracked: committed.catch(() => trackedFiles(dir)) }),
+    ...(change && !change.empty ? { evaluate: (clone: Clone, hooks: GateHooks) => evaluateIn(clone, { contract, guards, ...hooks }) } : {}),
   });
 }
 
@@ -87,8 +93,9 @@ export async function buildProposal(
   // A candidate that asks for a review is evaluated only once a person acknowledged it: no lease now.
   const evaluatesOwn = evaluatesOwnCandidate(session, candidate.agent) && !candidate.review;
   if (evaluatesOwn) beginOwnEvaluation(session, candidate.commit, candidate.diff);
-  // Its one-line summary for the agent's history is ready by the next iteration.
+  // Its one-line summary for the agent's history, and its diff for the agent's context, are ready by the next iteration.
   void diffSummary(session.repo, session.loop.best.commit, candidate.commit);
+  void candidateDiff(session.repo, session.loop.best.commit, candidate.commit);
   try {
     // A candidate another runner may evaluate travels with its commits as a bundle, so a runner in another
     // checkout can evaluate it: on a shared coordinator (--server), or when the contract asks for runner

@@ -71,6 +71,46 @@ export async function snapshotCandidate(repo: string, message: string, diffFrom?
   return { commit: await committedHead(repo), diff };
 }
 
+// The tree of each commit the runner made or asked about, by repository and commit: whether a candidate
+// changes anything is whether its tree is its parent's, known without a git process once the parent (the
+// best so far, usually a commit the runner made) is here. Commits never change; the last few are kept.
+const trees = new Map<string, Promise<string>>();
+const TREES_KEPT = 64;
+
+function keepTree(repo: string, commit: string, tree: Promise<string>): Promise<string> {
+  const key = `${repo}\0${commit}`;
+  trees.delete(key);
+  trees.set(key, tree);
+  tree.catch(() => trees.delete(key));
+  for (const oldest of trees.keys()) {
+    if (trees.size <= TREES_KEPT) break;
+    trees.delete(oldest);
+  }
+  return tree;
+}
+
+/** The tree `commit` records. */
+function treeOf(repo: string, commit: string): Promise<string> {
+  const known = trees.get(`${repo}\0${commit}`);
+  if (known) return known;
+  return keepTree(
+    repo,
+    commit,
+    git(repo, ["rev-parse", "--verify", `${commit}^{tree}`]).then((out) => out.trim()),
+  );
+}
+
+/** What `snapshotWorkTree` tells its caller along the way. */
+export interface SnapshotHooks {
+  /**
+   * Hears of the commit as soon as it exists, before the branch moves to it, with whether it changes
+   * anything (its tree is not its parent's); its patch is still being read.
+   */
+  onCommitted?: (commit: string, change: { empty: boolean }) => void;
+  /** Awaited before the branch and the working tree move to the commit; what it throws stops them. */
+  beforeBranchMoves?: () => Promise<void>;
+}
+
 /**
  * Commits the tree an agent left in `workTree` (its workspace, DESIGN §6.7) onto the current branch of
  * `repo` as a child of `parent`, and moves the branch and the working tree there. The workspace is read
@@ -78,8 +118,11 @@ export async function snapshotCandidate(repo: string, message: string, diffFrom?
  * copy of the workspace's index taken before the agent ran, so only what the agent touched is hashed
  * again), never with the workspace's `.git`, which the agent could have written (a `core.fsmonitor`
  * command, a filter, an include). Answers the commit and its change from `parent`, taken from the same
- * index, as `diffOf(repo, parent, commit)` would. `onCommitted` hears of the commit as soon as it exists,
- * before the branch moves to it.
+ * index, as `diffOf(repo, parent, commit)` would.
+ *
+ * Between the agent's end and the candidate's evaluation there are three git processes, one after
+ * another (`add`, `write-tree`, `commit-tree`): the patch, which only the proposal needs, is read beside
+ * them, and whether the candidate changes anything is told by its tree (issue 30).
  */
 export async function snapshotWorkTree(
   repo: string,
@@ -87,21 +130,23 @@ export async function snapshotWorkTree(
   index: string,
   message: string,
   parent: string,
-  onCommitted?: (commit: string, diff: Diff) => void,
+  hooks: SnapshotHooks = {},
 ): Promise<{ commit: string; diff: Diff }> {
   const env = { GIT_INDEX_FILE: index };
+  const parentTree = treeOf(repo, parent).catch(() => null);
   await git(repo, ["--work-tree", workTree, "add", "-A"], { env });
-  const [tree, patch] = await Promise.all([
-    git(repo, ["write-tree"], { env }),
-    git(repo, ["--work-tree", workTree, "diff", "--cached", ...DIFF_OPTIONS, parent], { env, encoding: "buffer" }),
-  ]);
+  // `diff --cached` reads the index without refreshing it, so it never contends for the lock `write-tree` takes.
+  const patching = git(repo, ["--work-tree", workTree, "diff", "--cached", ...DIFF_OPTIONS, parent], { env, encoding: "buffer" });
+  patching.catch(() => undefined);
+  const tree = (await git(repo, ["write-tree"], { env })).trim();
   const identity = await identityArgs(repo);
-  const commit = (await git(repo, [...identity, "commit-tree", tree.trim(), "-p", parent, "-m", message])).trim();
-  const diff = diffOfPatch(patch);
+  const commit = (await git(repo, [...identity, "commit-tree", tree, "-p", parent, "-m", message])).trim();
+  void keepTree(repo, commit, Promise.resolve(tree));
   // What needs only the commit object (a clone of it) begins while the branch and the working tree move.
-  onCommitted?.(commit, diff);
+  hooks.onCommitted?.(commit, { empty: tree === (await parentTree) });
+  await hooks.beforeBranchMoves?.();
   await git(repo, ["reset", "-q", "--hard", commit]);
-  return { commit, diff };
+  return { commit, diff: diffOfPatch(await patching) };
 }
 
 /**

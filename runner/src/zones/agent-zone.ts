@@ -12,6 +12,7 @@ import { childEnv } from "../evaluation/environment.js";
 import { UserError } from "../errors.js";
 import { runCommand, type CommandResult } from "../process/exec.js";
 import { gitDirOf, objectsDirOf } from "../process/git.js";
+import { committedFiles, trackedFiles } from "../evaluation/protected-files.js";
 import { blankClone, checkoutDetached } from "../process/git-clone.js";
 import { setAsideWorkTree } from "../process/git-commits.js";
 import { findExecutable, isProcessAlive } from "../process/processes.js";
@@ -35,6 +36,8 @@ export interface Workspace {
   dir: string;
   /** The runner's own copy of the workspace's index, taken before the agent ran: out of the agent's reach. */
   index: string;
+  /** Its tracked files, as the commit it was made at holds them (`committedFiles`): listed before the agent ran. */
+  tracked?: Promise<string[]> | undefined;
 }
 
 /** This process's workspaces: a directory per process, removed with the process's stale clones' logic. */
@@ -58,7 +61,12 @@ async function blankWorkspace(repo: string): Promise<string> {
 // usual verdict) leaves as it is; after a promotion only the checkout of the new best is left to do.
 const prepared = new Map<string, Promise<{ dir: string; commit: string | null }>>();
 
-/** Starts the next workspace of `repo` now (a clone checked out at `commit`), for the next `makeWorkspace` to take. */
+/**
+ * Starts the next workspace of `repo` now (a clone checked out at `commit`), for the next `makeWorkspace`
+ * to take; its tracked files are listed meanwhile too (`committedFiles`, which keeps them: usually the
+ * best's are listed already), for the agent's context (issue 30: no git process between the verdict and
+ * the agent run).
+ */
 export function prepareWorkspace(repo: string, commit: string): void {
   const key = path.resolve(repo);
   if (prepared.has(key)) return;
@@ -70,6 +78,7 @@ export function prepareWorkspace(repo: string, commit: string): void {
     );
     return { dir, commit: checkedOut };
   });
+  committedFiles(repo, commit).catch(() => undefined);
   // A failure is met again by the workspace that takes it, which then makes its own.
   made.catch(() => undefined);
   prepared.set(key, made);
@@ -102,7 +111,10 @@ export async function makeWorkspace(repo: string, commit: string, loopId?: strin
       const owner: WorkspaceOwner = { repo: path.resolve(repo), loop_id: loopId, base: commit };
       await writeFile(ownerFile(dir), JSON.stringify(owner));
     }
-    return { dir, index };
+    const tracked = committedFiles(repo, commit)
+      .catch(() => trackedFiles(dir))
+      .catch((): string[] => []);
+    return { dir, index, tracked };
   } catch (error) {
     await rm(dir, { recursive: true, force: true });
     throw error;

@@ -5,7 +5,8 @@ import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { currentBranch, repositoryName } from "../../../runner/src/process/git.js";
 import { blankClone, checkoutDetached, cloneAt } from "../../../runner/src/process/git-clone.js";
-import { diffOf, maintainRepository, revertTo, snapshotCandidate } from "../../../runner/src/process/git-commits.js";
+import { diffOf, maintainRepository, revertTo, snapshotCandidate, snapshotWorkTree } from "../../../runner/src/process/git-commits.js";
+import { committedFiles, trackedFiles } from "../../../runner/src/evaluation/protected-files.js";
 import { childEnv } from "../../../runner/src/evaluation/environment.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "lw-git-"));
@@ -214,5 +215,73 @@ describe("HEAD as the runner reads it (from git's files where they are plain, fr
     expect(await currentBranch(repo)).toBe("main");
     expect((await snapshotCandidate(linked, "in the linked tree")).commit).toBe(head(linked));
     expect(head(repo)).not.toBe(head(linked));
+  });
+});
+
+// A candidate read out of an agent's workspace (DESIGN §6.7) with the runner's own index: its evaluation
+// may begin as soon as the commit object exists, told whether it changes anything by its tree, and the
+// branch and the working tree move only once `beforeBranchMoves` allows it (issue 30).
+describe("a candidate committed from a workspace", () => {
+  const repo = path.join(dir, "snapshot");
+  execFileSync("git", ["init", "-q", "-b", "loop", repo]);
+  writeFileSync(path.join(repo, "value.txt"), "0\n");
+  git(repo, "add", "-A");
+  git(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "-m", "initial");
+  const base = git(repo, "rev-parse", "HEAD").trim();
+  const workspace = async (edit: (dir: string) => void) => {
+    const ws = path.join(dir, `ws-${Math.random().toString(16).slice(2)}`);
+    await cloneAt(repo, base, ws);
+    const index = `${ws}.index`;
+    writeFileSync(index, readFileSync(path.join(ws, ".git", "index")));
+    edit(ws);
+    return { ws, index };
+  };
+
+  it("tells a change apart from none by its tree, and moves the branch only after beforeBranchMoves", async () => {
+    const changed = await workspace((ws) => writeFileSync(path.join(ws, "value.txt"), "1\n"));
+    const heard: { commit: string; empty: boolean; head: string }[] = [];
+    const order: string[] = [];
+    const { commit, diff } = await snapshotWorkTree(repo, changed.ws, changed.index, "candidate", base, {
+      onCommitted: (made, change) => heard.push({ commit: made, empty: change.empty, head: git(repo, "rev-parse", "HEAD").trim() }),
+      beforeBranchMoves: () => {
+        order.push(git(repo, "rev-parse", "HEAD").trim());
+        return Promise.resolve();
+      },
+    });
+    expect(heard).toEqual([{ commit, empty: false, head: base }]);
+    expect(order).toEqual([base]);
+    expect(git(repo, "rev-parse", "HEAD").trim()).toBe(commit);
+    expect(readFileSync(path.join(repo, "value.txt"), "utf8")).toBe("1\n");
+    expect(diff).toEqual(await diffOf(repo, base, commit));
+    expect(diff.empty).toBe(false);
+
+    git(repo, "reset", "-q", "--hard", base);
+    const unchanged = await workspace(() => {});
+    const told: boolean[] = [];
+    const none = await snapshotWorkTree(repo, unchanged.ws, unchanged.index, "nothing", base, { onCommitted: (_made, change) => told.push(change.empty) });
+    expect(told).toEqual([true]);
+    expect(none.diff.empty).toBe(true);
+    git(repo, "reset", "-q", "--hard", base);
+  });
+
+  it("leaves the branch and the working tree where they were when beforeBranchMoves throws", async () => {
+    const changed = await workspace((ws) => writeFileSync(path.join(ws, "value.txt"), "2\n"));
+    await expect(
+      snapshotWorkTree(repo, changed.ws, changed.index, "candidate", base, { beforeBranchMoves: () => Promise.reject(new Error("not on the loop's branch")) }),
+    ).rejects.toThrow("not on the loop's branch");
+    expect(git(repo, "rev-parse", "HEAD").trim()).toBe(base);
+    expect(readFileSync(path.join(repo, "value.txt"), "utf8")).toBe("0\n");
+  });
+
+  it("lists a commit's files as a checkout of it tracks them", async () => {
+    mkdirSync(path.join(repo, "src", "deep"), { recursive: true });
+    writeFileSync(path.join(repo, "src", "deep", "a file.ts"), "x\n");
+    git(repo, "add", "-A");
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "-m", "nested");
+    const head = git(repo, "rev-parse", "HEAD").trim();
+    const clone = path.join(dir, "listed");
+    await cloneAt(repo, head, clone);
+    expect(await committedFiles(repo, head)).toEqual(await trackedFiles(clone));
+    expect(await committedFiles(repo, head)).toEqual(["src/deep/a file.ts", "value.txt"]);
   });
 });
