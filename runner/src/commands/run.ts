@@ -225,7 +225,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
       const workspace = await timed("workspace", () => makeWorkspace(session.repo, session.loop.best.commit, session.loop.loop_id));
       // A confined agent cannot see the evaluation clones (DESIGN §6.7), so the candidate's clone is begun
       // while it works; an unconfined one could plant something in it, so its clone waits for it to end.
-      if (!unconfined && evaluatesOwnCandidate(session, null)) prepareClone(session.repo, session.loop.best.commit);
+      if (!unconfined && evaluatesOwnCandidate(session, null)) prepareClone(session.repo);
       let proposal: ProposeCandidateRequest;
       try {
         const state = await stateAtHead(session);
@@ -274,7 +274,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
       // clone when the agent is confined (it cannot see it).
       if (!options.once) {
         prepareWorkspace(session.repo, session.loop.best.commit);
-        if (!unconfined && evaluatesOwnCandidate(session, null)) prepareClone(session.repo, session.loop.best.commit);
+        if (!unconfined && evaluatesOwnCandidate(session, null)) prepareClone(session.repo);
       }
       try {
         await decideCandidate(session, proposal, iteration, { restoreLater: true });

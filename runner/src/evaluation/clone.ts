@@ -104,27 +104,11 @@ const repoKey = (repo: string) => path.resolve(repo);
  * Starts a blank clone of `repo` now (`blankClone`), for the next clone of the repository, of whatever
  * commit, to take: the runner calls it when an agent run ends, so the clone is made while the candidate
  * is committed. Taken by the next `cloneAhead` or `withClone`, or removed by `dropPreparedClone`.
- *
- * With `base` (the best commit, while a confined agent works), the clone is checked out there too: the
- * candidate's checkout then writes only the files the candidate changed, not the whole tree, between the
- * agent's end and the gates' start (issue 30). Nothing runs in it before that checkout, so it is the
- * candidate's checkout all the same, as fresh as one made from nothing (DESIGN §6.4).
  */
-export function prepareClone(repo: string, base?: string): void {
+export function prepareClone(repo: string): void {
   const key = repoKey(repo);
   if (blanks.has(key)) return;
-  const made = checkedTreePaths(repo)
-    .then(() => makeBlank(repo, "ahead"))
-    .then(async (blank) => {
-      if (base === undefined || !blank.shared) return blank;
-      try {
-        await timed("clone", () => checkoutDetached(blank.dir, base));
-        return blank;
-      } catch (error) {
-        await removeClone(blank.dir);
-        throw error;
-      }
-    });
+  const made = checkedTreePaths(repo).then(() => makeBlank(repo, "ahead"));
   // A failure is met again by the clone that takes it, which then makes its own.
   made.catch(() => undefined);
   blanks.set(key, made);

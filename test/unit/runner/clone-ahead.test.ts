@@ -1,9 +1,9 @@
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { cloneAhead, clonesRemoved, clonesRoot, dropCloneAhead, evaluationStarted, prepareClone, withClone } from "../../../runner/src/evaluation/clone.js";
+import { cloneAhead, clonesRemoved, clonesRoot, dropCloneAhead, evaluationStarted, withClone } from "../../../runner/src/evaluation/clone.js";
 import { runCommand } from "../../../runner/src/process/exec.js";
 import type { Evaluation, GateHooks } from "../../../runner/src/evaluation/evaluation.js";
 import { isProcessAlive } from "../../../runner/src/process/processes.js";
@@ -60,33 +60,6 @@ describe("cloneAhead", () => {
     await dropCloneAhead(repo, second);
     await clonesRemoved();
     expect(existsSync(path.join(clonesRoot(), String(process.pid))) ? ownClones() : []).toEqual([]);
-  });
-
-  it("made ahead at the best commit, is the candidate's checkout all the same: its files exactly, nothing of the best's left", async () => {
-    const git = (...args: string[]) => execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@l", ...args], { cwd: repo, encoding: "utf8" }).trim();
-    // The candidate deletes a file in a directory of its own and adds another: the checkout made ahead at
-    // the best has both of the best's, and must end with the candidate's tree, not a mix of the two.
-    mkdirSync(path.join(repo, "gone"));
-    writeFileSync(path.join(repo, "gone", "old.txt"), "old");
-    git("add", "-A");
-    git("commit", "-q", "-m", "best");
-    const best = git("rev-parse", "HEAD");
-    rmSync(path.join(repo, "gone"), { recursive: true });
-    writeFileSync(path.join(repo, "new.txt"), "new");
-    git("add", "-A");
-    git("commit", "-q", "-m", "candidate");
-    const candidate = git("rev-parse", "HEAD");
-    prepareClone(repo, best);
-    cloneAhead(repo, candidate);
-    const seen = await withClone(repo, candidate, "candidate", async (clone) => ({
-      head: execFileSync("git", ["rev-parse", "HEAD"], { cwd: clone.dir, encoding: "utf8" }).trim(),
-      status: execFileSync("git", ["status", "--porcelain", "--ignored"], { cwd: clone.dir, encoding: "utf8" }),
-      files: readdirSync(clone.dir).sort(),
-      dir: clone.dir,
-    }));
-    expect(path.basename(seen.dir)).toMatch(/^ahead-/);
-    expect(seen).toMatchObject({ head: candidate, status: "", files: [".git", "file.txt", "new.txt"] });
-    await clonesRemoved();
   });
 
   // The proposer's own candidate is evaluated while its proposal is in flight: the leased job adopts that
