@@ -175,8 +175,8 @@ export class ArtifactTransfers extends Transport {
 
   /**
    * Sends a multipart upload's parts not yet in `upload.parts`, PARALLEL_PARTS at a time to presigned
-   * storage (one at a time through the coordinator), then completes it. Each part is sent (and on failure re-sent, by `send`'s retries) on its own: a part storage took is
-   * never sent again. A part that fails for good starts no other; the parts already on their way are
+   * storage (one at a time through the coordinator), then completes it. Each part is sent (and on
+   * failure re-sent, by `send`'s retries) on its own: a part storage took is never sent again. A part that fails for good starts no other; the parts already on their way are
    * finished (and recorded), so a runner that resumes the upload need not send them. With `records`, the
    * upload and each part taken are recorded as they happen. Anything that fails aborts the upload, so no
    * parts linger; when even the abort fails, the record stays for a later runner.

@@ -5,6 +5,7 @@ import { parse as parseShell } from "shell-quote";
 import { protectedGlobs } from "#shared/engine/guards.js";
 import type { Contract } from "#shared/wire/contract.js";
 import { git, OBJECT_ID } from "../process/git.js";
+import { RecentPromises } from "../process/recent-promises.js";
 
 // Which tracked files the protected-files guard hashes (DESIGN §6.4). With the defaults, that is the
 // default globs, the contract file, and every tracked file a gate, metric or task command names as
@@ -226,8 +227,7 @@ async function packageScripts(dir: string, tracked: readonly string[]): Promise<
 // A commit's files never change: the last listings are kept, by repository and commit, so that the
 // best commit's, listed for its evaluation or the last agent's workspace, is not listed again for the
 // next workspace (issue 30). Two: the best and the candidate.
-const listings = new Map<string, Promise<string[]>>();
-const LISTINGS_KEPT = 2;
+const listings = new RecentPromises<string[]>(2);
 
 /**
  * The files `commit` holds, as `trackedFiles` lists them in a fresh checkout of it, read from the commit
@@ -237,19 +237,7 @@ export function committedFiles(repo: string, commit: string): Promise<string[]> 
   const list = () => git(repo, ["ls-tree", "-r", "-z", "--name-only", "--full-tree", commit]).then((out) => out.split("\0").filter(Boolean));
   // Only a commit's id names the same files forever (`HEAD` or a branch moves).
   if (!OBJECT_ID.test(commit)) return list();
-  const key = `${path.resolve(repo)}\0${commit}`;
-  const known = listings.get(key);
-  listings.delete(key);
-  const files = known ?? list();
-  listings.set(key, files);
-  files.catch(() => {
-    if (listings.get(key) === files) listings.delete(key);
-  });
-  for (const oldest of listings.keys()) {
-    if (listings.size <= LISTINGS_KEPT) break;
-    listings.delete(oldest);
-  }
-  return files;
+  return listings.get(`${path.resolve(repo)}\0${commit}`, list);
 }
 
 /**

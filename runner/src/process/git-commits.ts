@@ -1,5 +1,6 @@
 import { sha256Hex } from "#shared/hash.js";
 import { committedHead, git } from "./git.js";
+import { RecentPromises } from "./recent-promises.js";
 
 // The runner's commits on the loop's branch (DESIGN §13): candidates committed from the working tree or
 // read out of an agent's workspace, the change each makes, and how a rejection puts the branch back —
@@ -74,30 +75,11 @@ export async function snapshotCandidate(repo: string, message: string, diffFrom?
 // The tree of each commit the runner made or asked about, by repository and commit: whether a candidate
 // changes anything is whether its tree is its parent's, known without a git process once the parent (the
 // best so far, usually a commit the runner made) is here. Commits never change; the last few are kept.
-const trees = new Map<string, Promise<string>>();
-const TREES_KEPT = 64;
-
-function keepTree(repo: string, commit: string, tree: Promise<string>): Promise<string> {
-  const key = `${repo}\0${commit}`;
-  trees.delete(key);
-  trees.set(key, tree);
-  tree.catch(() => trees.delete(key));
-  for (const oldest of trees.keys()) {
-    if (trees.size <= TREES_KEPT) break;
-    trees.delete(oldest);
-  }
-  return tree;
-}
+const trees = new RecentPromises<string>(64);
 
 /** The tree `commit` records. */
 function treeOf(repo: string, commit: string): Promise<string> {
-  const known = trees.get(`${repo}\0${commit}`);
-  if (known) return known;
-  return keepTree(
-    repo,
-    commit,
-    git(repo, ["rev-parse", "--verify", `${commit}^{tree}`]).then((out) => out.trim()),
-  );
+  return trees.get(`${repo}\0${commit}`, () => git(repo, ["rev-parse", "--verify", `${commit}^{tree}`]).then((out) => out.trim()));
 }
 
 /** What `snapshotWorkTree` tells its caller along the way. */
@@ -141,7 +123,7 @@ export async function snapshotWorkTree(
   const tree = (await git(repo, ["write-tree"], { env })).trim();
   const identity = await identityArgs(repo);
   const commit = (await git(repo, [...identity, "commit-tree", tree, "-p", parent, "-m", message])).trim();
-  void keepTree(repo, commit, Promise.resolve(tree));
+  void trees.set(`${repo}\0${commit}`, Promise.resolve(tree));
   // What needs only the commit object (a clone of it) begins while the branch and the working tree move.
   hooks.onCommitted?.(commit, { empty: tree === (await parentTree) });
   await hooks.beforeBranchMoves?.();
