@@ -62,14 +62,19 @@ export function withoutRepoLocatingGitEnv(env: NodeJS.ProcessEnv): NodeJS.Proces
   return Object.fromEntries(Object.entries(env).filter(([name]) => !REPO_LOCATING_GIT_ENV.has(name) && !/^GIT_CONFIG_(KEY|VALUE)_\d+$/.test(name)));
 }
 
-/** Runs git in `cwd` and returns stdout; `env` adds variables (an index file of the runner's own). */
+/**
+ * Runs git in `cwd` and returns stdout; `env` adds variables (an index file of the runner's own). Never
+ * with replace refs: an object a repository's `refs/replace/` puts in place of a commit would have git
+ * show the runner other files than the commit holds (a candidate's listing without a protected file),
+ * and a clean clone, which does not copy those refs, other ones again (DESIGN §6.7).
+ */
 export async function git(cwd: string, args: string[], options: { encoding?: "buffer"; env?: Record<string, string> } = {}): Promise<string> {
   countSpawn();
   try {
     return await execCommand("git", [...SAFE_CONFIG, ...args], {
       cwd,
       maxBuffer: 512 * 1024 * 1024,
-      env: { ...withoutRepoLocatingGitEnv(process.env), GIT_TERMINAL_PROMPT: "0", ...options.env },
+      env: { ...withoutRepoLocatingGitEnv(process.env), GIT_TERMINAL_PROMPT: "0", GIT_NO_REPLACE_OBJECTS: "1", ...options.env },
       encoding: options.encoding === "buffer" ? "latin1" : "utf8",
     });
   } catch (error) {

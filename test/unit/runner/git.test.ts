@@ -284,4 +284,17 @@ describe("a candidate committed from a workspace", () => {
     expect(await committedFiles(repo, head)).toEqual(await trackedFiles(clone));
     expect(await committedFiles(repo, head)).toEqual(["src/deep/a file.ts", "value.txt"]);
   });
+
+  it("lists the files a commit holds, not those of a replacement an unconfined agent planted in refs/replace", async () => {
+    const id = (...args: string[]) => git(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", ...args).trim();
+    writeFileSync(path.join(repo, "protected.txt"), "t0\n");
+    git(repo, "add", "-A");
+    id("commit", "-q", "-m", "with protected.txt");
+    const real = id("rev-parse", "HEAD");
+    // A commit without the file, put in place of the real one: git honours refs/replace by default.
+    const decoy = id("commit-tree", id("rev-parse", "HEAD~1^{tree}"), "-m", "decoy");
+    git(repo, "replace", real, decoy);
+    expect(git(repo, "ls-tree", "-r", "--name-only", real)).not.toContain("protected.txt");
+    expect(await committedFiles(repo, real)).toContain("protected.txt");
+  });
 });
