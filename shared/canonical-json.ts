@@ -34,21 +34,42 @@ function serialize(value: unknown): string | undefined {
         }
         return `${out}]`;
       }
-      let out = "{";
-      for (const key of Object.keys(record).sort()) {
-        const text = serialize(record[key]);
-        // As in JSON.stringify: a member JSON cannot represent is left out.
-        if (text === undefined) continue;
-        if (out.length > 1) out += ",";
-        out += `${JSON.stringify(key)}:${text}`;
-      }
-      return `${out}}`;
+      return joinMembers(canonicalMembers(record));
     }
     case "bigint":
       throw new TypeError("a BigInt has no JSON representation");
     default:
       return undefined;
   }
+}
+
+/** An object's member as canonical JSON writes it: the key, and the value's canonical text. */
+export type CanonicalMember = readonly [key: string, text: string];
+
+/**
+ * The members of an object as canonical JSON writes them, in its order (keys sorted by UTF-16 code
+ * units), each value serialised once; those JSON leaves out (undefined, a function, a symbol) are not
+ * among them. With `joinMembers`, for a caller that writes one object twice, with and without a member
+ * (an event's hash, `sealEventWithBody`), without serialising the rest again.
+ */
+export function canonicalMembers(record: Record<string, unknown>): CanonicalMember[] {
+  const members: CanonicalMember[] = [];
+  for (const key of Object.keys(record).sort()) {
+    const text = serialize(record[key]);
+    // As in JSON.stringify: a member JSON cannot represent is left out.
+    if (text !== undefined) members.push([key, text]);
+  }
+  return members;
+}
+
+/** The canonical text of an object of these members, which must be sorted by key as `canonicalMembers` answers them. */
+export function joinMembers(members: readonly CanonicalMember[]): string {
+  let out = "{";
+  for (const [key, text] of members) {
+    if (out.length > 1) out += ",";
+    out += `${JSON.stringify(key)}:${text}`;
+  }
+  return `${out}}`;
 }
 
 /**

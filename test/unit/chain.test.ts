@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { sealEvent, verifyChain, type ChainHead, type LoopEvent } from "#shared/engine/index.js";
+import { sealEvent, sealEventWithBody, verifyChain, type ChainHead, type LoopEvent } from "#shared/engine/index.js";
 import { LoopHarness, TEST_IDS, observationOf } from "./engine-harness.js";
 
 const [A, B] = TEST_IDS;
@@ -78,6 +78,21 @@ describe("the event hash chain", () => {
       const { hash, ...body } = event;
       const expected = createHash("sha256").update(jcs(body), "utf8").digest("hex");
       expect(hash).toBe(expected);
+    }
+  });
+
+  it("seals with the stored body too: the sealed event's JCS, hash included, and the same event sealEvent makes", () => {
+    const harness = new LoopHarness([A, B]);
+    harness.evaluate("one", [A]);
+    let head: ChainHead | null = null;
+    for (const draft of harness.events) {
+      const { event, body } = sealEventWithBody(draft, head);
+      expect(event).toEqual(sealEvent(draft, head));
+      // The text the LoopObject stores and serves: canonical, so it hashes (less its hash) to the hash it holds.
+      expect(body).toBe(jcs(event));
+      const { hash, ...rest } = JSON.parse(body) as LoopEvent;
+      expect(createHash("sha256").update(jcs(rest), "utf8").digest("hex")).toBe(hash);
+      head = { seq: event.seq, hash: event.hash };
     }
   });
 

@@ -99,6 +99,9 @@ describe("LoopObject storage", () => {
     expect(afterCreate.created).toMatchObject({ loop: { loop_id: input.loop_id, head: { seq: 1, hash: events[0]?.hash } } });
     expect(outbox.map((item) => item.kind)).toEqual(["event", "loop"]);
     expect(outbox[1]).toMatchObject({ kind: "loop", row: { id: input.loop_id, headSeq: 1, headHash: events[0]?.hash, status: "running" } });
+    // Each row's body is its event's canonical JSON, hash included (what GET …/events serves), written once with the hash.
+    for (const event of events) expect(event.body).toBe(canonicalJson(JSON.parse(event.body)));
+    expect(verifyChain(events.map((event) => JSON.parse(event.body) as Record<string, unknown>))).toMatchObject({ ok: true, head: { seq: 1 } });
 
     const afterPropose = await runInDurableObject(stub, async (instance, state) => {
       const proposed = await instance.propose(proposeInput("together"));

@@ -1,4 +1,4 @@
-import { foldEvents, foldEventsInto, sealEvent, type ChainHead, type EventDraft, type LoopEvent, type LoopState } from "#shared/engine/index.js";
+import { foldEvents, foldEventsInto, sealEventWithBody, type ChainHead, type EventDraft, type LoopEvent, type LoopState } from "#shared/engine/index.js";
 import { outboxItemsFor } from "../db/projection.js";
 import { LOOP_OBJECT_MIGRATIONS } from "./loop-object-schema.js";
 import { OWNER_TEAM } from "../http/auth.js";
@@ -143,8 +143,8 @@ export class LoopEventStore {
       this.storage.transactionSync(() => {
         alsoInTransaction?.();
         for (const draft of drafts) {
-          const event = sealEvent(draft, head);
-          this.insertEvent(event);
+          const { event, body } = sealEventWithBody(draft, head);
+          this.insertEvent(event, body);
           head = { seq: event.seq, hash: event.hash };
           sealed.push(event);
         }
@@ -193,9 +193,8 @@ export class LoopEventStore {
     });
   }
 
-  /** Stores one sealed event: its body in its row, or, when longer than EVENT_PART_CHARS, in parts. */
-  private insertEvent(event: LoopEvent): void {
-    const body = JSON.stringify(event);
+  /** Stores one sealed event, its `body` (canonical JSON) in its row, or, when longer than EVENT_PART_CHARS, in parts. */
+  private insertEvent(event: LoopEvent, body: string): void {
     const parts = splitText(body, EVENT_PART_CHARS);
     const inline = parts.length === 1;
     this.sql.exec(
