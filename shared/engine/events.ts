@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { Contract, Labels } from "../wire/contract.js";
 import { Baseline, BestRef, Confirmation, ConfirmReadings, Halt, ProposalFields, Repository, Verdict } from "../wire/event-parts.js";
 import { GitCommit, Observation, Sha256 } from "../wire/observation.js";

@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import type { ConfinementSummary } from "../engine/confinement-summary.js";
 import { HostContact } from "../wire/confinement.js";
 

@@ -1,6 +1,6 @@
 import { base64 } from "@scure/base";
 import { utf8ToBytes } from "@noble/hashes/utils.js";
-import { z } from "zod";
+import * as z from "zod";
 
 // DSSE v1 (github.com/secure-systems-lab/dsse, envelope.md and protocol.md): a signature is over the
 // pre-authentication encoding of the payload and its type, never over the payload alone, so a payload

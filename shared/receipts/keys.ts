@@ -1,7 +1,7 @@
 import { base64urlnopad } from "@scure/base";
 import { utf8ToBytes } from "@noble/hashes/utils.js";
 import { sha256 } from "@noble/hashes/sha2.js";
-import { z } from "zod";
+import * as z from "zod";
 
 // Receipt signing keys as JWK (RFC 7517, RFC 8037 for Ed25519), named by their RFC 7638 thumbprint: a
 // key's id is derived from the key itself, so a key set cannot name one key with another's id. Each key

@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { formatPercent } from "../format-percent.js";
 import { maxFlakeRate } from "../engine/flake-monitor.js";
 import type { LoopState } from "../engine/state-types.js";

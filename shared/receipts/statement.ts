@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import type { ChainHead } from "../engine/chain.js";
 import { Confirmation, Halt, Verdict } from "../engine/events.js";
 import type { LoopState } from "../engine/state-types.js";

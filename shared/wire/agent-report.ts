@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { Sha256 } from "./observation.js";
 
 // What an agent may say about its own run (DESIGN §9: a receipt pins which model, with which context

@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { Baseline, BestRef, BundleRef, ConfirmReadings, Confirmation, Halt, ProposalFields, ReportAnswer, Repository, Verdict } from "./event-parts.js";
 import { Contract, Labels } from "./contract.js";
 import { DoctorRecord } from "./doctor.js";

@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { parseDuration } from "../duration.js";
 import { LoopId } from "./api.js";
 import { Labels } from "./contract.js";

@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 
 // How the two zones were confined (DESIGN §6.7): the runner records, for every agent run, how
 // the agent was walled off and which hosts it reached through the allowlisting proxy, and for every

@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { MAX_TIMEOUT_MS, parseDuration } from "../duration.js";
 import { HostPort } from "./confinement.js";
 

@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { testIdList } from "./observation.js";
 
 // What the precondition measured before a loop's first agent run (DESIGN §6.5): the runner's readings of

@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { AgentReport } from "./agent-report.js";
 import { AgentConfinement } from "./confinement.js";
 import { HALT_REASONS } from "./halt-reasons.js";

@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { containsSorted, isStrictlyAscending } from "../sorted-ids.js";
 import { ExecConfinement } from "./confinement.js";
 

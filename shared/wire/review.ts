@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { Sha256 } from "./observation.js";
 
 // The human step (docs/design.md §6.8) and the agent's context (§6.9), as the runner sends them with a

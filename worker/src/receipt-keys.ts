@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { jwkThumbprint, PublicJwkInput, type KeySet, fromBase64, type PublicJwk, type Signer } from "#shared/receipts/index.js";
 import { ApiError } from "./http/http-errors.js";
 

@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { parse as parseToml } from "smol-toml";
-import { z } from "zod";
+import * as z from "zod";
 import { PACKAGE_ROOT } from "../paths.js";
 
 // The local coordinator's configuration comes from wrangler.toml, the file `wrangler deploy` reads:

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { z } from "zod";
+import * as z from "zod";
 import { sha256Hex } from "#shared/hash.js";
 import { UploadedPart } from "#shared/wire/api.js";
 import { Sha256 } from "#shared/wire/observation.js";

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { constants, copyFile, lstat, mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { z } from "zod";
+import * as z from "zod";
 import { CreateLoopRequest } from "#shared/wire/api.js";
 import { ArtifactRef } from "#shared/wire/observation.js";
 import { UserError } from "../errors.js";

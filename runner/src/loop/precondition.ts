@@ -1,6 +1,6 @@
 import { mkdir, rename, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { z } from "zod";
+import * as z from "zod";
 import { runsForFlakeRate } from "#shared/determinism/flake-rate.js";
 import { changedTests, compareRuns, outcomeReader } from "#shared/determinism/flips.js";
 import { formatDuration } from "#shared/duration.js";

@@ -1,7 +1,7 @@
 import { existsSync } from "node:fs";
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { z } from "zod";
+import * as z from "zod";
 
 // What the runner remembers of a repository's loops, in `.loopwarden/state.json`: one loop per contract
 // (DESIGN §6.6), keyed by where the contract comes from — its file, relative to the repository, or

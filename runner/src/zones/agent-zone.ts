@@ -5,7 +5,7 @@ import { appendFile, copyFile, mkdir, readdir, readFile, rm, writeFile } from "n
 import os from "node:os";
 import path from "node:path";
 import { quote } from "shell-quote";
-import { z } from "zod";
+import * as z from "zod";
 import type { AgentConfinement } from "#shared/wire/confinement.js";
 import type { Contract } from "#shared/wire/contract.js";
 import { childEnv } from "../evaluation/environment.js";

@@ -1,7 +1,7 @@
 import { Hono, type Context } from "hono";
 import { csrf } from "hono/csrf";
 import { html } from "hono/html";
-import { z } from "zod";
+import * as z from "zod";
 import { DASHBOARD_SCRIPT } from "../../../dist/page/dashboard-script.js";
 import { listLoops } from "../db/loop-list.js";
 import { requireScope, type AuthEnv } from "../http/auth.js";

@@ -3,7 +3,7 @@ import { bodyLimit } from "hono/body-limit";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import { csrf } from "hono/csrf";
 import { html } from "hono/html";
-import { z } from "zod";
+import * as z from "zod";
 import { CancelRequest, type LoginLink } from "#shared/wire/api.js";
 import { authenticate, requireScope, type AuthEnv, type AuthVariables, type Principal } from "../http/auth.js";
 import { ApiError } from "../http/http-errors.js";

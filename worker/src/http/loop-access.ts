@@ -3,7 +3,7 @@ import { sha256Hex } from "#shared/hash.js";
 import { LoopId } from "#shared/wire/api.js";
 import type { Scope } from "#shared/wire/auth.js";
 import { callerFor, OWNER_TEAM, requireScope, type AuthEnv, type Caller } from "./auth.js";
-import { z } from "zod";
+import * as z from "zod";
 import { ApiError, refusalError } from "./http-errors.js";
 import type { LoopObject } from "../loop/loop-object.js";
 import { readParam } from "./validate.js";

@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { VERSION } from "#shared/version.js";
 import * as api from "#shared/wire/api.js";
 import * as auth from "#shared/wire/auth.js";

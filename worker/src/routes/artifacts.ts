@@ -1,6 +1,6 @@
 import { drizzle } from "drizzle-orm/d1";
 import { Hono, type Context } from "hono";
-import { z } from "zod";
+import * as z from "zod";
 import {
   ArtifactIntent,
   CompleteMultipartRequest,

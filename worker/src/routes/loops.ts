@@ -1,5 +1,5 @@
 import { Hono } from "hono";
-import { z } from "zod";
+import * as z from "zod";
 import { canonicalJson } from "#shared/canonical-json.js";
 import { sha256Hex } from "#shared/hash.js";
 import {
