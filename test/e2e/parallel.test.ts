@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { foldEvents, verifyChain, type LoopEvent } from "#shared/engine/index.js";
@@ -20,7 +20,7 @@ import {
   startCli,
   waitFor,
 } from "../support/cli.js";
-import { dirsHolding } from "../support/zone-markers.js";
+import { holdGates, holdingGateLines, type GateFiles } from "../support/held-gates.js";
 
 // Parallel evaluation end to end (issue "team-shared loops", item 4): two proposers put two candidates
 // into one loop, two `loopwarden work` runners evaluate them at the same time, and the test decides
@@ -32,7 +32,7 @@ import { dirsHolding } from "../support/zone-markers.js";
 
 const HOLD_ENV = "LW_PARALLEL_HOLD";
 /** What a held gate leaves in its clone (naming its candidate), and what the test writes there to let it go on. */
-const GATE = { started: "gate.started", go: "gate.go" } as const;
+const GATE = { started: "gate.started", go: "gate.go" } as const satisfies GateFiles;
 
 /**
  * An optimize project whose metric is read from `speed.txt` (lower is better, ±0.25% noise) and whose
@@ -46,12 +46,9 @@ function parallelProject(): Record<string, string> {
     "which.txt": "t0\n",
     "speed.txt": "100\n",
     "gate.mjs": [
-      "import { existsSync, readFileSync, writeFileSync } from 'node:fs';",
+      "import { readFileSync } from 'node:fs';",
       "const name = readFileSync('which.txt', 'utf8').trim();",
-      `if (process.env.${HOLD_ENV} === '1' && name !== 't0') {`,
-      `  writeFileSync(${JSON.stringify(GATE.started)}, name);`,
-      `  while (!existsSync(${JSON.stringify(GATE.go)})) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);`,
-      "}",
+      ...holdingGateLines(GATE, `process.env.${HOLD_ENV} === '1' && name !== 't0'`, "name"),
       "",
     ].join("\n"),
     "bench.mjs": [
@@ -96,44 +93,6 @@ async function untilLog(url: string, loopId: string, condition: (events: LoopEve
   }
 }
 
-/**
- * The held gates of some runners, seen from the host: every 50 ms it looks in the runners' clones for
- * gates that started, records each clone once with the candidate it named, and lets go every gate of a
- * released candidate (the test's old "file named for its candidate"). A clone is removed once its
- * evaluation ends, so the record outlives it: and since every gate of a candidate blocks until this
- * lets it go, none can start and end between two looks and be missed.
- */
-function holdGates(runnerPids: () => number[]) {
-  const runs = new Map<string, string>();
-  const released = new Set<string>();
-  const look = () => {
-    for (const pid of runnerPids()) {
-      for (const clone of dirsHolding(clonesOf(pid), GATE.started)) {
-        try {
-          if (!runs.has(clone)) runs.set(clone, readFileSync(path.join(clone, GATE.started), "utf8").trim());
-          if (released.has(runs.get(clone) ?? "")) writeFileSync(path.join(clone, GATE.go), "");
-        } catch {
-          // The clone went meanwhile (its evaluation ended after it was let go).
-        }
-      }
-    }
-  };
-  const timer = setInterval(look, 50);
-  return {
-    /** The gate runs that started for `candidate` (one clone per run). */
-    runs(candidate: string): number {
-      look();
-      return [...runs.values()].filter((name) => name === candidate).length;
-    },
-    /** Lets the candidate's gates go on, those running and any to come. */
-    release(candidate: string) {
-      released.add(candidate);
-      look();
-    },
-    stop: () => clearInterval(timer),
-  };
-}
-
 describe("parallel evaluation: two candidates evaluated at once, promotions serialised", () => {
   const { tmp, coordinator } = sharedCoordinator("parallel");
 
@@ -156,7 +115,7 @@ describe("parallel evaluation: two candidates evaluated at once, promotions seri
     writeFileSync(path.join(first, "speed.txt"), "50\n");
     const step = startCli(["--server", coordinator.url, "step"], { cwd: first });
     const started = [step];
-    const gates = holdGates(() => started.slice(1).flatMap((worker) => (worker.pid ? [worker.pid] : [])));
+    const gates = holdGates(() => started.slice(1).flatMap((worker) => (worker.pid ? [clonesOf(worker.pid)] : [])), GATE);
     try {
       await waitFor(() => {
         try {
@@ -196,8 +155,9 @@ describe("parallel evaluation: two candidates evaluated at once, promotions seri
       expect(["queued", "leased"]).toContain(proposed.candidate.status);
 
       // Both gates are running at once: each runner holds one candidate's lease, both against t0.
-      // Both runners' output in the failure, should a runner stop or a gate never start (an intermittent
-      // timeout here under a full suite's load is not yet understood).
+      // Both runners' output in the failure, should a runner stop or a gate never start. (The intermittent
+      // timeout here under a full suite's load was a marker read empty, between its creation and its
+      // write, and so never counted: see holdGates.)
       await waitFor(() => gates.runs("c1") === 1 && gates.runs("c2") === 1, "both candidates' gates to start", 90_000).catch((error: unknown) => {
         const outputs = workers.map((worker, index) => `runner-${index + 1} (exit ${worker.exitCode}):\n${worker.output()}`).join("\n");
         throw new Error(`${(error as Error).message}; gate runs c1=${gates.runs("c1")} c2=${gates.runs("c2")}\n${outputs}`);
