@@ -25,6 +25,9 @@ export default defineConfig({
           // Each file starts its own coordinators. Three at a time on 2 cores: much of an e2e test is waiting on
           // processes, and the layer took 521 s alone with three against about 700 s with two. Runs after the other layers.
           maxWorkers: 3,
+          // Within a file, tests marked concurrent (their loops independent of one another) run three at a
+          // time: with three files at once, more would leave each loop too small a share of the 2 cores.
+          maxConcurrency: 3,
           sequence: { groupOrder: 2 },
         },
       },

@@ -167,7 +167,9 @@ function contract(project: Project, onlyContract: boolean): string {
   ].join("\n");
 }
 
-describe("cheating agents against real test runners", () => {
+// Concurrent (issue 30's suite time): each test runs a loop of its own, in a repository of its own, on the
+// shared coordinator; a loop mostly waits on its processes, so several at once take little more than one.
+describe.concurrent("cheating agents against real test runners", () => {
   const { tmp, coordinator } = sharedCoordinator("cheats");
   let serial = 0;
 
@@ -329,9 +331,12 @@ describe("cheating agents against real test runners", () => {
     /**
      * A local package outside every repository whose `checker` bin runs `node --test`, packed as a
      * tarball: installed from a directory, npm would link it and chmod its bin in place, which the exec
-     * zone's read-only view of everything outside the clone refuses (EROFS), as it should.
+     * zone's read-only view of everything outside the clone refuses (EROFS), as it should. Packed once
+     * for the three loops, which run at once: none repacks the tarball while another's gate installs it.
      */
+    let packed: string | undefined;
     const checkerPackage = (): string => {
+      if (packed) return packed;
       const dir = path.join(tmp.dir, "checker");
       mkdirSync(path.join(dir, "bin"), { recursive: true });
       writeFileSync(path.join(dir, "package.json"), JSON.stringify({ name: "checker", version: "1.0.0", type: "module", bin: { checker: "bin/checker.mjs" } }));
@@ -341,7 +346,8 @@ describe("cheating agents against real test runners", () => {
         { mode: 0o755 },
       );
       execFileSync("npm", ["pack", "--silent", "--pack-destination", tmp.dir], { cwd: dir, env: { ...process.env, ...NO_NPM_ENV }, stdio: "ignore" });
-      return path.join(tmp.dir, "checker-1.0.0.tgz");
+      packed = path.join(tmp.dir, "checker-1.0.0.tgz");
+      return packed;
     };
     const INSTALLING = "npm install --offline --no-audit --no-fund && npm test";
 

@@ -5,7 +5,9 @@ import { ROOT, gitIn, makeRepo, runCli, sharedCoordinator } from "../support/cli
 
 // The agent never defines its own success (DESIGN §4.2, §6.4): through the real CLI, an agent that
 // weakens the measuring stick halts with the guard's reason, never success.
-describe("guards through the CLI", () => {
+// Concurrent (issue 30's suite time): each test runs its loops in repositories of its own, on the shared
+// coordinator; a loop mostly waits on its processes, so several at once take little more than one.
+describe.concurrent("guards through the CLI", () => {
   const { tmp, coordinator } = sharedCoordinator("guards");
   let serial = 0;
 

@@ -5,7 +5,9 @@ import { gitIn, makeRepo, recordedLoopId, runCli, sharedCoordinator } from "../s
 import { processesWith } from "../support/zone-markers.js";
 
 // Each halt reason the slice can reach, with its exit code (DESIGN §7), against one shared coordinator.
-describe("halts and refusals", () => {
+// Concurrent (issue 30's suite time): each test runs its loops in repositories of its own, on the shared
+// coordinator; a loop mostly waits on its processes, so several at once take little more than one.
+describe.concurrent("halts and refusals", () => {
   const { tmp, coordinator } = sharedCoordinator("halts");
   let serial = 0;
 
