@@ -70,9 +70,11 @@ describe("loopwarden work", () => {
     // The single-runner reference: the same contract, with `run` holding the label itself.
     const single = makeRepo(path.join(tmp.dir, "single"), optimizeProject());
     // --skip-doctor: this reference is compared on its halt and verdicts only; oracle.test.ts covers the precondition.
-    const reference = await runCli(["--json", "--server", coordinator.url, "run", "--labels", "pool=shared", "--skip-doctor"], { cwd: single });
-    expect(reference.code, reference.stderr).toBe(12);
-    const referenceHalt = (JSON.parse(reference.stdout) as { halt_reason: string }).halt_reason;
+    // It runs while the shared loop does (issue 30's suite time): a loop of its own, in a repository of its own,
+    // whose metric is a wait (timedWorkProject), not a computation the other loop's processes could slow.
+    const reference = startCli(["--json", "--server", coordinator.url, "run", "--labels", "pool=shared", "--skip-doctor"], { cwd: single });
+    let referenceStdout = "";
+    reference.stdout?.on("data", (chunk: Buffer) => (referenceStdout += chunk.toString()));
 
     const proposer = makeRepo(path.join(tmp.dir, "proposer"), optimizeProject());
     // The runners' checkouts hold t0 only: candidates reach them as bundles through the coordinator.
@@ -83,7 +85,7 @@ describe("loopwarden work", () => {
     });
 
     const run = startCli(["--json", "--server", coordinator.url, "run"], { cwd: proposer });
-    const started = [run];
+    const started = [reference, run];
     try {
       await waitFor(() => {
         try {
@@ -111,6 +113,8 @@ describe("loopwarden work", () => {
       expect(code, run.output()).toBe(12);
       expect(survivorCodes, survivors.map((worker) => worker.output()).join("\n---\n")).toEqual([0, 0]);
 
+      expect(await exitOf(reference), reference.output()).toBe(12);
+      const referenceHalt = (JSON.parse(referenceStdout) as { halt_reason: string }).halt_reason;
       const events = await loopEvents(coordinator.url, loopId);
       const halted = events.find((event) => event.type === "halted");
       expect(halted?.type === "halted" ? halted.data.halt_reason : null).toBe(referenceHalt);
