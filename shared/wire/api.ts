@@ -291,6 +291,12 @@ export const ArtifactIntent = z.strictObject({
   content_type: z.string().min(1).max(100),
   /** The file's name, for listings and downloads (sanitised by the coordinator); default `<first 12 hex digits of the sha256>.bin`. */
   name: z.string().min(1).max(200).optional(),
+  /**
+   * Sent right after the caller's own PUT to a presigned URL (S3 mode): an object of this size found in
+   * storage and not recorded is verified in the background and answered `verifying`, not checked while
+   * the caller waits (issue 30). Without it, such an object is verified before the intent is answered.
+   */
+  after_upload: z.literal(true).optional(),
 });
 export type ArtifactIntent = z.infer<typeof ArtifactIntent>;
 
@@ -302,6 +308,13 @@ export type ArtifactIntent = z.infer<typeof ArtifactIntent>;
  */
 export const ArtifactIntentResponse = z.discriminatedUnion("status", [
   z.object({ status: z.literal("exists") }),
+  /**
+   * Only to an intent with `after_upload`: storage holds an object of this size, not recorded; the
+   * coordinator is checking its digest. It is recorded (and then `exists`) only if its bytes hash to the
+   * sha256; until then it is never served nor accepted as evidence. An intent without `after_upload`
+   * waits for the check and answers `exists`, or `upload` when the object was not the artifact.
+   */
+  z.object({ status: z.literal("verifying") }),
   z.object({
     status: z.literal("upload"),
     method: z.literal("PUT"),
@@ -344,6 +357,22 @@ export type ArtifactView = z.infer<typeof ArtifactView>;
 /** What a finished upload answers (a single PUT, or `complete`). */
 export const ArtifactStored = z.object({ status: z.literal("stored"), artifact: ArtifactView });
 export type ArtifactStored = z.infer<typeof ArtifactStored>;
+
+/**
+ * `complete`'s answer (202) once storage has put the parts together with the declared size and the loop's
+ * quota has room: the coordinator checks the object's SHA-256 after answering (issue 30), records it if
+ * it hashes to its key and deletes it if not. Until then it is never listed, served, nor accepted as
+ * evidence; an intent for it (without `after_upload`) waits for the check.
+ */
+export const ArtifactVerifying = z.object({
+  status: z.literal("verifying"),
+  artifact: z.object({ sha256: Sha256, size: z.number().int().min(0) }),
+});
+export type ArtifactVerifying = z.infer<typeof ArtifactVerifying>;
+
+/** What `complete` answers: recorded already (a retry, or the same bytes uploaded before), or being verified. */
+export const CompleteMultipartResponse = z.discriminatedUnion("status", [ArtifactStored, ArtifactVerifying]);
+export type CompleteMultipartResponse = z.infer<typeof CompleteMultipartResponse>;
 
 /** `GET /v1/loops/:id/artifacts` answer, newest first, paged by cursor. */
 export const ArtifactList = z.object({ artifacts: z.array(ArtifactView), next_cursor: z.string().nullable() });

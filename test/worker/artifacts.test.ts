@@ -3,11 +3,12 @@ import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test"
 import { drizzle } from "drizzle-orm/d1";
 import { beforeAll, describe, expect, it, vi } from "vitest";
 import { sha256Hex } from "#shared/hash.js";
-import { ArtifactIntentResponse, ArtifactList, ArtifactStored, UploadedPart } from "#shared/wire/api.js";
+import { ArtifactIntentResponse, ArtifactList, ArtifactStored, ArtifactVerifying, UploadedPart } from "#shared/wire/api.js";
 import { app } from "../../worker/src/app.js";
 import { MAX_PUT_BYTES, MIN_PART_BYTES, PART_SIZE, artifactLimits, parseByteSize } from "../../worker/src/artifacts/artifact-limits.js";
 import { sanitizeName } from "../../worker/src/artifacts/artifact-names.js";
-import { artifactKey } from "../../worker/src/artifacts/artifact-store.js";
+import { bindingStorage } from "../../worker/src/artifacts/artifact-storage-binding.js";
+import { artifactKey, unverified } from "../../worker/src/artifacts/artifact-store.js";
 import { recordArtifact } from "../../worker/src/artifacts/artifact-rows.js";
 import { TEST_IDS, call, createLoop, postJson } from "./fixtures.js";
 
@@ -367,12 +368,15 @@ describe("a large artifact: a multipart upload through the worker", () => {
       expect(await errorOf(staleComplete)).toMatchObject({ code: "invalid_parts" });
       expect(await rowsOf(loop.loop_id)).toEqual([]);
 
+      // Answered once storage holds the object with its size; its digest is checked after the answer
+      // (issue 30), and an intent (without `after_upload`) waits for that check.
       const completed = await complete(upload, [part1, part2]);
-      expect(completed.status, await completed.clone().text()).toBe(201);
-      const { artifact } = ArtifactStored.parse(await completed.json());
-      expect(artifact).toMatchObject({ sha256: bigSha, size: BIG_SIZE, name: "candidate-1.bundle", content_type: "application/x-git-bundle" });
+      expect(completed.status, await completed.clone().text()).toBe(202);
+      expect(ArtifactVerifying.parse(await completed.json())).toEqual({ status: "verifying", artifact: { sha256: bigSha, size: BIG_SIZE } });
+      expect(await intend(loop.loop_id, { sha256: bigSha, size: BIG_SIZE, content_type: "application/x-git-bundle" })).toEqual({ status: "exists" });
       expect(await rowsOf(loop.loop_id)).toHaveLength(1);
-      expect(ArtifactList.parse(await (await call(base)).json()).artifacts).toEqual([artifact]);
+      const [artifact] = ArtifactList.parse(await (await call(base)).json()).artifacts;
+      expect(artifact).toMatchObject({ sha256: bigSha, size: BIG_SIZE, name: "candidate-1.bundle", content_type: "application/x-git-bundle" });
 
       const got = await call(`${base}/${bigSha}`);
       expect(got.status).toBe(200);
@@ -395,22 +399,28 @@ describe("a large artifact: a multipart upload through the worker", () => {
   );
 
   it(
-    "deletes a completed object that does not hash to its sha256 (400 digest_mismatch) or is not its declared size (400 size_mismatch): no row, no object",
+    "deletes a completed object that does not hash to its sha256 once it is checked after the answer, and one that is not its declared size (400 size_mismatch) before: no row, no object",
     async () => {
       const loop = await createLoop("artifact-big-mismatch", [A]);
       const claimed = sha256Hex("not the big file");
       const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
       try {
-        // The right number of bytes, under another file's sha256.
+        // The right number of bytes, under another file's sha256: answered `verifying`, and the check
+        // after the answer deletes it by itself, with no request asking for it.
         const upload = await intend(loop.loop_id, { sha256: claimed, size: BIG_SIZE, content_type: "application/octet-stream" });
         if (upload.status !== "multipart") throw new Error("expected a multipart upload");
         const parts = [await putPart(upload.part_urls[0] ?? "", 0, PART_SIZE), await putPart(upload.part_urls[1] ?? "", PART_SIZE, BIG_SIZE)];
-        const refused = await complete(upload, parts);
-        expect(refused.status).toBe(400);
-        expect(await errorOf(refused)).toMatchObject({ code: "digest_mismatch" });
+        const refused = await callWith({}, upload.complete_url, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ parts }),
+        });
+        expect(refused.status).toBe(202);
         expect(await rowsOf(loop.loop_id)).toEqual([]);
         expect(await objectsOf(loop.loop_id)).toEqual([]);
         expect(warn).toHaveBeenCalled();
+        // An intent for it after the check offers the upload again.
+        expect((await intend(loop.loop_id, { sha256: claimed, size: BIG_SIZE, content_type: "application/octet-stream" })).status).toBe("multipart");
 
         // The right sha256, but parts that add up to less than the declared size.
         const short = await intend(loop.loop_id, { sha256: bigSha, size: BIG_SIZE, content_type: "application/octet-stream" });
@@ -599,7 +609,9 @@ describe("a recorded artifact is immutable", () => {
         }
         return callWith(vars, answer.complete_url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ parts }) });
       };
-      expect((await upload()).status).toBe(201);
+      // 202 `verifying`: `callWith` waits for the check after the answer, which records it.
+      expect((await upload()).status).toBe(202);
+      expect(await usageOf(loop.loop_id)).toEqual({ total: size, sum: size });
       const key = artifactKey(loop.loop_id, digest);
       // Damaged in storage: the same length, other bytes.
       await env.ARTIFACTS.put(key, sized(bigFile(1, size + 1), size));
@@ -610,8 +622,8 @@ describe("a recorded artifact is immutable", () => {
       } finally {
         warn.mockRestore();
       }
-      expect(completed.status).toBe(200);
-      expect(ArtifactStored.parse(await completed.json()).artifact).toMatchObject({ sha256: digest, size, name: "candidate.bundle" });
+      expect(completed.status).toBe(202);
+      expect(ArtifactVerifying.parse(await completed.json()).artifact).toEqual({ sha256: digest, size });
       const object = await env.ARTIFACTS.get(key);
       expect(await sha256Of(object?.body ?? new ReadableStream())).toBe(digest);
       expect(await recordedEtag(loop.loop_id, digest)).toBe((await env.ARTIFACTS.head(key))?.etag);
@@ -773,5 +785,151 @@ describe("listing", () => {
 
     const bad = await call(`${base}?cursor=nonsense`);
     expect([bad.status, (await errorOf(bad)).code]).toEqual([400, "invalid_parameter"]);
+  });
+});
+
+// Issue 30: `complete` (and an intent `after_upload`) answer before the object's digest is checked. Until
+// the check has recorded it, the object is never listed, served, or accepted as a report's evidence.
+describe("checked after the answer", () => {
+  const vars = { ARTIFACT_PUT_MAX_BYTES: "5MiB", ARTIFACT_PART_BYTES: "5MiB" };
+  const size = MIN_PART_BYTES + 1;
+
+  /** A multipart upload of bytes [offset, offset + size) of the big file under `sha256`, up to (not including) `complete`'s request. */
+  async function partsUploaded(loopId: string, sha256: string, offset = 0): Promise<{ completeUrl: string; body: string }> {
+    const intent = await callWith(vars, `/v1/loops/${loopId}/artifacts`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ sha256, size, content_type: "application/octet-stream", name: "profile.bin" }),
+    });
+    const answer = ArtifactIntentResponse.parse(await intent.json());
+    if (answer.status !== "multipart") throw new Error(`expected a multipart upload, got ${JSON.stringify(answer)}`);
+    const parts: UploadedPart[] = [];
+    for (const [index, url] of answer.part_urls.entries()) {
+      const start = index * MIN_PART_BYTES;
+      const end = Math.min(start + MIN_PART_BYTES, size);
+      const sent = await callWith(vars, url, {
+        method: "PUT",
+        headers: { "content-length": String(end - start) },
+        body: sized(bigFile(offset + start, offset + end), end - start),
+      });
+      parts.push(UploadedPart.parse(await sent.json()));
+    }
+    return { completeUrl: answer.complete_url, body: JSON.stringify({ parts }) };
+  }
+
+  /** `complete` sent, its answer read, and the work after the answer still under way (`settled` waits for it). */
+  async function completeWithoutWaiting(completeUrl: string, body: string): Promise<{ response: Response; settled: () => Promise<void> }> {
+    const ctx = createExecutionContext();
+    const headers = { authorization: `Bearer ${env.OWNER_TOKEN}`, "content-type": "application/json" };
+    const response = await app.fetch(new Request(`http://lw.test${completeUrl}`, { method: "POST", headers, body }), { ...env, ...vars }, ctx);
+    return { response, settled: () => waitOnExecutionContext(ctx) };
+  }
+
+  const quotas = { quotaBytes: 1024 * MiB, team: null };
+
+  it(
+    "a download asked while the check is under way waits for it: right bytes are served byte-exact, wrong ones never (404, deleted)",
+    async () => {
+      const loop = await createLoop("verify-after-answer", [A]);
+      const digest = await sha256Of(bigFile(0, size));
+      const right = await partsUploaded(loop.loop_id, digest);
+      const completed = await completeWithoutWaiting(right.completeUrl, right.body);
+      expect(completed.response.status).toBe(202);
+      const got = await callWith(vars, `/v1/loops/${loop.loop_id}/artifacts/${digest}`);
+      expect(got.status).toBe(200);
+      expect(await sha256Of(got.body ?? new ReadableStream())).toBe(digest);
+      await completed.settled();
+      expect(await rowsOf(loop.loop_id)).toEqual([{ sha256: digest, size, name: "profile.bin", content_type: "application/octet-stream" }]);
+      expect(await usageOf(loop.loop_id)).toEqual({ total: size, sum: size });
+
+      // Bytes shifted by one under the digest of the right ones' neighbour: the same size, another digest.
+      const claimed = sha256Hex("the claimed profile");
+      const wrong = await partsUploaded(loop.loop_id, claimed, 1);
+      const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+      try {
+        const refused = await completeWithoutWaiting(wrong.completeUrl, wrong.body);
+        expect(refused.response.status).toBe(202);
+        const notServed = await callWith(vars, `/v1/loops/${loop.loop_id}/artifacts/${claimed}`);
+        expect([notServed.status, (await errorOf(notServed)).code]).toEqual([404, "not_found"]);
+        await refused.settled();
+      } finally {
+        warn.mockRestore();
+      }
+      expect(await objectsOf(loop.loop_id)).toEqual([artifactKey(loop.loop_id, digest)]);
+      expect(await usageOf(loop.loop_id)).toEqual({ total: size, sum: size });
+    },
+    BIG_TIMEOUT_MS,
+  );
+
+  it(
+    "an object whose check never ran (the coordinator stopped after answering) is not listed; a citation or a download checks it first, records right bytes, deletes wrong ones",
+    async () => {
+      const loop = await createLoop("verify-after-crash", [A]);
+      const storage = bindingStorage(env.ARTIFACTS);
+      const db = drizzle(env.DB);
+      // What `complete` leaves in storage before its check: the object, with the metadata its upload began with.
+      const putUnchecked = async (sha256: string, offset: number) => {
+        await env.ARTIFACTS.put(artifactKey(loop.loop_id, sha256), sized(bigFile(offset, offset + size), size), {
+          httpMetadata: { contentType: "application/octet-stream" },
+          customMetadata: { name: "profile.bin", size: String(size), sha256 },
+        });
+      };
+      const digest = await sha256Of(bigFile(0, size));
+      await putUnchecked(digest, 0);
+      expect(ArtifactList.parse(await (await call(`/v1/loops/${loop.loop_id}/artifacts`)).json()).artifacts).toEqual([]);
+      expect(await rowsOf(loop.loop_id)).toEqual([]);
+      const ref = { sha256: digest, size, name: "profile.bin", content_type: "application/octet-stream" };
+      // The check a report's or a proposal's citation runs (`unverified`): recorded, so accepted.
+      expect(await unverified(async () => storage, db, loop.loop_id, quotas, [ref])).toEqual([]);
+      expect(await rowsOf(loop.loop_id)).toHaveLength(1);
+
+      const claimed = sha256Hex("another claimed profile");
+      await putUnchecked(claimed, 1);
+      const claim = { ...ref, sha256: claimed };
+      const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+      try {
+        expect(await unverified(async () => storage, db, loop.loop_id, quotas, [claim])).toEqual([claim]);
+        expect(await objectsOf(loop.loop_id)).toEqual([artifactKey(loop.loop_id, digest)]);
+        // And a download of such an object, put back: checked first, never served.
+        await putUnchecked(claimed, 1);
+        const got = await call(`/v1/loops/${loop.loop_id}/artifacts/${claimed}`);
+        expect([got.status, (await errorOf(got)).code]).toEqual([404, "not_found"]);
+      } finally {
+        warn.mockRestore();
+      }
+      expect(await objectsOf(loop.loop_id)).toEqual([artifactKey(loop.loop_id, digest)]);
+      expect(await rowsOf(loop.loop_id)).toHaveLength(1);
+    },
+    BIG_TIMEOUT_MS,
+  );
+
+  it("an intent `after_upload` for an unrecorded object answers `verifying` and records it after the answer only if it is the artifact", async () => {
+    const loop = await createLoop("verify-after-upload", [A]);
+    const intentAfterUpload = (sha256: string, length: number) =>
+      callWith({}, `/v1/loops/${loop.loop_id}/artifacts`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ sha256, size: length, content_type: "text/plain", after_upload: true }),
+      });
+    const bytes = encode("put to a presigned URL\n");
+    const sha256 = sha256Hex(bytes);
+    await env.ARTIFACTS.put(artifactKey(loop.loop_id, sha256), bytes, { customMetadata: { name: "unit.log" } });
+    const answered = await intentAfterUpload(sha256, bytes.length);
+    expect(await answered.json()).toEqual({ status: "verifying" });
+    // `callWith` waited for the work after the answer: recorded.
+    expect(await rowsOf(loop.loop_id)).toEqual([{ sha256, size: bytes.length, name: "unit.log", content_type: "text/plain" }]);
+    expect(await (await intentAfterUpload(sha256, bytes.length)).json()).toEqual({ status: "exists" });
+
+    const forged = encode("not the bytes the key names\n");
+    const forgedSha = sha256Hex("a third thing");
+    await env.ARTIFACTS.put(artifactKey(loop.loop_id, forgedSha), forged);
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    try {
+      expect(await (await intentAfterUpload(forgedSha, forged.length)).json()).toEqual({ status: "verifying" });
+    } finally {
+      warn.mockRestore();
+    }
+    expect(await objectsOf(loop.loop_id)).toEqual([artifactKey(loop.loop_id, sha256)]);
+    expect(await rowsOf(loop.loop_id)).toHaveLength(1);
   });
 });

@@ -1,5 +1,5 @@
 import { sha256Hex } from "#shared/hash.js";
-import { ArtifactIntentResponse, ArtifactStored, UploadedPart, type CompleteMultipartRequest, Health } from "#shared/wire/api.js";
+import { ArtifactIntentResponse, ArtifactStored, CompleteMultipartResponse, UploadedPart, type CompleteMultipartRequest, Health } from "#shared/wire/api.js";
 import type { ArtifactRef } from "#shared/wire/observation.js";
 import { CoordinatorError } from "../errors.js";
 import { hashFile, type Uploadable } from "./file-body.js";
@@ -23,10 +23,12 @@ export class StorageRefusal extends Error {
 }
 
 /**
- * How fast, at the least, the coordinator is taken to re-read a multipart upload on `complete` (it hashes
- * the whole object before answering): the answer may take the idle timeout plus the object's size at this rate.
+ * How fast, at the least, the coordinator is taken to read an object back to hash it (after `complete`,
+ * or a presigned PUT): waiting for that check may take the idle timeout plus the object's size at this
+ * rate. `complete` itself is given as long: storage puts the parts together before it answers, and a
+ * coordinator of an earlier version hashed the whole object before answering too.
  */
-const COMPLETE_BYTES_PER_SECOND = 10 * 1024 * 1024;
+const VERIFY_BYTES_PER_SECOND = 10 * 1024 * 1024;
 
 /** A byte size as a message says it. */
 function describeSize(bytes: number): string {
@@ -59,6 +61,12 @@ export class ArtifactTransfers extends Transport {
    * Re-sending a few KiB the coordinator may already hold costs less than the round trip that would ask.
    */
   protected storesUploads = false;
+
+  /**
+   * Uploads the coordinator answered `verifying` (issue 30: it hashes the object after answering), by
+   * `loop/sha256`: `awaitVerified` waits for their check before a report cites them.
+   */
+  private readonly verifying = new Map<string, ArtifactRef>();
 
   async uploadArtifact(loopId: string, name: string, bytes: Uint8Array, contentType: string): Promise<ArtifactRef> {
     const ref: ArtifactRef = { sha256: sha256Hex(bytes), size: bytes.byteLength, name, content_type: contentType };
@@ -94,12 +102,13 @@ export class ArtifactTransfers extends Transport {
   ): Promise<ArtifactRef> {
     const what = `uploading ${ref.name} (${describeSize(ref.size)})`;
     const onSent = (sent: number) => onProgress?.(sent, ref.size);
-    const askIntent = () =>
+    const askIntent = (afterUpload = false) =>
       this.json("POST", `/v1/loops/${encodeURIComponent(loopId)}/artifacts`, ArtifactIntentResponse, {
         sha256: ref.sha256,
         size: ref.size,
         content_type: ref.content_type,
         name: ref.name,
+        ...(afterUpload ? { after_upload: true } : {}),
       });
     if (this.storesUploads && ref.size <= DIRECT_PUT_MAX_BYTES) {
       const direct = await this.send(
@@ -129,6 +138,10 @@ export class ArtifactTransfers extends Transport {
     }
     const intent = await askIntent();
     if (intent.status === "exists") return ref;
+    if (intent.status === "verifying") {
+      this.verifying.set(`${loopId}/${ref.sha256}`, ref);
+      return ref;
+    }
     if (intent.status === "upload") {
       if (isCoordinatorPath(intent.url)) this.storesUploads = true;
       // Headers the intent names are signed into a presigned URL (S3 mode's checksum): sent as given.
@@ -137,10 +150,12 @@ export class ArtifactTransfers extends Transport {
       await response.body?.cancel();
       onProgress?.(ref.size, ref.size);
       // Storage reached by a presigned URL does not tell the coordinator: asking again has it verify and
-      // record the object now, one file a request (not all of a report's files inside the report).
+      // record the object, one file a request (not all of a report's files inside the report), after it
+      // answers (`after_upload`, issue 30); `awaitVerified` waits for that check.
       if (!isCoordinatorPath(intent.url)) {
-        const recorded = await askIntent();
-        if (recorded.status !== "exists")
+        const recorded = await askIntent(true);
+        if (recorded.status === "verifying") this.verifying.set(`${loopId}/${ref.sha256}`, ref);
+        else if (recorded.status !== "exists")
           throw new Error(`storage did not keep ${ref.name} (${ref.sha256}): the coordinator finds no such object after the upload`);
       }
       return ref;
@@ -255,7 +270,7 @@ export class ArtifactTransfers extends Transport {
       await Promise.all(Array.from({ length: Math.min(atOnce, waiting.length) }, sender));
       if (failure) throw (failure as { error: unknown }).error;
       const parts = [...done.values()].sort((a, b) => a.part_number - b.part_number);
-      // The coordinator re-reads the whole object to check its digest before it answers: that takes time.
+      // Storage puts the parts together before the coordinator answers (it hashes them after: `verifying`).
       const complete = await this.send(
         "POST",
         upload.complete_url,
@@ -264,17 +279,49 @@ export class ArtifactTransfers extends Transport {
           "Content-Type": "application/json",
         },
         {
-          what: `completing the upload of ${name}, whose ${describeSize(size)} the coordinator re-reads to check its digest`,
-          extraWaitMs: Math.ceil((size / COMPLETE_BYTES_PER_SECOND) * 1_000),
+          what: `completing the upload of ${name} (${describeSize(size)})`,
+          extraWaitMs: Math.ceil((size / VERIFY_BYTES_PER_SECOND) * 1_000),
         },
       );
-      await this.parse(complete, ArtifactStored);
+      const completed = await this.parse(complete, CompleteMultipartResponse);
+      if (completed.status === "verifying") {
+        this.verifying.set(`${upload.loop_id}/${upload.sha256}`, {
+          sha256: upload.sha256,
+          size,
+          name,
+          content_type: upload.content_type ?? "application/octet-stream",
+        });
+      }
       await records?.remove(key);
     } catch (error) {
       if (await this.abortUpload(upload.abort_url)) await records?.remove(key);
       throw error;
     } finally {
       activeUploads.delete(upload.upload_id);
+    }
+  }
+
+  /**
+   * Waits until an artifact this client uploaded and the coordinator answered `verifying` is verified and
+   * recorded (at once for any other): the intent asked again, which the coordinator answers once its check
+   * of the object has ended (`exists`). An object that was not the artifact (its bytes changed in storage,
+   * or on the way) has been deleted: thrown as 400 `digest_mismatch`, as an upload refused for it is.
+   * A report citing the artifact before would be held by the same check on the coordinator's side.
+   */
+  async awaitVerified(loopId: string, ref: ArtifactRef): Promise<void> {
+    const key = `${loopId}/${ref.sha256}`;
+    if (!this.verifying.has(key)) return;
+    const answer = await this.json(
+      "POST",
+      `/v1/loops/${encodeURIComponent(loopId)}/artifacts`,
+      ArtifactIntentResponse,
+      { sha256: ref.sha256, size: ref.size, content_type: ref.content_type, name: ref.name },
+      undefined,
+      Math.ceil((ref.size / VERIFY_BYTES_PER_SECOND) * 1_000),
+    );
+    this.verifying.delete(key);
+    if (answer.status !== "exists") {
+      throw new CoordinatorError(400, "digest_mismatch", `the coordinator found that the stored ${ref.name} does not hash to ${ref.sha256}, and deleted it`);
     }
   }
 

@@ -311,6 +311,21 @@ export async function uploadArtifactFiles(
     }
   };
   await Promise.all(Array.from({ length: Math.min(CONCURRENCY, files.length) }, worker));
+  // The coordinator checks a large file's digest after answering its upload (issue 30), so the next
+  // files' transfers overlap that check; the report that cites them goes once every check has ended,
+  // and a file whose stored bytes were not its own is an error of the report's, as a refused upload is.
+  await Promise.all(
+    results.map(async (result, index) => {
+      if (!("sha256" in result)) return;
+      try {
+        await client.awaitVerified(loopId, result);
+      } catch (error) {
+        const refusal = fileRefusal(error);
+        if (!refusal) throw error;
+        results[index] = artifactError(files[index] ?? result.name, result.size, refusal);
+      }
+    }),
+  );
   const refs = results.filter((result): result is ArtifactRef => "sha256" in result);
   const errors = results.filter((result): result is ArtifactError => !("sha256" in result));
   return { refs, errors };

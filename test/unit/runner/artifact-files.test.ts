@@ -77,7 +77,10 @@ describe("matchArtifacts", () => {
  * A client that stores what is at most `limit` bytes (refusing the rest as the coordinator does, 413) and
  * hears each upload's progress as `progressSteps` pieces.
  */
-function stubClient(limit: number, options: { progressSteps?: number; refuse?: (name: string) => CoordinatorError | null } = {}) {
+function stubClient(
+  limit: number,
+  options: { progressSteps?: number; refuse?: (name: string) => CoordinatorError | null; failVerification?: (name: string) => boolean } = {},
+) {
   const stored: string[] = [];
   const refusal = (name: string, size: number) =>
     options.refuse?.(name) ??
@@ -97,6 +100,13 @@ function stubClient(limit: number, options: { progressSteps?: number; refuse?: (
       for (let step = 1; step <= steps; step++) onProgress?.(Math.round((bytes.byteLength * step) / steps), bytes.byteLength);
       stored.push(name);
       return { sha256: sha256Hex(bytes), size: bytes.byteLength, name, content_type: contentType };
+    },
+    /** The coordinator's check after the answer: failed, it deleted the object (issue 30). */
+    async awaitVerified(_loop: string, ref: ArtifactRef): Promise<void> {
+      if (options.failVerification?.(ref.name)) {
+        stored.splice(stored.indexOf(ref.name), 1);
+        throw new CoordinatorError(400, "digest_mismatch", `the coordinator found that the stored ${ref.name} does not hash to ${ref.sha256}, and deleted it`);
+      }
     },
   };
   return { client: client as unknown as Client, stored };
@@ -128,6 +138,15 @@ describe("storing an evaluation's files", () => {
       "out/big.bin (2.0 KiB): the coordinator refused it: artifacts are limited to 1000 bytes; this one is 2000",
       "out/over-quota.csv (3 B): the coordinator refused it: this loop's artifacts may take 10 bytes",
     ]);
+  });
+
+  it("a file whose stored bytes the coordinator's check after the upload found wrong is noted, not cited; the others are", async () => {
+    const dir = tree("unverified", { "out/kept.txt": "ok", "out/swapped.bin": "bytes" });
+    const { client, stored } = stubClient(1_000, { failVerification: (name) => name === "out/swapped.bin" });
+    const result = await storeReportFiles(client, "lp_x", { dir, globs: ["out/**"], metricLog: null, note: () => {}, warn: () => {} });
+    expect(result.refs.map((ref) => ref.name)).toEqual(["out/kept.txt"]);
+    expect(stored).toEqual(["out/kept.txt"]);
+    expect(result.errors).toEqual([{ name: "out/swapped.bin", size: 5, code: "digest_mismatch", detail: expect.stringContaining("does not hash to") }]);
   });
 
   it("a file whose bytes or size changed while it was sent is the file's refusal, named by the coordinator's code", () => {
@@ -201,6 +220,7 @@ describe("storing an evaluation's files", () => {
         onProgress?.(total, total);
         return { sha256: "0".repeat(64), size: total, name, content_type: contentType };
       },
+      async awaitVerified() {},
     } as unknown as Client;
     await uploadArtifactFiles(client, "lp_x", dir, ["profile/big.bin"], (text) => notes.push(text));
     expect(notes.length).toBeGreaterThanOrEqual(9);

@@ -48,10 +48,23 @@ export interface ArtifactScope {
   team: TeamQuota | null;
 }
 
-/** The SHA-256 (hex) of a stream, computed as it flows: a large object is never held in memory. */
-export async function digestOf(stream: ReadableStream): Promise<string> {
+/**
+ * The SHA-256 (hex) of a stream, computed as it flows: a large object is never held in memory.
+ * `onBytes` hears each chunk's arrival (a verification in progress says it is still moving).
+ */
+export async function digestOf(stream: ReadableStream, onBytes?: () => void): Promise<string> {
   const digest = new crypto.DigestStream("SHA-256");
-  await stream.pipeTo(digest);
+  const heard = onBytes
+    ? stream.pipeThrough(
+        new TransformStream<Uint8Array, Uint8Array>({
+          transform(chunk, controller) {
+            onBytes();
+            controller.enqueue(chunk);
+          },
+        }),
+      )
+    : stream;
+  await heard.pipeTo(digest);
   return bytesToHex(new Uint8Array(await digest.digest));
 }
 
@@ -161,6 +174,7 @@ export async function verifyObject(
   expectedSize: number | null,
   hint: ArtifactHint,
   recorded: ArtifactRow | null,
+  onBytes?: () => void,
 ): Promise<ArtifactRow | null> {
   const { storage, loopId } = scope;
   const key = artifactKey(loopId, sha256);
@@ -175,7 +189,7 @@ export async function verifyObject(
     }
     return null;
   }
-  if ((await inStorage(() => digestOf(object.body))) !== sha256) {
+  if ((await inStorage(() => digestOf(object.body, onBytes))) !== sha256) {
     console.warn(`loopwarden: the object ${key} does not hash to its key; deleting it`);
     await inStorage(() => deleteIfUnchanged(storage, key, object.etag));
     return null;
@@ -193,11 +207,81 @@ export async function verifyObject(
 
 /**
  * Records an object that is in storage but not in D1, once its bytes are confirmed to hash to its key
- * (`verifyObject`). This is how S3 mode records a presigned single PUT, after which the runner never
- * comes back: the next intent, report, proposal or download that asks for it adopts it.
+ * (`verifyObject`). This is how a completed multipart upload and S3 mode's presigned single PUT are
+ * recorded: after the answer (`verifyAfterAnswer`), or by the next intent, report, proposal or download
+ * that asks for it, whichever comes first (one check of this isolate at a time per object).
  */
-export function adoptObject(scope: ArtifactScope, sha256: string, expectedSize: number | null, hint: ArtifactHint = {}): Promise<ArtifactRow | null> {
-  return verifyObject(scope, sha256, expectedSize, hint, null);
+export async function adoptObject(scope: ArtifactScope, sha256: string, expectedSize: number | null, hint: ArtifactHint = {}): Promise<ArtifactRow | null> {
+  const key = artifactKey(scope.loopId, sha256);
+  if (verifications.has(key)) {
+    // Checked by another request of this isolate now (`complete` answered before it, issue 30): its
+    // outcome is waited for, never a second read of the same bytes beside it; what it recorded is
+    // confirmed by one HEAD. Not recorded (wrong bytes deleted, a refusal, a check that stalled or
+    // failed): checked here, as if nobody had.
+    await verificationSettled(key);
+    const row = await findArtifact(scope.db, scope.loopId, sha256);
+    if (row) {
+      const confirmed = await confirmStored(scope, row);
+      return confirmed && (expectedSize === null || confirmed.size === expectedSize) ? confirmed : null;
+    }
+  }
+  const mine = { heardAt: Date.now() };
+  verifications.set(key, mine);
+  try {
+    return await verifyObject(scope, sha256, expectedSize, hint, null, () => (mine.heardAt = Date.now()));
+  } finally {
+    if (verifications.get(key) === mine) verifications.delete(key);
+  }
+}
+
+/**
+ * The unrecorded objects this isolate is reading back and hashing now (by storage key), and when their
+ * bytes last moved. A request that needs one of them verified (a report citing it, a download, an
+ * intent) waits for that check rather than reading the object a second time beside it; one in another
+ * isolate (deployed, requests are not bound to one) checks it itself, which is slower but as safe.
+ */
+const verifications = new Map<string, { heardAt: number }>();
+
+/** How long a verification may go without a byte before a request waiting for it checks the object itself. */
+const VERIFICATION_STALLED_MS = 10_000;
+const VERIFICATION_POLL_MS = 25;
+
+/**
+ * Settles when this isolate's verification of `key` has ended, or stalled. Polled rather than awaited:
+ * a promise of another request's I/O is that request's to settle, and the runtime may cancel a request's
+ * background work (`waitUntil` has a limit once deployed) without running its `finally`.
+ */
+async function verificationSettled(key: string): Promise<void> {
+  for (let under = verifications.get(key); under && Date.now() - under.heardAt < VERIFICATION_STALLED_MS; under = verifications.get(key)) {
+    await new Promise((resolve) => setTimeout(resolve, VERIFICATION_POLL_MS));
+  }
+}
+
+/**
+ * Verifies an unrecorded object after the response that said so (`complete`, an intent `after_upload`:
+ * issue 30, the check off the uploader's path): `adoptObject` run under `waitUntil`, so a wrong object is
+ * still deleted and a right one recorded without anyone asking. Nothing depends on it finishing: until
+ * the row exists the object is never listed, served or accepted as evidence, and whatever next asks for
+ * it (an intent, a report or proposal citing it, a download) verifies it then, or waits for this check
+ * when it is under way in the same isolate. So a crash, a cancelled `waitUntil` or a storage failure
+ * here loses nothing. Without an execution context (a request handed to the app directly) it runs before
+ * the answer.
+ */
+export async function verifyAfterAnswer(
+  context: { waitUntil(promise: Promise<unknown>): void } | null,
+  scope: ArtifactScope,
+  sha256: string,
+  size: number,
+  hint: ArtifactHint = {},
+): Promise<void> {
+  const check = adoptObject(scope, sha256, size, hint).then(
+    (row) => {
+      if (!row) console.warn(`loopwarden: ${artifactKey(scope.loopId, sha256)} was not recorded: its bytes are not the artifact, or they are gone`);
+    },
+    (error: unknown) => console.error(`loopwarden: verifying ${artifactKey(scope.loopId, sha256)} failed; the next request that needs it verifies it`, error),
+  );
+  if (context) context.waitUntil(check);
+  else await check;
 }
 
 /**

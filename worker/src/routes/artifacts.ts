@@ -7,6 +7,7 @@ import {
   type ArtifactIntentResponse,
   type ArtifactList,
   type ArtifactStored,
+  type ArtifactVerifying,
   type UploadedPart,
 } from "#shared/wire/api.js";
 import { Sha256 } from "#shared/wire/observation.js";
@@ -20,13 +21,12 @@ import {
   confirmStored,
   damagedArtifact,
   deleteIfUnchanged,
-  digestOf,
   listArtifacts,
   putThroughWorker,
   quotaRefusal,
-  recordVerified,
   requireQuota,
   storedToServe,
+  verifyAfterAnswer,
   type ArtifactScope,
 } from "../artifacts/artifact-store.js";
 import { findArtifact, requireRecordedSize, viewOf } from "../artifacts/artifact-rows.js";
@@ -41,10 +41,11 @@ import { readJson, readParam } from "../http/validate.js";
 /**
  * Artifact routes (DESIGN §10), mounted at `/v1/loops`: an upload intent answers `exists`, one PUT (up
  * to ARTIFACT_PUT_MAX_BYTES, default MAX_PUT_BYTES), or a multipart upload (parts of
- * ARTIFACT_PART_BYTES, default PART_SIZE, then `complete`, which verifies the whole object before
- * recording it). In binding mode the PUTs come through the worker into R2; in S3 mode they go to
- * presigned storage URLs, and a single PUT's object is verified and recorded when next asked about
- * (`adoptObject`). Nothing is recorded in D1 before its bytes are confirmed in storage, and a recorded
+ * ARTIFACT_PART_BYTES, default PART_SIZE, then `complete`, which checks the object's size and the
+ * quota and answers `verifying`: the whole object is hashed after the answer and recorded only if it is
+ * the artifact, issue 30). In binding mode the PUTs come through the worker into R2; in S3 mode they go
+ * to presigned storage URLs, and a single PUT's object is verified and recorded after an intent asked
+ * `after_upload`, or when next asked about (`adoptObject`). Nothing is recorded in D1 before its bytes are confirmed in storage, and a recorded
  * artifact is immutable: an intent that gives it another size is refused (409 `size_conflict`), and its
  * object is answered `exists` or served only while it has the ETag of the bytes verified (`confirmStored`).
  *
@@ -106,6 +107,15 @@ function throughWorker(storage: ArtifactStorage): ThroughWorker {
   );
 }
 
+/** The request's execution context, to run work after the answer; null for a request handed to the app without one (a test). */
+function executionContextOf(c: Context<AuthEnv>): { waitUntil(promise: Promise<unknown>): void } | null {
+  try {
+    return c.executionCtx;
+  } catch {
+    return null;
+  }
+}
+
 function scopeOf(c: Context<AuthEnv>, storage: ArtifactStorage, loop: ReachedLoop): ArtifactScope {
   return { storage, db: drizzle(c.env.DB), loopId: loop.loopId, quotaBytes: limitsOf(c).quotaBytes, team: teamQuotaOf(c.env, loop.teamId) };
 }
@@ -150,6 +160,12 @@ artifactRoutes.post("/:id/artifacts", async (c) => {
   // or in storage with that size but not recorded (a crash between the two, or a presigned PUT in S3
   // mode), which is verified and recorded now. Otherwise it is uploaded (again: a damaged object is
   // replaced under the same key, and verified before the row is pinned to it).
+  // Asked again right after the caller's own presigned PUT (`after_upload`), such an object is checked
+  // after the answer instead (issue 30), and recorded only if it is the artifact.
+  if (!row && head?.size === intent.size && intent.after_upload) {
+    await verifyAfterAnswer(executionContextOf(c), scope, intent.sha256, intent.size, intent);
+    return c.json({ status: "verifying" } satisfies ArtifactIntentResponse);
+  }
   const exists = row
     ? (await confirmStored(scope, row, head)) !== null
     : head?.size === intent.size && (await adoptObject(scope, intent.sha256, intent.size, intent)) !== null;
@@ -267,35 +283,25 @@ artifactRoutes.post("/:id/artifacts/:sha256/uploads/:uploadId/complete", async (
     throw storageError(error);
   }
 
-  // The object now exists but is not yet verified: it is checked whole, and deleted if it is not the artifact.
+  // The object now exists but is not yet verified. What is cheap is checked before answering: the parts
+  // are the client's, and parts that add up to another size than the intent declared are an incomplete
+  // (or overlong) upload; a new artifact must fit the quota. Either way the object is deleted.
   const refuse = async (error: ApiError): Promise<never> => {
     await inStorage(() => deleteIfUnchanged(storage, key, object.etag));
     throw error;
   };
-  // The parts are the client's: parts that add up to another size than the intent declared are an
-  // incomplete (or overlong) upload, told apart from bytes that do not hash to the key.
   const declared = recorded?.size ?? object.declaredSize ?? object.size;
   if (object.size !== declared) {
     await refuse(new ApiError(400, "size_mismatch", `the parts add up to ${object.size} bytes; the artifact is ${declared}`));
   }
   const overQuota = recorded ? null : await quotaRefusal(scope, object.size);
   if (overQuota) await refuse(overQuota);
-  const whole = await inStorage(() => storage.get(key));
-  if (!whole) throw storageError(new Error(`the completed object ${key} is not in storage`));
-  if ((await inStorage(() => digestOf(whole.body))) !== sha256) {
-    console.warn(`loopwarden: a multipart upload to ${key} does not hash to its key; deleting it`);
-    await inStorage(() => deleteIfUnchanged(storage, key, whole.etag));
-    throw new ApiError(400, "digest_mismatch", "the uploaded parts do not hash to the sha256 they were put under");
-  }
-  const { row, created } = await recordVerified(scope, {
-    loopId,
-    sha256,
-    size: whole.size,
-    name: sanitizeName(object.name, sha256),
-    contentType: recordedContentType(object.contentType),
-    etag: whole.etag,
-  });
-  return stored(c, row, created);
+  // Its digest is checked after the answer (issue 30: reading the object back took 10-12 s of a 500 MiB
+  // upload's 14-32 s while the client waited): recorded if it hashes to its key, deleted if not, and
+  // until then never listed, served or accepted as evidence (`verifyAfterAnswer`).
+  await verifyAfterAnswer(executionContextOf(c), scope, sha256, object.size);
+  const response: ArtifactVerifying = { status: "verifying", artifact: { sha256, size: object.size } };
+  return c.json(response, 202);
 });
 
 /** `DELETE <abort_url>` takes no fields (an empty body is taken as `{}`). */
