@@ -269,7 +269,11 @@ function phaseOf(method: string, target: string, earlier: readonly Traced[]): st
  * Times `Client.uploadArtifactFile` (the runner's upload of a file), with its own per-request trace lines
  * (LOOPWARDEN_TRACE_HTTP=1, which it writes to stderr) taken aside for the breakdown of where the time went.
  */
-async function timedUpload(client: Client, loopId: string, file: string): Promise<{ ms: number; sha256: string; requests: Traced[]; peakRssMiB: number }> {
+async function timedUpload(
+  client: Client,
+  loopId: string,
+  file: string,
+): Promise<{ ms: number; verifiedMs: number; sha256: string; requests: Traced[]; peakRssMiB: number }> {
   const requests: Traced[] = [];
   // The process's resident memory, sampled while the upload runs: the client's buffers, and whatever else this process holds.
   let peakRss = process.memoryUsage().rss;
@@ -282,17 +286,23 @@ async function timedUpload(client: Client, loopId: string, file: string): Promis
     requests.push({ phase: phaseOf(match[1] ?? "", match[2] ?? "", requests), status: match[3] ?? "", ms: Number(match[4]), end: performance.now() });
     return true;
   }) as typeof process.stderr.write;
+  const started = performance.now();
+  let answered: { ms: number; ref: Awaited<ReturnType<Client["uploadArtifactFile"]>> };
   try {
-    const started = performance.now();
     const ref = await client.uploadArtifactFile(loopId, file, path.basename(file), CONTENT_TYPE);
-    const ms = performance.now() - started;
+    answered = { ms: performance.now() - started, ref };
     peakRss = Math.max(peakRss, process.memoryUsage().rss);
-    return { ms, sha256: ref.sha256, requests, peakRssMiB: peakRss / MiB };
   } finally {
     clearInterval(sampler);
     process.stderr.write = write;
     delete process.env.LOOPWARDEN_TRACE_HTTP;
   }
+  // Time to verified: until the coordinator's check of the object after its answer (issue 30) has ended,
+  // as the runner waits for it before a report cites the file (`awaitVerified`, runner/src/evaluation/
+  // artifact-files.ts). Waited for before the next transfer, so no check runs beside a timed one.
+  await client.awaitVerified(loopId, answered.ref);
+  const verifiedMs = performance.now() - started;
+  return { ms: answered.ms, verifiedMs, sha256: answered.ref.sha256, requests, peakRssMiB: peakRss / MiB };
 }
 
 /** The artifact downloaded through the coordinator (streamed, never whole in memory): its size and sha256. */
@@ -321,6 +331,8 @@ interface Row {
   phases: Map<string, number[]>;
   /** The process's peak RSS during each upload of loopwarden's, MiB. */
   peakRss: number[];
+  /** From the call to the end of the coordinator's check after its answer (the artifact recorded), ms. */
+  toVerified: number[];
   verified: string;
 }
 
@@ -349,6 +361,7 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
       floors: [],
       phases: new Map(),
       peakRss: [],
+      toVerified: [],
       verified: "",
     };
     /** Runs a floor and records its time; one that fails (a dropped connection) is told in the notes and run once more, from a new intent. */
@@ -375,6 +388,7 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
       if (upload.sha256 !== digest) throw new Error(`the client hashed ${mine} as ${upload.sha256}; it was written as ${digest}`);
       row.loopwarden.push(upload.ms);
       row.peakRss.push(upload.peakRssMiB);
+      row.toVerified.push(upload.verifiedMs);
       const local = upload.ms - wallTime(upload.requests);
       for (const [phase, ms] of [["outside requests", local] as const, ...summed(upload.requests)])
         row.phases.set(phase, [...(row.phases.get(phase) ?? []), ms]);
@@ -448,7 +462,7 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
       }
       rmSync(theirs, { force: true });
       console.error(
-        `${mode} ${sizeMiB} MiB #${repetition + 1}: loopwarden ${seconds(upload.ms)} s; ${row.floors.map((entry) => `${entry.name} ${seconds(entry.ms.at(-1) ?? 0)} s`).join("; ")}`,
+        `${mode} ${sizeMiB} MiB #${repetition + 1}: loopwarden ${seconds(upload.ms)} s (verified at ${seconds(upload.verifiedMs)} s); ${row.floors.map((entry) => `${entry.name} ${seconds(entry.ms.at(-1) ?? 0)} s`).join("; ")}`,
       );
     }
     rows.push(row);
@@ -542,45 +556,47 @@ say(
 );
 say();
 say(
-  `Each row uploads files of random bytes, fresh for every upload (content-addressed storage never answers "exists"), ${REPETITIONS} repetitions, loopwarden and curl alternating; median and range of the wall time, throughput at the median. **loopwarden** is \`Client.uploadArtifactFile\` (runner/src/coordinator/client.ts), the runner's upload of one of a contract's \`artifacts\` files, from the call to its answer: the sha256 pass over the file, the upload intent, the PUT or the parts, \`complete\`, and in S3 mode the intent asked again after a single PUT. **curl** is \`curl -T FILE URL\` of another file of the same size to the URLs an intent for that file answered (the intent asked beforehand, untimed): the same endpoint, the same requests, the bytes alone. The ratio is loopwarden's median over the floor's median. Both coordinators are \`loopwarden serve\` (the built worker in workerd through Miniflare) in processes of their own, as is the store; the client and curl run on the same 2 cores as they do.`,
+  `Each row uploads files of random bytes, fresh for every upload (content-addressed storage never answers "exists"), ${REPETITIONS} repetitions, loopwarden and curl alternating; median and range of the wall time, throughput at the median. **loopwarden** is \`Client.uploadArtifactFile\` (runner/src/coordinator/client.ts), the runner's upload of one of a contract's \`artifacts\` files, from the call to its answer: the sha256 pass over the file, the upload intent, the PUT or the parts, \`complete\`, and in S3 mode the intent asked again after a single PUT. The coordinator answers \`complete\` and that intent \`verifying\` and checks the object's sha256 after its answer (issue 30): **to verified** is from the same call to the end of that check (the artifact recorded, as \`Client.awaitVerified\` hears it, which the runner waits for before a report cites the file), and its ratio to the same floor is beside it. **curl** is \`curl -T FILE URL\` of another file of the same size to the URLs an intent for that file answered (the intent asked beforehand, untimed): the same endpoint, the same requests, the bytes alone. The ratio is loopwarden's median over the floor's median. Both coordinators are \`loopwarden serve\` (the built worker in workerd through Miniflare) in processes of their own, as is the store; the client and curl run on the same 2 cores as they do.`,
 );
 say();
-say("| mode | file | loopwarden's requests | loopwarden | MiB/s | floor | curl | MiB/s | **ratio** | download |");
-say("|---|---:|---|---:|---:|---|---:|---:|---:|---|");
+say("| mode | file | loopwarden's requests | loopwarden | MiB/s | floor | curl | MiB/s | **ratio** | to verified | ratio | download |");
+say("|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---|");
 for (const row of rows) {
   const bytes = row.sizeMiB * MiB;
   const [first, ...others] = row.floors;
   if (!first) continue;
   const ratio = (floor: number[]) => `**${(median(row.loopwarden) / median(floor)).toFixed(2)}×**`;
   say(
-    `| ${MODE_NAMES[row.mode]} | ${row.sizeMiB} MiB | ${row.how} | ${spread(row.loopwarden)} | ${rate(bytes, median(row.loopwarden))} | ${first.name} | ${spread(first.ms)} | ${rate(bytes, median(first.ms))} | ${ratio(first.ms)} | ${row.verified} |`,
+    `| ${MODE_NAMES[row.mode]} | ${row.sizeMiB} MiB | ${row.how} | ${spread(row.loopwarden)} | ${rate(bytes, median(row.loopwarden))} | ${first.name} | ${spread(first.ms)} | ${rate(bytes, median(first.ms))} | ${ratio(first.ms)} | ${spread(row.toVerified)} | ${(median(row.toVerified) / median(first.ms)).toFixed(2)}× | ${row.verified} |`,
   );
   for (const other of others) {
-    say(`| | | | | | ${other.name} | ${spread(other.ms)} | ${rate(bytes, median(other.ms))} | ${(median(row.loopwarden) / median(other.ms)).toFixed(2)}× | |`);
+    say(
+      `| | | | | | ${other.name} | ${spread(other.ms)} | ${rate(bytes, median(other.ms))} | ${(median(row.loopwarden) / median(other.ms)).toFixed(2)}× | | ${(median(row.toVerified) / median(other.ms)).toFixed(2)}× | |`,
+    );
   }
 }
 say();
 say(
-  `Where loopwarden's time went (median ms over the repetitions; each request as the client's own trace times it, LOOPWARDEN_TRACE_HTTP=1; a phase whose requests overlap, S3 mode's parts sent ${PARALLEL_PARTS} at a time, counts the time during which at least one was under way). \`outside requests\` is the call's time less the time during which a request was under way: the sha256 pass over the file before anything is sent (the intent names the digest), and the client's own work between requests. \`intent again\` is S3 mode's second intent after a single PUT, in which the coordinator reads the object back from the store, checks its sha256 and records it; \`complete\` is where the coordinator completes a multipart upload and then reads the whole object back to check its sha256. \`peak RSS\` is this process's (the client's) resident memory at its highest while the upload ran, sampled every 10 ms, MiB (the most over the repetitions).`,
+  `Where loopwarden's time went (median ms over the repetitions; each request as the client's own trace times it, LOOPWARDEN_TRACE_HTTP=1; a phase whose requests overlap, S3 mode's parts sent ${PARALLEL_PARTS} at a time, counts the time during which at least one was under way). \`outside requests\` is the call's time less the time during which a request was under way: the sha256 pass over the file before anything is sent (the intent names the digest), and the client's own work between requests. \`intent again\` is S3 mode's second intent after a single PUT (\`after_upload\`), answered \`verifying\` once the coordinator found the object's size; \`complete\` is where the coordinator completes a multipart upload, checks its size and the quota, and answers \`verifying\`. \`check after\` is the wait for the coordinator's sha256 check of the object after that answer (to verified less the call's time: \`Client.awaitVerified\`). \`peak RSS\` is this process's (the client's) resident memory at its highest while the upload ran, sampled every 10 ms, MiB (the most over the repetitions).`,
 );
 say();
 const PHASES = ["outside requests", "intent", "PUT", "parts", "complete", "intent again"];
-say(`| mode | file | load avg | ${PHASES.join(" | ")} | total | peak RSS |`);
-say(`|---|---:|---:|${PHASES.map(() => "---:").join("|")}|---:|---:|`);
+say(`| mode | file | load avg | ${PHASES.join(" | ")} | total | check after | peak RSS |`);
+say(`|---|---:|---:|${PHASES.map(() => "---:").join("|")}|---:|---:|---:|`);
 for (const row of rows) {
   const cells = PHASES.map((phase) => {
     const values = row.phases.get(phase);
     return values ? String(Math.round(median(values))) : "–";
   });
   say(
-    `| ${row.mode} | ${row.sizeMiB} MiB | ${row.load.toFixed(1)} | ${cells.join(" | ")} | ${Math.round(median(row.loopwarden))} | ${Math.round(Math.max(...row.peakRss))} |`,
+    `| ${row.mode} | ${row.sizeMiB} MiB | ${row.load.toFixed(1)} | ${cells.join(" | ")} | ${Math.round(median(row.loopwarden))} | ${Math.round(median(row.toVerified.map((ms, index) => ms - (row.loopwarden[index] ?? ms))))} | ${Math.round(Math.max(...row.peakRss))} |`,
   );
 }
 say();
 say("## Where each ratio comes from");
 say();
 say(
-  "Medians of the second table, against the first floor's median (so the parts need not add up to the whole): the bytes' way to storage, the client's against curl's; the coordinator's own check once the bytes are there; the rest.",
+  "Medians of the second table, against the first floor's median (so the parts need not add up to the whole): the bytes' way to storage, the client's against curl's; the coordinator's answer once the bytes are there, and its check after it; the rest.",
 );
 say();
 for (const row of rows) {
@@ -591,9 +607,10 @@ for (const row of rows) {
     : row.phases.has("intent again")
       ? ["the intent asked again", phase("intent again")]
       : null;
+  const after = median(row.toVerified.map((ms, index) => ms - (row.loopwarden[index] ?? ms)));
   const floorMs = median(row.floors[0]?.ms ?? [Number.NaN]);
   say(
-    `- ${row.mode} mode, ${row.sizeMiB} MiB (${(median(row.loopwarden) / floorMs).toFixed(2)}×): the client sent the bytes in ${seconds(sending)} s against curl's ${seconds(floorMs)} s (${(sending / floorMs).toFixed(2)}×); ${check ? `the coordinator's check, ${check[0]}, took ${seconds(check[1])} s; ` : "the coordinator checked the bytes as they went into R2 (nothing after them); "}the sha256 pass and the rest outside requests ${seconds(phase("outside requests"))} s; the intent ${seconds(phase("intent"))} s.`,
+    `- ${row.mode} mode, ${row.sizeMiB} MiB (${(median(row.loopwarden) / floorMs).toFixed(2)}×): the client sent the bytes in ${seconds(sending)} s against curl's ${seconds(floorMs)} s (${(sending / floorMs).toFixed(2)}×); ${check ? `the coordinator's answer, ${check[0]}, took ${seconds(check[1])} s, and its sha256 check after it ${seconds(after)} s more (to verified ${(median(row.toVerified) / floorMs).toFixed(2)}×); ` : "the coordinator checked the bytes as they went into R2 (nothing after them); "}the sha256 pass and the rest outside requests ${seconds(phase("outside requests"))} s; the intent ${seconds(phase("intent"))} s.`,
   );
 }
 say();
@@ -603,7 +620,7 @@ say(
   "- Goal (issue 30, item 1): in both modes, at most 1.2× `curl -T` (the first floor) at 500 MiB and 1.5× at 10 MiB, in one run, and the client's peak RSS under 200 MiB at 500 MiB.",
 );
 say(
-  "- The floor, binding mode: curl PUTs to the coordinator's own upload path, with the owner's token, the URL an intent answered for curl's file (one PUT to `/v1/loops/:id/artifacts/:sha256?name=…` at 10 MiB; at 500 MiB, the eight 64 MiB part URLs `…/uploads/:id/parts/:n`, the coordinator's limit for one request being 95 MiB). A file of other bytes has another digest, so its PUT is stored and checked as the runner's is (R2 refuses bytes that do not hash to the key) rather than answered as a duplicate. The intent is asked before the clock starts: the floor is the bytes' way through the worker into R2, nothing else. Curl's multipart uploads are aborted afterwards, never completed: `complete` (the whole object read back and hashed) is the coordinator's verification, counted in loopwarden's time and not in the floor's.",
+  "- The floor, binding mode: curl PUTs to the coordinator's own upload path, with the owner's token, the URL an intent answered for curl's file (one PUT to `/v1/loops/:id/artifacts/:sha256?name=…` at 10 MiB; at 500 MiB, the eight 64 MiB part URLs `…/uploads/:id/parts/:n`, the coordinator's limit for one request being 95 MiB). A file of other bytes has another digest, so its PUT is stored and checked as the runner's is (R2 refuses bytes that do not hash to the key) rather than answered as a duplicate. The intent is asked before the clock starts: the floor is the bytes' way through the worker into R2, nothing else. Curl's multipart uploads are aborted afterwards, never completed: `complete` is counted in loopwarden's time and not in the floor's, and the coordinator's check after it (the whole object read back and hashed) in loopwarden's time to verified.",
 );
 say(
   `- The floor, S3 mode: the presigned URLs an intent answered for curl's file, straight to s3rver (one PUT at 10 MiB; the eight presigned UploadPart URLs at 500 MiB). At 500 MiB a second floor is one presigned PUT of the whole file (S3 takes up to 5 GiB in one PUT; the coordinator answers multipart above 95 MiB, the same split as binding mode): the ratio to it is the cost of uploading in parts at all, on top of the runner's own. The URL is presigned here as the worker presigns (length, content type and SHA-256 bound, the SHA-256 as the signed header curl sends), with \`requestChecksumCalculation: "WHEN_REQUIRED"\` as the worker's client has it (otherwise the URL demands checksum headers).`,

@@ -147,10 +147,10 @@ const OPERATIONS: Operation[] = [
   {
     method: "post",
     path: "/v1/loops/{id}/artifacts/{sha256}/uploads/{uploadId}/complete",
-    summary: "complete a multipart upload",
+    summary: "complete a multipart upload: 202 verifying (its sha256 is checked after the answer), or 200 when recorded already",
     scope: "propose or evaluate",
     request: api.CompleteMultipartRequest,
-    responses: { 201: api.ArtifactStored, 200: api.ArtifactStored },
+    responses: { 202: api.ArtifactVerifying, 200: api.ArtifactStored },
   },
   {
     method: "delete",
