@@ -274,8 +274,14 @@ describe("Client multipart uploads", () => {
     partSize: number,
     fail: (what: string, attempt: number) => { status: number; code: string } | "slow-then-503" | null,
     presigned = false,
+    /**
+     * As the coordinator does since issue 30: `complete` answers 202 `verifying`, and the check's outcome is
+     * the next intent's answer (`fails`: as if storage's object were not the bytes sent, deleted by the check).
+     */
+    checkAfter: "passes" | "fails" | null = null,
   ) {
     const sha = sha256(bytes);
+    let checked: "exists" | "deleted" | null = null;
     const base = `/v1/loops/${LOOP}/artifacts/${sha}/uploads/up-1`;
     const parts = Math.ceil(bytes.length / partSize);
     const attempts = new Map<string, number>();
@@ -293,6 +299,11 @@ describe("Client multipart uploads", () => {
         return json(response, 503, { error: { code: "unavailable", message: "try again" } });
       }
       if (failure) return json(response, failure.status, { error: { code: failure.code, message: failure.code } });
+      if (what === "intent" && checked) {
+        const intent = JSON.parse(data.toString()) as { after_upload?: true };
+        expect(intent.after_upload).toBeUndefined();
+        if (checked === "exists") return json(response, 200, { status: "exists" });
+      }
       if (what === "intent") {
         uploads++;
         return json(response, 200, {
@@ -318,6 +329,10 @@ describe("Client multipart uploads", () => {
         const listed = (JSON.parse(data.toString()) as { parts: { part_number: number; etag: string }[] }).parts;
         expect(listed).toEqual(Array.from({ length: parts }, (_, index) => ({ part_number: index + 1, etag: `etag-${index + 1}` })));
         const whole = Buffer.concat(listed.map((entry) => received.get(entry.part_number) ?? Buffer.alloc(0)));
+        if (checkAfter) {
+          checked = sha256(whole) === sha && checkAfter === "passes" ? "exists" : "deleted";
+          return json(response, 202, { status: "verifying", artifact: { sha256: sha, size: bytes.length } });
+        }
         if (sha256(whole) !== sha) return json(response, 400, { error: { code: "digest_mismatch", message: "no" } });
         return json(response, 201, stored(sha, bytes.length));
       }
@@ -326,6 +341,26 @@ describe("Client multipart uploads", () => {
     };
     return { attempts, base };
   }
+
+  it("a `complete` answered `verifying` ends the upload; awaitVerified waits for the check with an intent, and a failed check is 400 digest_mismatch", async () => {
+    const bytes = bytesOf(300 * 1024, 9);
+    const { attempts } = multipart(bytes, 100 * 1024, () => null, false, "passes");
+    const client = new Client(stub.url, { retryForMs: 0 });
+    const ref = await client.uploadArtifact(LOOP, "profile.bin", bytes, "application/octet-stream");
+    expect(Object.fromEntries(attempts)).toEqual({ intent: 1, "PUT /parts/1": 1, "PUT /parts/2": 1, "PUT /parts/3": 1, "POST /complete": 1 });
+    await client.awaitVerified(LOOP, ref);
+    expect(attempts.get("intent")).toBe(2);
+    // Heard once: a second wait asks nothing.
+    await client.awaitVerified(LOOP, ref);
+    expect(attempts.get("intent")).toBe(2);
+
+    // Storage's object is not the bytes sent: the check deletes it, the intent offers the upload again,
+    // and the wait reports it as the file's 400 digest_mismatch (an artifact error, as a refused upload is).
+    const other = bytesOf(300 * 1024, 10);
+    multipart(other, 100 * 1024, () => null, false, "fails");
+    const swapped = await client.uploadArtifact(LOOP, "profile.bin", other, "application/octet-stream");
+    await expect(client.awaitVerified(LOOP, swapped)).rejects.toMatchObject({ status: 400, code: "digest_mismatch" });
+  });
 
   it("a part that fails is sent again alone: the others once each, and the upload completes", async () => {
     const bytes = bytesOf(300 * 1024, 4);
