@@ -376,14 +376,17 @@ describe("artifacts in S3 mode, against s3rver", () => {
     expect(await listed(coordinator.url, loopId)).toContainEqual(
       expect.objectContaining({ sha256: smallRef.sha256, size: small.length, name: "small.bin", content_type: "application/x-test" }),
     );
-    // The runner asks again after its PUT, so what it uploads is verified and recorded at once, file by file.
+    // The runner asks again after its PUT (`after_upload`), so what it uploads is verified and recorded
+    // file by file, after that answer (issue 30): recorded once the check has ended, which the runner
+    // waits for (`awaitVerified`) before a report cites the file.
     const other = randomBytes(2 * MiB);
     writeFileSync(path.join(files, "other.bin"), other);
     const otherRef = await client.uploadArtifactFile(loopId, path.join(files, "other.bin"), "other.bin", "application/x-test");
+    await client.awaitVerified(loopId, otherRef);
     expect((await listed(coordinator.url, loopId)).map((artifact) => artifact.sha256)).toContain(otherRef.sha256);
 
     // Multipart (12 MiB + 3 bytes: parts of 5, 5 and 2 MiB + 3), each part to its own presigned URL;
-    // `complete` is the coordinator's, which completes with the SDK and then verifies the whole object.
+    // `complete` is the coordinator's, which completes with the SDK and verifies the whole object after its answer.
     const big = randomBytes(12 * MiB + 3);
     writeFileSync(path.join(files, "big.bin"), big);
     const before = store.requests.length;
@@ -391,7 +394,8 @@ describe("artifacts in S3 mode, against s3rver", () => {
     const partPuts = store.requests.slice(before).filter((request) => request.method === "PUT");
     expect(partPuts).toHaveLength(3);
     expect(partPuts.every((request) => request.auth === "presigned" && !request.refused)).toBe(true);
-    // Recorded at once: `complete` verified it.
+    // Recorded once the check after `complete`'s answer has ended.
+    await client.awaitVerified(loopId, bigRef);
     expect(await listed(coordinator.url, loopId)).toContainEqual(expect.objectContaining({ sha256: bigRef.sha256, size: big.length, name: "big.bin" }));
 
     for (const [ref, bytes] of [
