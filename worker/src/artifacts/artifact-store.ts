@@ -48,23 +48,10 @@ export interface ArtifactScope {
   team: TeamQuota | null;
 }
 
-/**
- * The SHA-256 (hex) of a stream, computed as it flows: a large object is never held in memory.
- * `onBytes` hears each chunk's arrival (a verification in progress says it is still moving).
- */
-export async function digestOf(stream: ReadableStream, onBytes?: () => void): Promise<string> {
+/** The SHA-256 (hex) of a stream, computed as it flows: a large object is never held in memory. */
+export async function digestOf(stream: ReadableStream): Promise<string> {
   const digest = new crypto.DigestStream("SHA-256");
-  const heard = onBytes
-    ? stream.pipeThrough(
-        new TransformStream<Uint8Array, Uint8Array>({
-          transform(chunk, controller) {
-            onBytes();
-            controller.enqueue(chunk);
-          },
-        }),
-      )
-    : stream;
-  await heard.pipeTo(digest);
+  await stream.pipeTo(digest);
   return bytesToHex(new Uint8Array(await digest.digest));
 }
 
@@ -174,7 +161,6 @@ export async function verifyObject(
   expectedSize: number | null,
   hint: ArtifactHint,
   recorded: ArtifactRow | null,
-  onBytes?: () => void,
 ): Promise<ArtifactRow | null> {
   const { storage, loopId } = scope;
   const key = artifactKey(loopId, sha256);
@@ -189,7 +175,7 @@ export async function verifyObject(
     }
     return null;
   }
-  if ((await inStorage(() => digestOf(object.body, onBytes))) !== sha256) {
+  if ((await inStorage(() => digestOf(object.body))) !== sha256) {
     console.warn(`loopwarden: the object ${key} does not hash to its key; deleting it`);
     await inStorage(() => deleteIfUnchanged(storage, key, object.etag));
     return null;
@@ -227,23 +213,30 @@ export async function adoptObject(scope: ArtifactScope, sha256: string, expected
   }
   const mine = { heardAt: Date.now() };
   verifications.set(key, mine);
+  // Alive while this request's work runs: a request (or its `waitUntil`) the runtime cancels stops the
+  // timer with it, and those waiting for this check then check the object themselves. A timer, not a
+  // count of the bytes hashed: a stream piped through JavaScript chunk by chunk would lose the native
+  // pipe from storage into the digest.
+  const alive = setInterval(() => (mine.heardAt = Date.now()), VERIFICATION_ALIVE_MS);
   try {
-    return await verifyObject(scope, sha256, expectedSize, hint, null, () => (mine.heardAt = Date.now()));
+    return await verifyObject(scope, sha256, expectedSize, hint, null);
   } finally {
+    clearInterval(alive);
     if (verifications.get(key) === mine) verifications.delete(key);
   }
 }
 
 /**
  * The unrecorded objects this isolate is reading back and hashing now (by storage key), and when their
- * bytes last moved. A request that needs one of them verified (a report citing it, a download, an
+ * check was last heard to be alive. A request that needs one of them verified (a report citing it, a download, an
  * intent) waits for that check rather than reading the object a second time beside it; one in another
  * isolate (deployed, requests are not bound to one) checks it itself, which is slower but as safe.
  */
 const verifications = new Map<string, { heardAt: number }>();
 
-/** How long a verification may go without a byte before a request waiting for it checks the object itself. */
+/** How long a verification may go unheard before a request waiting for it checks the object itself. */
 const VERIFICATION_STALLED_MS = 10_000;
+const VERIFICATION_ALIVE_MS = 1_000;
 const VERIFICATION_POLL_MS = 25;
 
 /**
