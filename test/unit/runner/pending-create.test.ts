@@ -63,6 +63,8 @@ describe("pending loop creations", () => {
         uploaded.push(name);
         return { sha256: sha256Hex(bytes), size: bytes.length, name, content_type: contentType };
       },
+      // Each upload above is recorded when it returns (never answered `verifying`): nothing to wait for.
+      awaitVerified: async () => undefined,
     } as unknown as Client;
     expect(await uploadPendingFiles(client, "lp_x", loaded?.files, () => undefined)).toEqual([]);
     expect(uploaded).toEqual(["profile/unit.cpuprofile"]);
