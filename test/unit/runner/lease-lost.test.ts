@@ -75,5 +75,7 @@ describe("a lost lease", () => {
     const left = await survivorsAfter(marker);
     killListed(left);
     expect(left).toEqual([]);
-  });
+    // A clone, the exec zone and two processes: a few seconds on a loaded 2-core machine, past vitest's
+    // default 5 s, and the heartbeat above waits up to a minute for the gate to run.
+  }, 90_000);
 });
