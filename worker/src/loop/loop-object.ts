@@ -33,7 +33,7 @@ import { candidateLimitRefusal, interimReceiptLimitMessage, teamLimits } from ".
 import { NOT_FOUND, type Answer, type Refusal } from "./refusal.js";
 import { holderOf, LoopLeases } from "./loop-leases.js";
 import { BaselineJobs } from "./baseline-jobs.js";
-import { DRAIN_RETRY_MS, drainPhaseOf, drainSlotAfter, LoopReceipts, type SignedReceipt } from "./loop-receipts.js";
+import { DRAIN_DELAY_MS, DRAIN_RETRY_MS, LoopReceipts, type SignedReceipt } from "./loop-receipts.js";
 import { renderView, type DashboardView } from "../dashboard/views.js";
 import type { Viewer } from "../dashboard/layout.js";
 
@@ -104,22 +104,17 @@ export class LoopObject extends DurableObject<Env> {
   /** The alarm as this object last set it (undefined: not known, since the object woke or the alarm ran). */
   private alarmAt: number | null | undefined = undefined;
 
-  /** Where in each DRAIN_DELAY_MS this loop's drains fall (drainSlotAfter). */
-  private readonly drainPhase = drainPhaseOf(this.ctx.id.toString());
-
   /**
    * Sets the alarm to the next thing it must do: drain the outbox (at once for a change of how the loop
-   * is listed, else at the loop's next drain slot, within DRAIN_DELAY_MS), reclaim the next lease, or
-   * time out the oldest review request.
+   * is listed, else within DRAIN_DELAY_MS), reclaim the next lease, or time out the oldest review request.
    * An alarm already set to that time is not set again (issue 30: one storage write less per request).
    */
   private async scheduleAlarm(retryDrainInMs = 0): Promise<void> {
     // Only an object holding a loop, or a loop awaiting its baseline, has tables (and an outbox).
     const pending = (this.state !== null || this.baseline.pending !== null) && this.sql.exec("SELECT 1 FROM outbox LIMIT 1").toArray().length > 0;
     if (pending) {
-      const earliest = Date.now() + retryDrainInMs;
-      const due = this.store.listingChanged ? earliest : drainSlotAfter(earliest, this.drainPhase);
-      this.drainDue = Math.min(this.drainDue ?? Number.POSITIVE_INFINITY, due);
+      const wait = Math.max(retryDrainInMs, this.store.listingChanged ? 0 : DRAIN_DELAY_MS);
+      this.drainDue = Math.min(this.drainDue ?? Number.POSITIVE_INFINITY, Date.now() + wait);
     } else this.drainDue = null;
     const deadline = this.state ? nextLeaseDeadline(this.state) : (this.baseline.pending?.lease?.expires_at ?? null);
     const review = this.state ? nextReviewDeadline(this.state) : null;

@@ -28,25 +28,6 @@ const DRAIN_BATCH = 200;
  * runners) is then at most this far behind its log; its creation and its halt are not.
  */
 export const DRAIN_DELAY_MS = 5_000;
-
-/**
- * When a loop whose drain slots fall at `phase` (0 ≤ phase < DRAIN_DELAY_MS, from its id) next drains
- * after `time`: the first of its slots, DRAIN_DELAY_MS apart, later than `time`. A drain due
- * DRAIN_DELAY_MS after the append that queued it synchronised the drains of loops driven in step: every
- * loop appended as a stalled worker answered it, so every loop drained together 5 s later, a burst of D1
- * batches that stalled the worker again, and the reports waiting behind it made the tail of
- * `npm run bench:load` (issue 30). Slots fixed by the loop's id spread the drains of many loops evenly
- * over each DRAIN_DELAY_MS, whenever they append, and still drain a loop at most once per DRAIN_DELAY_MS.
- */
-export function drainSlotAfter(time: number, phase: number): number {
-  const slot = Math.floor((time - phase) / DRAIN_DELAY_MS) * DRAIN_DELAY_MS + phase;
-  return slot > time ? slot : slot + DRAIN_DELAY_MS;
-}
-
-/** Where in each DRAIN_DELAY_MS a Durable Object's drains fall: read from its id (hex of a hash, so evenly spread). */
-export function drainPhaseOf(objectId: string): number {
-  return Number.parseInt(objectId.slice(0, 8), 16) % DRAIN_DELAY_MS;
-}
 /** Delay before the alarm retries a failed drain by re-arming itself (the runtime also retries thrown alarms). */
 export const DRAIN_RETRY_MS = 5_000;
 
