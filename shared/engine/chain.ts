@@ -16,15 +16,15 @@ export function hashEvent(event: Record<string, unknown>): string {
 
 /** Seals a draft as the event after `previous` (null for the first event). */
 export function sealEvent(draft: EventDraft, previous: ChainHead | null): LoopEvent {
-  const body = { ...draft, seq: previous ? previous.seq + 1 : 1, prev: previous ? previous.hash : "" };
-  return { ...body, hash: hashEvent(body) } as LoopEvent;
+  return sealEventWithBody(draft, previous).event;
 }
 
 /**
- * Seals a draft as `sealEvent` does, and answers the sealed event's canonical JSON too (`canonicalJson(event)`,
- * hash included), the text the LoopObject stores. Each member is serialised once for both the hash and
- * the text: a loop's first event carries t0's whole test report (5 MB at 100,000 tests), and writing it
- * out again to store it was a tenth of a large creation (issue 30).
+ * Seals a draft as the event after `previous` (null for the first event), and answers the sealed event's
+ * canonical JSON too (`canonicalJson(event)`, hash included), the text the LoopObject stores. Each member
+ * is serialised once for both the hash and the text: a loop's first event carries t0's whole test report
+ * (7 MB at 100,000 tests), and writing it out again to store it cost 14-26 ms of a large creation's CPU
+ * (issue 30).
  */
 export function sealEventWithBody(draft: EventDraft, previous: ChainHead | null): { event: LoopEvent; body: string } {
   const unsealed = { ...draft, seq: previous ? previous.seq + 1 : 1, prev: previous ? previous.hash : "" };
