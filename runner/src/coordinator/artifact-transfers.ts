@@ -320,6 +320,10 @@ export class ArtifactTransfers extends Transport {
       Math.ceil((ref.size / VERIFY_BYTES_PER_SECOND) * 1_000),
     );
     this.verifying.delete(key);
+    // Not the artifact: the intent offers the upload again, and a large one is a multipart upload begun
+    // for this answer. Nothing sends its parts (the file's error is the report's), so it is aborted now
+    // rather than left to storage's lifecycle rule.
+    if (answer.status === "multipart") await this.abortUpload(answer.abort_url);
     if (answer.status !== "exists") {
       throw new CoordinatorError(400, "digest_mismatch", `the coordinator found that the stored ${ref.name} does not hash to ${ref.sha256}, and deleted it`);
     }

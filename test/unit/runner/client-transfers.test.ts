@@ -357,9 +357,12 @@ describe("Client multipart uploads", () => {
     // Storage's object is not the bytes sent: the check deletes it, the intent offers the upload again,
     // and the wait reports it as the file's 400 digest_mismatch (an artifact error, as a refused upload is).
     const other = bytesOf(300 * 1024, 10);
-    multipart(other, 100 * 1024, () => null, false, "fails");
+    const failed = multipart(other, 100 * 1024, () => null, false, "fails");
     const swapped = await client.uploadArtifact(LOOP, "profile.bin", other, "application/octet-stream");
     await expect(client.awaitVerified(LOOP, swapped)).rejects.toMatchObject({ status: 400, code: "digest_mismatch" });
+    // The multipart upload that second intent began is aborted, not left open with no parts.
+    expect(failed.attempts.get("intent")).toBe(2);
+    expect(failed.attempts.get("DELETE /")).toBe(1);
   });
 
   it("a part that fails is sent again alone: the others once each, and the upload completes", async () => {
