@@ -113,6 +113,37 @@ function sized(stream: ReadableStream<Uint8Array>, length: number): ReadableStre
   return fixed.readable;
 }
 
+/**
+ * A multipart upload of bytes [offset, offset + intent.size) of the big file, with the limits `vars`, up
+ * to (not including) `complete`'s request: its URL and body.
+ */
+async function uploadParts(
+  vars: Record<string, string>,
+  loopId: string,
+  intent: { sha256: string; size: number; content_type: string; name: string },
+  offset = 0,
+): Promise<{ completeUrl: string; body: string }> {
+  const asked = await callWith(vars, `/v1/loops/${loopId}/artifacts`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(intent),
+  });
+  const answer = ArtifactIntentResponse.parse(await asked.json());
+  if (answer.status !== "multipart") throw new Error(`expected a multipart upload, got ${JSON.stringify(answer)}`);
+  const parts: UploadedPart[] = [];
+  for (const [index, url] of answer.part_urls.entries()) {
+    const start = index * MIN_PART_BYTES;
+    const end = Math.min(start + MIN_PART_BYTES, intent.size);
+    const sent = await callWith(vars, url, {
+      method: "PUT",
+      headers: { "content-length": String(end - start) },
+      body: sized(bigFile(offset + start, offset + end), end - start),
+    });
+    parts.push(UploadedPart.parse(await sent.json()));
+  }
+  return { completeUrl: answer.complete_url, body: JSON.stringify({ parts }) };
+}
+
 async function sha256Of(stream: ReadableStream<Uint8Array>): Promise<string> {
   const digest = new crypto.DigestStream("SHA-256");
   await stream.pipeTo(digest);
@@ -589,25 +620,13 @@ describe("a recorded artifact is immutable", () => {
       const size = MIN_PART_BYTES + 1;
       const digest = await sha256Of(bigFile(0, size));
       const upload = async (): Promise<Response> => {
-        const intent = await callWith(vars, `/v1/loops/${loop.loop_id}/artifacts`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ sha256: digest, size, content_type: "application/x-git-bundle", name: "candidate.bundle" }),
+        const { completeUrl, body } = await uploadParts(vars, loop.loop_id, {
+          sha256: digest,
+          size,
+          content_type: "application/x-git-bundle",
+          name: "candidate.bundle",
         });
-        const answer = ArtifactIntentResponse.parse(await intent.json());
-        if (answer.status !== "multipart") throw new Error(`expected a multipart upload, got ${JSON.stringify(answer)}`);
-        const parts: UploadedPart[] = [];
-        for (const [index, url] of answer.part_urls.entries()) {
-          const start = index * MIN_PART_BYTES;
-          const end = Math.min(start + MIN_PART_BYTES, size);
-          const sent = await callWith(vars, url, {
-            method: "PUT",
-            headers: { "content-length": String(end - start) },
-            body: sized(bigFile(start, end), end - start),
-          });
-          parts.push(UploadedPart.parse(await sent.json()));
-        }
-        return callWith(vars, answer.complete_url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ parts }) });
+        return callWith(vars, completeUrl, { method: "POST", headers: { "content-type": "application/json" }, body });
       };
       // 202 `verifying`: `callWith` waits for the check after the answer, which records it.
       expect((await upload()).status).toBe(202);
@@ -794,28 +813,8 @@ describe("checked after the answer", () => {
   const vars = { ARTIFACT_PUT_MAX_BYTES: "5MiB", ARTIFACT_PART_BYTES: "5MiB" };
   const size = MIN_PART_BYTES + 1;
 
-  /** A multipart upload of bytes [offset, offset + size) of the big file under `sha256`, up to (not including) `complete`'s request. */
-  async function partsUploaded(loopId: string, sha256: string, offset = 0): Promise<{ completeUrl: string; body: string }> {
-    const intent = await callWith(vars, `/v1/loops/${loopId}/artifacts`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ sha256, size, content_type: "application/octet-stream", name: "profile.bin" }),
-    });
-    const answer = ArtifactIntentResponse.parse(await intent.json());
-    if (answer.status !== "multipart") throw new Error(`expected a multipart upload, got ${JSON.stringify(answer)}`);
-    const parts: UploadedPart[] = [];
-    for (const [index, url] of answer.part_urls.entries()) {
-      const start = index * MIN_PART_BYTES;
-      const end = Math.min(start + MIN_PART_BYTES, size);
-      const sent = await callWith(vars, url, {
-        method: "PUT",
-        headers: { "content-length": String(end - start) },
-        body: sized(bigFile(offset + start, offset + end), end - start),
-      });
-      parts.push(UploadedPart.parse(await sent.json()));
-    }
-    return { completeUrl: answer.complete_url, body: JSON.stringify({ parts }) };
-  }
+  const partsUploaded = (loopId: string, sha256: string, offset = 0) =>
+    uploadParts(vars, loopId, { sha256, size, content_type: "application/octet-stream", name: "profile.bin" }, offset);
 
   /** `complete` sent, its answer read, and the work after the answer still under way (`settled` waits for it). */
   async function completeWithoutWaiting(completeUrl: string, body: string): Promise<{ response: Response; settled: () => Promise<void> }> {
