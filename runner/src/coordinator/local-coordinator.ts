@@ -10,7 +10,7 @@ import { Client } from "./client.js";
 import { localOwnerToken, localSigningKey, privateStateDir } from "./state-secrets.js";
 import { envSettings, loadWorkerConfig, type WorkerConfig } from "./coordinator-config.js";
 import { UserError } from "../errors.js";
-import { freePort, isPortFree } from "./free-port.js";
+import { isPortFree } from "./free-port.js";
 import { PACKAGE_ROOT } from "../paths.js";
 import { isProcessAlive } from "../process/processes.js";
 import { VERSION } from "#shared/version.js";
@@ -164,7 +164,10 @@ export async function startLocalCoordinator(options: {
   await privateStateDir(stateDir);
   await mkdir(path.join(stateDir, "logs"), { recursive: true });
   const log = new BoundedLog(path.join(stateDir, "logs", "coordinator.log"));
-  const port = options.port ?? (await freePort());
+  // Without a port asked for, the runtime binds port 0 and says which it got: a port found free here and
+  // bound later could be taken meanwhile (by any process's connection, whose local port comes from the
+  // same range), and the start would fail on it.
+  const port = options.port ?? 0;
   if (options.port !== undefined && !(await isPortFree(port))) {
     throw new UserError(`port ${port} on 127.0.0.1 is in use; choose another with --port`);
   }
@@ -246,14 +249,14 @@ export async function startLocalCoordinator(options: {
   // A start that fails inside the runtime (seen on a loaded machine as an assertion in Miniflare's
   // synchronous proxy while the migrations ran) is tried once more, the first failure written to the
   // log; a second failure is the command's error.
-  const start = async (): Promise<Miniflare> => {
+  const start = async (): Promise<{ instance: Miniflare; url: string }> => {
     const instance = launch();
     launched = instance;
     dropSignalHandlers();
     try {
-      await instance.ready;
+      const ready = await instance.ready;
       await applyD1Migrations(instance, config, stateDir);
-      return instance;
+      return { instance, url: ready.origin };
     } catch (error) {
       await instance.dispose().catch(() => undefined);
       throw error;
@@ -261,11 +264,12 @@ export async function startLocalCoordinator(options: {
   };
   let mf: Miniflare | undefined;
   try {
-    mf = await start().catch(async (error: unknown) => {
+    const started = await start().catch(async (error: unknown) => {
       log.write(`${new Date().toISOString()} loopwarden: the coordinator's start failed, trying once more: ${(error as Error).stack ?? String(error)}\n`);
       return start();
     });
-    const url = `http://127.0.0.1:${port}`;
+    mf = started.instance;
+    const url = started.url;
     if (!(await new Client(url).isHealthy())) throw new Error(`the local coordinator at ${url} does not answer /healthz (log: ${log.file})`);
     const runtimePid = await runtimeChildPid();
     const record: CoordinatorRecord = { url, pid: process.pid, runtime_pid: runtimePid, version: VERSION, bundle: await bundleStamp(), ...options.record };
