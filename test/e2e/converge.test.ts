@@ -22,7 +22,7 @@ describe("a flag-only loop converges end to end", () => {
       ["--json", "--state", state, "run", "--skip-doctor", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"],
       { cwd: repo },
     );
-  });
+  }, 120_000);
   afterAll(() => tmp.cleanup());
 
   it("halts success_condition_met with exit code 10 and exactly one JSON object on stdout", () => {

@@ -47,7 +47,7 @@ describe("loopwarden export", () => {
     });
     const run = await cli("--json", "run");
     expect(run.code, run.stderr).toBe(10);
-  });
+  }, 120_000);
   afterAll(async () => {
     await coordinator.stop();
     tmp.cleanup();
