@@ -10,7 +10,7 @@
 // are printed, not asserted (a shared 2-core machine); the correctness checks are asserted: a failed
 // one sets the exit code to 1 (what the worker stored and answered; not what a proxy or a connection
 // lost on the way, which is counted and retried as the runner's client does).
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import nodeHttp from "node:http";
 import os from "node:os";
 import path from "node:path";
@@ -598,6 +598,10 @@ interface RunResult {
   load: number;
   loops: number;
   wallMs: number;
+  /** CPU time the host's processes (the coordinator, its workerd; wrangler's too) used while the loops ran; null when unknown. */
+  hostCpuMs: number | null;
+  /** CPU time this client process used meanwhile (it shares the cores). */
+  clientCpuMs: number;
   decisions: number;
   halted: number;
   samples: Sample[];
@@ -609,17 +613,49 @@ interface RunResult {
   unfinished: number;
 }
 
-async function runLoad(host: string, url: string, loops: number): Promise<RunResult> {
+/**
+ * CPU time (user + system, ms) used so far by a process and its live descendants, from /proc: what the
+ * host spent, which a busy machine's other work does not inflate as it does wall time. Null off Linux.
+ */
+function treeCpuMs(pid: number): number | null {
+  if (pid === 0 || !existsSync(`/proc/${pid}/stat`)) return null;
+  const ticks = 100; // USER_HZ: clock ticks per second in /proc/<pid>/stat on Linux
+  let total = 0;
+  const visit = (id: number) => {
+    const stat = readFileSync(`/proc/${id}/stat`, "utf8");
+    // pid (comm) state …: fields after the comm's closing parenthesis; utime and stime are the 12th and 13th.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    total += ((Number(fields[11]) + Number(fields[12])) / ticks) * 1000;
+    for (const task of readdirSync(`/proc/${id}/task`)) {
+      const children = readFileSync(`/proc/${id}/task/${task}/children`, "utf8").trim();
+      for (const child of children ? children.split(" ") : []) {
+        if (existsSync(`/proc/${child}/stat`)) visit(Number(child));
+      }
+    }
+  };
+  try {
+    visit(pid);
+  } catch {
+    return null; // a process that ended while it was read: no figure rather than a wrong one
+  }
+  return total;
+}
+
+async function runLoad(host: string, url: string, pid: number, loops: number): Promise<RunResult> {
   const http = new Http(url);
   const outcomes: MalformedOutcome[] = [];
   const run = `load-${loops}-${Date.now().toString(36)}`;
   const load = os.loadavg()[0] ?? Number.NaN;
+  const hostCpu = treeCpuMs(pid);
+  const clientCpu = process.cpuUsage();
   const started = performance.now();
   const deadline = started + DEADLINE_MS;
   const settled = await Promise.allSettled(
     Array.from({ length: loops }, (_, index) => driveLoop(http, `${run}-${index}`, deadline, mulberry32(SEED * 1_000 + index), outcomes)),
   );
   const wallMs = performance.now() - started;
+  const hostCpuAfter = treeCpuMs(pid);
+  const clientUsed = process.cpuUsage(clientCpu);
   const told = settled.flatMap((result) => (result.status === "fulfilled" ? [result.value] : []));
   const problems = settled.flatMap((result) => (result.status === "rejected" ? [`a client failed: ${(result.reason as Error).message}`] : []));
   for (const loop of told) if (loop.failure) problems.push(`${loop.loopId}: the client stopped: ${loop.failure}`);
@@ -630,6 +666,8 @@ async function runLoad(host: string, url: string, loops: number): Promise<RunRes
     load,
     loops,
     wallMs,
+    hostCpuMs: hostCpu === null || hostCpuAfter === null ? null : hostCpuAfter - hostCpu,
+    clientCpuMs: (clientUsed.user + clientUsed.system) / 1000,
     decisions: told.reduce((total, loop) => total + loop.verdicts.length, 0),
     halted: told.filter((loop) => loop.halted).length,
     samples: http.samples,
@@ -750,7 +788,7 @@ try {
   for (const loops of SIZES) {
     for (const host of hosts) {
       console.error(`${host.name}: ${loops} loops…`);
-      const result = await runLoad(host.name, host.url, loops);
+      const result = await runLoad(host.name, host.url, host.pid, loops);
       results.push(result);
       for (const line of [...result.serverErrors, ...result.connectionErrors, ...result.problems.slice(0, 20)]) console.error(`  ${line}`);
     }
@@ -820,6 +858,19 @@ for (const result of results) {
     return times.length === 0 ? "—" : `${ms(p50)} / ${ms(p99)} (${times.length})`;
   });
   say(`| ${result.host} | ${result.loops} | ${cells.join(" | ")} |`);
+}
+say();
+say(
+  "CPU time per decision, from /proc while the loops ran: the host's processes (the coordinator and its workerd; for wrangler dev, wrangler, its proxy and the worker's workerd) and this client, which shares the cores. Unlike wall time and latency, it is what the host spent, whatever else the machine ran.",
+);
+say();
+say("| host | loops | host CPU per decision | client CPU per decision | host CPU share of the wall time |");
+say("|---|---:|---:|---:|---:|");
+for (const result of results) {
+  const per = (cpu: number) => ms(cpu / Math.max(1, result.decisions));
+  const host = result.hostCpuMs === null ? "—" : per(result.hostCpuMs);
+  const share = result.hostCpuMs === null ? "—" : `${((result.hostCpuMs / result.wallMs) * 100).toFixed(0)}% of one core`;
+  say(`| ${result.host} | ${result.loops} | ${host} | ${per(result.clientCpuMs)} | ${share} |`);
 }
 say();
 say("## Worker and proxy");
