@@ -20,14 +20,14 @@ import { createRequire } from "node:module";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
-import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
 import { PARALLEL_PARTS } from "../runner/src/coordinator/artifact-transfers.js";
 import { Client } from "../runner/src/coordinator/client.js";
 import { freePort } from "../runner/src/coordinator/free-port.js";
 import { ArtifactIntentResponse } from "#shared/wire/api.js";
 import { Contract } from "#shared/wire/contract.js";
 import { api, startCoordinator, TEST_OWNER_TOKEN, type TestCoordinator } from "../test/support/cli.js";
+import type { ArtifactStorage } from "../worker/src/artifacts/artifact-storage.js";
+import { s3Storage } from "../worker/src/artifacts/artifact-storage-s3.js";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const MiB = 1024 * 1024;
@@ -346,7 +346,7 @@ const PARTS_FLOOR = "curl -T of each part, in sequence";
 const PARALLEL_FLOOR = `curl -T of the parts, ${PARALLEL_PARTS} at a time (first repetition only)`;
 const WHOLE_FLOOR = "curl -T of the whole file, one presigned PUT";
 
-async function measure(mode: Mode, coordinator: TestCoordinator, files: string, s3: { endpoint: string; client: S3Client } | null): Promise<void> {
+async function measure(mode: Mode, coordinator: TestCoordinator, files: string, s3: { endpoint: string; storage: ArtifactStorage } | null): Promise<void> {
   const client = new Client(coordinator.url, { token: TEST_OWNER_TOKEN });
   const loopId = await createLoop(client, mode);
   for (const sizeMiB of SIZES_MIB) {
@@ -446,13 +446,16 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
         if (s3) {
           // S3 takes one PUT of up to 5 GiB: the whole file to one URL presigned as the worker presigns (length, type and SHA-256 bound).
           const key = `bench-floor/${theirDigest}`;
-          const checksum = Buffer.from(theirDigest, "hex").toString("base64");
-          const url = await getSignedUrl(
-            s3.client,
-            new PutObjectCommand({ Bucket: BUCKET, Key: key, ContentLength: size, ContentType: CONTENT_TYPE, ChecksumSHA256: checksum }),
-            { expiresIn: 900, signableHeaders: new Set(["content-type"]), unhoistableHeaders: new Set(["x-amz-checksum-sha256"]) },
-          );
-          await floor(WHOLE_FLOOR, () => curlUpload([{ file: theirs, url }], { "Content-Type": CONTENT_TYPE, "x-amz-checksum-sha256": checksum }));
+          const { url, headers } = await s3.storage.uploadUrl({
+            key,
+            path: key,
+            sha256: theirDigest,
+            size,
+            contentType: CONTENT_TYPE,
+            recordedContentType: CONTENT_TYPE,
+            name: "floor.bin",
+          });
+          await floor(WHOLE_FLOOR, () => curlUpload([{ file: theirs, url }], { "Content-Type": CONTENT_TYPE, ...headers }));
           // Only to keep the disk free: s3rver's directory is removed at the end anyway.
           await fetch(`${s3.endpoint}/${BUCKET}/${key}`, { method: "DELETE" }).then(
             (response) => response.body?.cancel(),
@@ -526,16 +529,16 @@ try {
       LOOPWARDEN_S3_SECRET_ACCESS_KEY: SECRET_ACCESS_KEY,
     });
     running.push({ name: "`loopwarden serve`, S3 mode", pid: coordinator.pid, stop: () => coordinator.stop() });
-    const s3 = new S3Client({
+    // The worker's own storage, in this process: the whole-file floor's URL is presigned as the worker presigns.
+    const storage = s3Storage({
       endpoint: store.endpoint,
+      bucket: BUCKET,
       region: "auto",
-      credentials: { accessKeyId: ACCESS_KEY_ID, secretAccessKey: SECRET_ACCESS_KEY },
-      forcePathStyle: true,
-      // As the worker's client: a presigned URL that asks for no checksum headers curl would not send.
-      requestChecksumCalculation: "WHEN_REQUIRED",
-      responseChecksumValidation: "WHEN_REQUIRED",
+      accessKeyId: ACCESS_KEY_ID,
+      secretAccessKey: SECRET_ACCESS_KEY,
+      presignTtlSeconds: 900,
     });
-    await measure("s3", coordinator, files, { endpoint: store.endpoint, client: s3 });
+    await measure("s3", coordinator, files, { endpoint: store.endpoint, storage });
   }
 } finally {
   for (const started of running.reverse()) {
@@ -623,7 +626,7 @@ say(
   "- The floor, binding mode: curl PUTs to the coordinator's own upload path, with the owner's token, the URL an intent answered for curl's file (one PUT to `/v1/loops/:id/artifacts/:sha256?name=…` at 10 MiB; at 500 MiB, the eight 64 MiB part URLs `…/uploads/:id/parts/:n`, the coordinator's limit for one request being 95 MiB). A file of other bytes has another digest, so its PUT is stored and checked as the runner's is (R2 refuses bytes that do not hash to the key) rather than answered as a duplicate. The intent is asked before the clock starts: the floor is the bytes' way through the worker into R2, nothing else. Curl's multipart uploads are aborted afterwards, never completed: `complete` is counted in loopwarden's time and not in the floor's, and the coordinator's check after it (the whole object read back and hashed) in loopwarden's time to verified.",
 );
 say(
-  `- The floor, S3 mode: the presigned URLs an intent answered for curl's file, straight to s3rver (one PUT at 10 MiB; the eight presigned UploadPart URLs at 500 MiB). At 500 MiB a second floor is one presigned PUT of the whole file (S3 takes up to 5 GiB in one PUT; the coordinator answers multipart above 95 MiB, the same split as binding mode): the ratio to it is the cost of uploading in parts at all, on top of the runner's own. The URL is presigned here as the worker presigns (length, content type and SHA-256 bound, the SHA-256 as the signed header curl sends), with \`requestChecksumCalculation: "WHEN_REQUIRED"\` as the worker's client has it (otherwise the URL demands checksum headers).`,
+  `- The floor, S3 mode: the presigned URLs an intent answered for curl's file, straight to s3rver (one PUT at 10 MiB; the eight presigned UploadPart URLs at 500 MiB). At 500 MiB a second floor is one presigned PUT of the whole file (S3 takes up to 5 GiB in one PUT; the coordinator answers multipart above 95 MiB, the same split as binding mode): the ratio to it is the cost of uploading in parts at all, on top of the runner's own. The URL is presigned here by the worker's own S3 storage code (length, content type and SHA-256 bound, the SHA-256 as the signed header curl sends).`,
 );
 say(
   `- The extra floor "${PARALLEL_PARTS} at a time" (run once per mode, in the first repetition, to keep the bench's time bounded) sends the same parts with \`curl --parallel --parallel-max ${PARALLEL_PARTS}\`: as many at once as the client sends them to presigned storage (runner/src/coordinator/artifact-transfers.ts \`PARALLEL_PARTS\`): the floor for its own way of sending them in S3 mode. Through the coordinator (binding mode) the client sends them one at a time.`,

@@ -12,7 +12,7 @@ import { profiledAnswerProject } from "../support/profiled-answer-project.js";
 
 // Artifacts in S3 mode (DESIGN §10) end to end: the local coordinator's worker (in workerd) is given S3
 // settings, and runners upload straight to an S3-compatible store (s3rver) through presigned URLs, a
-// single PUT or one per part, while the worker creates, completes and verifies with @aws-sdk/client-s3.
+// single PUT or one per part, while the worker creates, completes and verifies with SigV4-signed fetch requests (aws4fetch).
 //
 // s3rver checks a presigned URL's expiry but not its SigV4 signature (its source says so), so the store
 // the coordinator is pointed at is a gate in front of s3rver that recomputes every request's signature
@@ -108,7 +108,7 @@ function signatureProblem(req: http.IncomingMessage, secret: string): string | n
 interface GateRequest {
   method: string;
   path: string;
-  /** How the request was signed: a presigned URL (a runner), an Authorization header (the worker's SDK), or not at all. */
+  /** How the request was signed: a presigned URL (a runner), an Authorization header (the worker's own requests), or not at all. */
   auth: "presigned" | "header" | "none";
   refused: boolean;
 }
@@ -386,7 +386,7 @@ describe("artifacts in S3 mode, against s3rver", () => {
     expect((await listed(coordinator.url, loopId)).map((artifact) => artifact.sha256)).toContain(otherRef.sha256);
 
     // Multipart (12 MiB + 3 bytes: parts of 5, 5 and 2 MiB + 3), each part to its own presigned URL;
-    // `complete` is the coordinator's, which completes with the SDK and verifies the whole object after its answer.
+    // `complete` is the coordinator's, which completes it in storage and verifies the whole object after its answer.
     const big = randomBytes(12 * MiB + 3);
     writeFileSync(path.join(files, "big.bin"), big);
     const before = store.requests.length;

@@ -66,12 +66,12 @@ export function s3Settings(env: S3Env): S3Settings | null {
   };
 }
 
-/** One S3 storage per isolate and settings: its client (and the SDK) is set up once. */
+/** One S3 storage per isolate and settings: its client (and the signing key it keeps) is set up once. */
 let cachedS3: { settings: string; storage: Promise<ArtifactStorage> } | null = null;
 
 /**
  * The artifact storage this deployment configures: S3 mode when the S3 settings are there, else the R2
- * binding. S3 mode's code (the SDK and the DOMParser it needs) is loaded only here, only in S3 mode.
+ * binding. S3 mode's code (its signing and XML parsing) is loaded only here, only in S3 mode.
  */
 export async function artifactStorage(env: Env): Promise<ArtifactStorage> {
   const settings = s3Settings(env);

@@ -2,8 +2,8 @@
 // - binding mode (the default): the R2 binding `ARTIFACTS`; every byte goes through the worker, which
 //   streams uploads into R2 (`through`);
 // - S3 mode, on when S3 settings are configured: any S3-compatible store (R2's S3 API, s3rver in tests)
-//   through @aws-sdk/client-s3; runners upload straight to storage with presigned URLs, and the worker
-//   only creates, completes and verifies.
+//   through SigV4-signed fetch requests (aws4fetch); runners upload straight to storage with presigned
+//   URLs, and the worker only creates, completes and verifies.
 // Either way, D1 records an artifact only once its bytes are confirmed (a row means "verified").
 
 /** An object as storage describes it. */
