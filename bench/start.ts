@@ -15,6 +15,14 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const cli = path.join(root, "dist", "cli", "main.js");
 const RUNS = 7;
 const GOAL_MS = 500;
+/**
+ * `tsx bench/start.ts --compare <checkout>` also starts another checkout's compiled CLI (its
+ * dist/cli/main.js, with its own worker bundle), alternated with the two above, so a change is measured
+ * against what it changed under the same load (printed, not written to results).
+ */
+const args = process.argv.slice(2);
+const compareRoot = args.includes("--compare") ? path.resolve(args[args.indexOf("--compare") + 1] ?? "") : null;
+const loadAverage = () => os.loadavg()[0]?.toFixed(1) ?? "?";
 
 /** A minimal worker with one SQLite Durable Object, started by Miniflare's API as the coordinator is. */
 const FLOOR_SCRIPT = `
@@ -60,28 +68,34 @@ try {
   const floorFile = path.join(work, "floor.cjs");
   writeFileSync(floorFile, FLOOR_SCRIPT);
   const state = path.join(work, "state");
-  const coordinator = async () => {
+  const serve = (main: string, stateDir: string) => async () => {
     const port = await freePort();
-    return firstAnswer([cli, "--state", state, "serve", "--port", String(port)], `http://127.0.0.1:${port}/healthz`);
+    return firstAnswer([main, "--state", stateDir, "serve", "--port", String(port)], `http://127.0.0.1:${port}/healthz`);
   };
+  const coordinator = serve(cli, state);
+  const compared = compareRoot ? serve(path.join(compareRoot, "dist", "cli", "main.js"), path.join(work, "compare-state")) : null;
   const floor = async () => {
     const port = await freePort();
     return firstAnswer([floorFile, String(port), path.join(work, "floor-state")], `http://127.0.0.1:${port}/`);
   };
   // Once each first: the coordinator's migrations, both file caches.
+  const loadBefore = loadAverage();
   await coordinator();
   await floor();
-  const times = { coordinator: [] as number[], floor: [] as number[] };
+  await compared?.();
+  const times = { coordinator: [] as number[], floor: [] as number[], compared: [] as number[] };
   for (let run = 0; run < RUNS; run++) {
     times.coordinator.push(await coordinator());
     times.floor.push(await floor());
+    if (compared) times.compared.push(await compared());
   }
+  const loadAfter = loadAverage();
   const ours = median(times.coordinator);
   const base = median(times.floor);
   say("# The local coordinator's start");
   say();
   say(
-    `\`npm run bench:start\`, ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${os.cpus().length} cores; medians of ${RUNS} starts, alternated.`,
+    `\`npm run bench:start\`, ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${os.cpus().length} cores, load average ${loadBefore} as the runs began and ${loadAfter} as they ended; medians of ${RUNS} starts, alternated.`,
   );
   say();
   say(
@@ -92,10 +106,20 @@ try {
   say("|---|---:|---|");
   say(`| \`loopwarden serve\` | ${ours.toFixed(0)} ms | ${times.coordinator.map((ms) => ms.toFixed(0)).join(", ")} |`);
   say(`| minimal worker (floor) | ${base.toFixed(0)} ms | ${times.floor.map((ms) => ms.toFixed(0)).join(", ")} |`);
+  if (compareRoot) {
+    const theirs = median(times.compared);
+    say(`| \`loopwarden serve\` of ${compareRoot} | ${theirs.toFixed(0)} ms | ${times.compared.map((ms) => ms.toFixed(0)).join(", ")} |`);
+    say();
+    say(`This checkout's start is ${(ours / theirs).toFixed(2)}× that of ${compareRoot}.`);
+  }
   say();
   say(`Goal (issue 30): under ${GOAL_MS} ms — ${ours < GOAL_MS ? "met" : `not met (${(ours / base).toFixed(2)}× the floor)`}.`);
 } finally {
   rmSync(work, { recursive: true, force: true });
 }
-writeFileSync(path.join(root, "bench", "results", "start.md"), `${lines.join("\n")}\n`);
-console.log("\nwritten to bench/results/start.md");
+if (compareRoot) {
+  console.log("\n(a comparison: not written to bench/results/start.md)");
+} else {
+  writeFileSync(path.join(root, "bench", "results", "start.md"), `${lines.join("\n")}\n`);
+  console.log("\nwritten to bench/results/start.md");
+}
