@@ -179,4 +179,18 @@ describe("S3 mode's requests", () => {
     await expect(s3Storage(SETTINGS).delete(KEY)).rejects.toMatchObject({ name: "InternalError", status: 500 });
     expect(again).toHaveLength(3);
   });
+
+  it("tries a request that failed on the network up to 3 times, as the SDK did, and then fails with that error", async () => {
+    const lost = () => {
+      throw new TypeError("Network connection lost.");
+    };
+    const sent = stubStorage(lost, stored);
+    expect(await s3Storage(SETTINGS).head(KEY)).toMatchObject({ etag: "e-1" });
+    expect(sent).toHaveLength(2);
+
+    vi.restoreAllMocks();
+    const again = stubStorage(lost, lost, lost);
+    await expect(s3Storage(SETTINGS).delete(KEY)).rejects.toThrow("Network connection lost.");
+    expect(again).toHaveLength(3);
+  });
 });

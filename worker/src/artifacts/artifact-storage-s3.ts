@@ -27,8 +27,10 @@ const CHECKSUM_HEADER = "x-amz-checksum-sha256";
 /** Error codes S3 answers `complete` with when the listed parts are not ones it can put together. */
 const REFUSED_PARTS = new Set(["InvalidPart", "InvalidPartOrder", "EntityTooSmall", "MalformedXML"]);
 
-/** Retries of a request storage answered 5xx or 429: 3 attempts in all, as the SDK's default. */
+/** Retries of a request storage answered 5xx or 429, or that failed on the network: 3 attempts in all, as the SDK's default. */
 const RETRIES = 2;
+/** The wait before the first retry of a request that failed on the network, doubled each time. */
+const NETWORK_RETRY_MS = 50;
 
 /** A 404 that says the object is not there (a 404 naming the upload or the bucket is a failure). */
 function isMissing(error: S3Failure): boolean {
@@ -77,9 +79,20 @@ export function s3Storage(settings: S3Settings): ArtifactStorage {
 
   /** A request signed in its Authorization header; a refusal (not 2xx) is thrown as the S3Failure it names. */
   const send = async (method: string, url: URL, init: { headers?: Record<string, string>; body?: string } = {}): Promise<Response> => {
-    const response = await client.fetch(url.toString(), { method, ...init });
-    if (!response.ok) throw await errorOfAnswer(response, `${method} ${url.pathname}`);
-    return response;
+    for (let attempt = 0; ; attempt++) {
+      let response: Response;
+      try {
+        response = await client.fetch(url.toString(), { method, ...init });
+      } catch (error) {
+        // aws4fetch tries again a request storage answered 5xx or 429, not one that failed on the way
+        // (a connection lost); the SDK tried both, as many times. Every request here can be sent again.
+        if (attempt >= RETRIES) throw error;
+        await new Promise((resolve) => setTimeout(resolve, NETWORK_RETRY_MS * 2 ** attempt));
+        continue;
+      }
+      if (!response.ok) throw await errorOfAnswer(response, `${method} ${url.pathname}`);
+      return response;
+    }
   };
 
   /** A URL presigned for a PUT that carries exactly `headers` (each one signed, content-length included). */
