@@ -15,6 +15,7 @@ import { parseLabels } from "../contract/labels.js";
 import { evaluateLease, LONG_POLL_MS, verdictLine, type JobContext } from "../loop/lease-job.js";
 import { emitResult, progress, type OutputMode } from "../output.js";
 import { drainOnFirstSignal } from "../process/shutdown.js";
+import { pause } from "../process/pause.js";
 import { ensureCandidateCommit, ensureCommits } from "../loop/candidate-bundles.js";
 import { confirmAgainstT0 } from "../loop/confirm-job.js";
 import { measureLeasedBaseline } from "../loop/baseline.js";
@@ -251,14 +252,14 @@ export async function workCommand(options: WorkOptions): Promise<number> {
               }
               return;
             }
-            await sleep(RELIST_MS, stopping.signal);
+            await pause(RELIST_MS, stopping.signal);
             continue;
           }
           const lease = await leaseOrNull(client, loopId, { runner_id: runnerId, labels }, stopping.signal, () => directory.stale());
           if (!lease) continue;
           if ((await runJob(runnerId, lease)) === "failed") {
             failures++;
-            await sleep(Math.min(MAX_FAILURE_PAUSE_MS, 1_000 * 2 ** (failures - 1)), stopping.signal);
+            await pause(Math.min(MAX_FAILURE_PAUSE_MS, 1_000 * 2 ** (failures - 1)), stopping.signal);
           } else failures = 0;
         }
       } catch (error) {
@@ -311,18 +312,6 @@ async function leaseOrNull(
     }
     throw error;
   }
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    }
-    signal.addEventListener("abort", done, { once: true });
-  });
 }
 
 /** The confirm measurement of a loop this runner's report halted, with the commits it needs fetched first. */
