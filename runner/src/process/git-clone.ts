@@ -1,4 +1,4 @@
-import { access, appendFile, mkdir, readdir, readFile, writeFile } from "node:fs/promises";
+import { access, appendFile, mkdir, readdir, readFile, stat, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { committedHead, git, gitDirectoriesOf, headFile, OBJECT_ID } from "./git.js";
 
@@ -57,7 +57,7 @@ async function borrowInPlace(repo: string, dir: string): Promise<boolean> {
   const branch = head && "ref" in head && head.ref.startsWith("refs/heads/") ? head.ref : null;
   const commit = head ? await committedHead(repo).catch(() => null) : null;
   const refs = [...tags, ...(branch && commit ? [{ name: branch, id: commit }] : [])];
-  await git(repo, ["init", "-q", "--template=", dir]);
+  await initRepository(repo, dir);
   const gitDir = path.join(dir, ".git");
   await Promise.all([
     appendFile(path.join(gitDir, "config"), "[core]\n\thooksPath = /dev/null\n"),
@@ -69,6 +69,66 @@ async function borrowInPlace(repo: string, dir: string): Promise<boolean> {
     commit ? writeFile(path.join(gitDir, "HEAD"), branch ? `ref: ${branch}\n` : `${commit}\n`) : null,
   ]);
   return true;
+}
+
+/** What `git init -q --template=` makes in a directory's `.git`: its directories and files, in the order made. */
+interface InitSkeleton {
+  dirs: string[];
+  files: { name: string; data: Buffer; mode: number }[];
+}
+
+// The `.git` skeleton `git init` made, read once per process and parent directory: every clone and
+// workspace starts as the same few files (HEAD, config, empty object and ref directories), so the next
+// ones are written from it instead of a git process each (issue 30: two processes an iteration, the next
+// workspace's and the next candidate's clone). Per parent directory, because `git init` probes the file
+// system it writes to (`core.filemode`, `core.symlinks`, `core.ignorecase`); git and its global
+// configuration do not change while the process runs.
+const skeletons = new Map<string, Promise<InitSkeleton>>();
+
+/** An empty repository at `dir` (no template), as `git init -q --template= dir` makes it. */
+async function initRepository(repo: string, dir: string): Promise<void> {
+  const parent = path.resolve(path.dirname(dir));
+  const known = await skeletons.get(parent)?.catch(() => null);
+  if (known) {
+    await laySkeleton(known, path.join(dir, ".git"));
+    return;
+  }
+  await git(repo, ["init", "-q", "--template=", dir]);
+  if (skeletons.has(parent)) return;
+  const read = readSkeleton(path.join(dir, ".git"));
+  skeletons.set(parent, read);
+  read.catch(() => skeletons.delete(parent));
+  await read.catch(() => undefined);
+}
+
+/** The directories and files under `gitDir` just after `git init` made them (see InitSkeleton). */
+async function readSkeleton(gitDir: string): Promise<InitSkeleton> {
+  const skeleton: InitSkeleton = { dirs: [], files: [] };
+  const walk = async (relative: string): Promise<void> => {
+    for (const entry of await readdir(path.join(gitDir, relative), { withFileTypes: true })) {
+      const name = path.join(relative, entry.name);
+      if (entry.isDirectory()) {
+        skeleton.dirs.push(name);
+        await walk(name);
+      } else if (entry.isFile()) {
+        const file = path.join(gitDir, name);
+        const [data, info] = await Promise.all([readFile(file), stat(file)]);
+        skeleton.files.push({ name, data, mode: info.mode & 0o777 });
+      } else {
+        // A symbolic link or anything else is not what this copies: no skeleton, `git init` every time.
+        throw new Error(`unexpected ${name} in a new repository`);
+      }
+    }
+  };
+  await walk("");
+  return skeleton;
+}
+
+/** Writes `skeleton` as the git directory `gitDir`. */
+async function laySkeleton(skeleton: InitSkeleton, gitDir: string): Promise<void> {
+  await mkdir(gitDir, { recursive: true });
+  for (const name of skeleton.dirs) await mkdir(path.join(gitDir, name));
+  await Promise.all(skeleton.files.map(({ name, data, mode }) => writeFile(path.join(gitDir, name), data, { mode, flag: "wx" })));
 }
 
 /**

@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -72,6 +72,31 @@ describe("a blank clone", () => {
     expect(git(clone, "remote").trim()).toBe("");
     expect(git(clone, "config", "--local", "core.hooksPath").trim()).toBe("/dev/null");
     expect(existsSync(path.join(clone, ".git", "hooks"))).toBe(false);
+  });
+
+  it("is made alike whether git init makes it or, for the next ones in the same directory, the files the first one got (issue 30)", async () => {
+    const parent = path.join(dir, "skeleton");
+    const made = [path.join(parent, "first"), path.join(parent, "second"), path.join(parent, "third")];
+    for (const clone of made) await blankClone(repo, clone);
+    // Names, modes and contents of everything in each clone's .git.
+    const listing = (gitDir: string): string[] =>
+      readdirSync(gitDir, { recursive: true, encoding: "utf8" })
+        .sort()
+        .map((name) => {
+          const file = path.join(gitDir, name);
+          const info = statSync(file);
+          return `${name} ${(info.mode & 0o7777).toString(8)} ${info.isFile() ? readFileSync(file, "latin1") : "dir"}`;
+        });
+    const first = listing(path.join(made[0] ?? "", ".git"));
+    expect(first.some((line) => line.startsWith("config "))).toBe(true);
+    for (const clone of made.slice(1)) expect(listing(path.join(clone, ".git"))).toEqual(first);
+    const later = git(repo, "rev-parse", "HEAD").trim();
+    for (const clone of made) {
+      await checkoutDetached(clone, later);
+      expect(git(clone, "rev-parse", "HEAD").trim()).toBe(later);
+      expect(git(clone, "status", "--porcelain")).toBe("");
+      expect(git(clone, "config", "--local", "core.hooksPath").trim()).toBe("/dev/null");
+    }
   });
 
   it("is a real clone of a shallow repository, which cannot be borrowed from as it is", async () => {
