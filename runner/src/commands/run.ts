@@ -30,7 +30,7 @@ import {
 } from "../loop/session.js";
 import { enterLoopBranch, openSession } from "../loop/loop-opening.js";
 import { recheckBeforeAgent } from "../loop/recheck.js";
-import { dropCloneAhead, dropPreparedClone, prepareClone } from "../evaluation/clone.js";
+import { checkoutTreeAhead, dropCloneAhead, dropPreparedClone, prepareClone } from "../evaluation/clone.js";
 import type { AgentRun } from "#shared/engine/index.js";
 import type { AgentConfinement } from "#shared/wire/confinement.js";
 import { closeAgentZone, makeWorkspace, prepareWorkspace, removeWorkspace, runAgentInZone, type Workspace } from "../zones/agent-zone.js";
@@ -159,8 +159,10 @@ async function proposeFromWorkspace(
       begun = commit;
       beginOwnEvaluation(session, commit, change);
     };
+    // The candidate's tree is checked out in its clone while its commit is written (issue 30).
+    const onTree = (tree: string) => checkoutTreeAhead(session.repo, tree);
     const { commit, key, diff } = await timed("commit", () =>
-      commitWorkspace(session, workspace, iteration, agentRun, evaluatesOwn ? { onCommitted, beforeBranchMoves } : { beforeBranchMoves }),
+      commitWorkspace(session, workspace, iteration, agentRun, evaluatesOwn ? { onTree, onCommitted, beforeBranchMoves } : { beforeBranchMoves }),
     );
     const proposer = { kind: "command" as const, command: session.loaded.contract.agent.run };
     return await timed("bundle", () => buildProposal(session, { commit, key, diff, proposer, agent: agentRun, report, review: review.request, context }));

@@ -5,7 +5,8 @@ import path from "node:path";
 import { cloneEnv, isWithin } from "./environment.js";
 import { UserError } from "../errors.js";
 import { objectsDirOf } from "../process/git.js";
-import { blankClone, checkoutDetached } from "../process/git-clone.js";
+import { blankClone, checkoutDetached, checkoutTree, detachAt } from "../process/git-clone.js";
+import { treeOf } from "../process/git-commits.js";
 import type { Evaluation, EvaluationAhead, GateHooks } from "./evaluation.js";
 import { heldHooks } from "./evaluation.js";
 import type { GuardReadingsBeforeGates } from "./guard-readings.js";
@@ -95,9 +96,16 @@ async function makeBlank(repo: string, label: string): Promise<{ dir: string; sh
   }
 }
 
+/** A clone made ahead (`prepareClone`): nothing checked out yet, or the tree `checkoutTreeAhead` read into it. */
+interface Blank {
+  dir: string;
+  shared: boolean;
+  tree?: string;
+}
+
 // Blank clones made ahead of a commit, by repository: `prepareClone` starts one while the candidate's
 // commit is being written, and the next clone of that repository checks the commit out in it.
-const blanks = new Map<string, Promise<{ dir: string; shared: boolean }>>();
+const blanks = new Map<string, Promise<Blank>>();
 const repoKey = (repo: string) => path.resolve(repo);
 
 /**
@@ -114,8 +122,32 @@ export function prepareClone(repo: string): void {
   blanks.set(key, made);
 }
 
+/**
+ * Checks `tree` out in the blank clone `prepareClone` started for `repo` (when there is one that shares
+ * the repository's objects), for the clone of the commit made of that tree to take with only its HEAD
+ * left to set: the runner calls it once a candidate's tree is written, so the clone's checkout runs
+ * beside the commit's (issue 30). A checkout that fails leaves a clone of its own to be made.
+ */
+export function checkoutTreeAhead(repo: string, tree: string): void {
+  const key = repoKey(repo);
+  const made = blanks.get(key);
+  if (!made) return;
+  const checkedOut = made.then(async (blank) => {
+    if (!blank.shared || blank.tree !== undefined) return blank;
+    try {
+      await timed("clone", () => checkoutTree(blank.dir, tree));
+      return { ...blank, tree };
+    } catch (error) {
+      await removeClone(blank.dir);
+      throw error;
+    }
+  });
+  checkedOut.catch(() => undefined);
+  blanks.set(key, checkedOut);
+}
+
 /** The blank clone `prepareClone` started for `repo`, no longer there for another clone to take. */
-function takePrepared(repo: string): Promise<{ dir: string; shared: boolean }> | undefined {
+function takePrepared(repo: string): Promise<Blank> | undefined {
   const made = blanks.get(repoKey(repo));
   blanks.delete(repoKey(repo));
   return made;
@@ -135,6 +167,27 @@ export async function dropPreparedClone(repo: string): Promise<void> {
 async function makeClone(repo: string, commit: string, label: string, prepared = takePrepared(repo)): Promise<string> {
   let blank = prepared ? await prepared.catch(() => null) : null;
   if (blank && !blank.shared) {
+    await removeClone(blank.dir);
+    blank = null;
+  }
+  // A clone whose tree was checked out ahead (`checkoutTreeAhead`) needs only its HEAD, when that tree
+  // is the commit's; one holding another tree is not used.
+  if (blank?.tree !== undefined) {
+    const tree = blank.tree;
+    const matches = await treeOf(repo, commit).then(
+      (commitTree) => commitTree === tree,
+      () => false,
+    );
+    if (matches) {
+      const { dir } = blank;
+      try {
+        await detachAt(dir, commit);
+      } catch (error) {
+        await removeClone(dir);
+        throw error;
+      }
+      return dir;
+    }
     await removeClone(blank.dir);
     blank = null;
   }

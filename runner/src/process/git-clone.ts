@@ -168,6 +168,26 @@ export async function checkoutDetached(dir: string, commit: string): Promise<voi
   await git(dir, ["checkout", "-q", "--detach", commit]);
 }
 
+/**
+ * Checks out `tree` (a candidate's, read from the runner's index before its commit is written) in a
+ * clone `blankClone` made: index and files, as `checkoutDetached` of a commit holding that tree leaves
+ * them; `detachAt` then points its HEAD at the commit. So the clone is checked out while the commit
+ * object is written, one git process fewer between an agent's end and its candidate's gates (issue 30).
+ */
+export async function checkoutTree(dir: string, tree: string): Promise<void> {
+  await git(dir, ["read-tree", "-u", "--reset", tree]);
+}
+
+/**
+ * Points a clone's HEAD, detached, at `commit`, as `checkoutDetached` leaves it: the clone's own HEAD
+ * file, which `blankClone` wrote, holds the commit's id. For a clone whose index and files are already
+ * `commit`'s tree (`checkoutTree`).
+ */
+export async function detachAt(dir: string, commit: string): Promise<void> {
+  if (!OBJECT_ID.test(commit)) throw new Error(`not a commit id: ${commit}`);
+  await writeFile(path.join(dir, ".git", "HEAD"), `${commit}\n`);
+}
+
 /** A fresh detached clone of one commit for evaluation (`blankClone`, then `checkoutDetached`). */
 export async function cloneAt(repo: string, commit: string, dir: string): Promise<void> {
   await blankClone(repo, dir);

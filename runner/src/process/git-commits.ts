@@ -78,12 +78,17 @@ export async function snapshotCandidate(repo: string, message: string, diffFrom?
 const trees = new RecentPromises<string>(64);
 
 /** The tree `commit` records. */
-function treeOf(repo: string, commit: string): Promise<string> {
+export function treeOf(repo: string, commit: string): Promise<string> {
   return trees.get(`${repo}\0${commit}`, () => git(repo, ["rev-parse", "--verify", `${commit}^{tree}`]).then((out) => out.trim()));
 }
 
 /** What `snapshotWorkTree` tells its caller along the way. */
 export interface SnapshotHooks {
+  /**
+   * Hears of the candidate's tree as soon as it is written, before the commit that records it: what
+   * needs only the files (the clone's checkout) can begin while the commit object is written.
+   */
+  onTree?: (tree: string) => void;
   /**
    * Hears of the commit as soon as it exists, before the branch moves to it, with whether it changes
    * anything (its tree is not its parent's); its patch is still being read.
@@ -103,8 +108,9 @@ export interface SnapshotHooks {
  * index, as `diffOf(repo, parent, commit)` would.
  *
  * Between the agent's end and the candidate's evaluation there are three git processes, one after
- * another (`add`, `write-tree`, `commit-tree`): the patch, which only the proposal needs, is read beside
- * them, and whether the candidate changes anything is told by its tree (issue 30).
+ * another (`add`, `write-tree`, then `commit-tree` beside the clone's checkout of the tree, `onTree`):
+ * the patch, which only the proposal needs, is read beside them, and whether the candidate changes
+ * anything is told by its tree (issue 30).
  */
 export async function snapshotWorkTree(
   repo: string,
@@ -121,6 +127,7 @@ export async function snapshotWorkTree(
   const patching = git(repo, ["--work-tree", workTree, "diff", "--cached", ...DIFF_OPTIONS, parent], { env, encoding: "buffer" });
   patching.catch(() => undefined);
   const tree = (await git(repo, ["write-tree"], { env })).trim();
+  hooks.onTree?.(tree);
   const identity = await identityArgs(repo);
   const commit = (await git(repo, [...identity, "commit-tree", tree, "-p", parent, "-m", message])).trim();
   void trees.set(`${repo}\0${commit}`, Promise.resolve(tree));

@@ -3,7 +3,16 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSy
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { cloneAhead, clonesRemoved, clonesRoot, dropCloneAhead, evaluationStarted, withClone } from "../../../runner/src/evaluation/clone.js";
+import {
+  checkoutTreeAhead,
+  cloneAhead,
+  clonesRemoved,
+  clonesRoot,
+  dropCloneAhead,
+  evaluationStarted,
+  prepareClone,
+  withClone,
+} from "../../../runner/src/evaluation/clone.js";
 import { runCommand } from "../../../runner/src/process/exec.js";
 import type { Evaluation, GateHooks } from "../../../runner/src/evaluation/evaluation.js";
 import { isProcessAlive } from "../../../runner/src/process/processes.js";
@@ -48,6 +57,46 @@ describe("cloneAhead", () => {
     // Taken once: the next withClone of the commit makes a fresh one.
     const fresh = await withClone(repo, first, "candidate", async (clone) => clone.dir);
     expect(path.basename(fresh)).toMatch(/^candidate-/);
+  });
+
+  // Issue 30: the candidate's tree is read into its clone while its commit is written.
+  it("takes the tree checked out ahead in the prepared clone when it is the commit's, as a checkout of the commit leaves it", async () => {
+    const git = (cwd: string, ...args: string[]) => execFileSync("git", args, { cwd, encoding: "utf8" });
+    const tree = git(repo, "rev-parse", `${second}^{tree}`).trim();
+    const checkedOut = await withClone(repo, second, "candidate", async (clone) => ({
+      status: git(clone.dir, "status", "--porcelain", "--untracked-files=all"),
+      index: git(clone.dir, "ls-files", "-s"),
+    }));
+    prepareClone(repo);
+    checkoutTreeAhead(repo, tree);
+    cloneAhead(repo, second);
+    const seen = await withClone(repo, second, "candidate", async (clone) => {
+      expect(git(clone.dir, "rev-parse", "HEAD").trim()).toBe(second);
+      expect(git(clone.dir, "rev-parse", "--abbrev-ref", "HEAD").trim()).toBe("HEAD"); // detached
+      expect(git(clone.dir, "status", "--porcelain", "--untracked-files=all")).toBe(checkedOut.status);
+      expect(git(clone.dir, "ls-files", "-s")).toBe(checkedOut.index);
+      expect(git(clone.dir, "diff", "HEAD")).toBe("");
+      expect(readFileSync(path.join(clone.dir, "file.txt"), "utf8")).toBe("two");
+      return clone.dir;
+    });
+    expect(path.basename(seen)).toMatch(/^ahead-/);
+    await clonesRemoved();
+  });
+
+  it("does not take a clone whose tree checked out ahead is not the commit's: the commit is checked out in a fresh one", async () => {
+    const git = (cwd: string, ...args: string[]) => execFileSync("git", args, { cwd, encoding: "utf8" });
+    prepareClone(repo);
+    checkoutTreeAhead(repo, git(repo, "rev-parse", `${first}^{tree}`).trim());
+    cloneAhead(repo, second);
+    const seen = await withClone(repo, second, "candidate", async (clone) => {
+      expect(git(clone.dir, "rev-parse", "HEAD").trim()).toBe(second);
+      expect(git(clone.dir, "status", "--porcelain", "--untracked-files=all")).toBe("");
+      expect(readFileSync(path.join(clone.dir, "file.txt"), "utf8")).toBe("two");
+      return clone.dir;
+    });
+    expect(path.basename(seen)).toMatch(/^ahead-/);
+    await clonesRemoved();
+    expect(existsSync(path.join(clonesRoot(), String(process.pid))) ? ownClones() : []).toEqual([]);
   });
 
   it("is left alone by a withClone of another commit, and dropCloneAhead removes it", async () => {
