@@ -8,7 +8,7 @@ import type { Connection, ServerOptions } from "../coordinator/connect.js";
 import type { CommandResult } from "../process/exec.js";
 import { isHaltedMeanwhile, UserError } from "../errors.js";
 import { currentBranch } from "../process/git.js";
-import { loopBranch } from "../process/git-commits.js";
+import { loopBranch, type PathChange } from "../process/git-commits.js";
 import { emitResult, paint, progress, type OutputMode } from "../output.js";
 import { agentEnv, readAgentReport, readReviewRequest, writeAgentContext, type AgentFiles } from "../loop/agent-context.js";
 import type { ContextManifest } from "#shared/wire/review.js";
@@ -155,7 +155,7 @@ async function proposeFromWorkspace(
   try {
     const report = await readAgentReport(workspace.dir, files.report);
     if (report.error) progress(session.mode, `[${iteration}] ${report.error}; not recorded`);
-    const onCommitted = (commit: string, change: { empty: boolean }) => {
+    const onCommitted = (commit: string, change: { empty: boolean; paths: Promise<PathChange[]> }) => {
       begun = commit;
       beginOwnEvaluation(session, commit, change);
     };

@@ -6,6 +6,7 @@ import { protectedGlobs } from "#shared/engine/guards.js";
 import type { Contract } from "#shared/wire/contract.js";
 import { git, OBJECT_ID } from "../process/git.js";
 import { RecentPromises } from "../process/recent-promises.js";
+import type { PathChange } from "../process/git-commits.js";
 
 // Which tracked files the protected-files guard hashes (DESIGN §6.4). With the defaults, that is the
 // default globs, the contract file, and every tracked file a gate, metric or task command names as
@@ -238,6 +239,42 @@ export function committedFiles(repo: string, commit: string): Promise<string[]> 
   // Only a commit's id names the same files forever (`HEAD` or a branch moves).
   if (!OBJECT_ID.test(commit)) return list();
   return listings.get(`${path.resolve(repo)}\0${commit}`, list);
+}
+
+/**
+ * The files `commit` holds, from those of its parent when they are listed already (`committedFiles`) and
+ * the paths its change from the parent touches (`git diff --raw`, read with the candidate's patch):
+ * the same names, in the same order, as `committedFiles(repo, commit)`, without a git process (issue
+ * 30). Listed by git when the parent's files are not at hand or the changes cannot be read.
+ */
+export function committedFilesAfter(repo: string, parent: string, commit: string, changes: Promise<PathChange[]>): Promise<string[]> {
+  const before = OBJECT_ID.test(parent) && OBJECT_ID.test(commit) ? listings.peek(`${path.resolve(repo)}\0${parent}`) : undefined;
+  if (!before) return committedFiles(repo, commit);
+  const derived = Promise.all([before, changes]).then(([files, changed]) => filesAfter(files, changed));
+  return listings.set(
+    `${path.resolve(repo)}\0${commit}`,
+    derived.catch(() => git(repo, ["ls-tree", "-r", "-z", "--name-only", "--full-tree", commit]).then((out) => out.split("\0").filter(Boolean))),
+  );
+}
+
+/** `files` with `changes` made (see committedFilesAfter), in git's order: by the bytes of their UTF-8 names. */
+export function filesAfter(files: readonly string[], changes: readonly PathChange[]): string[] {
+  const kept = new Set(files);
+  for (const { status, paths } of changes) {
+    const [source, destination] = paths;
+    if (source === undefined) throw new Error(`a change without a path (${status})`);
+    if (status === "A") kept.add(source);
+    else if (status === "D") kept.delete(source);
+    else if (status === "R" || status === "C") {
+      if (destination === undefined) throw new Error(`a ${status} change without its destination`);
+      if (status === "R") kept.delete(source);
+      kept.add(destination);
+    } else if (status !== "M" && status !== "T") throw new Error(`a change git names ${status}`);
+  }
+  return [...kept]
+    .map((name) => Buffer.from(name, "utf8"))
+    .sort(Buffer.compare)
+    .map((name) => name.toString("utf8"));
 }
 
 /**

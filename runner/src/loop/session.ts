@@ -9,10 +9,10 @@ import { contractFileOf } from "../contract/contract-file.js";
 import { evaluateIn } from "../evaluation/evaluate.js";
 import type { GateHooks } from "../evaluation/evaluation.js";
 import { readGuardsBeforeGates } from "../evaluation/guard-readings.js";
-import { committedFiles, trackedFiles } from "../evaluation/protected-files.js";
+import { committedFiles, committedFilesAfter, trackedFiles } from "../evaluation/protected-files.js";
 import { faultPoint } from "../fault.js";
 import { shortCommit } from "../process/git.js";
-import { diffOf, rejectedRef, revertTo, type Diff } from "../process/git-commits.js";
+import { diffOf, rejectedRef, revertTo, type Diff, type PathChange } from "../process/git-commits.js";
 import { evaluateUntilDecided, verdictLine } from "./lease-job.js";
 import { progress } from "../output.js";
 import { failureLine } from "#shared/explain/gate-failure.js";
@@ -59,12 +59,14 @@ export function evaluatesOwnCandidate(session: Session, agent: AgentRun | null):
  * candidate is rejected unevaluated). The verdict is still the coordinator's, on what the leased job
  * reports (DESIGN §4, invariant 1).
  */
-export function beginOwnEvaluation(session: Session, commit: string, change?: { empty: boolean }): void {
+export function beginOwnEvaluation(session: Session, commit: string, change?: { empty: boolean; paths?: Promise<PathChange[]> }): void {
   const { contract } = session.loaded;
   const guards = { contractFile: contractFileOf(session.loaded), baseline: session.loop.t0.commit };
   // Its files are listed from the commit while the clone is checked out, not from the checkout after it
-  // (issue 30: a git process fewer before the gates start); from the checkout should that fail.
-  const committed = committedFiles(session.repo, commit);
+  // (issue 30: a git process fewer before the gates start); from the checkout should that fail. A
+  // candidate committed from a workspace has its files from the best's and the paths it changed, read
+  // with its patch: no listing of its own.
+  const committed = change?.paths ? committedFilesAfter(session.repo, session.loop.best.commit, commit, change.paths) : committedFiles(session.repo, commit);
   committed.catch(() => undefined);
   cloneAhead(session.repo, commit, {
     readGuards: (dir) => readGuardsBeforeGates(dir, contract, { ...guards, tracked: committed.catch(() => trackedFiles(dir)) }),

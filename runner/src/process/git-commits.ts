@@ -82,6 +82,50 @@ export function treeOf(repo: string, commit: string): Promise<string> {
   return trees.get(`${repo}\0${commit}`, () => git(repo, ["rev-parse", "--verify", `${commit}^{tree}`]).then((out) => out.trim()));
 }
 
+/** A path's change between two trees, as `git diff --raw` gives it: its status letter and its path(s). */
+export interface PathChange {
+  /** A, C, D, M, R, T (…): added, copied, deleted, modified, renamed, type changed. */
+  status: string;
+  /** The path; for a rename or a copy, its source, then its destination. */
+  paths: string[];
+}
+
+/**
+ * Splits the output of `git diff --raw -z -p …` into its raw entries and its patch: the patch is the
+ * bytes the same diff gives without `--raw -z` (the raw part comes first, then a NUL, then the patch).
+ * Null for output that is not shaped so, which the caller then takes apart no further.
+ */
+export function splitRawPatch(out: string): { changes: PathChange[]; patch: string } | null {
+  const changes: PathChange[] = [];
+  let at = 0;
+  const field = (): string | null => {
+    const end = out.indexOf("\0", at);
+    if (end === -1) return null;
+    const text = out.slice(at, end);
+    at = end + 1;
+    return text;
+  };
+  while (out[at] === ":") {
+    const status = field()?.split(" ")[4]?.[0];
+    if (status === undefined) return null;
+    const paths: string[] = [];
+    for (let count = status === "R" || status === "C" ? 2 : 1; count > 0; count--) {
+      const name = field();
+      if (name === null) return null;
+      // The output is read as latin1 (bytes); a path is UTF-8, as `ls-tree` answers it.
+      paths.push(Buffer.from(name, "latin1").toString("utf8"));
+    }
+    changes.push({ status, paths });
+  }
+  if (changes.length > 0) {
+    if (out[at] !== "\0") return null;
+    at++;
+  }
+  const patch = out.slice(at);
+  if (patch !== "" && !patch.startsWith("diff --git ")) return null;
+  return { changes, patch };
+}
+
 /** What `snapshotWorkTree` tells its caller along the way. */
 export interface SnapshotHooks {
   /**
@@ -93,7 +137,7 @@ export interface SnapshotHooks {
    * Hears of the commit as soon as it exists, before the branch moves to it, with whether it changes
    * anything (its tree is not its parent's); its patch is still being read.
    */
-  onCommitted?: (commit: string, change: { empty: boolean }) => void;
+  onCommitted?: (commit: string, change: { empty: boolean; paths: Promise<PathChange[]> }) => void;
   /** Awaited before the branch and the working tree move to the commit; what it throws stops them. */
   beforeBranchMoves?: () => Promise<void>;
 }
@@ -123,16 +167,28 @@ export async function snapshotWorkTree(
   const env = { GIT_INDEX_FILE: index };
   const parentTree = treeOf(repo, parent).catch(() => null);
   await git(repo, ["--work-tree", workTree, "add", "-A"], { env });
-  // `diff --cached` reads the index without refreshing it, so it never contends for the lock `write-tree` takes.
-  const patching = git(repo, ["--work-tree", workTree, "diff", "--cached", ...DIFF_OPTIONS, parent], { env, encoding: "buffer" });
+  // `diff --cached` reads the index without refreshing it, so it never contends for the lock `write-tree`
+  // takes. With `--raw -z`, the same process names the changed paths too: the candidate's files are
+  // then its parent's with those changes, without a listing of its own (issue 30).
+  const diffing = git(repo, ["--work-tree", workTree, "diff", "--cached", "--raw", "-z", ...DIFF_OPTIONS, parent], { env, encoding: "buffer" }).then((out) =>
+    splitRawPatch(out),
+  );
+  const patching = diffing.then(
+    (split) => split?.patch ?? git(repo, ["--work-tree", workTree, "diff", "--cached", ...DIFF_OPTIONS, parent], { env, encoding: "buffer" }),
+  );
   patching.catch(() => undefined);
+  const paths = diffing.then((split) => {
+    if (!split) throw new Error("git diff --raw answered output that could not be read");
+    return split.changes;
+  });
+  paths.catch(() => undefined);
   const tree = (await git(repo, ["write-tree"], { env })).trim();
   hooks.onTree?.(tree);
   const identity = await identityArgs(repo);
   const commit = (await git(repo, [...identity, "commit-tree", tree, "-p", parent, "-m", message])).trim();
   void trees.set(`${repo}\0${commit}`, Promise.resolve(tree));
   // What needs only the commit object (a clone of it) begins while the branch and the working tree move.
-  hooks.onCommitted?.(commit, { empty: tree === (await parentTree) });
+  hooks.onCommitted?.(commit, { empty: tree === (await parentTree), paths });
   await hooks.beforeBranchMoves?.();
   await git(repo, ["reset", "-q", "--hard", commit]);
   return { commit, diff: diffOfPatch(await patching) };

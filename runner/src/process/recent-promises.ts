@@ -13,6 +13,11 @@ export class RecentPromises<T> {
     return this.set(key, this.kept.get(key) ?? make());
   }
 
+  /** The value kept under `key`, if any, without making it the one used last. */
+  peek(key: string): Promise<T> | undefined {
+    return this.kept.get(key);
+  }
+
   /** Keeps `value` under `key` as the one used last. */
   set(key: string, value: Promise<T>): Promise<T> {
     this.kept.delete(key);

@@ -1,12 +1,20 @@
 import { execFileSync } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { currentBranch, repositoryName } from "../../../runner/src/process/git.js";
 import { blankClone, checkoutDetached, cloneAt } from "../../../runner/src/process/git-clone.js";
-import { diffOf, maintainRepository, revertTo, snapshotCandidate, snapshotWorkTree } from "../../../runner/src/process/git-commits.js";
-import { committedFiles, trackedFiles } from "../../../runner/src/evaluation/protected-files.js";
+import {
+  diffOf,
+  maintainRepository,
+  revertTo,
+  snapshotCandidate,
+  snapshotWorkTree,
+  splitRawPatch,
+  type PathChange,
+} from "../../../runner/src/process/git-commits.js";
+import { committedFiles, committedFilesAfter, filesAfter, trackedFiles } from "../../../runner/src/evaluation/protected-files.js";
 import { childEnv } from "../../../runner/src/evaluation/environment.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "lw-git-"));
@@ -308,6 +316,65 @@ describe("a candidate committed from a workspace", () => {
     await cloneAt(repo, head, clone);
     expect(await committedFiles(repo, head)).toEqual(await trackedFiles(clone));
     expect(await committedFiles(repo, head)).toEqual(["src/deep/a file.ts", "value.txt"]);
+  });
+
+  // Issue 30: the candidate's files come from the best's and the paths its patch's diff names.
+  it("has a candidate's files from its parent's and the paths it changed, as listing the commit gives them, and its patch as diffOf's", async () => {
+    const root = path.join(dir, "listed-after");
+    execFileSync("git", ["init", "-q", "-b", "loop", root]);
+    const files: Record<string, string> = {
+      "a-b.txt": "x\n",
+      "a/c.txt": "nested\n",
+      "moved.txt": "a file long enough to be seen as renamed\n".repeat(5),
+      "gone.txt": "deleted\n",
+      "script.sh": "echo hi\n",
+      "ünï/cödé.txt": "utf-8 names\n",
+      "z.txt": "last\n",
+    };
+    for (const [name, text] of Object.entries(files)) {
+      mkdirSync(path.dirname(path.join(root, name)), { recursive: true });
+      writeFileSync(path.join(root, name), text);
+    }
+    git(root, "add", "-A");
+    git(root, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "-m", "parent");
+    const parent = git(root, "rev-parse", "HEAD").trim();
+    const ws = path.join(dir, "listed-after-ws");
+    await cloneAt(root, parent, ws);
+    const index = `${ws}.index`;
+    writeFileSync(index, readFileSync(path.join(ws, ".git", "index")));
+    mkdirSync(path.join(ws, "a.d"));
+    renameSync(path.join(ws, "moved.txt"), path.join(ws, "a.d", "renamed.txt"));
+    rmSync(path.join(ws, "gone.txt"));
+    chmodSync(path.join(ws, "script.sh"), 0o755);
+    writeFileSync(path.join(ws, "a-b.txt"), "changed\n");
+    writeFileSync(path.join(ws, "a.txt"), "added beside a/\n");
+    writeFileSync(path.join(ws, "blob.bin"), Buffer.from([0, 1, 2, 255, 0, 7]));
+    mkdirSync(path.join(ws, "ünï", "dëëp"), { recursive: true });
+    writeFileSync(path.join(ws, "ünï", "dëëp", "nëw.txt"), "new\n");
+    const before = await committedFiles(root, parent);
+    let paths: Promise<PathChange[]> | undefined;
+    const { commit, diff } = await snapshotWorkTree(root, ws, index, "candidate", parent, { onCommitted: (_made, change) => (paths = change.paths) });
+    expect(diff).toEqual(await diffOf(root, parent, commit));
+    const listed = git(root, "ls-tree", "-r", "-z", "--name-only", "--full-tree", commit).split("\0").filter(Boolean);
+    expect(filesAfter(before, await (paths ?? Promise.reject(new Error("not told"))))).toEqual(listed);
+    expect(await committedFilesAfter(root, parent, commit, paths ?? Promise.resolve([]))).toEqual(listed);
+    expect(listed).toContain("a.d/renamed.txt");
+    expect(listed).not.toContain("moved.txt");
+  });
+
+  it("reads a diff's raw part and its patch apart, and refuses output not shaped so", () => {
+    expect(splitRawPatch("")).toEqual({ changes: [], patch: "" });
+    const raw = ":100644 100644 1111111 2222222 M\0a b.txt\0:100644 100644 3333333 3333333 R100\0old\0new\0";
+    expect(splitRawPatch(`${raw}\0diff --git a/x b/x\n`)).toEqual({
+      changes: [
+        { status: "M", paths: ["a b.txt"] },
+        { status: "R", paths: ["old", "new"] },
+      ],
+      patch: "diff --git a/x b/x\n",
+    });
+    expect(splitRawPatch(`${raw}diff --git a/x b/x\n`)).toBeNull();
+    expect(splitRawPatch("warning: something\ndiff --git a/x b/x\n")).toBeNull();
+    expect(() => filesAfter(["a"], [{ status: "X", paths: ["a"] }])).toThrow();
   });
 
   it("lists the files a commit holds, not those of a replacement an unconfined agent planted in refs/replace", async () => {
