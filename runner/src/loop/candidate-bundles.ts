@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import type { BundleRef } from "#shared/engine/index.js";
@@ -7,7 +7,7 @@ import { sha256Hex } from "#shared/hash.js";
 import { bundleArtifact, INLINE_EVIDENCE_MAX_BYTES, type InlineEvidence, type Lease, type ProposeCandidateRequest } from "#shared/wire/api.js";
 import type { Client } from "../coordinator/client.js";
 import { JobRefused } from "../errors.js";
-import { git, GitError, shortCommit } from "../process/git.js";
+import { git, GitError, objectsDirOf, shortCommit } from "../process/git.js";
 
 // Candidate commits travel as git bundles (DESIGN §10, issue "team-shared loops"): the proposer uploads
 // each candidate's commits since the loop's t0 to the loop's artifacts, and a runner in another
@@ -35,8 +35,10 @@ export async function proposalBundle(
   repo: string,
   commit: string,
   base: string,
+  /** The bundle when it was made already (`bundleOf`). */
+  made?: Promise<Buffer>,
 ): Promise<{ bundle: BundleRef; evidence?: InlineEvidence[] }> {
-  const bytes = await bundleOf(repo, commit, base);
+  const bytes = await (made ?? bundleOf(repo, commit, base));
   if (!client.acceptsEvidence || bytes.byteLength > INLINE_EVIDENCE_MAX_BYTES) return { bundle: await uploadBundleBytes(client, loopId, commit, bytes) };
   const sha256 = sha256Hex(bytes);
   return { bundle: { sha256, size: bytes.byteLength }, evidence: [{ sha256, base64: bytes.toString("base64") }] };
@@ -54,12 +56,14 @@ export async function withBundleUploaded(client: Client, loopId: string, proposa
 
 /**
  * A bundle of `commit`'s commits since `base`, written by git to its stdout. A bundle names the commits
- * it carries by ref: right after the candidate is committed, HEAD names it, which spares a ref of its own
- * (and a git process); when HEAD is elsewhere (a candidate proposed again after a restart), a ref for
- * this commit alone names it while the bundle is made. Runners fetch the commit by its id, whatever ref
- * names it.
+ * it carries by ref: the HEAD of a git directory of the runner's own borrowing the repository's objects
+ * names it (`bundleApart`); where that cannot be made, the repository's HEAD when it names the commit,
+ * else a ref for this commit alone while the bundle is made. Runners fetch the commit by its id,
+ * whatever ref names it.
  */
 export async function bundleOf(repo: string, commit: string, base: string): Promise<Buffer> {
+  const apart = await bundleApart(repo, commit, base).catch(() => null);
+  if (apart && bundleTips(apart).includes(commit)) return apart;
   const create = async (ref: string) => Buffer.from(await git(repo, ["bundle", "create", "-q", "-", ref, `^${base}`], { encoding: "buffer" }), "latin1");
   const atHead = await create("HEAD").catch(() => null);
   if (atHead && bundleTips(atHead).includes(commit)) return atHead;
@@ -69,6 +73,28 @@ export async function bundleOf(repo: string, commit: string, base: string): Prom
     return await create(ref);
   } finally {
     await git(repo, ["update-ref", "-d", ref]).catch(() => undefined);
+  }
+}
+
+/**
+ * A bundle of `commit` since `base` made in a git directory of the runner's own, whose HEAD is `commit`
+ * and whose objects are the repository's (borrowed, `objects/info/alternates`): neither HEAD nor a ref
+ * of the repository has to name the commit, so the bundle is made while the loop's branch still moves
+ * to it, in one git process (issue 30). Throws where that directory cannot stand for the repository
+ * (another object format: its HEAD is then not an id git reads), for `bundleOf` to make it there.
+ */
+async function bundleApart(repo: string, commit: string, base: string): Promise<Buffer> {
+  const objects = await objectsDirOf(repo);
+  const dir = await mkdtemp(path.join(os.tmpdir(), "loopwarden-bundle-"));
+  try {
+    await Promise.all([
+      mkdir(path.join(dir, "objects", "info"), { recursive: true }).then(() => writeFile(path.join(dir, "objects", "info", "alternates"), `${objects}\n`)),
+      mkdir(path.join(dir, "refs")),
+      writeFile(path.join(dir, "HEAD"), `${commit}\n`),
+    ]);
+    return Buffer.from(await git(dir, ["--git-dir", dir, "bundle", "create", "-q", "-", "HEAD", `^${base}`], { encoding: "buffer" }), "latin1");
+  } finally {
+    await rm(dir, { recursive: true, force: true });
   }
 }
 

@@ -20,7 +20,8 @@ import { diffSummary } from "./agent-context.js";
 import { candidateDiff } from "./context-input.js";
 import { timed } from "../timings.js";
 import { foldAnswered, stateAtHead } from "./event-log.js";
-import { proposalBundle, withBundleUploaded } from "./candidate-bundles.js";
+import { RecentPromises } from "../process/recent-promises.js";
+import { bundleOf, proposalBundle, withBundleUploaded } from "./candidate-bundles.js";
 import { evidenceRefusal } from "../evaluation/artifact-files.js";
 import { saveWorkspaceState } from "./workspace.js";
 import type { Session } from "./session-type.js";
@@ -72,6 +73,36 @@ export function beginOwnEvaluation(session: Session, commit: string, change?: { 
     readGuards: (dir) => readGuardsBeforeGates(dir, contract, { ...guards, tracked: committed.catch(() => trackedFiles(dir)) }),
     ...(change && !change.empty ? { evaluate: (clone: Clone, hooks: GateHooks) => evaluateIn(clone, { contract, guards, ...hooks }) } : {}),
   });
+  // Its bundle, when its proposal carries one, is begun as soon as its first gate has started, while
+  // the loop's branch still moves to it (issue 30).
+  if (change && !change.empty && carriesBundle(session)) candidateBundle(session, commit).catch(() => undefined);
+}
+
+/**
+ * Whether a proposal travels with its commits as a bundle, so a runner in another checkout can evaluate
+ * it: on a shared coordinator (--server), or when the contract asks for runner labels. On the local
+ * coordinator this process evaluates its own candidates, and a bundle would only cost time (a git spawn
+ * and an upload an iteration).
+ */
+function carriesBundle(session: Session): boolean {
+  return !session.connection.local || session.loaded.contract.evaluate !== undefined;
+}
+
+// Bundles of candidates begun before their proposals are built (`beginOwnEvaluation`), by repository and
+// commit; the proposal takes its own. One never taken (the commit's branch could not move) is let go,
+// never uploaded: only the proposal sends it.
+const bundles = new RecentPromises<Buffer>(2);
+
+/**
+ * The bundle of `commit` (`bundleOf`), begun once an evaluation begun ahead of it has its clone checked
+ * out, its guards read and its first gate started: the bundle, which only needs to arrive before the
+ * report, does not compete with them for the machine.
+ */
+function candidateBundle(session: Session, commit: string): Promise<Buffer> {
+  return bundles.get(`${path.resolve(session.repo)}\0${commit}`, async () => {
+    await evaluationStarted(session.repo, commit);
+    return bundleOf(session.repo, commit, session.loop.t0.commit);
+  });
 }
 
 /** The proposal for a committed candidate: its diff from the best commit and how the agent run went. */
@@ -99,18 +130,24 @@ export async function buildProposal(
   void diffSummary(session.repo, session.loop.best.commit, candidate.commit);
   void candidateDiff(session.repo, session.loop.best.commit, candidate.commit);
   try {
-    // A candidate another runner may evaluate travels with its commits as a bundle, so a runner in another
-    // checkout can evaluate it: on a shared coordinator (--server), or when the contract asks for runner
-    // labels. On the local coordinator this process evaluates its own candidates, and a bundle would only
-    // cost time (a git spawn and an upload an iteration). One the coordinator rejects unevaluated — its
-    // agent failed, or it turns out empty — needs none; the bundle is made (and, unless it is small enough
-    // to travel inside the proposal, sent) while the diff is taken, as only an empty candidate (the rarer
-    // case) turns out not to need it.
+    // A candidate another runner may evaluate travels with its commits as a bundle (`carriesBundle`). One
+    // the coordinator rejects unevaluated — its agent failed, or it turns out empty — needs none; the
+    // bundle is made (and, unless it is small enough to travel inside the proposal, sent) while the diff
+    // is taken, as only an empty candidate (the rarer case) turns out not to need it.
     // An evaluation begun ahead has its clone checked out and its guards read first: the bundle and the
     // proposal, which only need to arrive before the report, do not compete with them for the machine.
     await evaluationStarted(session.repo, candidate.commit);
-    const shared = !session.connection.local || session.loaded.contract.evaluate !== undefined;
-    const bundling = failed || !shared ? null : proposalBundle(session.client, session.loop.loop_id, session.repo, candidate.commit, session.loop.t0.commit);
+    const bundling =
+      failed || !carriesBundle(session)
+        ? null
+        : proposalBundle(
+            session.client,
+            session.loop.loop_id,
+            session.repo,
+            candidate.commit,
+            session.loop.t0.commit,
+            candidateBundle(session, candidate.commit),
+          );
     bundling?.catch(() => undefined);
     const diff = candidate.diff ?? (await diffOf(session.repo, session.loop.best.commit, candidate.commit));
     let bundled: { bundle: BundleRef; evidence?: InlineEvidence[] } | undefined;

@@ -8,8 +8,9 @@ import { bundleOf, bundleTips, ensureCommits, proposalBundle, withBundleUploaded
 import type { ProposeCandidateRequest } from "#shared/wire/api.js";
 import type { Client } from "../../../runner/src/coordinator/client.js";
 
-// Candidate commits travel between checkouts as git bundles: made by the proposer from HEAD (or a ref
-// of the commit's own when HEAD has moved), fetched by another runner by the commit's id.
+// Candidate commits travel between checkouts as git bundles: made by the proposer from the HEAD of a git
+// directory of its own borrowing the repository's objects (else from HEAD, or a ref of the commit's own
+// when HEAD has moved), fetched by another runner by the commit's id.
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "lw-bundles-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -66,7 +67,7 @@ describe("candidate bundles", () => {
     expect(has(checkout, candidate)).toBe(true);
   });
 
-  it("carry a candidate HEAD no longer names (proposed again after a restart), through a ref removed afterwards", async () => {
+  it("carry a candidate HEAD no longer names (proposed again after a restart), with no ref left behind", async () => {
     const { repo, checkout, t0 } = repositories("moved");
     const candidate = commitIn(repo, "candidate");
     git(repo, "reset", "-q", "--hard", t0);
@@ -77,6 +78,31 @@ describe("candidate bundles", () => {
     expect(git(repo, "for-each-ref")).toBe(refsBefore);
     await fetchInto(checkout, candidate, bundle);
     expect(has(checkout, candidate)).toBe(true);
+  });
+
+  // Issue 30: a bundle is begun while the loop's branch still moves to its commit.
+  it("carry a commit neither HEAD nor any ref names yet, with no ref made, and what else the history holds left out", async () => {
+    const { repo, checkout, t0 } = repositories("unnamed");
+    const tree = git(repo, "rev-parse", `${t0}^{tree}`).trim();
+    const first = git(repo, "commit-tree", tree, "-p", t0, "-m", "first").trim();
+    const candidate = git(repo, "commit-tree", tree, "-p", first, "-m", "candidate").trim();
+    const refsBefore = git(repo, "for-each-ref");
+    const bundle = await bundleOf(repo, candidate, t0);
+    expect(bundleTips(bundle)).toEqual([candidate]);
+    expect(git(repo, "for-each-ref")).toBe(refsBefore);
+    await fetchInto(checkout, candidate, bundle);
+    expect(has(checkout, candidate)).toBe(true);
+    expect(git(checkout, "rev-list", `${t0}..${candidate}`).trim().split("\n")).toEqual([candidate, first]);
+  });
+
+  it("are made the way they were where a git directory of the runner's own cannot stand for the repository (SHA-256 objects)", async () => {
+    const repo = path.join(dir, "sha256");
+    execFileSync("git", ["init", "-q", "-b", "main", "--object-format=sha256", repo]);
+    const t0 = commitIn(repo, "t0");
+    const candidate = commitIn(repo, "candidate");
+    expect(candidate).toHaveLength(64);
+    const bundle = await bundleOf(repo, candidate, t0);
+    expect(bundleTips(bundle)).toEqual([candidate]);
   });
 
   it("made by earlier versions (under refs/loopwarden/bundle) are still fetched", async () => {
