@@ -50,6 +50,16 @@ const has = (repo: string, commit: string) => {
   }
 };
 
+/** `bundleOf(repo, candidate, t0)` names the candidate as its one tip, leaves the repository's refs as they were, and carries the commit into `checkout`. */
+async function expectCarried({ repo, checkout, t0 }: { repo: string; checkout: string; t0: string }, candidate: string): Promise<void> {
+  const refsBefore = git(repo, "for-each-ref");
+  const bundle = await bundleOf(repo, candidate, t0);
+  expect(bundleTips(bundle)).toEqual([candidate]);
+  expect(git(repo, "for-each-ref")).toBe(refsBefore);
+  await fetchInto(checkout, candidate, bundle);
+  expect(has(checkout, candidate)).toBe(true);
+}
+
 describe("candidate bundles", () => {
   it("carry the candidate HEAD names, and another checkout fetches it by its id", async () => {
     const { repo, checkout, t0 } = repositories("head");
@@ -71,13 +81,7 @@ describe("candidate bundles", () => {
     const { repo, checkout, t0 } = repositories("moved");
     const candidate = commitIn(repo, "candidate");
     git(repo, "reset", "-q", "--hard", t0);
-    const refsBefore = git(repo, "for-each-ref");
-
-    const bundle = await bundleOf(repo, candidate, t0);
-    expect(bundleTips(bundle)).toEqual([candidate]);
-    expect(git(repo, "for-each-ref")).toBe(refsBefore);
-    await fetchInto(checkout, candidate, bundle);
-    expect(has(checkout, candidate)).toBe(true);
+    await expectCarried({ repo, checkout, t0 }, candidate);
   });
 
   // Issue 30: a bundle is begun while the loop's branch still moves to its commit.
@@ -86,12 +90,7 @@ describe("candidate bundles", () => {
     const tree = git(repo, "rev-parse", `${t0}^{tree}`).trim();
     const first = git(repo, "commit-tree", tree, "-p", t0, "-m", "first").trim();
     const candidate = git(repo, "commit-tree", tree, "-p", first, "-m", "candidate").trim();
-    const refsBefore = git(repo, "for-each-ref");
-    const bundle = await bundleOf(repo, candidate, t0);
-    expect(bundleTips(bundle)).toEqual([candidate]);
-    expect(git(repo, "for-each-ref")).toBe(refsBefore);
-    await fetchInto(checkout, candidate, bundle);
-    expect(has(checkout, candidate)).toBe(true);
+    await expectCarried({ repo, checkout, t0 }, candidate);
     expect(git(checkout, "rev-list", `${t0}..${candidate}`).trim().split("\n")).toEqual([candidate, first]);
   });
 
