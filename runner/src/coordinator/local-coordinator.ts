@@ -14,6 +14,7 @@ import { isPortFree } from "./free-port.js";
 import { PACKAGE_ROOT } from "../paths.js";
 import { isProcessAlive } from "../process/processes.js";
 import { VERSION } from "#shared/version.js";
+import { loadRuntimeSnapshot, removeRuntimeSnapshot, saveRuntimeSnapshot, snapshotKey, startFromSnapshot, watchRuntimeLaunch } from "./runtime-snapshot.js";
 import { BUNDLE_DIR, BUNDLE_FILE, bundleStamp, ensureWorkerBundle } from "../../../scripts/lib/worker-bundle.js";
 
 // The local coordinator is the very worker that `wrangler deploy` ships (its bundle, dist/worker), run in
@@ -84,14 +85,9 @@ export class BoundedLog {
   }
 }
 
-/**
- * Applies the worker's D1 migrations, recording them as wrangler does (`d1_migrations`), so either tool
- * sees them applied. `migrations-applied.json` in the state directory lets a start skip the database
- * when it already has every migration this version ships.
- */
-async function applyD1Migrations(mf: Miniflare, config: WorkerConfig, stateDir: string): Promise<void> {
-  const marker = path.join(stateDir, "migrations-applied.json");
-  const recorded = await readFile(marker, "utf8").then(
+/** The D1 migrations this version ships, per binding, and whether the state directory has them all. */
+async function shippedMigrations(config: WorkerConfig, stateDir: string) {
+  const recorded = await readFile(migrationsMarker(stateDir), "utf8").then(
     (text) => JSON.parse(text) as string[],
     (): string[] => [],
   );
@@ -102,7 +98,20 @@ async function applyD1Migrations(mf: Miniflare, config: WorkerConfig, stateDir: 
       shipped: (await readdir(path.join(PACKAGE_ROOT, dir))).filter((name) => name.endsWith(".sql")).sort(),
     })),
   );
-  if (shippedBy.every(({ binding, shipped }) => shipped.every((name) => recorded.includes(`${binding}/${name}`)))) return;
+  const applied = shippedBy.every(({ binding, shipped }) => shipped.every((name) => recorded.includes(`${binding}/${name}`)));
+  return { shippedBy, applied };
+}
+
+const migrationsMarker = (stateDir: string) => path.join(stateDir, "migrations-applied.json");
+
+/**
+ * Applies the worker's D1 migrations, recording them as wrangler does (`d1_migrations`), so either tool
+ * sees them applied. `migrations-applied.json` in the state directory lets a start skip the database
+ * when it already has every migration this version ships.
+ */
+async function applyD1Migrations(mf: Miniflare, config: WorkerConfig, stateDir: string): Promise<void> {
+  const { shippedBy, applied: upToDate } = await shippedMigrations(config, stateDir);
+  if (upToDate) return;
   for (const { binding, dir, shipped } of shippedBy) {
     const db = await mf.getD1Database(binding);
     await db.exec(
@@ -120,7 +129,7 @@ async function applyD1Migrations(mf: Miniflare, config: WorkerConfig, stateDir: 
       await db.batch([...statements.map((statement) => db.prepare(statement)), db.prepare("INSERT INTO d1_migrations (name) VALUES (?)").bind(name)]);
     }
   }
-  await writeFile(marker, JSON.stringify(shippedBy.flatMap(({ binding, shipped }) => shipped.map((name) => `${binding}/${name}`))));
+  await writeFile(migrationsMarker(stateDir), JSON.stringify(shippedBy.flatMap(({ binding, shipped }) => shipped.map((name) => `${binding}/${name}`))));
 }
 
 /** The workerd process among this process's children (Linux `/proc`); null where it cannot be told. */
@@ -171,125 +180,191 @@ export async function startLocalCoordinator(options: {
   if (options.port !== undefined && !(await isPortFree(port))) {
     throw new UserError(`port ${port} on 127.0.0.1 is in use; choose another with --port`);
   }
-  // Loading Miniflare takes a few hundred milliseconds: start it while the bundle is checked.
   await assertWorkersRuntime();
-  // Required, not imported: Miniflare is a 3.7 MB CommonJS file, and an ESM import of it first has Node
-  // scan the whole file for its export names (cjs-module-lexer) and its syntax: 300 ms of a 800 ms load.
-  const loading = Promise.resolve(createRequire(import.meta.url)("miniflare") as typeof MiniflareModule);
   await ensureWorkerBundle(() => options.onNote?.("building the worker bundle (dist/worker) from its sources…"));
-  const [{ Miniflare, Log, LogLevel }, config, contents, signingKey, owner] = await Promise.all([
-    loading,
+  const [config, contents, signingKey, owner] = await Promise.all([
     loadWorkerConfig(),
     readFile(BUNDLE_FILE, "utf8"),
     localSigningKey(stateDir),
     localOwnerToken(stateDir),
   ]);
+  // The worker's options for Miniflare, but for its module: the snapshot's key takes the bundle's digest.
+  const worker = {
+    name: config.name,
+    compatibilityDate: config.compatibilityDate,
+    compatibilityFlags: config.compatibilityFlags,
+    durableObjects: config.durableObjects,
+    d1Databases: config.d1Databases,
+    r2Buckets: config.r2Buckets,
+    ratelimits: config.ratelimits,
+    // The receipt signing key and the owner token, secrets when deployed, are this state directory's own here.
+    bindings: {
+      ...(config.bindings as Record<string, never>),
+      RECEIPT_SIGNING_KEY: signingKey,
+      OWNER_TOKEN: owner.token,
+      // LOOPWARDEN_LEASE_TTL, LOOPWARDEN_S3_* and the like override or add to wrangler.toml's (ENV_SETTINGS).
+      ...envSettings(process.env),
+    },
+  };
+  // Miniflare's options but for its functions (the log's and the runtime output's handlers) and the
+  // module's text: what its workerd configuration is made of, so the runtime snapshot's key.
+  const launchOptions = {
+    host: "127.0.0.1",
+    // No request.cf lookup over the network, no inspector: nothing but the worker itself.
+    cf: false,
+    logLevel: "WARN",
+    defaultPersistRoot: path.join(stateDir, "data", "v3"),
+    worker: { ...worker, modulesRoot: BUNDLE_DIR, module: BUNDLE_FILE },
+  } as const;
+  const key = await snapshotKey({ loopwarden: VERSION, options: launchOptions, bundle: contents });
 
-  class FileLog extends Log {
-    override log(message: string): void {
-      log.write(`${new Date().toISOString()} miniflare ${message}\n`);
-    }
-  }
   // A signal while the runtime starts, before the caller listens for one (`serve` does once it is up),
   // would end this process by the signal's default action: no exit hook runs then, and workerd, a
   // process of its own, would be left serving the port. Until the start is over, such a signal stops
   // the runtime first, then ends the process as the signal would have.
-  let launched: Miniflare | undefined;
+  let disposeLaunched: (() => Promise<void>) | undefined;
+  let interrupting = false;
   const interrupted = (signal: NodeJS.Signals) => {
-    void (launched?.dispose() ?? Promise.resolve()).catch(() => undefined).finally(() => process.exit(128 + (os.constants.signals[signal] ?? 0)));
+    interrupting = true;
+    void (disposeLaunched?.() ?? Promise.resolve()).catch(() => undefined).finally(() => process.exit(128 + (os.constants.signals[signal] ?? 0)));
   };
   const unheard = (["SIGINT", "SIGTERM"] as const).filter((signal) => process.listenerCount(signal) === 0);
   for (const signal of unheard) process.on(signal, interrupted);
-  const signalListeners = (signal: NodeJS.Signals) => new Set(process.listeners(signal));
-  const before = { SIGINT: signalListeners("SIGINT"), SIGTERM: signalListeners("SIGTERM") };
-  const launch = () =>
-    new Miniflare({
-      host: "127.0.0.1",
-      port,
-      // No request.cf lookup over the network, no inspector: nothing but the worker itself.
-      cf: false,
-      log: new FileLog(LogLevel.WARN),
-      handleRuntimeStdio(stdout: Readable, stderr: Readable) {
-        log.follow(stdout, "worker");
-        log.follow(stderr, "worker");
-      },
-      defaultPersistRoot: path.join(stateDir, "data", "v3"),
-      workers: [
-        {
-          name: config.name,
-          compatibilityDate: config.compatibilityDate,
-          compatibilityFlags: config.compatibilityFlags,
-          // The module given whole: Miniflare then does not parse a megabyte of JavaScript to find imports.
-          modulesRoot: BUNDLE_DIR,
-          modules: [{ type: "ESModule", path: BUNDLE_FILE, contents }],
-          durableObjects: config.durableObjects,
-          d1Databases: config.d1Databases,
-          r2Buckets: config.r2Buckets,
-          ratelimits: config.ratelimits,
-          // The receipt signing key and the owner token, secrets when deployed, are this state directory's own here.
-          bindings: {
-            ...(config.bindings as Record<string, never>),
-            RECEIPT_SIGNING_KEY: signingKey,
-            OWNER_TOKEN: owner.token,
-            // LOOPWARDEN_LEASE_TTL, LOOPWARDEN_S3_* and the like override or add to wrangler.toml's (ENV_SETTINGS).
-            ...envSettings(process.env),
-          },
-        },
-      ],
-    });
-  // Miniflare exits the process from its own SIGINT/SIGTERM handlers, which would cut the runner's
-  // shutdown short (the agent's and gates' process groups left running). The runner's shutdown stops
-  // this coordinator itself, so those handlers go; Miniflare's exit hook, which stops workerd when the
-  // process exits, stays.
-  const dropSignalHandlers = () => {
-    for (const signal of ["SIGINT", "SIGTERM"] as const) {
-      for (const listener of process.listeners(signal)) if (!before[signal].has(listener)) process.off(signal, listener);
-    }
-  };
-  // A start that fails inside the runtime (seen on a loaded machine as an assertion in Miniflare's
-  // synchronous proxy while the migrations ran) is tried once more, the first failure written to the
-  // log; a second failure is the command's error.
-  const start = async (): Promise<{ instance: Miniflare; url: string }> => {
-    const instance = launch();
-    launched = instance;
-    dropSignalHandlers();
+
+  /** Workerd from the state directory's snapshot (runtime-snapshot.ts), when it has one for these inputs. */
+  const fromSnapshot = async (): Promise<Runtime | null> => {
+    if (!(await shippedMigrations(config, stateDir)).applied) return null;
+    const snapshot = await loadRuntimeSnapshot(stateDir, key);
+    if (snapshot === null) return null;
     try {
-      const ready = await instance.ready;
-      await applyD1Migrations(instance, config, stateDir);
-      return { instance, url: ready.origin };
+      const started = startFromSnapshot(snapshot, { port, log });
+      disposeLaunched = async () => (await started).dispose();
+      const runtime = await started;
+      disposeLaunched = runtime.dispose;
+      if (!(await new Client(runtime.url).isHealthy())) {
+        await runtime.dispose();
+        throw new Error(`workerd at ${runtime.url} does not answer /healthz`);
+      }
+      return { ...runtime, how: "snapshot" };
     } catch (error) {
-      await instance.dispose().catch(() => undefined);
-      throw error;
+      // Stopped by a signal while it started: the snapshot is not at fault, and the process is ending.
+      if (interrupting) throw error;
+      log.write(
+        `${new Date().toISOString()} loopwarden: the start from the runtime snapshot failed, starting through Miniflare: ${(error as Error).message}\n`,
+      );
+      await removeRuntimeSnapshot(stateDir);
+      return null;
     }
   };
-  let mf: Miniflare | undefined;
+
+  /** Workerd through Miniflare, which applies the D1 migrations; its launch becomes the snapshot. */
+  const throughMiniflare = async (): Promise<Runtime> => {
+    // Required, not imported: Miniflare is a 3.7 MB CommonJS file, and an ESM import of it first has Node
+    // scan the whole file for its export names (cjs-module-lexer) and its syntax: 300 ms of a 800 ms load.
+    const { Miniflare, Log, LogLevel } = createRequire(import.meta.url)("miniflare") as typeof MiniflareModule;
+    class FileLog extends Log {
+      override log(message: string): void {
+        log.write(`${new Date().toISOString()} miniflare ${message}\n`);
+      }
+    }
+    const signalListeners = (signal: NodeJS.Signals) => new Set(process.listeners(signal));
+    const before = { SIGINT: signalListeners("SIGINT"), SIGTERM: signalListeners("SIGTERM") };
+    const launch = () =>
+      new Miniflare({
+        host: launchOptions.host,
+        port,
+        cf: launchOptions.cf,
+        log: new FileLog(LogLevel[launchOptions.logLevel]),
+        handleRuntimeStdio(stdout: Readable, stderr: Readable) {
+          log.follow(stdout, "worker");
+          log.follow(stderr, "worker");
+        },
+        defaultPersistRoot: launchOptions.defaultPersistRoot,
+        // The module given whole: Miniflare then does not parse a megabyte of JavaScript to find imports.
+        workers: [{ ...worker, modulesRoot: launchOptions.worker.modulesRoot, modules: [{ type: "ESModule", path: launchOptions.worker.module, contents }] }],
+      });
+    // Miniflare exits the process from its own SIGINT/SIGTERM handlers, which would cut the runner's
+    // shutdown short (the agent's and gates' process groups left running). The runner's shutdown stops
+    // this coordinator itself, so those handlers go; Miniflare's exit hook, which stops workerd when the
+    // process exits, stays.
+    const dropSignalHandlers = () => {
+      for (const signal of ["SIGINT", "SIGTERM"] as const) {
+        for (const listener of process.listeners(signal)) if (!before[signal].has(listener)) process.off(signal, listener);
+      }
+    };
+    // A start that fails inside the runtime (seen on a loaded machine as an assertion in Miniflare's
+    // synchronous proxy while the migrations ran) is tried once more, the first failure written to the
+    // log; a second failure is the command's error.
+    const start = async (): Promise<{ instance: Miniflare; url: string }> => {
+      const instance = launch();
+      disposeLaunched = () => instance.dispose();
+      dropSignalHandlers();
+      try {
+        const ready = await instance.ready;
+        await applyD1Migrations(instance, config, stateDir);
+        return { instance, url: ready.origin };
+      } catch (error) {
+        await instance.dispose().catch(() => undefined);
+        throw error;
+      }
+    };
+    const { result, launch: launched } = await watchRuntimeLaunch(() =>
+      start().catch(async (error: unknown) => {
+        log.write(`${new Date().toISOString()} loopwarden: the coordinator's start failed, trying once more: ${(error as Error).stack ?? String(error)}\n`);
+        return start();
+      }),
+    );
+    const runtime: Runtime = {
+      url: result.url,
+      pid: launched?.child.pid ?? (await runtimeChildPid()),
+      dispose: () => result.instance.dispose(),
+      how: "miniflare",
+    };
+    if (!(await new Client(runtime.url).isHealthy())) {
+      await runtime.dispose();
+      throw new Error(`the local coordinator at ${runtime.url} does not answer /healthz (log: ${log.file})`);
+    }
+    // Kept once it answers: the next start with the same inputs spawns workerd from it.
+    if (launched) {
+      await saveRuntimeSnapshot(stateDir, key, launched).catch((error: unknown) => {
+        log.write(`${new Date().toISOString()} loopwarden: the runtime snapshot was not kept: ${(error as Error).message}\n`);
+      });
+    }
+    return runtime;
+  };
+
+  let runtime: Runtime | undefined;
   try {
-    const started = await start().catch(async (error: unknown) => {
-      log.write(`${new Date().toISOString()} loopwarden: the coordinator's start failed, trying once more: ${(error as Error).stack ?? String(error)}\n`);
-      return start();
-    });
-    mf = started.instance;
-    const url = started.url;
-    if (!(await new Client(url).isHealthy())) throw new Error(`the local coordinator at ${url} does not answer /healthz (log: ${log.file})`);
-    const runtimePid = await runtimeChildPid();
-    const record: CoordinatorRecord = { url, pid: process.pid, runtime_pid: runtimePid, version: VERSION, bundle: await bundleStamp(), ...options.record };
+    runtime = (await fromSnapshot()) ?? (await throughMiniflare());
+    const { url } = runtime;
+    const record: CoordinatorRecord = { url, pid: process.pid, runtime_pid: runtime.pid, version: VERSION, bundle: await bundleStamp(), ...options.record };
     // One line a start, so the log a command names (`serve` prints its path) is there to open, even
     // while the worker has logged nothing (it logs warnings and errors only).
-    log.write(`${new Date().toISOString()} loopwarden ${VERSION}: coordinator listening on ${url} (pid ${process.pid})\n`);
+    log.write(
+      `${new Date().toISOString()} loopwarden ${VERSION}: coordinator listening on ${url} (pid ${process.pid}; workerd ${runtime.how === "snapshot" ? "from the state's runtime snapshot" : "through Miniflare"})\n`,
+    );
     await writeFile(path.join(stateDir, "coordinator.json"), JSON.stringify(record));
-    const running = mf;
+    const running = runtime;
     const stop = async () => {
       await running.dispose();
       await rm(path.join(stateDir, "coordinator.json"), { force: true });
     };
-    return { url, pid: process.pid, runtimePid, owner, stop };
+    return { url, pid: process.pid, runtimePid: runtime.pid, owner, stop };
   } catch (error) {
     log.write(`${new Date().toISOString()} loopwarden: the coordinator did not start: ${(error as Error).stack ?? String(error)}\n`);
-    await mf?.dispose().catch(() => undefined);
+    await runtime?.dispose().catch(() => undefined);
     throw new Error(`the local coordinator did not start (log: ${log.file}): ${(error as Error).message}`);
   } finally {
     for (const signal of unheard) process.off(signal, interrupted);
   }
+}
+
+/** Workerd serving the coordinator, however it was started. */
+interface Runtime {
+  url: string;
+  pid: number | null;
+  dispose(): Promise<void>;
+  how: "snapshot" | "miniflare";
 }
 
 /**
