@@ -58,6 +58,29 @@ async function firstAnswer(args: string[], url: string): Promise<number> {
   }
 }
 
+/**
+ * Runs `loopwarden serve` until its start is over (it prints where it listens), then stops it with SIGINT:
+ * the state directory is then as every command after the first finds it — migrations applied, and the
+ * runtime snapshot kept, which a start stopped at its first answer may not have had time to keep.
+ */
+async function startFully(args: string[]): Promise<void> {
+  const child = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "ignore"] });
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  try {
+    let printed = "";
+    await new Promise<void>((resolve, reject) => {
+      child.stdout.on("data", (chunk: Buffer) => {
+        printed += chunk.toString("utf8");
+        if (printed.includes("coordinator listening on")) resolve();
+      });
+      child.once("exit", (code) => reject(new Error(`${args.join(" ")} exited ${code} before its start was over`)));
+    });
+  } finally {
+    child.kill("SIGINT");
+    await exited;
+  }
+}
+
 const work = mkdtempSync(path.join(os.tmpdir(), "lw-bench-start-"));
 const lines: string[] = [];
 const say = (line = "") => {
@@ -68,21 +91,24 @@ try {
   const floorFile = path.join(work, "floor.cjs");
   writeFileSync(floorFile, FLOOR_SCRIPT);
   const state = path.join(work, "state");
+  const serveArgs = (main: string, stateDir: string, port: number) => [main, "--state", stateDir, "serve", "--port", String(port)];
   const serve = (main: string, stateDir: string) => async () => {
     const port = await freePort();
-    return firstAnswer([main, "--state", stateDir, "serve", "--port", String(port)], `http://127.0.0.1:${port}/healthz`);
+    return firstAnswer(serveArgs(main, stateDir, port), `http://127.0.0.1:${port}/healthz`);
   };
   const coordinator = serve(cli, state);
-  const compared = compareRoot ? serve(path.join(compareRoot, "dist", "cli", "main.js"), path.join(work, "compare-state")) : null;
+  const comparedMain = compareRoot ? path.join(compareRoot, "dist", "cli", "main.js") : null;
+  const compareState = path.join(work, "compare-state");
+  const compared = comparedMain ? serve(comparedMain, compareState) : null;
   const floor = async () => {
     const port = await freePort();
     return firstAnswer([floorFile, String(port), path.join(work, "floor-state")], `http://127.0.0.1:${port}/`);
   };
-  // Once each first: the coordinator's migrations, both file caches.
+  // Once each first, each start to its end: the coordinator's migrations and runtime snapshot, the file caches.
   const loadBefore = loadAverage();
-  await coordinator();
+  await startFully(serveArgs(cli, state, await freePort()));
   await floor();
-  await compared?.();
+  if (comparedMain) await startFully(serveArgs(comparedMain, compareState, await freePort()));
   const times = { coordinator: [] as number[], floor: [] as number[], compared: [] as number[] };
   for (let run = 0; run < RUNS; run++) {
     // The compared checkout first in every other run, so neither start always follows the same one.
@@ -101,7 +127,7 @@ try {
   );
   say();
   say(
-    "From the spawn of the command to the first 200 answer: `loopwarden serve` (the compiled CLI) on a state directory it started on before, polled on /healthz, next to a minimal worker with one SQLite Durable Object started through Miniflare's API in a fresh Node process (the floor).",
+    "From the spawn of the command to the first 200 answer: `loopwarden serve` (the compiled CLI) on a state directory it started on before (to the end of that start: its runtime snapshot kept), polled on /healthz, next to a minimal worker with one SQLite Durable Object started through Miniflare's API in a fresh Node process (the floor).",
   );
   say();
   say("| | first answer | all runs |");

@@ -4,7 +4,6 @@ import { findRunningCoordinator, startLocalCoordinator } from "../coordinator/lo
 import { emitResult, progress, type OutputMode } from "../output.js";
 import { defaultStateDir } from "../paths.js";
 import { lastActivity, stopCoordinator } from "../coordinator/warm-coordinator.js";
-import { Client } from "../coordinator/client.js";
 import type { LoginLink } from "#shared/wire/api.js";
 
 /** A one-time login link as `serve` and `run` print it: the link, and how long it lasts. */
@@ -44,6 +43,8 @@ export async function serveCommand(
   const { owner } = coordinator;
   // The dashboard opens logged in as the owner from a one-time link (DESIGN §11): the browser gets a
   // session cookie, never the token. A warm coordinator started for a command prints nothing anyone reads.
+  // The client loads once the coordinator has started: its wire schemas are not what a start waits for.
+  const { Client } = await import("../coordinator/client.js");
   const login = options.daemon ? null : await new Client(coordinator.url, { token: owner.token }).loginLink();
   // The owner token is shown once, when it is made (DESIGN §11); after that, where it is kept.
   const ownerLine =

@@ -6,7 +6,6 @@ import path from "node:path";
 import type { Readable } from "node:stream";
 import type * as MiniflareModule from "miniflare";
 import type { Miniflare } from "miniflare";
-import { Client } from "./client.js";
 import { localOwnerToken, localSigningKey, privateStateDir } from "./state-secrets.js";
 import { envSettings, loadWorkerConfig, type WorkerConfig } from "./coordinator-config.js";
 import { UserError } from "../errors.js";
@@ -132,6 +131,16 @@ async function applyD1Migrations(mf: Miniflare, config: WorkerConfig, stateDir: 
   await writeFile(migrationsMarker(stateDir), JSON.stringify(shippedBy.flatMap(({ binding, shipped }) => shipped.map((name) => `${binding}/${name}`))));
 }
 
+/**
+ * Whether the coordinator at `url` answers /healthz. The client, with the wire schemas it parses with, is
+ * loaded here rather than with this module: a start from the runtime snapshot spawns workerd first and
+ * loads them while workerd starts (issue 30).
+ */
+async function answersHealth(url: string): Promise<boolean> {
+  const { Client } = await import("./client.js");
+  return new Client(url).isHealthy();
+}
+
 /** The workerd process among this process's children (Linux `/proc`); null where it cannot be told. */
 async function runtimeChildPid(): Promise<number | null> {
   const entries = await readdir("/proc").catch((): string[] => []);
@@ -237,11 +246,11 @@ export async function startLocalCoordinator(options: {
     const snapshot = await loadRuntimeSnapshot(stateDir, key);
     if (snapshot === null) return null;
     try {
-      const started = startFromSnapshot(snapshot, { port, log });
+      const started = startFromSnapshot(snapshot, { port, log, whileStarting: () => import("./client.js") });
       disposeLaunched = async () => (await started).dispose();
       const runtime = await started;
       disposeLaunched = runtime.dispose;
-      if (!(await new Client(runtime.url).isHealthy())) {
+      if (!(await answersHealth(runtime.url))) {
         await runtime.dispose();
         throw new Error(`workerd at ${runtime.url} does not answer /healthz`);
       }
@@ -320,7 +329,7 @@ export async function startLocalCoordinator(options: {
       dispose: () => result.instance.dispose(),
       how: "miniflare",
     };
-    if (!(await new Client(runtime.url).isHealthy())) {
+    if (!(await answersHealth(runtime.url))) {
       await runtime.dispose();
       throw new Error(`the local coordinator at ${runtime.url} does not answer /healthz (log: ${log.file})`);
     }
@@ -382,7 +391,7 @@ export async function findRunningCoordinator(stateDir: string): Promise<Coordina
   } catch {
     return null;
   }
-  if (isProcessAlive(record.pid)) return (await new Client(record.url).isHealthy()) ? record : null;
+  if (isProcessAlive(record.pid)) return (await answersHealth(record.url)) ? record : null;
   const orphan = record.runtime_pid;
   if (orphan && isProcessAlive(orphan) && (await readFile(`/proc/${orphan}/cmdline`, "utf8").catch(() => "")).includes("workerd")) {
     process.kill(orphan, "SIGKILL");

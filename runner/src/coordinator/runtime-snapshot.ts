@@ -206,9 +206,13 @@ const LISTEN_TIMEOUT_MS = 60_000;
 /**
  * Spawns workerd with a snapshot's configuration, its entry socket on 127.0.0.1:`port` (0: the port it
  * binds, which it reports on its control pipe), and serves the loopback workerd's internal workers log
- * to. Answers once workerd listens; rejects, with workerd stopped, if it exits or does not listen first.
+ * to. Answers once workerd listens and `whileStarting` is done; rejects, with workerd stopped, if
+ * workerd exits or does not listen first.
  */
-export async function startFromSnapshot(snapshot: RuntimeSnapshot, options: { port: number; log: RuntimeLog }): Promise<SnapshotRuntime> {
+export async function startFromSnapshot(
+  snapshot: RuntimeSnapshot,
+  options: { port: number; log: RuntimeLog; /** Work for this process while workerd starts (loading modules). */ whileStarting?: () => Promise<unknown> },
+): Promise<SnapshotRuntime> {
   const { log } = options;
   const loopback = createServer((request, response) => {
     const chunks: Buffer[] = [];
@@ -277,7 +281,7 @@ export async function startFromSnapshot(snapshot: RuntimeSnapshot, options: { po
       setTimeout(() => reject(new Error(`workerd did not listen within ${LISTEN_TIMEOUT_MS / 1000} s`)), LISTEN_TIMEOUT_MS).unref();
     });
     child.stdin?.end(snapshot.config);
-    const port = await listening;
+    const [port] = await Promise.all([listening, options.whileStarting?.()]);
     return { url: `http://127.0.0.1:${port}`, pid: child.pid ?? null, dispose };
   } catch (error) {
     await dispose();
