@@ -134,11 +134,14 @@ const sha256 = (bytes: Buffer | string) => createHash("sha256").update(bytes).di
 /**
  * The key a snapshot is kept under: everything the configuration Miniflare encodes depends on — the
  * options given to it (the worker's bundle as its digest, its bindings with the secrets among them, the
- * persistence root) and the Miniflare module that encodes them. The loopwarden version is part of it too.
+ * persistence root), the Miniflare module that encodes them and the workerd it is told to run
+ * (MINIFLARE_WORKERD_PATH). The loopwarden version is part of it too.
  */
 export async function snapshotKey(parts: { loopwarden: string; options: unknown; bundle: string }): Promise<string> {
   const miniflare = await fileIdentity(createRequire(import.meta.url).resolve("miniflare"));
-  return sha256(JSON.stringify({ ...parts, bundle: sha256(parts.bundle), miniflare }));
+  // Miniflare runs the workerd this variable names, when set, rather than its own.
+  const workerd = process.env.MINIFLARE_WORKERD_PATH ?? null;
+  return sha256(JSON.stringify({ ...parts, bundle: sha256(parts.bundle), miniflare, workerd }));
 }
 
 /** The snapshot kept under this key, or null: none, another key, a changed workerd, or a damaged file. */
