@@ -12,7 +12,7 @@ export function loginLinkLine(link: LoginLink): string {
 }
 
 /**
- * `loopwarden serve`: the local coordinator (workerd through Miniflare) in the foreground until
+ * `loopwarden serve`: the local coordinator (workerd, from the state's runtime snapshot or through Miniflare) in the foreground until
  * SIGINT/SIGTERM. `--daemon --idle MS` is how a command starts a warm one (in a process of its own):
  * it also stops itself once no command has used it for MS. `--stop` stops whichever serves the state.
  */
