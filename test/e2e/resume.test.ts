@@ -6,35 +6,27 @@ import { LoopEvent } from "#shared/engine/index.js";
 import { LEVEL_HOLD, makeLevelProject } from "../support/level-project.js";
 import { dirsHolding, killListed, processesWith, survivorsAfter } from "../support/zone-markers.js";
 import { twoRunnerProject } from "../support/two-runner-project.js";
-import {
-  api,
-  clonesOf,
-  exitOf,
-  gitIn,
-  makeRepo,
-  recordedLoopId,
-  runCli,
-  sharedCoordinator,
-  startCli,
-  startCoordinator,
-  tempDir,
-  waitFor,
-  type TestCoordinator,
-} from "../support/cli.js";
+import { api, clonesOf, exitOf, gitIn, makeRepo, recordedLoopId, runCli, sharedCoordinator, startCli, tempDir, waitFor } from "../support/cli.js";
+
+// One coordinator serves the whole file (issue 30: a coordinator's start is about 3 s of CPU): every test
+// here crashes or interrupts a runner, never the coordinator, and each works in a repository, and so a
+// loop, of its own; what a test reads back it reads by its loop's id, or by its loop's unique name.
+const { coordinator } = sharedCoordinator("resume");
+
+/** A directory of this describe block's own, removed after it. */
+function ownDir(prefix: string): { dir: string } {
+  const tmp = tempDir(prefix);
+  afterAll(() => tmp.cleanup());
+  return tmp;
+}
 
 // The runner is killed with SIGKILL while it evaluates a candidate; `loopwarden run` again picks the
 // same loop up from the coordinator, finishes that candidate under its own lease, and goes on.
 describe("a runner crash mid-evaluation", () => {
-  const tmp = tempDir("resume");
-  let coordinator: TestCoordinator | undefined;
-  afterAll(async () => {
-    await coordinator?.stop();
-    tmp.cleanup();
-  });
+  const tmp = ownDir("mid-evaluation");
 
   it("resumes the same loop without a duplicate candidate", async () => {
     const { repo, check, marker } = makeLevelProject(tmp.dir);
-    coordinator = await startCoordinator(path.join(tmp.dir, "state"));
     // --skip-doctor: this file tests resuming a loop; oracle.test.ts covers the precondition.
     const args = ["--server", coordinator.url, "run", "--skip-doctor", "--check", check, "--exec", "node agent.mjs", "--max-iterations", "5"];
     // The runners' temporary directory is this test's own: any runner that starts removes the clones of
@@ -95,7 +87,7 @@ describe("a runner crash mid-evaluation", () => {
 
 // DESIGN §6.6: an interrupted loop is resumed, not re-baselined — whatever flags the next `run` has.
 describe("interrupt, then run again with other flags", () => {
-  const { tmp, coordinator } = sharedCoordinator("rerun");
+  const tmp = ownDir("rerun");
 
   it("resumes the loop and judges the interrupted candidate: a deleted test halts 13, never a new baseline that passes", async () => {
     const repo = makeRepo(path.join(tmp.dir, "repo"), {
@@ -188,7 +180,7 @@ describe("interrupt, then run again with other flags", () => {
 // candidate at HEAD, or the tree half restored, and the next run settles either without losing the
 // candidate or proposing it twice.
 describe("a runner crash while the working tree goes back to the best commit", () => {
-  const { tmp, coordinator } = sharedCoordinator("restore-crash");
+  const tmp = ownDir("restore-crash");
 
   it("the next run finds the rejected candidate kept, the tree at the best commit, and converges", async () => {
     const { repo, check } = makeLevelProject(tmp.dir);
@@ -222,7 +214,7 @@ describe("a runner crash while the working tree goes back to the best commit", (
 // it resumed (a promoted candidate is simply the best by then). It prints the verdicts decided while it
 // was away first, from what this checkout recorded having shown.
 describe("a run resumed after its candidate was judged elsewhere", () => {
-  const { tmp, coordinator } = sharedCoordinator("away");
+  const tmp = ownDir("away");
 
   it("prints the verdicts decided while it was away, first, and never twice", async () => {
     const repo = makeRepo(path.join(tmp.dir, "laptop"), twoRunnerProject());
@@ -264,7 +256,7 @@ describe("a run resumed after its candidate was judged elsewhere", () => {
 // DESIGN §6.6 and §4: a runner killed between the loop's creation and recording it must not leave the
 // loop orphaned and create a second one on the next run.
 describe("a runner crash right after the loop is created", () => {
-  const { tmp, coordinator } = sharedCoordinator("create-crash");
+  const tmp = ownDir("create-crash");
 
   it.each(["create-saved", "create-answered", "loop-created"])(
     "killed at %s, the next run sends the same creation again and follows the one loop the coordinator has, its baseline log stored",
