@@ -1,23 +1,26 @@
 import { cpSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ROOT, api, makeRepo, runCli, startCoordinator, tempDir, type CliResult, type TestCoordinator } from "../support/cli.js";
+import { ROOT, api, makeRepo, runCli, sharedCoordinator, tempDir, type CliResult } from "../support/cli.js";
 import { verifyIndependently } from "../support/independent-verifier.js";
 
 // Receipts end to end (DESIGN §9): the demo loop converges against a running local coordinator, which
 // signs its final receipt; `loopwarden verify` checks it from its URL and from saved files, fails on a
 // tampered copy naming what failed, and a verifier written from the specs alone agrees.
 
+// One coordinator serves the file (issue 30: a coordinator's start is about 3 s of CPU): each describe
+// block makes a loop of its own in a repository of its own and reads back only that loop's receipt;
+// the loop ids a test compares are taken before and after within the test.
+const { coordinator } = sharedCoordinator("receipts-coordinator");
+
 describe("a loop's receipt, verified by anyone", () => {
   const tmp = tempDir("receipts");
   const repo = path.join(tmp.dir, "repo");
   const saved = path.join(tmp.dir, "saved");
-  let coordinator: TestCoordinator;
   let run: CliResult;
   let receiptUrl = "";
 
   beforeAll(async () => {
-    coordinator = await startCoordinator(path.join(tmp.dir, "state"));
     cpSync(path.join(ROOT, "examples", "demo"), repo, { recursive: true });
     makeRepo(repo, {});
     run = await runCli(["--json", "--server", coordinator.url, "run", "--check", "node --test", "--exec", "node agent.mjs", "--max-iterations", "10"], {
@@ -25,10 +28,7 @@ describe("a loop's receipt, verified by anyone", () => {
     });
     receiptUrl = (JSON.parse(run.stdout) as { receipt_url?: string }).receipt_url ?? "";
   }, 120_000);
-  afterAll(async () => {
-    await coordinator.stop();
-    tmp.cleanup();
-  });
+  afterAll(() => tmp.cleanup());
 
   it("the run ends by naming its final receipt's URL", () => {
     expect(run.code, run.stderr).toBe(10);
@@ -174,11 +174,9 @@ describe("replay: the receipt's best commit re-run, its fingerprint compared", (
   // The check passes once src/value.txt says "fixed" — unless REPLAY_BREAK is set, which stands in for
   // a machine where the recorded result does not hold.
   const flags = ["--check", "node check.mjs", "--exec", "node agent.mjs", "--max-iterations", "5"];
-  let coordinator: TestCoordinator;
   let url = "";
 
   beforeAll(async () => {
-    coordinator = await startCoordinator(path.join(tmp.dir, "state"));
     makeRepo(repo, {
       "check.mjs": `import { readFileSync } from "node:fs";\nprocess.exit(readFileSync("src/value.txt", "utf8").trim() === "fixed" && !process.env.REPLAY_BREAK ? 0 : 1);\n`,
       "agent.mjs": `import { writeFileSync } from "node:fs";\nwriteFileSync("src/value.txt", "fixed\\n");\n`,
@@ -188,10 +186,7 @@ describe("replay: the receipt's best commit re-run, its fingerprint compared", (
     expect(run.code, run.stderr).toBe(10);
     url = (JSON.parse(run.stdout) as { receipt_url: string }).receipt_url;
   }, 120_000);
-  afterAll(async () => {
-    await coordinator.stop();
-    tmp.cleanup();
-  });
+  afterAll(() => tmp.cleanup());
 
   it("matches when the gates give what the receipt records: exit 0", async () => {
     const replay = await runCli(["--json", "replay", url, ...flags], { cwd: repo });
