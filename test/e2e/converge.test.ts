@@ -3,7 +3,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LoopEvent, verifyChain } from "#shared/engine/index.js";
 import { LoopList, LoopSummary } from "#shared/wire/api.js";
-import { api, ROOT, gitIn, makeRepo, runCli, startCoordinator, tempDir, type CliResult } from "../support/cli.js";
+import { api, ROOT, gitIn, makeRepo, runCli, startCoordinator, tempDir, type CliResult, type TestCoordinator } from "../support/cli.js";
 import { startWranglerDev } from "../support/wrangler-dev.js";
 
 // The demo loop through the real stack: the runner starts its own local coordinator on demand, runs the
@@ -24,6 +24,13 @@ describe("a flag-only loop converges end to end", () => {
     );
   }, 120_000);
   afterAll(() => tmp.cleanup());
+  // The two tests that read the stored state back share one coordinator restarted on it (issue 30: a
+  // coordinator's start is about 3 s of CPU); the second stops it before wrangler dev opens the same files.
+  let restarted: Promise<TestCoordinator> | undefined;
+  const restartOnState = () => (restarted ??= startCoordinator(state));
+  afterAll(async () => {
+    await (await restarted?.catch(() => undefined))?.stop();
+  });
 
   it("halts success_condition_met with exit code 10 and exactly one JSON object on stdout", () => {
     expect(result.code, result.stderr).toBe(10);
@@ -60,40 +67,36 @@ describe("a flag-only loop converges end to end", () => {
 
   it("persists the loop: a coordinator restarted on the same state serves its summary, D1 listing, logs and a verifiable event chain", async () => {
     const loopId = JSON.parse(result.stdout).loop_id as string;
-    const coordinator = await startCoordinator(state);
-    try {
-      const summary = LoopSummary.parse(await (await api(`${coordinator.url}/v1/loops/${loopId}`)).json());
-      expect(summary).toMatchObject({ status: "halted", iteration: 3, best: { candidate_id: "c3", failing: 0 } });
+    const coordinator = await restartOnState();
+    const summary = LoopSummary.parse(await (await api(`${coordinator.url}/v1/loops/${loopId}`)).json());
+    expect(summary).toMatchObject({ status: "halted", iteration: 3, best: { candidate_id: "c3", failing: 0 } });
 
-      const raw = (await (await api(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
-        .trim()
-        .split("\n")
-        .map((line) => JSON.parse(line) as Record<string, unknown>);
-      const check = verifyChain(raw);
-      expect(check).toEqual({ ok: true, head: summary.head });
-      const events = raw.map((event) => LoopEvent.parse(event));
-      expect(events.map((event) => event.type)).toContain("halted");
+    const raw = (await (await api(`${coordinator.url}/v1/loops/${loopId}/events`)).text())
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    const check = verifyChain(raw);
+    expect(check).toEqual({ ok: true, head: summary.head });
+    const events = raw.map((event) => LoopEvent.parse(event));
+    expect(events.map((event) => event.type)).toContain("halted");
 
-      // Every gate log an observation cites is stored in R2 under its sha256.
-      const reported = events.filter((event) => event.type === "observation_reported");
-      expect(reported).toHaveLength(2);
-      for (const event of reported) {
-        const log = event.data.observation.gates[0]?.log;
-        expect(log).toBeTruthy();
-        const body = await (await api(`${coordinator.url}/v1/loops/${loopId}/artifacts/${log?.sha256}`)).text();
-        expect(body).toContain("$ node --test");
-      }
-
-      // The D1 projection lists the loop (drained by the LoopObject's alarm).
-      const list = LoopList.parse(await (await api(`${coordinator.url}/v1/loops`)).json());
-      expect(list.loops).toContainEqual(expect.objectContaining({ loop_id: loopId, status: "halted", halt_reason: "success_condition_met", iteration: 3 }));
-
-      const status = await runCli(["--json", "--server", coordinator.url, "status", loopId], { cwd: repo });
-      expect(status.code).toBe(0);
-      expect(JSON.parse(status.stdout)).toMatchObject({ status: "halted", halt_reason: "success_condition_met", exit_class: 10 });
-    } finally {
-      await coordinator.stop();
+    // Every gate log an observation cites is stored in R2 under its sha256.
+    const reported = events.filter((event) => event.type === "observation_reported");
+    expect(reported).toHaveLength(2);
+    for (const event of reported) {
+      const log = event.data.observation.gates[0]?.log;
+      expect(log).toBeTruthy();
+      const body = await (await api(`${coordinator.url}/v1/loops/${loopId}/artifacts/${log?.sha256}`)).text();
+      expect(body).toContain("$ node --test");
     }
+
+    // The D1 projection lists the loop (drained by the LoopObject's alarm).
+    const list = LoopList.parse(await (await api(`${coordinator.url}/v1/loops`)).json());
+    expect(list.loops).toContainEqual(expect.objectContaining({ loop_id: loopId, status: "halted", halt_reason: "success_condition_met", iteration: 3 }));
+
+    const status = await runCli(["--json", "--server", coordinator.url, "status", loopId], { cwd: repo });
+    expect(status.code).toBe(0);
+    expect(JSON.parse(status.stdout)).toMatchObject({ status: "halted", halt_reason: "success_condition_met", exit_class: 10 });
   });
 
   it("keeps wrangler dev's on-disk layout: wrangler dev on the same state reads back exactly what the coordinator wrote", async () => {
@@ -112,7 +115,7 @@ describe("a flag-only loop converges end to end", () => {
       const log = await (await api(`${url}/v1/loops/${loopId}/artifacts/${sha ?? "none"}`)).text();
       return { summary, events, list, log };
     };
-    const ours = await startCoordinator(state);
+    const ours = await restartOnState();
     let written: Awaited<ReturnType<typeof read>>;
     try {
       written = await read(ours.url);
