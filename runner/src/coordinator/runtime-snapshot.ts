@@ -18,7 +18,7 @@ import * as z from "zod";
 // uses. So a start through Miniflare keeps what it gave workerd — the command, its arguments and the
 // encoded configuration — in the state directory (its `runtime/`, private like the secrets in it), and
 // a later start whose inputs are the same spawns workerd with it directly (docs/architecture.md, "The
-// local coordinator").
+// runner", `runtime-snapshot.ts`; docs/deploy.md, "The local coordinator").
 //
 // While workerd runs, Miniflare's Node side does two things for it: its loopback server receives the
 // log lines (/core/log) and uncaught errors (/core/error) workerd's internal workers send, and its proxy
