@@ -37,7 +37,9 @@ async function start(stateDir: string): Promise<{ coordinator: LocalCoordinator;
   started.push(coordinator);
   const lines = (await readFile(files(stateDir).log, "utf8")).split("\n").filter((line) => line.includes(`coordinator listening on ${coordinator.url}`));
   const line = lines.at(-1) ?? "";
-  return { coordinator, how: line.includes("from the state's runtime snapshot") ? "snapshot" : "miniflare" };
+  if (line.includes("workerd from the state's runtime snapshot")) return { coordinator, how: "snapshot" };
+  if (line.includes("workerd through Miniflare")) return { coordinator, how: "miniflare" };
+  throw new Error(`the coordinator's log does not say how its workerd started: ${line}`);
 }
 
 async function stop(coordinator: LocalCoordinator): Promise<void> {
