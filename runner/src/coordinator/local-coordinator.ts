@@ -11,7 +11,7 @@ import { envSettings, loadWorkerConfig, type WorkerConfig } from "./coordinator-
 import { UserError } from "../errors.js";
 import { isPortFree } from "./free-port.js";
 import { PACKAGE_ROOT } from "../paths.js";
-import { isProcessAlive } from "../process/processes.js";
+import { isSameProcess, processStartTicks } from "../process/processes.js";
 import { VERSION } from "#shared/version.js";
 import { loadRuntimeSnapshot, removeRuntimeSnapshot, saveRuntimeSnapshot, snapshotKey, startFromSnapshot, watchRuntimeLaunch } from "./runtime-snapshot.js";
 import { BUNDLE_DIR, BUNDLE_FILE, bundleStamp, ensureWorkerBundle } from "../../../scripts/lib/worker-bundle.js";
@@ -40,6 +40,9 @@ export interface CoordinatorRecord {
   /** The process hosting it. */
   pid: number;
   runtime_pid?: number | null;
+  /** When each started (`processStartTicks`): a pid given to another process since is not taken for it. */
+  started?: number | null;
+  runtime_started?: number | null;
   /** The loopwarden version and worker bundle it runs (a warm one of another is restarted). */
   version?: string;
   bundle?: string;
@@ -346,7 +349,16 @@ export async function startLocalCoordinator(options: {
   try {
     runtime = (await fromSnapshot()) ?? (await throughMiniflare());
     const { url } = runtime;
-    const record: CoordinatorRecord = { url, pid: process.pid, runtime_pid: runtime.pid, version: VERSION, bundle: await bundleStamp(), ...options.record };
+    const record: CoordinatorRecord = {
+      url,
+      pid: process.pid,
+      runtime_pid: runtime.pid,
+      started: processStartTicks(process.pid),
+      runtime_started: runtime.pid === null ? null : processStartTicks(runtime.pid),
+      version: VERSION,
+      bundle: await bundleStamp(),
+      ...options.record,
+    };
     // One line a start, so the log a command names (`serve` prints its path) is there to open, even
     // while the worker has logged nothing (it logs warnings and errors only).
     log.write(
@@ -391,9 +403,11 @@ export async function findRunningCoordinator(stateDir: string): Promise<Coordina
   } catch {
     return null;
   }
-  if (isProcessAlive(record.pid)) return (await answersHealth(record.url)) ? record : null;
+  if (isSameProcess(record.pid, record.started)) return (await answersHealth(record.url)) ? record : null;
+  // Its host is gone. A workerd it left is stopped, but only that one: its pid, given to another process
+  // since (another coordinator's workerd, say), is left alone.
   const orphan = record.runtime_pid;
-  if (orphan && isProcessAlive(orphan) && (await readFile(`/proc/${orphan}/cmdline`, "utf8").catch(() => "")).includes("workerd")) {
+  if (orphan && isSameProcess(orphan, record.runtime_started) && (await readFile(`/proc/${orphan}/cmdline`, "utf8").catch(() => "")).includes("workerd")) {
     process.kill(orphan, "SIGKILL");
   }
   await rm(file, { force: true });

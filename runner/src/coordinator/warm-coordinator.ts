@@ -6,7 +6,7 @@ import { UserError } from "../errors.js";
 import { findRunningCoordinator, type CoordinatorRecord } from "./local-coordinator.js";
 import { acquireFileLock } from "../../../scripts/lib/file-lock.js";
 import { PACKAGE_ROOT } from "../paths.js";
-import { isProcessAlive } from "../process/processes.js";
+import { isSameProcess } from "../process/processes.js";
 
 // The warm local coordinator (DESIGN §12): a command that needs the local coordinator and finds none
 // starts one in a process of its own, which stays up until no command has used it for an idle period,
@@ -104,11 +104,12 @@ export async function stopCoordinator(stateDir: string): Promise<number | null> 
   if (!running) return null;
   process.kill(running.pid, "SIGTERM");
   const deadline = Date.now() + 15_000;
-  while (isProcessAlive(running.pid) && Date.now() < deadline) await sleep(100);
-  if (isProcessAlive(running.pid)) {
+  const stillRunning = () => isSameProcess(running.pid, running.started);
+  while (stillRunning() && Date.now() < deadline) await sleep(100);
+  if (stillRunning()) {
     // It did not stop in time: stop it and its workerd for good.
     process.kill(running.pid, "SIGKILL");
-    if (running.runtime_pid && isProcessAlive(running.runtime_pid)) process.kill(running.runtime_pid, "SIGKILL");
+    if (running.runtime_pid && isSameProcess(running.runtime_pid, running.runtime_started)) process.kill(running.runtime_pid, "SIGKILL");
     await rm(path.join(stateDir, "coordinator.json"), { force: true });
   }
   return running.pid;

@@ -1,4 +1,5 @@
 import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { access, constants } from "node:fs/promises";
 import path from "node:path";
 
@@ -13,6 +14,36 @@ export function isProcessAlive(pid: number): boolean {
   } catch (error) {
     return (error as NodeJS.ErrnoException).code === "EPERM";
   }
+}
+
+/**
+ * When the process `pid` started, in clock ticks since boot (`/proc/<pid>/stat`'s 22nd field); null
+ * where it cannot be read (no such process, not Linux). A pid the kernel gave to another process since
+ * has another start time: a pid recorded earlier names the same process only while this still matches
+ * (pids come round again within minutes on a machine that starts many processes and threads).
+ */
+export function processStartTicks(pid: number): number | null {
+  if (!Number.isInteger(pid) || pid <= 0) return null;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // pid (comm) state ppid …: the comm may hold spaces and parentheses, so read after its last ")".
+    const ticks = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]);
+    return Number.isSafeInteger(ticks) ? ticks : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Whether `pid` is still the process recorded with it: alive, and started when it was recorded to have
+ * started (`processStartTicks`). Without a recorded start (an older record, a system without /proc),
+ * only whether it is alive.
+ */
+export function isSameProcess(pid: number, startTicks: number | null | undefined): boolean {
+  if (!isProcessAlive(pid)) return false;
+  if (startTicks === null || startTicks === undefined) return true;
+  const now = processStartTicks(pid);
+  return now === null || now === startTicks;
 }
 
 /** The first executable named `name` in `dirs`, in order; null when none has it. */
