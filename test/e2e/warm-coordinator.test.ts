@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { cpSync, existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isProcessAlive } from "../../runner/src/process/processes.js";
+import { isProcessAlive, isSameProcess, processStartTicks } from "../../runner/src/process/processes.js";
 import { ROOT, makeRepo, runCli, tempDir, waitFor, type CliResult } from "../support/cli.js";
 
 // The warm local coordinator (DESIGN §12): a command that needs the local coordinator starts one in a
@@ -28,7 +28,10 @@ describe("the warm local coordinator", () => {
     const file = path.join(dir, "coordinator.json");
     return existsSync(file) ? (JSON.parse(readFileSync(file, "utf8")) as Record) : null;
   };
-  const started = new Set<number>();
+  // Each warm coordinator a test started, by pid, with its start time: the last hook stops those still
+  // running, and never a process given one of their pids since (another file's coordinator, on a busy machine).
+  const started = new Map<number, number | null>();
+  const noteStarted = (pid: number) => started.set(pid, processStartTicks(pid));
   let run: CliResult;
 
   beforeAll(async () => {
@@ -40,11 +43,11 @@ describe("the warm local coordinator", () => {
       env: warm,
     });
     const pid = recordOf()?.pid;
-    if (pid) started.add(pid);
+    if (pid) noteStarted(pid);
   }, 120_000);
   afterAll(async () => {
-    for (const pid of started) if (isProcessAlive(pid)) process.kill(pid, "SIGTERM");
-    await waitFor(() => [...started].every((pid) => !isProcessAlive(pid)), "the warm coordinators to stop", 20_000);
+    for (const [pid, ticks] of started) if (isSameProcess(pid, ticks)) process.kill(pid, "SIGTERM");
+    await waitFor(() => [...started].every(([pid, ticks]) => !isSameProcess(pid, ticks)), "the warm coordinators to stop", 20_000);
     tmp.cleanup();
   });
 
@@ -83,13 +86,13 @@ describe("the warm local coordinator", () => {
     await runCli(["--state", state, "status"], { cwd: repo, env: warm });
     const old = recordOf();
     if (!old) throw new Error("no warm coordinator");
-    started.add(old.pid);
+    noteStarted(old.pid);
     writeFileSync(path.join(state, "coordinator.json"), JSON.stringify({ ...old, version: "0.0.0-old" }));
     const status = await runCli(["--state", state, "status"], { cwd: repo, env: warm });
     expect(status.code, status.stderr).toBe(0);
     expect(status.stderr).toContain("the warm local coordinator runs version 0.0.0-old: restarting it");
     const replaced = recordOf();
-    if (replaced) started.add(replaced.pid);
+    if (replaced) noteStarted(replaced.pid);
     expect(replaced?.pid).not.toBe(old.pid);
     expect(isProcessAlive(old.pid)).toBe(false);
     await runCli(["--state", state, "serve", "--stop"], { cwd: repo });
@@ -107,7 +110,7 @@ describe("the warm local coordinator", () => {
     for (const result of results) expect(result.stderr).toContain("no such loop");
     const record = recordOf(fresh);
     if (!record) throw new Error(`no warm coordinator: ${results.map((result) => result.stderr).join("\n")}`);
-    started.add(record.pid);
+    noteStarted(record.pid);
     const daemons = execFileSync("ps", ["-eo", "args"], { encoding: "utf8" })
       .split("\n")
       .filter((line) => line.includes("serve --daemon") && line.includes(fresh));

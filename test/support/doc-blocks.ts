@@ -3,7 +3,8 @@ import { createWriteStream, readdirSync, readFileSync, type WriteStream } from "
 import { randomBytes } from "node:crypto";
 import path from "node:path";
 import { NO_NPM_ENV } from "./cli.js";
-import { isAlive, isGoneWithin } from "./process.js";
+import { isAlive } from "./process.js";
+import { isSameProcess, processStartTicks } from "../../runner/src/process/processes.js";
 
 // The docs' code blocks, run as written (issue 26: the docs cannot drift again): a section's fenced
 // blocks read from the Markdown file when the test runs, a block run whole with `bash -euo pipefail -c`
@@ -111,14 +112,17 @@ export function runBlock(script: string, options: { cwd: string; env: NodeJS.Pro
         // The group is gone already.
       }
     };
+    let killTimer: NodeJS.Timeout | undefined;
     const timer = setTimeout(() => {
       timedOut = true;
       kill("SIGTERM");
-      setTimeout(() => kill("SIGKILL"), 5_000).unref();
+      killTimer = setTimeout(() => kill("SIGKILL"), 5_000);
     }, options.timeoutMs);
     child.on("error", reject);
     child.on("close", (code, signal) => {
+      // Once the script's processes are gone their group id is free: no signal may follow to whatever gets it.
       clearTimeout(timer);
+      clearTimeout(killTimer);
       resolve({ code, signal, stdout, stderr, ms: Date.now() - started, timedOut });
     });
   });
@@ -139,6 +143,8 @@ export interface BackgroundJob {
   command: string;
   /** Its pid, also its process group's id. */
   pid: number;
+  /** When it started (`processStartTicks`): its pid names it only while this matches. */
+  startTicks: number | null;
   /** What it printed so far, stdout and stderr as they came. */
   output(): string;
 }
@@ -229,7 +235,7 @@ export class Terminal {
     if (started.status !== 0 || !Number.isInteger(pid) || pid <= 0) throw new Error(`could not start ${command} in the background:${this.transcript()}`);
     const from = this.combined.length;
     this.log.push(`(${command} runs in the background as pid ${pid})`);
-    return { command, pid, output: () => this.combined.slice(from) };
+    return { command, pid, startTicks: processStartTicks(pid), output: () => this.combined.slice(from) };
   }
 
   /**
@@ -237,8 +243,13 @@ export class Terminal {
    * is not gone within `graceMs`; returns its exit status as `wait` reports it (128 + the signal's number when killed).
    */
   async stop(job: BackgroundJob, signal: NodeJS.Signals = "SIGINT", graceMs = 20_000): Promise<number | null> {
-    signalGroup(job.pid, signal);
-    if (!(await isGoneWithin(job.pid, graceMs))) signalGroup(job.pid, "SIGKILL");
+    // A job that ended already has freed its pid, which another process may have by now: it is signalled
+    // only while it is still the job.
+    const isJob = () => isSameProcess(job.pid, job.startTicks);
+    if (isJob()) signalGroup(job.pid, signal);
+    const deadline = Date.now() + graceMs;
+    while (isJob() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    if (isJob()) signalGroup(job.pid, "SIGKILL");
     const waited = await this.run(`wait ${job.pid}`, 10_000);
     this.log.push(`(${job.command}, pid ${job.pid}, stopped by ${signal}: exit ${waited.status})\n${job.output()}`);
     return waited.status;
