@@ -11,7 +11,7 @@ import { envSettings, loadWorkerConfig, type WorkerConfig } from "./coordinator-
 import { UserError } from "../errors.js";
 import { isPortFree } from "./free-port.js";
 import { PACKAGE_ROOT } from "../paths.js";
-import { isSameProcess, processStartTicks } from "../process/processes.js";
+import { isSameProcess, processStartTicks, statFields } from "../process/processes.js";
 import { VERSION } from "#shared/version.js";
 import { loadRuntimeSnapshot, removeRuntimeSnapshot, saveRuntimeSnapshot, snapshotKey, startFromSnapshot, watchRuntimeLaunch } from "./runtime-snapshot.js";
 import { BUNDLE_DIR, BUNDLE_FILE, bundleStamp, ensureWorkerBundle } from "../../../scripts/lib/worker-bundle.js";
@@ -87,6 +87,8 @@ export class BoundedLog {
   }
 }
 
+type ShippedMigrations = Awaited<ReturnType<typeof shippedMigrations>>;
+
 /** The D1 migrations this version ships, per binding, and whether the state directory has them all. */
 async function shippedMigrations(config: WorkerConfig, stateDir: string) {
   const recorded = await readFile(migrationsMarker(stateDir), "utf8").then(
@@ -111,8 +113,8 @@ const migrationsMarker = (stateDir: string) => path.join(stateDir, "migrations-a
  * sees them applied. `migrations-applied.json` in the state directory lets a start skip the database
  * when it already has every migration this version ships.
  */
-async function applyD1Migrations(mf: Miniflare, config: WorkerConfig, stateDir: string): Promise<void> {
-  const { shippedBy, applied: upToDate } = await shippedMigrations(config, stateDir);
+async function applyD1Migrations(mf: Miniflare, stateDir: string, migrations: ShippedMigrations): Promise<void> {
+  const { shippedBy, applied: upToDate } = migrations;
   if (upToDate) return;
   for (const { binding, dir, shipped } of shippedBy) {
     const db = await mf.getD1Database(binding);
@@ -150,9 +152,7 @@ async function runtimeChildPid(): Promise<number | null> {
   for (const entry of entries) {
     if (!/^\d+$/.test(entry)) continue;
     const stat = await readFile(`/proc/${entry}/stat`, "utf8").catch(() => "");
-    // pid (comm) state ppid …: the comm may hold spaces, so read after its closing parenthesis.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    if (Number(fields[1]) === process.pid && stat.includes("(workerd)")) return Number(entry);
+    if (Number(statFields(stat)[1]) === process.pid && stat.includes("(workerd)")) return Number(entry);
   }
   return null;
 }
@@ -200,6 +200,7 @@ export async function startLocalCoordinator(options: {
     localSigningKey(stateDir),
     localOwnerToken(stateDir),
   ]);
+  const migrations = await shippedMigrations(config, stateDir);
   // The worker's options for Miniflare, but for its module: the snapshot's key takes the bundle's digest.
   const worker = {
     name: config.name,
@@ -245,7 +246,7 @@ export async function startLocalCoordinator(options: {
 
   /** Workerd from the state directory's snapshot (runtime-snapshot.ts), when it has one for these inputs. */
   const fromSnapshot = async (): Promise<Runtime | null> => {
-    if (!(await shippedMigrations(config, stateDir)).applied) return null;
+    if (!migrations.applied) return null;
     const snapshot = await loadRuntimeSnapshot(stateDir, key);
     if (snapshot === null) return null;
     try {
@@ -281,6 +282,7 @@ export async function startLocalCoordinator(options: {
     }
     const signalListeners = (signal: NodeJS.Signals) => new Set(process.listeners(signal));
     const before = { SIGINT: signalListeners("SIGINT"), SIGTERM: signalListeners("SIGTERM") };
+    const { module, ...workerOptions } = launchOptions.worker;
     const launch = () =>
       new Miniflare({
         host: launchOptions.host,
@@ -293,7 +295,7 @@ export async function startLocalCoordinator(options: {
         },
         defaultPersistRoot: launchOptions.defaultPersistRoot,
         // The module given whole: Miniflare then does not parse a megabyte of JavaScript to find imports.
-        workers: [{ ...worker, modulesRoot: launchOptions.worker.modulesRoot, modules: [{ type: "ESModule", path: launchOptions.worker.module, contents }] }],
+        workers: [{ ...workerOptions, modules: [{ type: "ESModule", path: module, contents }] }],
       });
     // Miniflare exits the process from its own SIGINT/SIGTERM handlers, which would cut the runner's
     // shutdown short (the agent's and gates' process groups left running). The runner's shutdown stops
@@ -313,7 +315,7 @@ export async function startLocalCoordinator(options: {
       dropSignalHandlers();
       try {
         const ready = await instance.ready;
-        await applyD1Migrations(instance, config, stateDir);
+        await applyD1Migrations(instance, stateDir, migrations);
         return { instance, url: ready.origin };
       } catch (error) {
         await instance.dispose().catch(() => undefined);

@@ -17,6 +17,15 @@ export function isProcessAlive(pid: number): boolean {
 }
 
 /**
+ * The fields of a `/proc/<pid>/stat` line after the command name, from the state (field 3) on: `[1]` is
+ * the parent's pid, `[19]` the start time. The name may hold spaces and parentheses, so the fields are
+ * read after its last ")".
+ */
+export function statFields(stat: string): string[] {
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+}
+
+/**
  * When the process `pid` started, in clock ticks since boot (`/proc/<pid>/stat`'s 22nd field); null
  * where it cannot be read (no such process, not Linux). A pid the kernel gave to another process since
  * has another start time: a pid recorded earlier names the same process only while this still matches
@@ -25,9 +34,7 @@ export function isProcessAlive(pid: number): boolean {
 export function processStartTicks(pid: number): number | null {
   if (!Number.isInteger(pid) || pid <= 0) return null;
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    // pid (comm) state ppid …: the comm may hold spaces and parentheses, so read after its last ")".
-    const ticks = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]);
+    const ticks = Number(statFields(readFileSync(`/proc/${pid}/stat`, "utf8"))[19]);
     return Number.isSafeInteger(ticks) ? ticks : null;
   } catch {
     return null;
