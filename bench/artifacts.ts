@@ -80,6 +80,15 @@ function randomFile(file: string, bytes: number): string {
   return hash.digest("hex");
 }
 
+/**
+ * Writes every dirty page back to disk (`sync`), untimed, before each timed upload: what the stores wrote
+ * during the uploads before (s3rver keeps parts it was sent and never completed, and copies the parts
+ * on `complete`) is otherwise still being written back, and slows the writes of whichever upload comes next.
+ */
+function settleDisk(): void {
+  spawnSync("sync", [], { stdio: "ignore" });
+}
+
 /** `file` cut into files of `partSize` bytes (the last shorter), for curl to send part by part. */
 function splitFile(file: string, size: number, partSize: number): string[] {
   const parts: string[] = [];
@@ -155,18 +164,8 @@ interface Transfer {
   url: string;
 }
 
-/**
- * `curl -T` of each file to its URL in one curl process (one after the other on one connection, or
- * `parallel` at once), with the same headers; answers the command's wall time. `Expect: 100-continue`,
- * which curl sends for bodies over 1 MiB and then waits up to a second for an answer to, is turned off:
- * the runner's fetch never sends it.
- */
-async function curlUpload(transfers: readonly Transfer[], headers: Record<string, string>, parallel = 1): Promise<number> {
-  const argv = ["-sS", "-H", "Expect:", "-w", "%{http_code} %{size_upload}\\n", ...(parallel > 1 ? ["--parallel", "--parallel-max", String(parallel)] : [])];
-  for (const [name, value] of Object.entries(headers)) argv.push("-H", `${name}: ${value}`);
-  // Each -T and -o goes with the URL that follows it; an answer is kept to say why, should a transfer fail.
-  const answerFiles = transfers.map((transfer, index) => `${transfer.file}.answer${index + 1}`);
-  transfers.forEach((transfer, index) => argv.push("-T", transfer.file, "-o", answerFiles[index] ?? "/dev/null", transfer.url));
+/** Runs curl with `argv` and answers its exit code, its output and its wall time. */
+async function runCurl(argv: string[]): Promise<{ code: number | null; stdout: string; stderr: string; ms: number }> {
   const started = performance.now();
   const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
     const child = spawn("curl", argv, { stdio: ["ignore", "pipe", "pipe"] });
@@ -177,16 +176,76 @@ async function curlUpload(transfers: readonly Transfer[], headers: Record<string
     child.on("error", reject);
     child.on("close", (exitCode) => resolve({ code: exitCode, stdout: out, stderr: err }));
   });
-  const elapsed = performance.now() - started;
+  return { code, stdout, stderr, ms: performance.now() - started };
+}
+
+/**
+ * `curl -T` of each file to its URL in one curl process (one after the other on one connection, or
+ * `parallel` at once), with the same headers; answers the command's wall time. `Expect: 100-continue`,
+ * which curl sends for bodies over 1 MiB and then waits up to a second for an answer to, is turned off:
+ * the runner's fetch never sends it.
+ */
+async function curlUpload(transfers: readonly Transfer[], headers: Record<string, string>, parallel = 1): Promise<number> {
+  return (await curlTransfers(transfers, headers, parallel)).ms;
+}
+
+/**
+ * `curlUpload`, answering each transfer's ETag too (in transfer order): the ETag header storage answered
+ * (S3), or the `etag` of the coordinator's JSON answer (a part sent through the worker).
+ */
+async function curlTransfers(transfers: readonly Transfer[], headers: Record<string, string>, parallel = 1): Promise<{ ms: number; etags: string[] }> {
+  const argv = [
+    "-sS",
+    "-H",
+    "Expect:",
+    "-w",
+    "%{http_code} %{size_upload} %header{etag}\\n",
+    ...(parallel > 1 ? ["--parallel", "--parallel-max", String(parallel)] : []),
+  ];
+  for (const [name, value] of Object.entries(headers)) argv.push("-H", `${name}: ${value}`);
+  // Each -T and -o goes with the URL that follows it; an answer is kept to say why, should a transfer fail.
+  const answerFiles = transfers.map((transfer, index) => `${transfer.file}.answer${index + 1}`);
+  transfers.forEach((transfer, index) => argv.push("-T", transfer.file, "-o", answerFiles[index] ?? "/dev/null", transfer.url));
+  const { code, stdout, stderr, ms: elapsed } = await runCurl(argv);
   const answers = stdout.trim().split("\n");
   const bodies = answerFiles.map((file) => (existsSync(file) ? readFileSync(file, "utf8").slice(0, 300) : ""));
   for (const file of answerFiles) rmSync(file, { force: true });
-  if (code !== 0 || answers.length !== transfers.length || answers.some((answer) => !/^20[01] \d+$/.test(answer))) {
+  if (code !== 0 || answers.length !== transfers.length || answers.some((answer) => !/^20[01] \d+ ?/.test(answer))) {
     const failed = answers.flatMap((answer, index) =>
       /^20[01] /.test(answer) ? [] : [`part ${index + 1} of ${transfers.length}: ${answer} ${bodies[index] ?? ""}`],
     );
     throw new Error(`curl exited ${code}${stderr ? ` (${stderr.trim()})` : ""}; ${failed.join("; ")}`);
   }
+  // With --parallel, curl writes each -w line as its transfer ends: the ETags are read in that order only
+  // when the transfers went one after another (the complete floor's).
+  const etags = answers.map((answer, index) => answer.split(" ")[2] || etagOfAnswer(bodies[index] ?? ""));
+  return { ms: elapsed, etags };
+}
+
+/** The `etag` of a part's JSON answer from the coordinator (`{ part_number, etag }`), or "". */
+function etagOfAnswer(body: string): string {
+  try {
+    const etag = (JSON.parse(body) as { etag?: unknown }).etag;
+    return typeof etag === "string" ? etag : "";
+  } catch {
+    return "";
+  }
+}
+
+/**
+ * `curl -X POST` of a multipart upload's `complete` (its JSON body written to `bodyFile` first), with the
+ * owner's token; answers the command's wall time. The coordinator answers 202 `verifying`.
+ */
+async function curlComplete(url: string, body: string, bodyFile: string): Promise<number> {
+  writeFileSync(bodyFile, body);
+  const argv = ["-sS", "-X", "POST", "-H", "Expect:", "-H", "Content-Type: application/json", "-H", `Authorization: Bearer ${TEST_OWNER_TOKEN}`];
+  argv.push("--data-binary", `@${bodyFile}`, "-o", `${bodyFile}.answer`, "-w", "%{http_code}", url);
+  const { code: status, stdout, stderr, ms: elapsed } = await runCurl(argv);
+  const answer = existsSync(`${bodyFile}.answer`) ? readFileSync(`${bodyFile}.answer`, "utf8").slice(0, 300) : "";
+  rmSync(bodyFile, { force: true });
+  rmSync(`${bodyFile}.answer`, { force: true });
+  if (status !== 0 || stdout.trim() !== "202")
+    throw new Error(`curl's complete exited ${status}${stderr ? ` (${stderr.trim()})` : ""}: HTTP ${stdout.trim()} ${answer}`);
   return elapsed;
 }
 
@@ -331,6 +390,8 @@ interface Row {
   phases: Map<string, number[]>;
   /** The process's peak RSS during each upload of loopwarden's, MiB. */
   peakRss: number[];
+  /** The first floor's `complete` at 500 MiB, curl's POST of it, ms (its parts are the rest of that floor). */
+  curlComplete: number[];
   /** From the call to the end of the coordinator's check after its answer (the artifact recorded), ms. */
   toVerified: number[];
   verified: string;
@@ -342,9 +403,11 @@ const resent: string[] = [];
 /** curl floors that failed and were run again. */
 const curlFailures: string[] = [];
 const SINGLE_FLOOR = "curl -T, the same URL";
+const COMPLETE_FLOOR = "curl -T of each part, in sequence, then `complete`";
 const PARTS_FLOOR = "curl -T of each part, in sequence";
 const PARALLEL_FLOOR = `curl -T of the parts, ${PARALLEL_PARTS} at a time (first repetition only)`;
 const WHOLE_FLOOR = "curl -T of the whole file, one presigned PUT";
+const FLOOR_ORDER = [SINGLE_FLOOR, COMPLETE_FLOOR, PARTS_FLOOR, PARALLEL_FLOOR, WHOLE_FLOOR];
 
 async function measure(mode: Mode, coordinator: TestCoordinator, files: string, s3: { endpoint: string; storage: ArtifactStorage } | null): Promise<void> {
   const client = new Client(coordinator.url, { token: TEST_OWNER_TOKEN });
@@ -361,6 +424,7 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
       floors: [],
       phases: new Map(),
       peakRss: [],
+      curlComplete: [],
       toVerified: [],
       verified: "",
     };
@@ -368,6 +432,7 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
     const floor = async (name: string, run: () => Promise<number>) => {
       for (let attempt = 1; ; attempt++) {
         try {
+          settleDisk();
           const ms = await run();
           const found = row.floors.find((entry) => entry.name === name);
           if (found) found.ms.push(ms);
@@ -384,6 +449,7 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
       // loopwarden: the runner's upload of a file of fresh bytes.
       const mine = path.join(files, `loopwarden-${mode}-${sizeMiB}-${repetition}.bin`);
       const digest = randomFile(mine, size);
+      settleDisk();
       const upload = await timedUpload(client, loopId, mine);
       if (upload.sha256 !== digest) throw new Error(`the client hashed ${mine} as ${upload.sha256}; it was written as ${digest}`);
       row.loopwarden.push(upload.ms);
@@ -442,6 +508,24 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
             }
           });
         }
+        // The runner's requests, by curl: the parts one after another, then `complete`, which the
+        // coordinator answers once storage has put the object together and its size and the quota are
+        // checked. Last, since curl's file is then an artifact: an intent for it answers "exists".
+        await floor(COMPLETE_FLOOR, async () => {
+          const intent = await intend(coordinator.url, loopId, theirDigest, size);
+          if (intent.status !== "multipart") throw new Error(`expected a multipart upload for ${sizeMiB} MiB, the intent answered ${intent.status}`);
+          const sent = await curlTransfers(
+            intent.part_urls.map((url, index) => ({ file: parts[index] ?? "", url: absolute(url) })),
+            auth,
+          );
+          const completion = JSON.stringify({ parts: sent.etags.map((etag, index) => ({ part_number: index + 1, etag })) });
+          const completing = await curlComplete(absolute(intent.complete_url), completion, path.join(files, "complete.json"));
+          row.curlComplete.push(completing);
+          return sent.ms + completing;
+        });
+        // Untimed: the coordinator's check of curl's object after its answer ends before anything else is timed.
+        const checked = await intend(coordinator.url, loopId, theirDigest, size);
+        if (checked.status !== "exists") throw new Error(`curl's completed upload was not recorded: the intent answered ${checked.status}`);
         for (const part of parts) rmSync(part, { force: true });
         if (s3) {
           // S3 takes one PUT of up to 5 GiB: the whole file to one URL presigned as the worker presigns (length, type and SHA-256 bound).
@@ -468,6 +552,8 @@ async function measure(mode: Mode, coordinator: TestCoordinator, files: string, 
         `${mode} ${sizeMiB} MiB #${repetition + 1}: loopwarden ${seconds(upload.ms)} s (verified at ${seconds(upload.verifiedMs)} s); ${row.floors.map((entry) => `${entry.name} ${seconds(entry.ms.at(-1) ?? 0)} s`).join("; ")}`,
       );
     }
+    // The first floor is the ratio's: the runner's own requests, by curl.
+    row.floors.sort((a, b) => FLOOR_ORDER.indexOf(a.name) - FLOOR_ORDER.indexOf(b.name));
     rows.push(row);
   }
 }
@@ -559,7 +645,7 @@ say(
 );
 say();
 say(
-  `Each row uploads files of random bytes, fresh for every upload (content-addressed storage never answers "exists"), ${REPETITIONS} repetitions, loopwarden and curl alternating; median and range of the wall time, throughput at the median. **loopwarden** is \`Client.uploadArtifactFile\` (runner/src/coordinator/client.ts), the runner's upload of one of a contract's \`artifacts\` files, from the call to its answer: the sha256 pass over the file, the upload intent, the PUT or the parts, \`complete\`, and in S3 mode the intent asked again after a single PUT. The coordinator answers \`complete\` and that intent \`verifying\` and checks the object's sha256 after its answer (issue 30): **to verified** is from the same call to the end of that check (the artifact recorded, as \`Client.awaitVerified\` hears it, which the runner waits for before a report cites the file), and its ratio to the same floor is beside it. **curl** is \`curl -T FILE URL\` of another file of the same size to the URLs an intent for that file answered (the intent asked beforehand, untimed): the same endpoint, the same requests, the bytes alone. The ratio is loopwarden's median over the floor's median. Both coordinators are \`loopwarden serve\` (the built worker in workerd through Miniflare) in processes of their own, as is the store; the client and curl run on the same 2 cores as they do.`,
+  `Each row uploads files of random bytes, fresh for every upload (content-addressed storage never answers "exists"), ${REPETITIONS} repetitions, loopwarden and curl alternating; median and range of the wall time, throughput at the median. **loopwarden** is \`Client.uploadArtifactFile\` (runner/src/coordinator/client.ts), the runner's upload of one of a contract's \`artifacts\` files, from the call to its answer: the sha256 pass over the file, the upload intent, the PUT or the parts, \`complete\`, and in S3 mode the intent asked again after a single PUT. The coordinator answers \`complete\` and that intent \`verifying\` and checks the object's sha256 after its answer (issue 30): **to verified** is from the same call to the end of that check (the artifact recorded, as \`Client.awaitVerified\` hears it, which the runner waits for before a report cites the file), and its ratio to the same floor is beside it. **curl** is \`curl -T FILE URL\` of another file of the same size to the URLs an intent for that file answered (the intent asked beforehand, untimed): the same endpoint, the same requests, the bytes alone; for a multipart upload, its parts one after another and then \`complete\` (\`curl -X POST\` of the parts' ETags), as the runner sends them, the coordinator's check after curl's \`complete\` waited for, untimed, before anything else is timed. The ratio is loopwarden's median over the floor's median. Both coordinators are \`loopwarden serve\` (the built worker in workerd through Miniflare) in processes of their own, as is the store; the client and curl run on the same 2 cores as they do.`,
 );
 say();
 say("| mode | file | loopwarden's requests | loopwarden | MiB/s | floor | curl | MiB/s | **ratio** | to verified | ratio | download |");
@@ -599,7 +685,7 @@ say();
 say("## Where each ratio comes from");
 say();
 say(
-  "Medians of the second table, against the first floor's median (so the parts need not add up to the whole): the bytes' way to storage, the client's against curl's; the coordinator's answer once the bytes are there, and its check after it; the rest.",
+  "Medians of the second table, against the first floor's median (so the parts need not add up to the whole): the bytes' way to storage, the client's against curl's (at 500 MiB, curl's parts without its `complete`); the coordinator's answer once the bytes are there, to the client and to curl, and its check after it; the rest.",
 );
 say();
 for (const row of rows) {
@@ -612,8 +698,10 @@ for (const row of rows) {
       : null;
   const after = median(row.toVerified.map((ms, index) => ms - (row.loopwarden[index] ?? ms)));
   const floorMs = median(row.floors[0]?.ms ?? [Number.NaN]);
+  const curlCompleteMs = row.curlComplete.length > 0 ? median(row.curlComplete) : null;
+  const curlSending = curlCompleteMs === null ? floorMs : floorMs - curlCompleteMs;
   say(
-    `- ${row.mode} mode, ${row.sizeMiB} MiB (${(median(row.loopwarden) / floorMs).toFixed(2)}×): the client sent the bytes in ${seconds(sending)} s against curl's ${seconds(floorMs)} s (${(sending / floorMs).toFixed(2)}×); ${check ? `the coordinator's answer, ${check[0]}, took ${seconds(check[1])} s, and its sha256 check after it ${seconds(after)} s more (to verified ${(median(row.toVerified) / floorMs).toFixed(2)}×); ` : "the coordinator checked the bytes as they went into R2 (nothing after them); "}the sha256 pass and the rest outside requests ${seconds(phase("outside requests"))} s; the intent ${seconds(phase("intent"))} s.`,
+    `- ${row.mode} mode, ${row.sizeMiB} MiB (${(median(row.loopwarden) / floorMs).toFixed(2)}×): the client sent the bytes in ${seconds(sending)} s against curl's ${seconds(curlSending)} s (${(sending / curlSending).toFixed(2)}×); ${check ? `the coordinator's answer, ${check[0]}, took ${seconds(check[1])} s${curlCompleteMs === null ? "" : ` (to curl's, ${seconds(curlCompleteMs)} s)`}, and its sha256 check after it ${seconds(after)} s more (to verified ${(median(row.toVerified) / floorMs).toFixed(2)}×); ` : "the coordinator checked the bytes as they went into R2 (nothing after them); "}the sha256 pass and the rest outside requests ${seconds(phase("outside requests"))} s; the intent ${seconds(phase("intent"))} s.`,
   );
 }
 say();
@@ -623,10 +711,10 @@ say(
   "- Goal (issue 30, item 1): in both modes, at most 1.2× `curl -T` (the first floor) at 500 MiB and 1.5× at 10 MiB, in one run, and the client's peak RSS under 200 MiB at 500 MiB.",
 );
 say(
-  "- The floor, binding mode: curl PUTs to the coordinator's own upload path, with the owner's token, the URL an intent answered for curl's file (one PUT to `/v1/loops/:id/artifacts/:sha256?name=…` at 10 MiB; at 500 MiB, the eight 64 MiB part URLs `…/uploads/:id/parts/:n`, the coordinator's limit for one request being 95 MiB). A file of other bytes has another digest, so its PUT is stored and checked as the runner's is (R2 refuses bytes that do not hash to the key) rather than answered as a duplicate. The intent is asked before the clock starts: the floor is the bytes' way through the worker into R2, nothing else. Curl's multipart uploads are aborted afterwards, never completed: `complete` is counted in loopwarden's time and not in the floor's, and the coordinator's check after it (the whole object read back and hashed) in loopwarden's time to verified.",
+  "- The floor, binding mode: curl PUTs to the coordinator's own upload path, with the owner's token, the URL an intent answered for curl's file (one PUT to `/v1/loops/:id/artifacts/:sha256?name=…` at 10 MiB; at 500 MiB, the eight 64 MiB part URLs `…/uploads/:id/parts/:n`, the coordinator's limit for one request being 95 MiB). A file of other bytes has another digest, so its PUT is stored and checked as the runner's is (R2 refuses bytes that do not hash to the key) rather than answered as a duplicate. The intent is asked before the clock starts: the floor is the bytes' way through the worker into R2, nothing else. The first floor at 500 MiB completes curl's upload as the runner completes its own (`complete` is in both figures; the coordinator's check after it, the whole object read back and hashed, only in loopwarden's time to verified); the other floors send the parts alone, and those uploads are aborted afterwards, never completed.",
 );
 say(
-  `- The floor, S3 mode: the presigned URLs an intent answered for curl's file, straight to s3rver (one PUT at 10 MiB; the eight presigned UploadPart URLs at 500 MiB). At 500 MiB a second floor is one presigned PUT of the whole file (S3 takes up to 5 GiB in one PUT; the coordinator answers multipart above 95 MiB, the same split as binding mode): the ratio to it is the cost of uploading in parts at all, on top of the runner's own. The URL is presigned here by the worker's own S3 storage code (length, content type and SHA-256 bound, the SHA-256 as the signed header curl sends).`,
+  `- The floor, S3 mode: the presigned URLs an intent answered for curl's file, straight to s3rver (one PUT at 10 MiB; the eight presigned UploadPart URLs at 500 MiB, then \`complete\` to the coordinator, which completes the upload with s3rver: s3rver puts the object together by copying the parts into a new file and hashing it with MD5, most of the 500 MiB rows' \`complete\`, in both figures; the floor of the parts alone shows the rest). At 500 MiB another floor is one presigned PUT of the whole file (S3 takes up to 5 GiB in one PUT; the coordinator answers multipart above 95 MiB, the same split as binding mode): the ratio to it is the cost of uploading in parts at all, on top of the runner's own. The URL is presigned here by the worker's own S3 storage code (length, content type and SHA-256 bound, the SHA-256 as the signed header curl sends).`,
 );
 say(
   `- The extra floor "${PARALLEL_PARTS} at a time" (run once per mode, in the first repetition, to keep the bench's time bounded) sends the same parts with \`curl --parallel --parallel-max ${PARALLEL_PARTS}\`: as many at once as the client sends them to presigned storage (runner/src/coordinator/artifact-transfers.ts \`PARALLEL_PARTS\`): the floor for its own way of sending them in S3 mode. Through the coordinator (binding mode) the client sends them one at a time.`,
@@ -635,7 +723,7 @@ say(
   `- Every curl figure is the \`curl\` command's wall time, its start and exit included (about ${curlStart.toFixed(0)} ms here, \`curl --version\`), with \`-H "Expect:"\`: for a body over 1 MiB curl would otherwise send \`Expect: 100-continue\` and wait for an answer to it before sending, which the runner's fetch never does. The runner's client is timed inside this process, so its figure has no process start.`,
 );
 say(
-  "- Each file is written and flushed to disk (fsync) before its upload, so the kernel's write-back of it does not fall inside a timed upload; both clients then read it from the page cache. Each store writes what it receives to its own disk (the coordinator's R2 under its state directory, s3rver's directory), in both figures alike.",
+  "- Each file is written and flushed to disk (fsync) before its upload, so the kernel's write-back of it does not fall inside a timed upload; both clients then read it from the page cache. Each store writes what it receives to its own disk (the coordinator's R2 under its state directory, s3rver's directory), in both figures alike; every dirty page is written back (`sync`, untimed) before each timed upload, loopwarden's and every floor's, so none starts while an earlier upload's writes are still going to disk.",
 );
 say(
   "- s3rver is reached directly, without the signature-checking gate test/e2e/artifacts-s3.test.ts puts in front of it (s3rver checks a presigned URL's expiry, not its signature): the gate is a Node proxy every byte would cross, in both figures, and a deployed store has none.",
