@@ -706,9 +706,24 @@ for (const row of rows) {
 }
 say();
 say("## Notes");
+
+/** Each row's ratio to its first floor against the goal's bound, and whether all of them and the peak RSS meet it. */
+function goalVerdict(): string {
+  let met = true;
+  const figures = rows.map((row) => {
+    const ratio = median(row.loopwarden) / median(row.floors[0]?.ms ?? [Number.NaN]);
+    const bound = row.sizeMiB >= 500 ? 1.2 : 1.5;
+    if (!(ratio <= bound)) met = false;
+    return `${row.mode} mode ${ratio.toFixed(2)}× at ${row.sizeMiB} MiB`;
+  });
+  const large = rows.filter((row) => row.sizeMiB >= 500);
+  const rss = large.length > 0 ? Math.max(...large.map((row) => Math.max(...row.peakRss))) : null;
+  if (rss !== null && !(rss < 200)) met = false;
+  return `${figures.join(", ")}${rss === null ? "" : `, peak RSS ${Math.round(rss)} MiB`}: ${met ? "met" : "not met"}`;
+}
 say();
 say(
-  "- Goal (issue 30, item 1): in both modes, at most 1.2× `curl -T` (the first floor) at 500 MiB and 1.5× at 10 MiB, in one run, and the client's peak RSS under 200 MiB at 500 MiB.",
+  `- Goal (issue 30, item 1): in both modes, at most 1.2× \`curl -T\` (the first floor) at 500 MiB and 1.5× at 10 MiB, in one run, and the client's peak RSS under 200 MiB at 500 MiB — ${goalVerdict()}.`,
 );
 say(
   "- The floor, binding mode: curl PUTs to the coordinator's own upload path, with the owner's token, the URL an intent answered for curl's file (one PUT to `/v1/loops/:id/artifacts/:sha256?name=…` at 10 MiB; at 500 MiB, the eight 64 MiB part URLs `…/uploads/:id/parts/:n`, the coordinator's limit for one request being 95 MiB). A file of other bytes has another digest, so its PUT is stored and checked as the runner's is (R2 refuses bytes that do not hash to the key) rather than answered as a duplicate. The intent is asked before the clock starts: the floor is the bytes' way through the worker into R2, nothing else. The first floor at 500 MiB completes curl's upload as the runner completes its own (`complete` is in both figures; the coordinator's check after it, the whole object read back and hashed, only in loopwarden's time to verified); the other floors send the parts alone, and those uploads are aborted afterwards, never completed.",
