@@ -21,15 +21,20 @@ export function dirsHolding(root: string, file: string): string[] {
     .sort();
 }
 
-/** The host's processes whose command line carries `marker` (`pgrep -af`, its own excluded), as "pid command line" lines. */
+/**
+ * The host's processes whose command line carries `marker` (`pgrep -af`, its own excluded), as "pid
+ * command line" lines. The marker follows `--`, so one that begins with a dash (a workerd argument) is a
+ * pattern, not an option; and only pgrep's "nothing matched" (exit 1) answers none: a query pgrep could
+ * not run throws, never passing for a machine with nothing left running.
+ */
 export function processesWith(marker: string): string[] {
   try {
-    return execFileSync("pgrep", ["-af", marker], { encoding: "utf8" })
+    return execFileSync("pgrep", ["-af", "--", marker], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] })
       .split("\n")
       .filter((line) => line.length > 0 && !line.includes("pgrep"));
-  } catch {
-    // pgrep exits 1 when nothing matches.
-    return [];
+  } catch (error) {
+    if ((error as { status?: number | null }).status === 1) return [];
+    throw error;
   }
 }
 
