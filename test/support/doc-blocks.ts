@@ -328,7 +328,9 @@ export async function killProcessesNaming(marker: string): Promise<void> {
 export function workerdPids(): number[] {
   try {
     return execFileSync("pgrep", ["-f", "workerd"], { encoding: "utf8" }).split("\n").filter(Boolean).map(Number);
-  } catch {
-    return []; // pgrep exits 1 when nothing matches
+  } catch (error) {
+    // pgrep exits 1 when nothing matches; any other failure is the query's, never "none left".
+    if ((error as { status?: number | null }).status === 1) return [];
+    throw error;
   }
 }

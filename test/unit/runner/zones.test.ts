@@ -8,6 +8,7 @@ import { runCommand } from "../../../runner/src/process/exec.js";
 import { makeWorkspace, removeWorkspace, runAgentInZone, settleStaleWorkspaces } from "../../../runner/src/zones/agent-zone.js";
 import { Contract } from "#shared/wire/contract.js";
 import { startLoopbackServer } from "../../support/loopback.js";
+import { processesWith } from "../../support/zone-markers.js";
 import {
   hiddenPaths,
   hideFromZones,
@@ -121,13 +122,7 @@ describe.skipIf(!support.available)("a command in a zone (bubblewrap on this mac
     const script = `setsid node -e 'setTimeout(() => {}, 60000)' ${marker} & sleep 0.5; pgrep -f ${marker} >/dev/null && echo "left running"`;
     const result = await runCommand(script, { cwd: dir, timeoutMs: 20_000, zone: spec });
     expect(result.output.toString()).toContain("left running");
-    let left = "";
-    try {
-      left = execFileSync("pgrep", ["-f", marker], { encoding: "utf8" });
-    } catch {
-      left = "";
-    }
-    expect(left).toBe("");
+    expect(processesWith(marker)).toEqual([]);
   });
 
   it("sees none of the runner's processes, no private file, and writes only its own directory", async () => {
