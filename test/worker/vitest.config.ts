@@ -58,7 +58,9 @@ export default defineConfig(async () => {
       root,
       include: ["test/worker/**/*.test.ts"],
       setupFiles: ["test/worker/apply-migrations.ts"],
-      sequence: { groupOrder: 1 },
+      // In one group with the unit layer, three files at a time (why: vitest.config.ts, the unit project).
+      sequence: { groupOrder: 0 },
+      maxWorkers: 3,
     },
   };
 });
