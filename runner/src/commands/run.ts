@@ -31,9 +31,10 @@ import {
 import { enterLoopBranch, openSession } from "../loop/loop-opening.js";
 import { recheckBeforeAgent } from "../loop/recheck.js";
 import { checkoutTreeAhead, dropCloneAhead, dropPreparedClone, prepareClone } from "../evaluation/clone.js";
+import { warmExecZone } from "../evaluation/evaluate.js";
 import type { AgentRun } from "#shared/engine/index.js";
 import type { AgentConfinement } from "#shared/wire/confinement.js";
-import { closeAgentZone, makeWorkspace, prepareWorkspace, removeWorkspace, runAgentInZone, type Workspace } from "../zones/agent-zone.js";
+import { closeAgentZone, makeWorkspace, prepareWorkspace, removeWorkspace, runAgentInZone, warmAgentZone, type Workspace } from "../zones/agent-zone.js";
 import { preflightZones } from "../zones/isolation.js";
 import { scopeLine } from "../contract/scope.js";
 import type { Contract } from "#shared/wire/contract.js";
@@ -150,7 +151,10 @@ async function proposeFromWorkspace(
   const review = await readReviewRequest(files.requests);
   if (review.error) progress(session.mode, `[${iteration}] ${review.error}; not sent, so the candidate is judged as it is`);
   const evaluatesOwn = evaluatesOwnCandidate(session, agentRun) && !review.request;
-  if (evaluatesOwn) prepareClone(session.repo);
+  if (evaluatesOwn) {
+    prepareClone(session.repo);
+    warmExecZone(session.repo, session.loaded.contract);
+  }
   let begun: string | null = null;
   try {
     const report = await readAgentReport(workspace.dir, files.report);
@@ -226,8 +230,13 @@ export async function runLoop(options: RunOptions): Promise<number> {
       // user's repository, and the runner reads back only the tree it leaves.
       const workspace = await timed("workspace", () => makeWorkspace(session.repo, session.loop.best.commit, session.loop.loop_id));
       // A confined agent cannot see the evaluation clones (DESIGN §6.7), so the candidate's clone is begun
-      // while it works; an unconfined one could plant something in it, so its clone waits for it to end.
-      if (!unconfined && evaluatesOwnCandidate(session, null)) prepareClone(session.repo);
+      // while it works, and the zone of its first gate with it (warm-zones.ts), unless both were begun
+      // while the last candidate was decided; an unconfined one could plant something in it, so its clone
+      // waits for it to end.
+      if (!unconfined && evaluatesOwnCandidate(session, null)) {
+        prepareClone(session.repo);
+        warmExecZone(session.repo, contract);
+      }
       let proposal: ProposeCandidateRequest;
       try {
         const state = await stateAtHead(session);
@@ -273,10 +282,15 @@ export async function runLoop(options: RunOptions): Promise<number> {
         await dropPreparedClone(session.repo);
       }
       // The next agent's workspace is begun while this candidate is decided, and so is the next candidate's
-      // clone when the agent is confined (it cannot see it).
+      // clone when the agent is confined (it cannot see it), each with the zone of its first command
+      // (warm-zones.ts: a zone built now is not built between the verdict and the next gate).
       if (!options.once) {
         prepareWorkspace(session.repo, session.loop.best.commit);
-        if (!unconfined && evaluatesOwnCandidate(session, null)) prepareClone(session.repo);
+        warmAgentZone(session.repo, contract);
+        if (!unconfined && evaluatesOwnCandidate(session, null)) {
+          prepareClone(session.repo);
+          warmExecZone(session.repo, contract);
+        }
       }
       try {
         await decideCandidate(session, proposal, iteration, { restoreLater: true });

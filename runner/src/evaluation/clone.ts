@@ -12,7 +12,8 @@ import { heldHooks } from "./evaluation.js";
 import type { GuardReadingsBeforeGates } from "./guard-readings.js";
 import { isProcessAlive } from "../process/processes.js";
 import { timed } from "../timings.js";
-import { hideFromZones, hideRepositoryOf } from "../zones/sandbox.js";
+import { hideFromZones, hideRepositoryOf, type ZoneSpec } from "../zones/sandbox.js";
+import { coolZones, warmZone } from "../zones/warm-zones.js";
 
 // Where candidates are evaluated (DESIGN §6.4): a fresh detached clone of the commit, outside the
 // repository, so nothing untracked in the working tree — node_modules/, .venv/, build output, a binary
@@ -146,6 +147,30 @@ export function checkoutTreeAhead(repo: string, tree: string): void {
   blanks.set(key, checkedOut);
 }
 
+// The warm zones being started in clones made ahead (`warmExecZone`), awaited before such a clone is let go.
+let warming: Promise<void> = Promise.resolve();
+
+/**
+ * Starts the zone `zoneOf` gives for the clone `prepareClone` is making for `repo` (warm-zones.ts), for
+ * the first command run there to take (`warmExecZone`). Nothing when it gives none; a failure only means
+ * a cold start.
+ */
+export function warmPreparedClone(repo: string, zoneOf: (clone: { dir: string; objects: string }) => ZoneSpec | undefined): void {
+  const made = blanks.get(repoKey(repo));
+  if (!made) return;
+  const started = made.then(async (blank) => {
+    if (!blank.shared) return;
+    const objects = await objectsDirOf(repo);
+    hideRepositoryOf(objects);
+    const zone = zoneOf({ dir: blank.dir, objects });
+    if (zone) await warmZone(zone);
+  });
+  warming = Promise.all([warming, started]).then(
+    () => undefined,
+    () => undefined,
+  );
+}
+
 /** The blank clone `prepareClone` started for `repo`, no longer there for another clone to take. */
 function takePrepared(repo: string): Promise<Blank> | undefined {
   const made = blanks.get(repoKey(repo));
@@ -155,7 +180,10 @@ function takePrepared(repo: string): Promise<Blank> | undefined {
 
 /** Removes the blank clone `prepareClone` started for `repo`, unless a clone took it. */
 export async function dropPreparedClone(repo: string): Promise<void> {
-  const blank = await takePrepared(repo)?.catch(() => null);
+  const made = takePrepared(repo);
+  if (!made) return;
+  await warming;
+  const blank = await made.catch(() => null);
   if (blank) await removeClone(blank.dir);
 }
 
@@ -207,6 +235,7 @@ export function clonesRemoved(): Promise<void> {
 }
 
 function removeClone(dir: string): Promise<void> {
+  coolZones(dir);
   const removal = tidying.then(async () => {
     try {
       await rm(dir, { recursive: true, force: true });

@@ -5,7 +5,7 @@ import { sha256Hex } from "#shared/hash.js";
 import type { Contract, Gate } from "#shared/wire/contract.js";
 import type { ArtifactRef, GateResult } from "#shared/wire/observation.js";
 import type { Client } from "../coordinator/client.js";
-import { withClone, type Clone } from "./clone.js";
+import { warmPreparedClone, withClone, type Clone } from "./clone.js";
 import { requireNetworkIsolation, runCommand, type CommandResult } from "../process/exec.js";
 import { execConfinement, execZone } from "../zones/isolation.js";
 import { requireSandbox } from "../zones/sandbox.js";
@@ -54,6 +54,16 @@ async function readTestReport(gate: Gate, clone: string): Promise<{ report: Test
  * none` every gate runs in a network namespace of its own, and none runs where that is impossible.
  * Evaluations, probes and doctor all run gates through here, so they judge exactly the same way.
  */
+/**
+ * Starts the exec zone of the first command the contract runs in a clone (the setup's, with the host's
+ * network, when it has one, else the first gate's) in the clone `prepareClone` is making for `repo`: the
+ * candidate checked out there then starts it without waiting for its zone to be built (issue 30).
+ * Nothing when the contract runs unconfined.
+ */
+export function warmExecZone(repo: string, contract: Contract): void {
+  warmPreparedClone(repo, (clone) => execZone(clone, contract, contract.exec?.setup ? "host" : undefined));
+}
+
 export async function runGates(clone: Clone, contract: Contract, hooks: GateHooks = {}): Promise<Evaluation> {
   const { dir } = clone;
   const network = contract.exec?.network ?? "host";

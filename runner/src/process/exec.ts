@@ -4,6 +4,7 @@ import { findExecutable, tryCommand } from "./processes.js";
 import { onShutdown } from "./shutdown.js";
 import { countSpawn } from "../timings.js";
 import { requireSandbox, zoneArgs, type ZoneSpec } from "../zones/sandbox.js";
+import { takeWarmZone } from "../zones/warm-zones.js";
 
 /** How a command ended. `output` is stdout and stderr interleaved as written, truncated to its tail. */
 export interface CommandResult {
@@ -108,19 +109,17 @@ export async function runCommand(
 ): Promise<CommandResult> {
   options.signal?.throwIfAborted();
   countSpawn();
-  const [file = "/bin/sh", ...args] = options.zone
-    ? [...zoneArgs(await requireSandbox(), options.zone), "/bin/sh", "-c", command]
+  const zone = options.zone ? zoneArgs(await requireSandbox(), options.zone) : null;
+  const [file = "/bin/sh", ...args] = zone
+    ? [...zone, "/bin/sh", "-c", command]
     : options.network === "none"
       ? [...(await requireNetworkIsolation()), command]
       : ["/bin/sh", "-c", command];
+  const env = options.env ?? process.env;
   const started = performance.now();
   return new Promise((resolve, reject) => {
-    const child = spawn(file, args, {
-      cwd: options.cwd,
-      env: options.env ?? process.env,
-      stdio: ["ignore", "pipe", "pipe"],
-      detached: true,
-    });
+    // A zone started ahead for exactly these arguments (warm-zones.ts) when there is one, else a new one.
+    const child = (zone && takeWarmZone(zone, command, env)) || spawn(file, args, { cwd: options.cwd, env, stdio: ["ignore", "pipe", "pipe"], detached: true });
     const chunks: Buffer[] = [];
     let size = 0;
     let truncated = false;

@@ -21,6 +21,7 @@ import { startAgentProxy, type AgentProxy } from "./agent-proxy.js";
 import { FORWARDER_SOURCE, forwarderLines } from "./agent-forwarder.js";
 import { isConfined, workspacesRoot } from "./isolation.js";
 import { expandHome, hideFromZones, hideRepositoryOf, toolchainMounts, type ZoneSpec } from "./sandbox.js";
+import { coolZones, warmZone } from "./warm-zones.js";
 
 // The agent zone (DESIGN §6.7). Each agent run gets a workspace of its own: a fresh detached clone of the
 // best-so-far outside the user's repository and the state directory, with no remote and hooks off. It
@@ -89,7 +90,9 @@ export async function dropPreparedWorkspace(repo: string): Promise<void> {
   const made = prepared.get(path.resolve(repo));
   prepared.delete(path.resolve(repo));
   const ahead = await made?.catch(() => null);
-  if (ahead) await rm(ahead.dir, { recursive: true, force: true });
+  if (!ahead) return;
+  coolZones(ahead.dir);
+  await rm(ahead.dir, { recursive: true, force: true });
 }
 
 /**
@@ -123,6 +126,7 @@ export async function makeWorkspace(repo: string, commit: string, loopId?: strin
 
 /** Removes a workspace and the runner's index of it. */
 export async function removeWorkspace(workspace: Workspace): Promise<void> {
+  coolZones(workspace.dir);
   await Promise.all([rm(workspace.dir, { recursive: true, force: true }), rm(workspace.index, { force: true }), rm(ownerFile(workspace.dir), { force: true })]);
 }
 
@@ -217,6 +221,7 @@ export async function closeAgentProxy(): Promise<void> {
 
 /** When a run ends: the proxy stopped, the workspace made ahead removed, and this process's directory with them. */
 export async function closeAgentZone(repo: string): Promise<void> {
+  await warming;
   await Promise.all([closeAgentProxy(), dropPreparedWorkspace(repo)]);
   await rm(processRoot(), { recursive: true, force: true });
 }
@@ -297,41 +302,73 @@ export async function runAgentInZone(options: {
   }
 }
 
-async function runConfined(options: Parameters<typeof runAgentInZone>[0], extra: Record<string, string>, minted: boolean): Promise<ZonedAgentRun> {
-  const { contract, workspace, repo } = options;
+/** The zone of an agent run in `workspaceDir` (DESIGN §6.7), with the proxy that serves its allowlist, if any. */
+async function agentZoneOf(
+  contract: Contract,
+  repo: string,
+  workspaceDir: string,
+): Promise<{ spec: ZoneSpec; named: string[]; toolchains: string[]; proxy: { running: AgentProxy; socat: string | null; script: string } | null }> {
   const agent = contract.agent;
   const objects = await objectsDirOf(repo);
   hideFromZones(repo);
   hideFromZones(await gitDirOf(repo));
   hideRepositoryOf(objects);
   const network = agent.network ?? "none";
-  const env: NodeJS.ProcessEnv = {};
-  for (const name of [...BASE_ENV, ...(agent.env ?? [])]) if (process.env[name] !== undefined) env[name] = process.env[name];
-  Object.assign(env, extra, { HOME: os.homedir(), TMPDIR: "/tmp" });
   const named = (agent.mounts ?? []).map(expandHome);
   const toolchains = toolchainMounts();
   const spec: ZoneSpec = {
-    writable: [workspace.dir],
+    writable: [workspaceDir],
     // The workspace borrows the repository's objects (`blankClone`): readable, so git works in it.
     readable: [...toolchains, ...named, objects],
     network: network === "host" ? "host" : "none",
-    cwd: workspace.dir,
+    cwd: workspaceDir,
   };
+  if (typeof network !== "object") return { spec, named, toolchains, proxy: null };
+  const running = await proxyFor(network.allow);
+  const socat = await socatPath();
+  const script = path.join(path.dirname(running.socketPath), "forwarder.cjs");
+  if (!socat) await writeFile(script, FORWARDER_SOURCE);
+  spec.sockets = [running.socketPath];
+  if (!socat) spec.readable = [...(spec.readable ?? []), script];
+  return { spec, named, toolchains, proxy: { running, socat, script } };
+}
+
+// The warm zone being started for the next agent run (`warmAgentZone`), awaited before a run ends.
+let warming: Promise<void> = Promise.resolve();
+
+/**
+ * Starts the zone of the agent's next run (warm-zones.ts) in the workspace `prepareWorkspace` is making
+ * for it, so the run does not wait for its zone to be built (issue 30). Nothing when the agent is not
+ * confined or no workspace is being made ahead; a failure only means a cold start.
+ */
+export function warmAgentZone(repo: string, contract: Contract): void {
+  if (!isConfined(contract)) return;
+  const made = prepared.get(path.resolve(repo));
+  if (!made) return;
+  warming = Promise.all([warming, made.then(async ({ dir }) => warmZone((await agentZoneOf(contract, repo, dir)).spec))]).then(
+    () => undefined,
+    () => undefined,
+  );
+}
+
+async function runConfined(options: Parameters<typeof runAgentInZone>[0], extra: Record<string, string>, minted: boolean): Promise<ZonedAgentRun> {
+  const { contract, workspace, repo } = options;
+  const agent = contract.agent;
+  const network = agent.network ?? "none";
+  const { spec, named, toolchains, proxy: served } = await agentZoneOf(contract, repo, workspace.dir);
+  const env: NodeJS.ProcessEnv = {};
+  for (const name of [...BASE_ENV, ...(agent.env ?? [])]) if (process.env[name] !== undefined) env[name] = process.env[name];
+  Object.assign(env, extra, { HOME: os.homedir(), TMPDIR: "/tmp" });
   let command = agent.run;
-  let running: AgentProxy | null = null;
-  if (typeof network === "object") {
-    running = await proxyFor(network.allow);
-    running.takeAudit();
-    const socat = await socatPath();
-    const script = path.join(path.dirname(running.socketPath), "forwarder.cjs");
-    if (!socat) await writeFile(script, FORWARDER_SOURCE);
-    spec.sockets = [running.socketPath];
-    if (!socat) spec.readable = [...(spec.readable ?? []), script];
+  const running = served?.running ?? null;
+  if (served) {
+    const { socat, script } = served;
+    served.running.takeAudit();
     const url = `http://127.0.0.1:${FORWARDER_PORT}`;
     Object.assign(env, { HTTP_PROXY: url, HTTPS_PROXY: url, http_proxy: url, https_proxy: url, ALL_PROXY: url, all_proxy: url, NO_PROXY: "", no_proxy: "" });
     // The forwarder starts first and says when it listens; then the agent's shell replaces this one.
     command = [
-      ...forwarderLines({ port: FORWARDER_PORT, socketPath: running.socketPath, socat, script, fifo: "/tmp/.loopwarden-forwarder" }),
+      ...forwarderLines({ port: FORWARDER_PORT, socketPath: served.running.socketPath, socat, script, fifo: "/tmp/.loopwarden-forwarder" }),
       `exec /bin/sh -c ${quote([agent.run])}`,
     ].join("\n");
   }

@@ -1,0 +1,124 @@
+import { spawn, type ChildProcessByStdio } from "node:child_process";
+import type { Readable, Writable } from "node:stream";
+import path from "node:path";
+import { onShutdown } from "../process/shutdown.js";
+import { sandboxSupport, zoneArgs, type ZoneSpec } from "./sandbox.js";
+
+// Zones built ahead of their command (issue 30). Building a zone — bubblewrap's namespaces and mount
+// view — costs a few milliseconds a start, and a loop pays it twice an iteration on its critical path:
+// for the agent's run and for the candidate's first gate. Both zones are known before they are needed
+// (the next workspace and the next candidate's clone are made ahead), so the runner starts them early: the
+// same bubblewrap arguments a cold start would use, with a shell that waits on its standard input for
+// its command. `runCommand` takes a warm zone only when the zone it is asked for is, argument for
+// argument, the warm one's (a path hidden since, another network, another clone: a cold start instead),
+// and then hands it a script that sets exactly the command's environment and execs the command with
+// standard input from /dev/null: the command runs as it would have in a zone started for it (the same
+// arguments, variables, working directory, PID 1 of its namespace, process group), only sooner. Nothing
+// runs in a warm zone before it is taken; one never taken is killed when its directory is removed, when
+// the run ends, or with the runner (bubblewrap's --die-with-parent).
+
+/** What a warm zone's shell runs: the script it is handed on its standard input, once that is closed. */
+const WAITING_SHELL = 'script=$(/bin/cat) && eval "$script"';
+
+/** A shell word for `value`: single-quoted, each `'` closed, escaped and reopened. */
+function shellWord(value: string): string {
+  return `'${value.replaceAll("'", `'\\''`)}'`;
+}
+
+// A name a POSIX shell can export. The environment of a command is handed over as `export` lines, so a
+// command whose environment has any other name (which only `env -i` could pass on) is started cold.
+const EXPORTABLE = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** A zone's first process, with its standard streams piped. */
+type Zoned = ChildProcessByStdio<Writable, Readable, Readable>;
+
+interface WarmZone {
+  key: string;
+  writable: string[];
+  child: Zoned;
+  unregister: () => void;
+}
+
+// Warm zones not yet taken, by their bubblewrap arguments.
+const warm = new Map<string, WarmZone>();
+
+const keyOf = (args: string[]) => args.join("\0");
+
+function kill(zone: WarmZone): void {
+  zone.unregister();
+  if (zone.child.pid === undefined || zone.child.exitCode !== null || zone.child.signalCode !== null) return;
+  try {
+    process.kill(-zone.child.pid, "SIGKILL");
+  } catch {
+    // Already gone.
+  }
+}
+
+/**
+ * Starts a zone for `spec` now, for the next command asked to run in the same zone to take
+ * (`takeWarmZone`). Does nothing where zones cannot be built (the command's own start then says why),
+ * or when a zone for the same arguments is already warm.
+ */
+export async function warmZone(spec: ZoneSpec): Promise<void> {
+  const support = await sandboxSupport();
+  if (!support.available) return;
+  const args = zoneArgs(support.bwrap, spec);
+  const key = keyOf(args);
+  if (warm.has(key)) return;
+  const [file = support.bwrap, ...rest] = args;
+  // Its own process group, as a cold start's (a timeout kills the group); the variables come with the command.
+  const child = spawn(file, [...rest, "/bin/sh", "-c", WAITING_SHELL], { env: {}, stdio: ["pipe", "pipe", "pipe"], detached: true });
+  const zone: WarmZone = { key, writable: spec.writable.map((dir) => path.resolve(dir)), child, unregister: () => {} };
+  zone.unregister = onShutdown(() => kill(zone));
+  // A zone waiting for a command does not keep the runner's process alive; the command that takes it does.
+  child.unref();
+  for (const stream of [child.stdin, child.stdout, child.stderr]) (stream as { unref?: () => void }).unref?.();
+  child.stdin.on("error", () => undefined);
+  const forget = () => {
+    zone.unregister();
+    if (warm.get(key) === zone) warm.delete(key);
+  };
+  child.on("exit", forget);
+  child.on("error", forget);
+  warm.set(key, zone);
+}
+
+/**
+ * The warm zone started with exactly `args` (`zoneArgs`), handed `command` to run with exactly `env`, or
+ * null when there is none still waiting, or `env` cannot be handed over. The caller owns the process
+ * from here on, as if it had spawned it: its output, its exit, its process group.
+ */
+export function takeWarmZone(args: string[], command: string, env: NodeJS.ProcessEnv): Zoned | null {
+  const key = keyOf(args);
+  const zone = warm.get(key);
+  if (!zone) return null;
+  const entries = Object.entries(env).filter((entry): entry is [string, string] => entry[1] !== undefined);
+  if (!entries.every(([name]) => EXPORTABLE.test(name))) return null;
+  warm.delete(key);
+  zone.unregister();
+  const { child } = zone;
+  if (child.exitCode !== null || child.signalCode !== null || !child.stdin.writable) {
+    kill(zone);
+    return null;
+  }
+  child.ref();
+  for (const stream of [child.stdin, child.stdout, child.stderr]) (stream as { ref?: () => void }).ref?.();
+  const script = [...entries.map(([name, value]) => `export ${name}=${shellWord(value)}`), `exec /bin/sh -c ${shellWord(command)} </dev/null`].join("\n");
+  child.stdin.end(script);
+  return child;
+}
+
+/** Kills the warm zones that write to `dir` (their clone or workspace is going), or every one. */
+export function coolZones(dir?: string): void {
+  const resolved = dir === undefined ? null : path.resolve(dir);
+  for (const zone of [...warm.values()]) {
+    if (resolved !== null && !zone.writable.includes(resolved)) continue;
+    warm.delete(zone.key);
+    kill(zone);
+  }
+}
+
+/** How many zones are warm now (for tests). */
+export function warmZoneCount(): number {
+  return warm.size;
+}
