@@ -47,14 +47,6 @@ async function readTestReport(gate: Gate, clone: string): Promise<{ report: Test
 }
 
 /**
- * Runs the contract's gates in order in `clone`, a checkout of the commit under evaluation, with the
- * clone's environment. The first
- * hard failure stops the rest; soft gates never do. Each gate's output is captured once, kept as its
- * log, and read for `METRIC` lines and, when configured, its JUnit/TAP report. With `exec.network:
- * none` every gate runs in a network namespace of its own, and none runs where that is impossible.
- * Evaluations, probes and doctor all run gates through here, so they judge exactly the same way.
- */
-/**
  * Starts the exec zone of the first command the contract runs in a clone (the setup's, with the host's
  * network, when it has one, else the first gate's) in the clone `prepareClone` is making for `repo`: the
  * candidate checked out there then starts it without waiting for its zone to be built (issue 30).
@@ -64,6 +56,14 @@ export function warmExecZone(repo: string, contract: Contract): void {
   warmPreparedClone(repo, (clone) => execZone(clone, contract, contract.exec?.setup ? "host" : undefined));
 }
 
+/**
+ * Runs the contract's gates in order in `clone`, a checkout of the commit under evaluation, with the
+ * clone's environment. The first
+ * hard failure stops the rest; soft gates never do. Each gate's output is captured once, kept as its
+ * log, and read for `METRIC` lines and, when configured, its JUnit/TAP report. With `exec.network:
+ * none` every gate runs in a network namespace of its own, and none runs where that is impossible.
+ * Evaluations, probes and doctor all run gates through here, so they judge exactly the same way.
+ */
 export async function runGates(clone: Clone, contract: Contract, hooks: GateHooks = {}): Promise<Evaluation> {
   const { dir } = clone;
   const network = contract.exec?.network ?? "host";
