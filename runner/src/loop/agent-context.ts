@@ -121,10 +121,14 @@ export async function writeAgentContext(repo: string, state: LoopState, workTree
     if (candidate.verdict) last = { ...candidate.verdict, failing_tests: candidate.report?.tests.failing ?? [] };
   }
   const best: BestTree = { candidate_id: state.best.candidate_id, commit: state.best.commit, failing_tests: state.best.failing, metric: state.best.metric };
-  await writeFile(files.best, `${JSON.stringify(best, null, 2)}\n`);
-  await writeFile(files.lastVerdict, `${JSON.stringify(last, null, 2)}\n`);
-  await writeFile(files.history, lines.map((line) => `${JSON.stringify(line)}\n`).join(""));
-  await Promise.all([rm(files.report, { force: true }), rm(files.requests, { force: true })]);
+  // Separate files, written side by side: they are read only once the agent runs (issue 30).
+  await Promise.all([
+    writeFile(files.best, `${JSON.stringify(best, null, 2)}\n`),
+    writeFile(files.lastVerdict, `${JSON.stringify(last, null, 2)}\n`),
+    writeFile(files.history, lines.map((line) => `${JSON.stringify(line)}\n`).join("")),
+    rm(files.report, { force: true }),
+    rm(files.requests, { force: true }),
+  ]);
   return files;
 }
 

@@ -274,7 +274,9 @@ export async function decideCandidate(
       session.loop = decided.loop;
     }
     progress(session.mode, verdictLine(iteration, verdict));
-    await noteVerdictsShown(session);
+    // Recorded while the working tree goes back (only this run writes the state file meanwhile).
+    const noted = noteVerdictsShown(session);
+    noted.catch(() => undefined);
     if (verdict.decision === "rejected") {
       // Why, in the gates' own terms, and where the output is (a candidate rejected unevaluated has no
       // report): read from the log while the working tree is restored.
@@ -296,7 +298,7 @@ export async function decideCandidate(
         `[${iteration}] ${options.restoreLater ? "the working tree goes back" : "restored the working tree"} to ${shortCommit(best)}; ${ref ? `the candidate is kept at ${ref}` : "the candidate changed nothing, so nothing of it is kept"}`,
       );
     }
-    await rm(pending, { force: true });
+    await Promise.all([noted, rm(pending, { force: true })]);
     return verdict;
   } finally {
     await dropCloneAhead(session.repo, proposal.commit);

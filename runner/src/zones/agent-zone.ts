@@ -108,12 +108,9 @@ export async function makeWorkspace(repo: string, commit: string, loopId?: strin
   try {
     if (ahead?.commit !== commit) await checkoutDetached(dir, commit);
     const index = path.join(path.dirname(dir), `index-${path.basename(dir).slice("ws-".length)}`);
-    await copyFile(path.join(dir, ".git", "index"), index);
     // Whose it is, so that a runner killed while the agent works leaves its edits to be set aside.
-    if (loopId) {
-      const owner: WorkspaceOwner = { repo: path.resolve(repo), loop_id: loopId, base: commit };
-      await writeFile(ownerFile(dir), JSON.stringify(owner));
-    }
+    const owner: WorkspaceOwner | null = loopId ? { repo: path.resolve(repo), loop_id: loopId, base: commit } : null;
+    await Promise.all([copyFile(path.join(dir, ".git", "index"), index), owner ? writeFile(ownerFile(dir), JSON.stringify(owner)) : null]);
     const tracked = committedFiles(repo, commit)
       .catch(() => trackedFiles(dir))
       .catch((): string[] => []);
