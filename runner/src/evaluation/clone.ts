@@ -235,9 +235,10 @@ export function clonesRemoved(): Promise<void> {
 }
 
 function removeClone(dir: string): Promise<void> {
-  coolZones(dir);
+  const cooled = coolZones(dir);
   const removal = tidying.then(async () => {
     try {
+      await cooled;
       await rm(dir, { recursive: true, force: true });
     } finally {
       liveClones--;

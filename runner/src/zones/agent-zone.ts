@@ -91,7 +91,7 @@ export async function dropPreparedWorkspace(repo: string): Promise<void> {
   prepared.delete(path.resolve(repo));
   const ahead = await made?.catch(() => null);
   if (!ahead) return;
-  coolZones(ahead.dir);
+  await coolZones(ahead.dir);
   await rm(ahead.dir, { recursive: true, force: true });
 }
 
@@ -123,8 +123,7 @@ export async function makeWorkspace(repo: string, commit: string, loopId?: strin
 
 /** Removes a workspace and the runner's index of it. */
 export async function removeWorkspace(workspace: Workspace): Promise<void> {
-  coolZones(workspace.dir);
-  await Promise.all([rm(workspace.dir, { recursive: true, force: true }), rm(workspace.index, { force: true }), rm(ownerFile(workspace.dir), { force: true })]);
+  await Promise.all([coolZones(workspace.dir), rm(workspace.dir, { recursive: true, force: true }), rm(workspace.index, { force: true }), rm(ownerFile(workspace.dir), { force: true })]);
 }
 
 /** Whose a workspace is: the repository, the loop and the commit the agent started from. */

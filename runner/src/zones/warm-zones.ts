@@ -14,8 +14,9 @@ import { sandboxSupport, zoneArgs, type ZoneSpec } from "./sandbox.js";
 // and then hands it a script that sets exactly the command's environment and execs the command with
 // standard input from /dev/null: the command runs as it would have in a zone started for it (the same
 // arguments, variables, working directory, PID 1 of its namespace, process group), only sooner. Nothing
-// runs in a warm zone before it is taken; one never taken is killed when its directory is removed, when
-// the run ends, or with the runner (bubblewrap's --die-with-parent).
+// runs in a warm zone before it is taken. One never taken is let go when its directory is removed or the
+// run ends (its stdin closed: it exits, reaped by the runner), and killed with the runner (on SIGINT or
+// SIGTERM; bubblewrap's --die-with-parent when the runner dies otherwise).
 
 /** What a warm zone's shell runs: the script it is handed on its standard input, once that is closed. */
 const WAITING_SHELL = 'script=$(/bin/cat) && eval "$script"';
@@ -44,6 +45,7 @@ const warm = new Map<string, WarmZone>();
 
 const keyOf = (args: string[]) => args.join("\0");
 
+/** Stops a warm zone at once (the runner is being stopped): SIGKILL to its process group. */
 function kill(zone: WarmZone): void {
   zone.unregister();
   if (zone.child.pid === undefined || zone.child.exitCode !== null || zone.child.signalCode !== null) return;
@@ -53,6 +55,29 @@ function kill(zone: WarmZone): void {
     // Already gone.
   }
 }
+
+/**
+ * Lets a warm zone go: its standard input is closed, so its shell, handed no command, exits, and each
+ * bubblewrap process reaps the one it started; settles once it has exited (killed if it has not within
+ * COOL_MS), reaped by the runner itself rather than left to init.
+ */
+function cool(zone: WarmZone): Promise<void> {
+  zone.unregister();
+  const { child } = zone;
+  if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  child.ref();
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => kill(zone), COOL_MS);
+    child.once("exit", () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    child.stdin.end();
+  });
+}
+
+/** How long a warm zone let go has to exit by itself before it is killed. */
+const COOL_MS = 2_000;
 
 /**
  * Starts a zone for `spec` now, for the next command asked to run in the same zone to take
@@ -108,14 +133,16 @@ export function takeWarmZone(args: string[], command: string, env: NodeJS.Proces
   return child;
 }
 
-/** Kills the warm zones that write to `dir` (their clone or workspace is going), or every one. */
-export function coolZones(dir?: string): void {
+/** Lets the warm zones that write to `dir` go (their clone or workspace is going), or every one; settles once they have exited. */
+export async function coolZones(dir?: string): Promise<void> {
   const resolved = dir === undefined ? null : path.resolve(dir);
+  const cooling: Promise<void>[] = [];
   for (const zone of [...warm.values()]) {
     if (resolved !== null && !zone.writable.includes(resolved)) continue;
     warm.delete(zone.key);
-    kill(zone);
+    cooling.push(cool(zone));
   }
+  await Promise.all(cooling);
 }
 
 /** How many zones are warm now (for tests). */
