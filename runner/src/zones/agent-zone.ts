@@ -123,7 +123,12 @@ export async function makeWorkspace(repo: string, commit: string, loopId?: strin
 
 /** Removes a workspace and the runner's index of it. */
 export async function removeWorkspace(workspace: Workspace): Promise<void> {
-  await Promise.all([coolZones(workspace.dir), rm(workspace.dir, { recursive: true, force: true }), rm(workspace.index, { force: true }), rm(ownerFile(workspace.dir), { force: true })]);
+  await Promise.all([
+    coolZones(workspace.dir),
+    rm(workspace.dir, { recursive: true, force: true }),
+    rm(workspace.index, { force: true }),
+    rm(ownerFile(workspace.dir), { force: true }),
+  ]);
 }
 
 /** Whose a workspace is: the repository, the loop and the commit the agent started from. */
