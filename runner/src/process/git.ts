@@ -63,15 +63,25 @@ export function withoutRepoLocatingGitEnv(env: NodeJS.ProcessEnv): NodeJS.Proces
 }
 
 /**
- * Runs git in `cwd` and returns stdout; `env` adds variables (an index file of the runner's own). Never
- * with replace refs: an object a repository's `refs/replace/` puts in place of a commit would have git
- * show the runner other files than the commit holds (a candidate's listing without a protected file),
- * and a clean clone, which does not copy those refs, other ones again (DESIGN §6.7).
+ * Runs git in `cwd` and returns stdout; `env` adds variables (an index file of the runner's own), and
+ * `stdinFile` is what git reads on its standard input. Never with replace refs: an object a repository's
+ * `refs/replace/` puts in place of a commit would have git show the runner other files than the commit
+ * holds (a candidate's listing without a protected file), and a clean clone, which does not copy those
+ * refs, other ones again (DESIGN §6.7).
  */
-export async function git(cwd: string, args: string[], options: { encoding?: "buffer"; env?: Record<string, string> } = {}): Promise<string> {
+export async function git(
+  cwd: string,
+  args: string[],
+  options: { encoding?: "buffer"; env?: Record<string, string>; stdinFile?: string } = {},
+): Promise<string> {
   countSpawn();
+  // With `stdinFile`, git reads its standard input from that file (a shell opens it, then becomes git).
+  const [file, argv] =
+    options.stdinFile === undefined
+      ? ["git", [...SAFE_CONFIG, ...args]]
+      : ["/bin/sh", ["-c", 'exec git "$@" < "$0"', options.stdinFile, ...SAFE_CONFIG, ...args]];
   try {
-    return await execCommand("git", [...SAFE_CONFIG, ...args], {
+    return await execCommand(file, argv, {
       cwd,
       maxBuffer: 512 * 1024 * 1024,
       env: { ...withoutRepoLocatingGitEnv(process.env), GIT_TERMINAL_PROMPT: "0", GIT_NO_REPLACE_OBJECTS: "1", ...options.env },
