@@ -95,8 +95,8 @@ try {
     `\`npm run bench:history\`, ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${os.cpus().length} cores. A loop's candidates are real commits, each a change of one file from t0; the agent's context is written once by a process that knows none of their summaries (a run that resumes the loop), as the runner writes it: one \`git diff-tree --stdin\` for every change it does not know. Beside it, the same summaries read with one \`git diff --numstat\` each, one after another, as the runner read them before. Git runs through the runner's command helper in both.`,
   );
   say();
-  say("| candidates | first context, one git process for all | one git process per change | history.jsonl |");
-  say("|---:|---:|---:|---:|");
+  say("| candidates | first context, one git process for all | one git process per change | every later context | history.jsonl |");
+  say("|---:|---:|---:|---:|---:|");
   for (const size of SIZES) {
     const batched = loopRepository(size, "batched");
     const single = loopRepository(size, "one by one");
@@ -105,18 +105,24 @@ try {
       let started = performance.now();
       const files = await writeAgentContext(batched.repo, loopState(batched.t0, batched.commits), work);
       const once = performance.now() - started;
+      // The next iteration's, with every summary known: what each iteration pays for the history.
+      started = performance.now();
+      await writeAgentContext(batched.repo, loopState(batched.t0, batched.commits), work);
+      const again = performance.now() - started;
       started = performance.now();
       for (const commit of single.commits) await diffSummary(single.repo, single.t0, commit);
       const each = performance.now() - started;
       const bytes = execFileSync("wc", ["-c", files.history], { encoding: "utf8" }).trim().split(" ")[0] ?? "?";
-      say(`| ${size.toLocaleString("en-US")} | ${once.toFixed(0)} ms | ${each.toFixed(0)} ms | ${Number(bytes).toLocaleString("en-US")} bytes |`);
+      say(
+        `| ${size.toLocaleString("en-US")} | ${once.toFixed(0)} ms | ${each.toFixed(0)} ms | ${again.toFixed(0)} ms | ${Number(bytes).toLocaleString("en-US")} bytes |`,
+      );
     } finally {
       for (const dir of [batched.repo, single.repo, work]) rmSync(dir, { recursive: true, force: true });
     }
   }
   say();
   say(
-    "Issue 30 sets no goal for it; invariant 9 (a decision's cost grows with the change, not with the loop) is what it is measured against: the history itself is a line per candidate, but reading their summaries no longer costs a process each.",
+    "Issue 30 sets no goal for it; invariant 9 (a decision's cost grows with the change, not with the loop) is what it is measured against: reading the summaries no longer costs a process each, but the history is still a line per candidate, written in full for every agent run (every later context: the next iteration's, all summaries known), so what an iteration pays for it grows with the loop.",
   );
 } finally {
   stopHelper();
