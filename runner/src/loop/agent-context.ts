@@ -54,6 +54,7 @@ export interface HistoryLine {
 }
 
 const diffSummaries = new Map<string, Promise<string>>();
+
 const summaryKey = (base: string, commit: string) => `${base}..${commit}`;
 
 /** `diffSummary`'s words for the output of `git diff --numstat` (empty when git could not read the change). */
@@ -121,7 +122,7 @@ async function numstatsOf(repo: string, changes: readonly { base: string; commit
 /**
  * `diffSummary` of many changes at once, the ones not yet known read by one git process: a run that
  * resumes a loop of thousands of candidates writes its agent's first history without a git process
- * per candidate (issue 30; `npm run bench:history`: 0.26 s at 5,000 candidates, 14.9 s with one each).
+ * per candidate (issue 30; `npm run bench:history`: 0.27 s at 5,000 candidates, 13.3 s with one each).
  * Should that process fail, each is read by `diffSummary`'s own.
  */
 export async function diffSummariesOf(repo: string, changes: readonly { base: string; commit: string }[]): Promise<string[]> {
@@ -153,6 +154,12 @@ export function agentContextDir(workTree: string): string {
   return path.join(workTree, ".loopwarden", "agent");
 }
 
+// Each candidate's line of the history, serialized, by the candidate's state object: the fold gives a
+// candidate a new object whenever it changes, and the line depends only on it and t0, so one seen
+// before has the same line. Each agent run then serializes what changed, not every candidate of a long
+// loop again (issue 30, invariant 9).
+const historyLines = new WeakMap<object, { t0: string; line: string }>();
+
 /**
  * Writes `.loopwarden/agent/best.json` (the tree the agent starts from and its failing tests),
  * `last-verdict.json` (null before the first verdict) and `history.jsonl` (one line per candidate so
@@ -171,18 +178,18 @@ export async function writeAgentContext(repo: string, state: LoopState, workTree
     context: path.join(dir, "context"),
   };
   const commitOf = (id: string) => (id === BASELINE_ID ? state.t0.commit : (state.candidates[id]?.commit ?? state.t0.commit));
-  const lines: HistoryLine[] = [];
-  let last: LastVerdict | null = null;
   const candidates = state.candidate_order.flatMap((id) => {
     const candidate = state.candidates[id];
     return candidate ? [{ id, candidate }] : [];
   });
+  // Only the candidates whose line this process has not written yet are summarised and serialized.
+  const unwritten = candidates.filter(({ candidate }) => historyLines.get(candidate)?.t0 !== state.t0.commit);
   const summaries = await diffSummariesOf(
     repo,
-    candidates.map(({ candidate }) => ({ base: commitOf(candidate.parent), commit: candidate.commit })),
+    unwritten.map(({ candidate }) => ({ base: commitOf(candidate.parent), commit: candidate.commit })),
   );
-  for (const [index, { id, candidate }] of candidates.entries()) {
-    lines.push({
+  for (const [index, { id, candidate }] of unwritten.entries()) {
+    const line: HistoryLine = {
       candidate_id: id,
       parent: candidate.parent,
       commit: candidate.commit,
@@ -191,15 +198,20 @@ export async function writeAgentContext(repo: string, state: LoopState, workTree
       detail: candidate.verdict?.detail ?? null,
       diff_summary: summaries[index] ?? "no change",
       description: candidate.agent_report?.description ?? null,
-    });
-    if (candidate.verdict) last = { ...candidate.verdict, failing_tests: candidate.report?.tests.failing ?? [] };
+    };
+    historyLines.set(candidate, { t0: state.t0.commit, line: `${JSON.stringify(line)}\n` });
   }
+  const history = candidates.map(({ candidate }) => historyLines.get(candidate)?.line ?? "").join("");
+  const decided = candidates.findLast(({ candidate }) => candidate.verdict);
+  const last: LastVerdict | null = decided?.candidate.verdict
+    ? { ...decided.candidate.verdict, failing_tests: decided.candidate.report?.tests.failing ?? [] }
+    : null;
   const best: BestTree = { candidate_id: state.best.candidate_id, commit: state.best.commit, failing_tests: state.best.failing, metric: state.best.metric };
   // Separate files, written side by side: they are read only once the agent runs (issue 30).
   await Promise.all([
     writeFile(files.best, `${JSON.stringify(best, null, 2)}\n`),
     writeFile(files.lastVerdict, `${JSON.stringify(last, null, 2)}\n`),
-    writeFile(files.history, lines.map((line) => `${JSON.stringify(line)}\n`).join("")),
+    writeFile(files.history, history),
     rm(files.report, { force: true }),
     rm(files.requests, { force: true }),
   ]);

@@ -3,7 +3,7 @@ import os from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { agentEnv, writeAgentContext } from "../../../runner/src/loop/agent-context.js";
-import { LoopHarness, TEST_IDS, commitOf } from "../engine-harness.js";
+import { LoopHarness, TEST_IDS, commitOf, observationOf } from "../engine-harness.js";
 
 // What the agent reads before a run (docs/agent.md): the tree it starts from, the
 // last verdict and the history, each a file its environment names.
@@ -40,5 +40,33 @@ describe("the agent's context", () => {
     const { best, last } = await context(harness);
     expect(best).toEqual({ candidate_id: "c1", commit: commitOf("fixes-b"), failing_tests: ["gate:unit", A], metric: null });
     expect(last).toMatchObject({ candidate_id: "c2", failing_tests: ["gate:unit", A, C] });
+  });
+
+  it("the history names every candidate as the loop stands at each run, a line each, in order", async () => {
+    const harness = new LoopHarness([A, B]);
+    const history = async () => {
+      const { files } = await context(harness);
+      return readFileSync(files.history, "utf8")
+        .split("\n")
+        .filter(Boolean)
+        .map((line) => JSON.parse(line) as { candidate_id: string; status: string; reason: string | null });
+    };
+    expect(await history()).toEqual([]);
+    expect(harness.evaluate("fixes-b", [A])).toMatchObject({ decision: "promoted" });
+    expect(await history()).toMatchObject([{ candidate_id: "c1", status: "promoted" }]);
+    // Proposed, not yet decided: its line says so; decided, the next run's line says how. The first
+    // line stays as it was.
+    expect(harness.propose("breaks-c")).toMatchObject({ ok: true });
+    const proposed = await history();
+    expect(proposed).toHaveLength(2);
+    expect(proposed[1]).toMatchObject({ candidate_id: "c2", reason: null });
+    expect(proposed[1]?.status).not.toBe("rejected");
+    const leased = harness.lease();
+    if (!leased.ok || !leased.value) throw new Error("no lease granted");
+    expect(harness.report(leased.value, observationOf([A, C]))).toMatchObject({ ok: true, value: { decision: "rejected" } });
+    expect(await history()).toMatchObject([
+      { candidate_id: "c1", status: "promoted" },
+      { candidate_id: "c2", status: "rejected", reason: "regressed" },
+    ]);
   });
 });
