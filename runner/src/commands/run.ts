@@ -30,8 +30,8 @@ import {
 } from "../loop/session.js";
 import { enterLoopBranch, openSession } from "../loop/loop-opening.js";
 import { recheckBeforeAgent } from "../loop/recheck.js";
-import { checkoutTreeAhead, dropCloneAhead, dropPreparedClone, prepareClone } from "../evaluation/clone.js";
-import { warmExecZone } from "../evaluation/evaluate.js";
+import { checkoutTreeAhead, dropCloneAhead, dropPreparedClone } from "../evaluation/clone.js";
+import { prepareEvaluationClone } from "../evaluation/evaluate.js";
 import type { AgentRun } from "#shared/engine/index.js";
 import type { AgentConfinement } from "#shared/wire/confinement.js";
 import { closeAgentZone, makeWorkspace, prepareWorkspace, removeWorkspace, runAgentInZone, warmAgentZone, type Workspace } from "../zones/agent-zone.js";
@@ -151,10 +151,7 @@ async function proposeFromWorkspace(
   const review = await readReviewRequest(files.requests);
   if (review.error) progress(session.mode, `[${iteration}] ${review.error}; not sent, so the candidate is judged as it is`);
   const evaluatesOwn = evaluatesOwnCandidate(session, agentRun) && !review.request;
-  if (evaluatesOwn) {
-    prepareClone(session.repo);
-    warmExecZone(session.repo, session.loaded.contract);
-  }
+  if (evaluatesOwn) prepareEvaluationClone(session.repo, session.loaded.contract);
   let begun: string | null = null;
   try {
     const report = await readAgentReport(workspace.dir, files.report);
@@ -233,10 +230,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
       // while it works, and the zone of its first gate with it (warm-zones.ts), unless both were begun
       // while the last candidate was decided; an unconfined one could plant something in it, so its clone
       // waits for it to end.
-      if (!unconfined && evaluatesOwnCandidate(session, null)) {
-        prepareClone(session.repo);
-        warmExecZone(session.repo, contract);
-      }
+      if (!unconfined && evaluatesOwnCandidate(session, null)) prepareEvaluationClone(session.repo, contract);
       let proposal: ProposeCandidateRequest;
       try {
         const state = await stateAtHead(session);
@@ -287,10 +281,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
       if (!options.once) {
         prepareWorkspace(session.repo, session.loop.best.commit);
         warmAgentZone(session.repo, contract);
-        if (!unconfined && evaluatesOwnCandidate(session, null)) {
-          prepareClone(session.repo);
-          warmExecZone(session.repo, contract);
-        }
+        if (!unconfined && evaluatesOwnCandidate(session, null)) prepareEvaluationClone(session.repo, contract);
       }
       try {
         await decideCandidate(session, proposal, iteration, { restoreLater: true });

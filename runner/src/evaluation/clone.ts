@@ -13,7 +13,7 @@ import type { GuardReadingsBeforeGates } from "./guard-readings.js";
 import { isProcessAlive } from "../process/processes.js";
 import { timed } from "../timings.js";
 import { hideFromZones, hideRepositoryOf, type ZoneSpec } from "../zones/sandbox.js";
-import { coolZones, warmZone } from "../zones/warm-zones.js";
+import { coolZones, warmZoneFor, zonesStarted } from "../zones/warm-zones.js";
 
 // Where candidates are evaluated (DESIGN §6.4): a fresh detached clone of the commit, outside the
 // repository, so nothing untracked in the working tree — node_modules/, .venv/, build output, a binary
@@ -147,27 +147,21 @@ export function checkoutTreeAhead(repo: string, tree: string): void {
   blanks.set(key, checkedOut);
 }
 
-// The warm zones being started in clones made ahead (`warmExecZone`), awaited before such a clone is let go.
-let warming: Promise<void> = Promise.resolve();
-
 /**
  * Starts the zone `zoneOf` gives for the clone `prepareClone` is making for `repo` (warm-zones.ts), for
- * the first command run there to take (`warmExecZone`). Nothing when it gives none; a failure only means
- * a cold start.
+ * the first command run there to take (`prepareEvaluationClone`). Nothing when it gives none; a failure
+ * only means a cold start.
  */
 export function warmPreparedClone(repo: string, zoneOf: (clone: { dir: string; objects: string }) => ZoneSpec | undefined): void {
   const made = blanks.get(repoKey(repo));
   if (!made) return;
-  const started = made.then(async (blank) => {
-    if (!blank.shared) return;
-    const objects = await objectsDirOf(repo);
-    hideRepositoryOf(objects);
-    const zone = zoneOf({ dir: blank.dir, objects });
-    if (zone) await warmZone(zone);
-  });
-  warming = Promise.all([warming, started]).then(
-    () => undefined,
-    () => undefined,
+  warmZoneFor(
+    made.then(async (blank) => {
+      if (!blank.shared) return undefined;
+      const objects = await objectsDirOf(repo);
+      hideRepositoryOf(objects);
+      return zoneOf({ dir: blank.dir, objects });
+    }),
   );
 }
 
@@ -182,7 +176,7 @@ function takePrepared(repo: string): Promise<Blank> | undefined {
 export async function dropPreparedClone(repo: string): Promise<void> {
   const made = takePrepared(repo);
   if (!made) return;
-  await warming;
+  await zonesStarted();
   const blank = await made.catch(() => null);
   if (blank) await removeClone(blank.dir);
 }

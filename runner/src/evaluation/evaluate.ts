@@ -5,7 +5,7 @@ import { sha256Hex } from "#shared/hash.js";
 import type { Contract, Gate } from "#shared/wire/contract.js";
 import type { ArtifactRef, GateResult } from "#shared/wire/observation.js";
 import type { Client } from "../coordinator/client.js";
-import { warmPreparedClone, withClone, type Clone } from "./clone.js";
+import { prepareClone, warmPreparedClone, withClone, type Clone } from "./clone.js";
 import { requireNetworkIsolation, runCommand, type CommandResult } from "../process/exec.js";
 import { execConfinement, execZone } from "../zones/isolation.js";
 import { requireSandbox } from "../zones/sandbox.js";
@@ -47,12 +47,13 @@ async function readTestReport(gate: Gate, clone: string): Promise<{ report: Test
 }
 
 /**
- * Starts the exec zone of the first command the contract runs in a clone (the setup's, with the host's
- * network, when it has one, else the first gate's) in the clone `prepareClone` is making for `repo`: the
- * candidate checked out there then starts it without waiting for its zone to be built (issue 30).
- * Nothing when the contract runs unconfined.
+ * Starts a clone of `repo` for the next candidate to be evaluated in (`prepareClone`), and in it the exec
+ * zone of the first command the contract runs there (the setup's, with the host's network, when it has
+ * one, else the first gate's): the candidate checked out there then starts it without waiting for its
+ * zone to be built (issue 30). No zone when the contract runs unconfined.
  */
-export function warmExecZone(repo: string, contract: Contract): void {
+export function prepareEvaluationClone(repo: string, contract: Contract): void {
+  prepareClone(repo);
   warmPreparedClone(repo, (clone) => execZone(clone, contract, contract.exec?.setup ? "host" : undefined));
 }
 

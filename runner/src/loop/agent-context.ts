@@ -6,7 +6,7 @@ import { BASELINE_ID, type LoopState, type Verdict } from "#shared/engine/index.
 import { sha256Hex } from "#shared/hash.js";
 import { AgentReportFile, type AgentReport } from "#shared/wire/agent-report.js";
 import { ReviewRequest } from "#shared/wire/review.js";
-import { git } from "../process/git.js";
+import { git, OBJECT_ID } from "../process/git.js";
 
 // What the agent is told before each run, and what it may report afterwards (issue "the agent's side").
 // Failures are data: the history lets a prompt say "do not retry a rejected direction".
@@ -85,8 +85,6 @@ export function diffSummary(repo: string, base: string, commit: string): Promise
   }
   return summary;
 }
-
-const OBJECT_ID = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
 
 /**
  * The `--numstat` output of each change, by `summaryKey`, read by one `git diff-tree --stdin`. Each

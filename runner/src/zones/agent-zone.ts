@@ -21,7 +21,7 @@ import { startAgentProxy, type AgentProxy } from "./agent-proxy.js";
 import { FORWARDER_SOURCE, forwarderLines } from "./agent-forwarder.js";
 import { isConfined, workspacesRoot } from "./isolation.js";
 import { expandHome, hideFromZones, hideRepositoryOf, toolchainMounts, type ZoneSpec } from "./sandbox.js";
-import { coolZones, warmZone } from "./warm-zones.js";
+import { coolZones, warmZoneFor, zonesStarted } from "./warm-zones.js";
 
 // The agent zone (DESIGN §6.7). Each agent run gets a workspace of its own: a fresh detached clone of the
 // best-so-far outside the user's repository and the state directory, with no remote and hooks off. It
@@ -222,7 +222,7 @@ export async function closeAgentProxy(): Promise<void> {
 
 /** When a run ends: the proxy stopped, the workspace made ahead removed, and this process's directory with them. */
 export async function closeAgentZone(repo: string): Promise<void> {
-  await warming;
+  await zonesStarted();
   await Promise.all([closeAgentProxy(), dropPreparedWorkspace(repo)]);
   await rm(processRoot(), { recursive: true, force: true });
 }
@@ -334,9 +334,6 @@ async function agentZoneOf(
   return { spec, named, toolchains, proxy: { running, socat, script } };
 }
 
-// The warm zone being started for the next agent run (`warmAgentZone`), awaited before a run ends.
-let warming: Promise<void> = Promise.resolve();
-
 /**
  * Starts the zone of the agent's next run (warm-zones.ts) in the workspace `prepareWorkspace` is making
  * for it, so the run does not wait for its zone to be built (issue 30). Nothing when the agent is not
@@ -345,11 +342,7 @@ let warming: Promise<void> = Promise.resolve();
 export function warmAgentZone(repo: string, contract: Contract): void {
   if (!isConfined(contract)) return;
   const made = prepared.get(path.resolve(repo));
-  if (!made) return;
-  warming = Promise.all([warming, made.then(async ({ dir }) => warmZone((await agentZoneOf(contract, repo, dir)).spec))]).then(
-    () => undefined,
-    () => undefined,
-  );
+  if (made) warmZoneFor(made.then(async ({ dir }) => (await agentZoneOf(contract, repo, dir)).spec));
 }
 
 async function runConfined(options: Parameters<typeof runAgentInZone>[0], extra: Record<string, string>, minted: boolean): Promise<ZonedAgentRun> {

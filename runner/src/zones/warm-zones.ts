@@ -108,6 +108,24 @@ export async function warmZone(spec: ZoneSpec): Promise<void> {
   warm.set(key, zone);
 }
 
+// Zones whose spec is still being worked out (`warmZoneFor`).
+const starting = new Set<Promise<void>>();
+
+/**
+ * Starts the zone `spec` settles to (`warmZone`), once it does: for a zone whose directory is still being
+ * made. Nothing when it settles to none; a failure only means a cold start.
+ */
+export function warmZoneFor(spec: Promise<ZoneSpec | undefined>): void {
+  const started = spec.then((settled) => (settled ? warmZone(settled) : undefined)).catch(() => undefined);
+  starting.add(started);
+  void started.finally(() => starting.delete(started));
+}
+
+/** Settles once every zone `warmZoneFor` was asked to start has started (or will not): before what it started is let go. */
+export async function zonesStarted(): Promise<void> {
+  await Promise.all([...starting]);
+}
+
 /**
  * The warm zone started with exactly `args` (`zoneArgs`), handed `command` to run with exactly `env`, or
  * null when there is none still waiting, or `env` cannot be handed over. The caller owns the process
