@@ -70,6 +70,27 @@ describe.skipIf(!support.available)("a zone started ahead (bubblewrap on this ma
     expect(processesWith(dir).length).toBeGreaterThan(0);
   });
 
+  it("an agent in its own zone can neither see a waiting zone nor hand it a command", async () => {
+    const gate = zoneDir();
+    await warmZone(specOf(gate));
+    // The agent looks for the waiting zone's processes and directory, and writes to every stdin it can find.
+    // The marker is put together by the shell, so no command line of the agent's own carries it.
+    const name = path.basename(gate);
+    const cheat = [
+      `a=${JSON.stringify(name.slice(0, 4))}; b=${JSON.stringify(name.slice(4))}`,
+      'for f in /proc/[0-9]*/cmdline; do case "$(tr "\\0" " " < "$f" 2>/dev/null)" in *"$a$b"*) echo saw-process;; esac; done',
+      `ls ${JSON.stringify(path.dirname(gate))} 2>/dev/null | grep -q "$a$b" && echo saw-directory`,
+      'for fd in /proc/[0-9]*/fd/0; do echo "echo planted" > "$fd" 2>/dev/null; done',
+      "echo looked",
+    ].join("; ");
+    const agent = await runCommand(cheat, { cwd: "/", timeoutMs: 10_000, env: ENV, zone: specOf(zoneDir()) });
+    expect(agent.output.toString()).toBe("looked\n");
+    // The waiting zone runs the command it is handed, and only that.
+    const taken = await runCommand("echo gate", { cwd: gate, timeoutMs: 10_000, env: ENV, zone: specOf(gate) });
+    expect(warmZoneCount()).toBe(0);
+    expect(taken.output.toString()).toBe("gate\n");
+  });
+
   it("a timeout still kills everything the command started in a zone it took", async () => {
     const dir = zoneDir();
     await warmZone(specOf(dir));
