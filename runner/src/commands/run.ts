@@ -25,6 +25,7 @@ import {
   decideCandidate,
   evaluatesOwnCandidate,
   showVerdictsWhileAway,
+  verdictRecorded,
   workingTreeRestored,
   type Session,
 } from "../loop/session.js";
@@ -298,7 +299,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
       const timings = takeTimings();
       if (timings) process.stderr.write(`[${iteration}] ${timings}\n`);
     }
-    await workingTreeRestored(session);
+    await Promise.all([workingTreeRestored(session), verdictRecorded(session)]);
     if (ran > 0) await maintainAfterCandidates(session);
     if (ran === 0 && session.resumed && session.loop.halt && !runningAtStart) progress(mode, HALTED_BEFORE);
     // A halted optimize loop's gain over t0 is measured once, here (DESIGN §6.3); a run that resumes a
@@ -316,6 +317,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
   } finally {
     // A run that stops on an error still leaves the working tree at the best commit (the error it stops on is the one reported).
     await workingTreeRestored(session).catch((error: unknown) => progress(mode, `restoring the working tree failed: ${(error as Error).message}`));
+    await verdictRecorded(session).catch((error: unknown) => progress(mode, `recording the verdicts shown failed: ${(error as Error).message}`));
     await Promise.all([closeAgentZone(session.repo), dropPreparedClone(session.repo)]);
     await timed("close", () => session.connection.close());
     const closing = takeTimings();
