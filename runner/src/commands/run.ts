@@ -149,13 +149,13 @@ async function proposeFromWorkspace(
   // evaluation begins as soon as the commit exists.
   // A request to change protected files holds the candidate for a person's answer (docs/design.md §6.8):
   // it is not evaluated until then.
-  const review = await readReviewRequest(files.requests);
+  // Both read at once: the agent is gone, so neither file can change any more.
+  const [review, report] = await Promise.all([readReviewRequest(files.requests), readAgentReport(workspace.dir, files.report)]);
   if (review.error) progress(session.mode, `[${iteration}] ${review.error}; not sent, so the candidate is judged as it is`);
   const evaluatesOwn = evaluatesOwnCandidate(session, agentRun) && !review.request;
   if (evaluatesOwn) prepareEvaluationClone(session.repo, session.loaded.contract);
   let begun: string | null = null;
   try {
-    const report = await readAgentReport(workspace.dir, files.report);
     if (report.error) progress(session.mode, `[${iteration}] ${report.error}; not recorded`);
     const onCommitted = (commit: string, change: { empty: boolean; paths: Promise<PathChange[]> }) => {
       begun = commit;
@@ -266,11 +266,14 @@ export async function runLoop(options: RunOptions): Promise<number> {
           }),
         );
         const agent = zoned.result;
-        await writeFile(path.join(logDir, `agent-${iteration}.log`), agent.output);
+        // Written while the candidate is committed, and awaited before it is proposed.
+        const logged = writeFile(path.join(logDir, `agent-${iteration}.log`), agent.output);
+        logged.catch(() => undefined);
         for (const host of zoned.confinement.hosts ?? []) {
           if (!host.allowed) progress(mode, `[${iteration}] the agent asked for ${host.host}:${host.port}, which agent.network.allow does not list: refused`);
         }
         proposal = await proposeFromWorkspace(session, workspace, iteration, agent, zoned.confinement, files, context);
+        await logged;
       } finally {
         removeWorkspace(workspace).catch(() => undefined);
         // Unless the candidate's clone took it (an agent run that threw leaves it unused).
@@ -280,7 +283,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
       // clone when the agent is confined (it cannot see it), each with the zone of its first command
       // (warm-zones.ts: a zone built now is not built between the verdict and the next gate).
       if (!options.once) {
-        prepareWorkspace(session.repo, session.loop.best.commit);
+        prepareWorkspace(session.repo, session.loop.best.commit, session.loop.loop_id);
         warmAgentZone(session.repo, contract);
         if (!unconfined && evaluatesOwnCandidate(session, null)) prepareEvaluationClone(session.repo, contract);
       }
