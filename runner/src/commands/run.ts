@@ -25,7 +25,6 @@ import {
   decideCandidate,
   evaluatesOwnCandidate,
   showVerdictsWhileAway,
-  verdictRecorded,
   workingTreeRestored,
   type Session,
 } from "../loop/session.js";
@@ -149,13 +148,13 @@ async function proposeFromWorkspace(
   // evaluation begins as soon as the commit exists.
   // A request to change protected files holds the candidate for a person's answer (docs/design.md §6.8):
   // it is not evaluated until then.
-  // Both read at once: the agent is gone, so neither file can change any more.
-  const [review, report] = await Promise.all([readReviewRequest(files.requests), readAgentReport(workspace.dir, files.report)]);
+  const review = await readReviewRequest(files.requests);
   if (review.error) progress(session.mode, `[${iteration}] ${review.error}; not sent, so the candidate is judged as it is`);
   const evaluatesOwn = evaluatesOwnCandidate(session, agentRun) && !review.request;
   if (evaluatesOwn) prepareEvaluationClone(session.repo, session.loaded.contract);
   let begun: string | null = null;
   try {
+    const report = await readAgentReport(workspace.dir, files.report);
     if (report.error) progress(session.mode, `[${iteration}] ${report.error}; not recorded`);
     const onCommitted = (commit: string, change: { empty: boolean; paths: Promise<PathChange[]> }) => {
       begun = commit;
@@ -266,14 +265,11 @@ export async function runLoop(options: RunOptions): Promise<number> {
           }),
         );
         const agent = zoned.result;
-        // Written while the candidate is committed, and awaited before it is proposed.
-        const logged = writeFile(path.join(logDir, `agent-${iteration}.log`), agent.output);
-        logged.catch(() => undefined);
+        await writeFile(path.join(logDir, `agent-${iteration}.log`), agent.output);
         for (const host of zoned.confinement.hosts ?? []) {
           if (!host.allowed) progress(mode, `[${iteration}] the agent asked for ${host.host}:${host.port}, which agent.network.allow does not list: refused`);
         }
         proposal = await proposeFromWorkspace(session, workspace, iteration, agent, zoned.confinement, files, context);
-        await logged;
       } finally {
         removeWorkspace(workspace).catch(() => undefined);
         // Unless the candidate's clone took it (an agent run that threw leaves it unused).
@@ -283,7 +279,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
       // clone when the agent is confined (it cannot see it), each with the zone of its first command
       // (warm-zones.ts: a zone built now is not built between the verdict and the next gate).
       if (!options.once) {
-        prepareWorkspace(session.repo, session.loop.best.commit, session.loop.loop_id);
+        prepareWorkspace(session.repo, session.loop.best.commit);
         warmAgentZone(session.repo, contract);
         if (!unconfined && evaluatesOwnCandidate(session, null)) prepareEvaluationClone(session.repo, contract);
       }
@@ -302,7 +298,7 @@ export async function runLoop(options: RunOptions): Promise<number> {
       const timings = takeTimings();
       if (timings) process.stderr.write(`[${iteration}] ${timings}\n`);
     }
-    await Promise.all([workingTreeRestored(session), verdictRecorded(session)]);
+    await workingTreeRestored(session);
     if (ran > 0) await maintainAfterCandidates(session);
     if (ran === 0 && session.resumed && session.loop.halt && !runningAtStart) progress(mode, HALTED_BEFORE);
     // A halted optimize loop's gain over t0 is measured once, here (DESIGN §6.3); a run that resumes a
@@ -320,7 +316,6 @@ export async function runLoop(options: RunOptions): Promise<number> {
   } finally {
     // A run that stops on an error still leaves the working tree at the best commit (the error it stops on is the one reported).
     await workingTreeRestored(session).catch((error: unknown) => progress(mode, `restoring the working tree failed: ${(error as Error).message}`));
-    await verdictRecorded(session).catch((error: unknown) => progress(mode, `recording the verdicts shown failed: ${(error as Error).message}`));
     await Promise.all([closeAgentZone(session.repo), dropPreparedClone(session.repo)]);
     await timed("close", () => session.connection.close());
     const closing = takeTimings();

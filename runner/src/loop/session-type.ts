@@ -30,6 +30,4 @@ export interface Session {
   folded?: { seq: number; state: LoopState } | undefined;
   /** The working tree's return to the best commit after a rejection, when `decideCandidate` left it running. */
   restoring?: Promise<void> | undefined;
-  /** The record of a verdict shown and the removal of its saved proposal, when `decideCandidate` left them running. */
-  recording?: Promise<void> | undefined;
 }

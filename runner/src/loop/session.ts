@@ -231,25 +231,12 @@ export async function workingTreeRestored(session: Session): Promise<void> {
 }
 
 /**
- * Waits for the record of the last verdict shown and the removal of its saved proposal, which
- * `decideCandidate` left running, and answers its failure, if any: due before the next candidate is
- * decided, and before the process ends.
- */
-export async function verdictRecorded(session: Session): Promise<void> {
-  const recording = session.recording;
-  session.recording = undefined;
-  await recording;
-}
-
-/**
  * Proposes a committed candidate (idempotently, by its key), has it decided, and applies the verdict:
  * a promotion stays on the branch; a rejection is kept under its ref and the tree goes back to the best.
  * With `restoreLater`, the tree's return is left running (`session.restoring`) for the caller to await
  * with `workingTreeRestored`: `run` overlaps it with the next agent run, which works in a workspace of
  * its own and never reads the working tree. A runner killed meanwhile finds the rejected candidate at
- * HEAD and applies its verdict again (`settleInterruptedIteration`). So is the record that the verdict
- * was shown (`session.recording`, awaited with `verdictRecorded`, issue 30: about 4 ms of file writes
- * an iteration): a runner killed before it is written shows the verdict again when it resumes.
+ * HEAD and applies its verdict again (`settleInterruptedIteration`).
  */
 export async function decideCandidate(
   session: Session,
@@ -257,7 +244,6 @@ export async function decideCandidate(
   iteration: number,
   options: { restoreLater?: boolean } = {},
 ): Promise<Verdict> {
-  await verdictRecorded(session);
   const pending = pendingProposalFile(session, proposal.idempotency_key);
   await mkdir(path.dirname(pending), { recursive: true });
   await writeFile(pending, JSON.stringify(proposal));
@@ -312,11 +298,7 @@ export async function decideCandidate(
         `[${iteration}] ${options.restoreLater ? "the working tree goes back" : "restored the working tree"} to ${shortCommit(best)}; ${ref ? `the candidate is kept at ${ref}` : "the candidate changed nothing, so nothing of it is kept"}`,
       );
     }
-    const recorded = Promise.all([noted, rm(pending, { force: true })]).then(() => undefined);
-    if (options.restoreLater) {
-      recorded.catch(() => undefined);
-      session.recording = recorded;
-    } else await recorded;
+    await Promise.all([noted, rm(pending, { force: true })]);
     return verdict;
   } finally {
     await dropCloneAhead(session.repo, proposal.commit);

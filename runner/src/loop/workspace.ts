@@ -60,18 +60,8 @@ export async function loadWorkspaceState(repo: string, source: string): Promise<
   return (await loadWorkspace(repo))[source] ?? null;
 }
 
-// This process's writes of state files, one after another: each reads what the one before it wrote,
-// and none shares the temporary file with another (`run` leaves one running while it goes on).
-let saving: Promise<void> = Promise.resolve();
-
 /** Records the loop of a contract source (atomically: write then rename), keeping the others. */
-export function saveWorkspaceState(repo: string, source: string, state: WorkspaceState): Promise<void> {
-  const saved = saving.then(() => writeWorkspaceState(repo, source, state));
-  saving = saved.catch(() => undefined);
-  return saved;
-}
-
-async function writeWorkspaceState(repo: string, source: string, state: WorkspaceState): Promise<void> {
+export async function saveWorkspaceState(repo: string, source: string, state: WorkspaceState): Promise<void> {
   const file = stateFile(repo);
   const content: WorkspaceFile = { version: 2, loops: { ...(await loadWorkspace(repo)), [source]: state } };
   await mkdir(path.dirname(file), { recursive: true });

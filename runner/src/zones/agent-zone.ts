@@ -57,53 +57,27 @@ async function blankWorkspace(repo: string): Promise<string> {
   return dir;
 }
 
-/** A workspace made ahead: the commit it is checked out at, and the loop and commit its index copy and owner were recorded for. */
-interface Ahead {
-  dir: string;
-  commit: string | null;
-  recorded: string | null;
-}
-
 // Workspaces made ahead, by repository: `prepareWorkspace` starts the next iteration's while the
 // current candidate is evaluated, checked out at the best commit as it stands, which a rejection (the
 // usual verdict) leaves as it is; after a promotion only the checkout of the new best is left to do.
-const prepared = new Map<string, Promise<Ahead>>();
-
-/** The runner's copy of a workspace's index: beside it, out of the agent's sight. */
-function indexOf(dir: string): string {
-  return path.join(path.dirname(dir), `index-${path.basename(dir).slice("ws-".length)}`);
-}
+const prepared = new Map<string, Promise<{ dir: string; commit: string | null }>>();
 
 /**
- * Records a workspace checked out at `commit` as the runner's: its copy of the index, taken before any
- * agent runs there, and whose it is, so that a runner killed while the agent works leaves its edits to
- * be set aside. Answers what `Ahead.recorded` says of it.
+ * Starts the next workspace of `repo` now (a clone checked out at `commit`), for the next `makeWorkspace`
+ * to take; its tracked files are listed meanwhile too (`committedFiles`, which keeps them: usually the
+ * best's are listed already), for the agent's context (issue 30: no git process between the verdict and
+ * the agent run).
  */
-async function recordWorkspace(repo: string, dir: string, commit: string, loopId: string | undefined): Promise<string> {
-  const owner: WorkspaceOwner | null = loopId ? { repo: path.resolve(repo), loop_id: loopId, base: commit } : null;
-  await Promise.all([copyFile(path.join(dir, ".git", "index"), indexOf(dir)), owner ? writeFile(ownerFile(dir), JSON.stringify(owner)) : null]);
-  return recordKey(commit, loopId);
-}
-
-const recordKey = (commit: string, loopId: string | undefined) => `${loopId ?? ""}\0${commit}`;
-
-/**
- * Starts the next workspace of `repo` now (a clone checked out at `commit`, recorded for `loopId`), for
- * the next `makeWorkspace` to take; its tracked files are listed meanwhile too (`committedFiles`, which
- * keeps them: usually the best's are listed already), for the agent's context (issue 30: no git process
- * and no file written between the verdict and the agent run when the best stays).
- */
-export function prepareWorkspace(repo: string, commit: string, loopId?: string): void {
+export function prepareWorkspace(repo: string, commit: string): void {
   const key = path.resolve(repo);
   if (prepared.has(key)) return;
-  const made = blankWorkspace(repo).then(async (dir): Promise<Ahead> => {
-    // Checked out, or recorded, by the next `makeWorkspace` when this fails.
+  const made = blankWorkspace(repo).then(async (dir) => {
+    // Checked out by the next `makeWorkspace` when this fails.
     const checkedOut = await checkoutDetached(dir, commit).then(
       () => commit,
       () => null,
     );
-    const recorded = checkedOut === null ? null : await recordWorkspace(repo, dir, commit, loopId).catch(() => null);
-    return { dir, commit: checkedOut, recorded };
+    return { dir, commit: checkedOut };
   });
   committedFiles(repo, commit).catch(() => undefined);
   // A failure is met again by the workspace that takes it, which then makes its own.
@@ -116,7 +90,9 @@ export async function dropPreparedWorkspace(repo: string): Promise<void> {
   const made = prepared.get(path.resolve(repo));
   prepared.delete(path.resolve(repo));
   const ahead = await made?.catch(() => null);
-  if (ahead) await removeWorkspace({ dir: ahead.dir, index: indexOf(ahead.dir) });
+  if (!ahead) return;
+  await coolZones(ahead.dir);
+  await rm(ahead.dir, { recursive: true, force: true });
 }
 
 /**
@@ -131,14 +107,16 @@ export async function makeWorkspace(repo: string, commit: string, loopId?: strin
   const dir = ahead?.dir ?? (await blankWorkspace(repo));
   try {
     if (ahead?.commit !== commit) await checkoutDetached(dir, commit);
-    if (ahead?.commit !== commit || ahead.recorded !== recordKey(commit, loopId)) await recordWorkspace(repo, dir, commit, loopId);
-    const index = indexOf(dir);
+    const index = path.join(path.dirname(dir), `index-${path.basename(dir).slice("ws-".length)}`);
+    // Whose it is, so that a runner killed while the agent works leaves its edits to be set aside.
+    const owner: WorkspaceOwner | null = loopId ? { repo: path.resolve(repo), loop_id: loopId, base: commit } : null;
+    await Promise.all([copyFile(path.join(dir, ".git", "index"), index), owner ? writeFile(ownerFile(dir), JSON.stringify(owner)) : null]);
     const tracked = committedFiles(repo, commit)
       .catch(() => trackedFiles(dir))
       .catch((): string[] => []);
     return { dir, index, tracked };
   } catch (error) {
-    await removeWorkspace({ dir, index: indexOf(dir) });
+    await rm(dir, { recursive: true, force: true });
     throw error;
   }
 }
@@ -167,8 +145,8 @@ function ownerFile(dir: string): string {
  * DESIGN §6.6): the tree an agent left in one of `repo`'s is set aside as a commit on the commit it
  * started from, under `refs/loopwarden/interrupted/<loop-id>/<time>` (read as data, with the runner's
  * own index, as a candidate is), and the workspace removed. Another repository's are left for it to
- * settle, unless that repository no longer exists; what holds none (a workspace made ahead and not yet
- * recorded, a proxy's socket) is removed. Answers the refs made.
+ * settle, unless that repository no longer exists; what holds none (a workspace made ahead, a proxy's
+ * socket) is removed. Answers the refs made.
  */
 export async function settleStaleWorkspaces(repo: string): Promise<string[]> {
   const kept: string[] = [];
@@ -180,7 +158,7 @@ export async function settleStaleWorkspaces(repo: string): Promise<string[]> {
       const owner = WorkspaceOwner.safeParse(JSON.parse(await readFile(path.join(root, name), "utf8").catch(() => "null")));
       if (!owner.success) continue;
       const dir = path.join(root, name.slice(0, -".owner.json".length));
-      const index = indexOf(dir);
+      const index = path.join(root, `index-${path.basename(dir).slice("ws-".length)}`);
       if (owner.data.repo !== path.resolve(repo)) {
         // Kept for its repository's next run, unless that repository is gone: then nobody can want it.
         if (existsSync(owner.data.repo)) othersLeft = true;

@@ -34,14 +34,6 @@ describe("the repository's loops", () => {
     expect(await loadWorkspace(repo)).toEqual({ "loop.yaml": loop("lp_old"), flags: loop("lp_flags"), "ci/loop.yaml": loop("lp_ci") });
   });
 
-  it("writes started side by side land one after another, none lost (run records its verdicts while it goes on)", async () => {
-    const repo = path.join(tmp, "concurrent");
-    mkdirSync(repo, { recursive: true });
-    const sources = Array.from({ length: 12 }, (_, index) => `loop-${index}.yaml`);
-    await Promise.all(sources.map((source, index) => saveWorkspaceState(repo, source, { ...loop(`lp_${index}`), seen_seq: index })));
-    expect(await loadWorkspace(repo)).toEqual(Object.fromEntries(sources.map((source, index) => [source, { ...loop(`lp_${index}`), seen_seq: index }])));
-  });
-
   it("a command without contract flags means loop.yaml when it exists or has a loop, else the flag-only loop", () => {
     const repo = path.join(tmp, "sources");
     mkdirSync(repo, { recursive: true });
