@@ -5,7 +5,7 @@ import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { credentialStoreIn, unseenPaths } from "../../../runner/src/commands/doctor-zones.js";
 import { runCommand } from "../../../runner/src/process/exec.js";
-import { makeWorkspace, removeWorkspace, runAgentInZone, settleStaleWorkspaces } from "../../../runner/src/zones/agent-zone.js";
+import { makeWorkspace, prepareWorkspace, removeWorkspace, runAgentInZone, settleStaleWorkspaces } from "../../../runner/src/zones/agent-zone.js";
 import { Contract } from "#shared/wire/contract.js";
 import { startLoopbackServer } from "../../support/loopback.js";
 import { processesWith } from "../../support/zone-markers.js";
@@ -218,6 +218,39 @@ describe("workspaces a killed runner left", () => {
     expect(refs).toHaveLength(1);
     expect(refs[0]).toMatch(/^refs\/loopwarden\/interrupted\/lp_stale\//);
     expect(execFileSync("git", ["show", `${refs[0]}:edit.txt`], { cwd: repo, encoding: "utf8" })).toBe("the agent's\n");
+    expect(existsSync(dead)).toBe(false);
+  });
+
+  it("made ahead, are recorded at the commit the agent starts from: the best made ahead for, or the new best after a promotion", async () => {
+    const repo = mkdtempSync(path.join(tmp, "ahead-"));
+    const git = (...args: string[]) => execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@l", ...args], { cwd: repo, encoding: "utf8" }).trim();
+    git("init", "-q", "-b", "main");
+    writeFileSync(path.join(repo, "file.txt"), "x\n");
+    git("add", "-A");
+    git("commit", "-qm", "init");
+    const base = git("rev-parse", "HEAD");
+    writeFileSync(path.join(repo, "promoted.txt"), "y\n");
+    git("add", "-A");
+    git("commit", "-qm", "promoted");
+    const promoted = git("rev-parse", "HEAD");
+    // Made ahead at the best as it stood, then taken once a candidate was promoted; and one taken at the commit it was made at.
+    prepareWorkspace(repo, base);
+    const afterPromotion = await makeWorkspace(repo, promoted, "lp_ahead");
+    prepareWorkspace(repo, promoted);
+    const same = await makeWorkspace(repo, promoted, "lp_same");
+    for (const workspace of [afterPromotion, same]) {
+      expect(JSON.parse(readFileSync(`${workspace.dir}.owner.json`, "utf8")).base).toBe(promoted);
+      writeFileSync(path.join(workspace.dir, "edit.txt"), "the agent's\n");
+    }
+    // The runner is killed while both agents work: each edit is set aside on the commit its agent started from.
+    const dead = path.join(path.dirname(path.dirname(same.dir)), "4194302");
+    renameSync(path.dirname(same.dir), dead);
+    const refs = await settleStaleWorkspaces(repo);
+    expect(refs.map((ref) => ref.split("/")[3]).sort()).toEqual(["lp_ahead", "lp_same"]);
+    for (const ref of refs) {
+      expect(git("rev-parse", `${ref}^`)).toBe(promoted);
+      expect(git("diff", "--name-only", promoted, ref)).toBe("edit.txt");
+    }
     expect(existsSync(dead)).toBe(false);
   });
 });
