@@ -133,4 +133,33 @@ describe("a fresh local coordinator", () => {
     expect([0, 130]).toContain(code);
     expect((await statusOf(`${url}/healthz`)).status).toBe("refused");
   });
+
+  it("stopped by SIGTERM at any moment once it answers, stops its runtime: the signal never finds it without a listener", async () => {
+    // Between the end of its start and the moment it waited for a signal, serve once had no listener (it
+    // was asking for its login link): a SIGTERM then ended it by the signal's default action and left
+    // workerd serving the port. Signals at several moments after the first answer land in every part
+    // (one state directory: after the first, each start is workerd from its runtime snapshot).
+    for (const after of [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]) {
+      const port = await freePort();
+      const url = `http://127.0.0.1:${port}`;
+      const serve = startCli(["--json", "--state", path.join(tmp.dir, "stopped"), "serve", "--port", String(port)], { cwd: ROOT });
+      const pid = serve.pid;
+      if (pid === undefined) throw new Error("serve did not start");
+      const exited = exitOf(serve);
+      const deadline = Date.now() + 60_000;
+      while ((await statusOf(`${url}/healthz`)).status !== 200) {
+        if (serve.exitCode !== null || Date.now() > deadline) throw new Error(`serve never answered: ${serve.output()}`);
+        await new Promise((resolve) => setTimeout(resolve, 3));
+      }
+      await new Promise((resolve) => setTimeout(resolve, after));
+      process.kill(pid, "SIGTERM");
+      const code = await exited;
+      const left = await survivorsAfter(`--socket-addr=entry=127.0.0.1:${port}`);
+      killListed(left);
+      expect({ after, left }).toEqual({ after, left: [] });
+      // Stopped once up (0), or while its start ended (as the signal would have ended it, its runtime stopped first: 143).
+      expect({ after, ended: [0, 143].includes(code ?? -1) }).toEqual({ after, ended: true });
+      expect((await statusOf(`${url}/healthz`)).status).toBe("refused");
+    }
+  });
 });

@@ -33,6 +33,28 @@ export async function serveCommand(
     const running = await findRunningCoordinator(stateDir);
     if (running) return 0;
   }
+  // SIGINT and SIGTERM are listened for from before the start until the stop, so none ever finds this
+  // process without a listener: its default action would end the process and leave workerd, a process
+  // of its own, serving the port. One that comes while the coordinator starts stops it once it is up.
+  let signalled = () => {};
+  const signal = new Promise<void>((resolve) => (signalled = resolve));
+  process.on("SIGINT", signalled);
+  process.on("SIGTERM", signalled);
+  try {
+    return await serveUntil(signal, options, stateDir, idle);
+  } finally {
+    process.off("SIGINT", signalled);
+    process.off("SIGTERM", signalled);
+  }
+}
+
+/** Starts the coordinator, says where it is, and stops it once `signal` settles or, as a daemon, once it has gone `idle` ms unused. */
+async function serveUntil(
+  signal: Promise<void>,
+  options: OutputMode & { port?: number | undefined; daemon?: boolean },
+  stateDir: string,
+  idle: number,
+): Promise<number> {
   progress(options, `starting the local coordinator (state: ${stateDir})…`);
   const coordinator = await startLocalCoordinator({
     stateDir,
@@ -78,8 +100,7 @@ export async function serveCommand(
   );
   const started = Date.now();
   await new Promise<void>((resolve) => {
-    process.once("SIGINT", () => resolve());
-    process.once("SIGTERM", () => resolve());
+    void signal.then(resolve);
     if (!options.daemon || idle <= 0) return;
     // Idle: no command has touched the state's activity mark for `idle`.
     const timer = setInterval(
