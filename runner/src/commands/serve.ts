@@ -33,24 +33,42 @@ export async function serveCommand(
     const running = await findRunningCoordinator(stateDir);
     if (running) return 0;
   }
-  // SIGINT and SIGTERM are listened for from before the start until the stop, so none ever finds this
-  // process without a listener: its default action would end the process and leave workerd, a process
-  // of its own, serving the port. One that comes while the coordinator starts stops it once it is up.
-  let signalled = () => {};
-  const signal = new Promise<void>((resolve) => (signalled = resolve));
-  process.on("SIGINT", signalled);
-  process.on("SIGTERM", signalled);
+  const signals = watchSignals();
   try {
-    return await serveUntil(signal, options, stateDir, idle);
+    return await serveUntil(signals, options, stateDir, idle);
   } finally {
-    process.off("SIGINT", signalled);
-    process.off("SIGTERM", signalled);
+    signals.close();
   }
 }
 
-/** Starts the coordinator, says where it is, and stops it once `signal` settles or, as a daemon, once it has gone `idle` ms unused. */
+/**
+ * SIGINT and SIGTERM, listened for from before the coordinator's start until its stop, so none ever finds
+ * `serve` without a listener: its default action would end the process and leave workerd, a process of
+ * its own, serving the port. Until `started()`, a signal aborts `interrupt` with its name (the start
+ * stops its runtime, then ends the process as the signal would have); after, it settles `stopped`.
+ */
+function watchSignals(): { interrupt: AbortSignal; stopped: Promise<void>; started(): void; close(): void } {
+  const interrupt = new AbortController();
+  let starting = true;
+  let stop = () => {};
+  const stopped = new Promise<void>((resolve) => (stop = resolve));
+  const onSignal = (name: NodeJS.Signals) => (starting ? interrupt.abort(name) : stop());
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  return {
+    interrupt: interrupt.signal,
+    stopped,
+    started: () => (starting = false),
+    close: () => {
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
+    },
+  };
+}
+
+/** Starts the coordinator, says where it is, and stops it on a signal or, as a daemon, once it has gone `idle` ms unused. */
 async function serveUntil(
-  signal: Promise<void>,
+  signals: ReturnType<typeof watchSignals>,
   options: OutputMode & { port?: number | undefined; daemon?: boolean },
   stateDir: string,
   idle: number,
@@ -61,7 +79,9 @@ async function serveUntil(
     ...(options.port === undefined ? {} : { port: options.port }),
     onNote: (text) => progress(options, text),
     ...(options.daemon ? { record: { daemon: true, idle_ms: idle } } : {}),
+    interrupt: signals.interrupt,
   });
+  signals.started();
   const { owner } = coordinator;
   // The dashboard opens logged in as the owner from a one-time link (DESIGN §11): the browser gets a
   // session cookie, never the token. A warm coordinator started for a command prints nothing anyone reads.
@@ -100,7 +120,7 @@ async function serveUntil(
   );
   const started = Date.now();
   await new Promise<void>((resolve) => {
-    void signal.then(resolve);
+    void signals.stopped.then(resolve);
     if (!options.daemon || idle <= 0) return;
     // Idle: no command has touched the state's activity mark for `idle`.
     const timer = setInterval(

@@ -180,6 +180,12 @@ export async function startLocalCoordinator(options: {
   onNote?: (text: string) => void;
   /** Recorded in coordinator.json besides where it is (a warm coordinator says so, and its idle period). */
   record?: Pick<CoordinatorRecord, "daemon" | "idle_ms">;
+  /**
+   * For a caller that listens for SIGINT/SIGTERM itself from before the start (`serve`): aborted with the
+   * signal's name while the start runs, it stops the runtime first and ends the process as that signal
+   * would have, as a signal nobody else listens for does.
+   */
+  interrupt?: AbortSignal;
 }): Promise<LocalCoordinator> {
   const { stateDir } = options;
   await privateStateDir(stateDir);
@@ -243,6 +249,9 @@ export async function startLocalCoordinator(options: {
   };
   const unheard = (["SIGINT", "SIGTERM"] as const).filter((signal) => process.listenerCount(signal) === 0);
   for (const signal of unheard) process.on(signal, interrupted);
+  const onAbort = () => interrupted(options.interrupt?.reason === "SIGINT" ? "SIGINT" : "SIGTERM");
+  options.interrupt?.addEventListener("abort", onAbort, { once: true });
+  if (options.interrupt?.aborted) onAbort();
 
   /** Workerd from the state directory's snapshot (runtime-snapshot.ts), when it has one for these inputs. */
   const fromSnapshot = async (): Promise<Runtime | null> => {
@@ -379,6 +388,7 @@ export async function startLocalCoordinator(options: {
     throw new Error(`the local coordinator did not start (log: ${log.file}): ${(error as Error).message}`);
   } finally {
     for (const signal of unheard) process.off(signal, interrupted);
+    options.interrupt?.removeEventListener("abort", onAbort);
   }
 }
 
