@@ -354,20 +354,19 @@ async function runConfined(options: Parameters<typeof runAgentInZone>[0], extra:
   for (const name of [...BASE_ENV, ...(agent.env ?? [])]) if (process.env[name] !== undefined) env[name] = process.env[name];
   Object.assign(env, extra, { HOME: os.homedir(), TMPDIR: "/tmp" });
   let command = agent.run;
-  const running = served?.running ?? null;
   if (served) {
-    const { socat, script } = served;
-    served.running.takeAudit();
+    const { running, socat, script } = served;
+    running.takeAudit();
     const url = `http://127.0.0.1:${FORWARDER_PORT}`;
     Object.assign(env, { HTTP_PROXY: url, HTTPS_PROXY: url, http_proxy: url, https_proxy: url, ALL_PROXY: url, all_proxy: url, NO_PROXY: "", no_proxy: "" });
     // The forwarder starts first and says when it listens; then the agent's shell replaces this one.
     command = [
-      ...forwarderLines({ port: FORWARDER_PORT, socketPath: served.running.socketPath, socat, script, fifo: "/tmp/.loopwarden-forwarder" }),
+      ...forwarderLines({ port: FORWARDER_PORT, socketPath: running.socketPath, socat, script, fifo: "/tmp/.loopwarden-forwarder" }),
       `exec /bin/sh -c ${quote([agent.run])}`,
     ].join("\n");
   }
   const result = await runCommand(command, { cwd: workspace.dir, timeoutMs: options.timeoutMs, env, zone: spec, onOutput: options.onOutput });
-  const audit = running?.takeAudit();
+  const audit = served?.running.takeAudit();
   const confinement: AgentConfinement = {
     mechanism: "bwrap",
     network: typeof network === "object" ? "allow" : network,

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcessByStdio } from "node:child_process";
 import type { Readable, Writable } from "node:stream";
 import path from "node:path";
+import { quote } from "shell-quote";
 import { onShutdown } from "../process/shutdown.js";
 import { sandboxSupport, zoneArgs, type ZoneSpec } from "./sandbox.js";
 
@@ -20,11 +21,6 @@ import { sandboxSupport, zoneArgs, type ZoneSpec } from "./sandbox.js";
 
 /** What a warm zone's shell runs: the script it is handed on its standard input, once that is closed. */
 const WAITING_SHELL = 'script=$(/bin/cat) && eval "$script"';
-
-/** A shell word for `value`: single-quoted, each `'` closed, escaped and reopened. */
-function shellWord(value: string): string {
-  return `'${value.replaceAll("'", `'\\''`)}'`;
-}
 
 // A name a POSIX shell can export. The environment of a command is handed over as `export` lines, so a
 // command whose environment has any other name (which only `env -i` could pass on) is started cold.
@@ -146,7 +142,7 @@ export function takeWarmZone(args: string[], command: string, env: NodeJS.Proces
   }
   child.ref();
   for (const stream of [child.stdin, child.stdout, child.stderr]) (stream as { ref?: () => void }).ref?.();
-  const script = [...entries.map(([name, value]) => `export ${name}=${shellWord(value)}`), `exec /bin/sh -c ${shellWord(command)} </dev/null`].join("\n");
+  const script = [...entries.map(([name, value]) => `export ${name}=${quote([value])}`), `exec /bin/sh -c ${quote([command])} </dev/null`].join("\n");
   child.stdin.end(script);
   return child;
 }
