@@ -5,7 +5,7 @@
 // does (one `git diff-tree --stdin` for every change it does not know), and the same summaries read with
 // one `git diff --numstat` each, as before. Prints figures; asserts nothing.
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -45,7 +45,7 @@ function loopRepository(count: number, label: string): { repo: string; t0: strin
   const marks = path.join(repo, ".git", "bench-marks");
   git(["fast-import", "--quiet", `--export-marks=${marks}`], stream);
   const ids = new Map(
-    execFileSync("cat", [marks], { encoding: "utf8" })
+    readFileSync(marks, "utf8")
       .trim()
       .split("\n")
       .map((line) => line.split(" ") as [string, string]),
